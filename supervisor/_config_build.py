@@ -1,0 +1,451 @@
+"""Turn a decoded config document into a `Config`, collecting every problem on the way.
+
+Owns the rules that sit on top of the msgspec schema: top-level keys, the transport of
+each server and the fields it takes, foreign keys from other clients, interpolation per
+field, duration bounds, settings defaults flowing into servers, and toolset declarations.
+Everything is checked before anything is returned, so a bad file never partially applies.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+from urllib.parse import urlsplit
+
+from msgspec import UNSET
+
+from supervisor._config_durations import format_duration, parse_duration
+from supervisor._config_env import ENV_MODES, Interpolator, parse_dotenv
+from supervisor._config_schema import (
+    ExposedToolEntry,
+    ServerEntry,
+    SettingsEntry,
+    ToolRefEntry,
+    ToolsetEntry,
+    close_match,
+    convert_collecting,
+    describe_type,
+    field_names,
+)
+from supervisor._config_types import (
+    APPLIES,
+    DOTENV_NAME,
+    EXPOSURES,
+    FOREIGN,
+    HTTP_ALIASES,
+    KNOB_PAIRS,
+    KNOBS,
+    LOG_LEVELS,
+    MAX_MESSAGE_BYTES,
+    MIN_MESSAGE_BYTES,
+    NAME_RE,
+    NAME_RULE,
+    NAMESPACINGS,
+    PIN_SCHEMAS,
+    PROTOCOLS,
+    REQUIRED,
+    SERVER_KEYS,
+    STARTUP_WAIT_MAX_S,
+    TOP_KEYS,
+    TRANSPORT_FIELDS,
+    TRANSPORTS,
+    URL_SCHEMES,
+    Config,
+    ConfigError,
+    ExposedTool,
+    Knob,
+    ServerSpec,
+    Settings,
+    ToolRef,
+    ToolsetDecl,
+)
+
+__all__ = ["build"]
+
+_KNOB_BY_KEY = {k.key: k for k in KNOBS}
+
+
+def _quoted(choices: tuple[str, ...]) -> str:
+    return ", ".join(f'"{c}"' for c in choices)
+
+
+def build(doc: Mapping[str, Any], *, path: Path | None, label: str, env: Mapping[str, str]) -> Config:
+    """Validate and resolve `doc`; raise ConfigError with every problem, or return the Config."""
+    return _Builder(doc, path=path, label=label, env=env).run()
+
+
+class _Builder:
+    """One pass over one document; `problems` fail the load, `warnings` ride along."""
+
+    def __init__(
+        self, doc: Mapping[str, Any], *, path: Path | None, label: str, env: Mapping[str, str]
+    ) -> None:
+        self.doc = doc
+        self.path = path
+        self.label = label
+        self.env = env
+        self.base = Path(os.path.abspath(path.parent if path is not None else Path()))
+        self.problems: list[str] = []
+        self.warnings: list[str] = []
+        self.interp = Interpolator("disable", process={}, dotenv={}, builtins={})
+        self.server_names: tuple[str, ...] = ()
+
+    def problem(self, where: str, msg: str) -> None:
+        self.problems.append(f"{self.label}: {where}: {msg}" if where else f"{self.label}: {msg}")
+
+    def warn(self, where: str, msg: str) -> None:
+        self.warnings.append(f"{self.label}: {where}: {msg}" if where else f"{self.label}: {msg}")
+
+    def section(self, key: str) -> Mapping[str, Any]:
+        """A top-level object (empty when absent); anything else is a problem."""
+        value = self.doc.get(key, {})
+        if isinstance(value, Mapping):
+            return value
+        self.problem("", f'"{key}" must be an object, got {describe_type(value)}')
+        return {}
+
+    def run(self) -> Config:
+        if "servers" in self.doc:
+            self.problem(
+                "", '"servers" is VS Code format: use `mcpvisor import vscode` (mcpvisor reads "mcpServers")'
+            )
+        for key in self.doc:
+            if key not in TOP_KEYS and key != "servers":
+                self.warn("", f'unknown top-level key "{key}" ignored{close_match(key, TOP_KEYS[1:])}')
+        settings = self.settings(self.section("settings"))
+        self.interp = self.interpolator(settings.env_mode)
+        servers: dict[str, ServerSpec] = {}
+        entries = self.section("mcpServers")
+        self.server_names = tuple(entries)
+        for name, entry in entries.items():
+            spec = self.server(name, entry, settings)
+            if spec is not None:
+                servers[name] = spec
+        toolsets = {}
+        for name, entry in self.section("toolsets").items():
+            decl = self.toolset(name, entry)
+            if decl is not None:
+                toolsets[name] = decl
+        if self.problems:
+            raise ConfigError(self.problems, self.path)
+        return Config(
+            path=self.path,
+            servers=MappingProxyType(servers),
+            toolsets=MappingProxyType(toolsets),
+            settings=settings,
+            warnings=tuple(self.warnings),
+            raw=MappingProxyType(copy.deepcopy(dict(self.doc))),
+        )
+
+    # -- settings -----------------------------------------------------------------------
+
+    def choice(self, where: str, key: str, value: str, choices: tuple[str, ...]) -> bool:
+        if value in choices:
+            return True
+        self.problem(
+            where, f'field "{key}": "{value}" is not one of {_quoted(choices)}{close_match(value, choices)}'
+        )
+        return False
+
+    def knob(self, where: str, knob: Knob, value: Any) -> float | None:
+        """Parse one supervision knob; a problem and None when it is out of bounds."""
+        if knob.count:
+            if knob.low <= value <= knob.high:
+                return float(value)
+            self.problem(
+                where, f'field "{knob.key}": {value} is out of range ({knob.low:g} to {knob.high:g})'
+            )
+            return None
+        try:
+            return parse_duration(value, field=knob.key, max_s=knob.high, min_s=knob.low)
+        except ValueError as err:
+            self.problem(where, str(err))
+            return None
+
+    def knobs(self, where: str, entry: SettingsEntry | ServerEntry) -> dict[str, float]:
+        """The knobs `entry` sets, parsed, keyed by attribute name."""
+        out: dict[str, float] = {}
+        for knob in KNOBS:
+            value = getattr(entry, knob.attr)
+            if value is not UNSET:
+                parsed = self.knob(where, knob, value)
+                if parsed is not None:
+                    out[knob.attr] = int(parsed) if knob.count else parsed
+        return out
+
+    def check_pairs(self, where: str, merged: Mapping[str, float], given: Mapping[str, float] | None) -> None:
+        """A first delay or open period longer than its cap is a problem (if `where` set one)."""
+        for first_key, cap_key in KNOB_PAIRS:
+            first, cap = _KNOB_BY_KEY[first_key], _KNOB_BY_KEY[cap_key]
+            if given is not None and first.attr not in given and cap.attr not in given:
+                continue
+            a, b = merged.get(first.attr, first.default), merged.get(cap.attr, cap.default)
+            if a > b:
+                too_long = f"{format_duration(a)} is longer than"
+                self.problem(where, f'field "{first_key}": {too_long} "{cap_key}" ({format_duration(b)})')
+
+    def settings(self, raw: Mapping[str, Any]) -> Settings:
+        where = "settings"
+        entry, problems, _ = convert_collecting(raw, SettingsEntry)
+        for p in problems:
+            self.problem(where, p)
+        if entry is None:
+            return Settings()
+        values: dict[str, Any] = {}
+        for key, attr, choices in (
+            ("exposure", "exposure", EXPOSURES),
+            ("namespacing", "namespacing", NAMESPACINGS),
+            ("envMode", "env_mode", ENV_MODES),
+            ("pinSchemas", "pin_schemas", PIN_SCHEMAS),
+            ("logLevel", "log_level", LOG_LEVELS),
+        ):
+            value = getattr(entry, attr)
+            if value is not UNSET and self.choice(where, key, value, choices):
+                values[attr] = value
+        if entry.startup_wait is not UNSET:
+            try:
+                values["startup_wait"] = parse_duration(
+                    entry.startup_wait, field="startupWait", max_s=STARTUP_WAIT_MAX_S
+                )
+            except ValueError as err:
+                self.problem(where, str(err))
+        if entry.max_message_bytes is not UNSET:
+            if MIN_MESSAGE_BYTES <= entry.max_message_bytes <= MAX_MESSAGE_BYTES:
+                values["max_message_bytes"] = entry.max_message_bytes
+            else:
+                self.problem(
+                    where,
+                    f'field "maxMessageBytes": {entry.max_message_bytes} is out of range '
+                    f"({MIN_MESSAGE_BYTES} to {MAX_MESSAGE_BYTES} bytes, 1 KiB to 1 GiB)",
+                )
+        if entry.fast_path is not UNSET:
+            values["fast_path"] = entry.fast_path
+        if entry.state_dir is not UNSET:
+            values["state_dir"] = None if entry.state_dir is None else self.local_path(entry.state_dir)
+        defaults = self.knobs(where, entry)
+        self.check_pairs(where, defaults, None)
+        return Settings(**values, server_defaults=MappingProxyType(defaults))
+
+    def local_path(self, value: str) -> str:
+        """`~` expanded; a relative path is taken relative to the config file's directory."""
+        return str(self.base / os.path.expanduser(value))
+
+    def interpolator(self, mode: str) -> Interpolator:
+        dotenv: dict[str, str] = {}
+        dotenv_path = self.base / DOTENV_NAME
+        if mode in ("enable", "dotenv") and self.path is not None:
+            try:
+                text = dotenv_path.read_text(encoding="utf-8")
+            except FileNotFoundError:
+                text = ""
+            except (OSError, UnicodeDecodeError) as err:
+                self.warn("", f"{dotenv_path}: cannot read ({err}); no variables taken from it")
+                text = ""
+            dotenv, notes = parse_dotenv(text, label=str(dotenv_path))
+            self.warnings.extend(notes)
+        builtins = {"MCPVISOR_PYTHON": sys.executable, "MCPVISOR_CONFIG_DIR": str(self.base)}
+        return Interpolator(
+            mode, process=self.env, dotenv=dotenv, builtins=builtins, dotenv_label=str(dotenv_path)
+        )
+
+    # -- servers ------------------------------------------------------------------------
+
+    def server(self, name: str, raw: Any, settings: Settings) -> ServerSpec | None:
+        where = f'server "{name}"'
+        if not NAME_RE.match(name):
+            self.problem("", f'server name "{name}" is invalid: {NAME_RULE}')
+        if not isinstance(raw, Mapping):
+            self.problem(where, f"expected an object, got {describe_type(raw)}")
+            return None
+        before = len(self.problems)
+        entry, problems, dropped = convert_collecting(
+            raw, ServerEntry, suggest=SERVER_KEYS, nested={"exposedTools": field_names(ExposedToolEntry)}
+        )
+        for p in problems:
+            self.problem(where, p)
+        if entry is None:
+            return None
+        for key, note in FOREIGN.items():
+            if key in raw:
+                self.warn(where, f'field "{key}" {note}')
+        enabled = True if entry.enabled is UNSET else entry.enabled
+        if entry.disabled is not UNSET:
+            if entry.enabled is not UNSET and entry.enabled == entry.disabled:
+                self.problem(where, 'fields "enabled" and "disabled" contradict each other; keep one')
+            enabled = not entry.disabled
+        transport = self.transport(where, raw, entry, dropped)
+        # A disabled server's missing variables must not block the rest: warn, keep literal.
+        strict = enabled
+        spec: dict[str, Any] = {}
+        if transport is not None:
+            for key in TRANSPORT_FIELDS:
+                if key in raw and key not in dropped and key not in APPLIES[transport]:
+                    self.problem(where, f'field "{key}" does not apply to transport "{transport}"')
+            required = REQUIRED[transport]
+            if required not in raw and not dropped:  # a dropped key is likely the misspelt one
+                self.problem(where, f'transport "{transport}" needs field "{required}"')
+        sub = functools.partial(self.sub, where, strict=strict)
+        if entry.command is not UNSET:
+            spec["command"] = sub("command", entry.command)
+        if entry.args is not UNSET:
+            spec["args"] = tuple(sub(f"args[{i}]", a) for i, a in enumerate(entry.args))
+        if entry.env is not UNSET:
+            spec["env"] = MappingProxyType({k: sub(f"env.{k}", v) for k, v in entry.env.items()})
+        if entry.cwd is not UNSET:
+            spec["cwd"] = self.local_path(sub("cwd", entry.cwd))
+        if entry.url is not UNSET:
+            spec["url"] = sub("url", entry.url)
+            if transport is not None:
+                self.check_url(where, transport, spec["url"])
+        if entry.headers is not UNSET:
+            spec["headers"] = MappingProxyType({k: sub(f"headers.{k}", v) for k, v in entry.headers.items()})
+        if entry.image is not UNSET:
+            spec["image"] = sub("image", entry.image)
+        if entry.docker_args is not UNSET:
+            spec["docker_args"] = tuple(sub(f"dockerArgs[{i}]", a) for i, a in enumerate(entry.docker_args))
+        if entry.protocol is not UNSET and self.choice(where, "protocol", entry.protocol, PROTOCOLS):
+            spec["protocol"] = entry.protocol
+        if entry.exposed_tools is not UNSET:
+            spec["exposed_tools"] = self.exposed(where, entry.exposed_tools)
+        hidden = [*([] if entry.hidden_tools is UNSET else entry.hidden_tools)]
+        hidden += [] if entry.disabled_tools is UNSET else entry.disabled_tools
+        own = self.knobs(where, entry)
+        self.check_pairs(where, {**settings.server_defaults, **own}, own)
+        if len(self.problems) > before or transport is None:
+            return None
+        return ServerSpec(
+            name=name,
+            transport=transport,
+            enabled=enabled,
+            lazy=False if entry.lazy is UNSET else entry.lazy,
+            description=None if entry.description is UNSET else entry.description,
+            hidden_tools=frozenset(hidden),
+            raw=MappingProxyType(copy.deepcopy(dict(raw))),
+            **spec,
+            **{**settings.server_defaults, **own},
+        )
+
+    def transport(
+        self, where: str, raw: Mapping[str, Any], entry: ServerEntry, dropped: set[str]
+    ) -> str | None:
+        """The server's transport: given (`type` or its alias `transport`) or implied."""
+        given = [v for v in (entry.kind, entry.transport) if v is not UNSET]
+        if len(given) == 2 and given[0] != given[1]:
+            self.problem(
+                where, f'fields "type" ("{given[0]}") and "transport" ("{given[1]}") disagree; give one'
+            )
+            return None
+        if given:
+            key = "type" if entry.kind is not UNSET else "transport"
+            value = "http" if given[0] in HTTP_ALIASES else given[0]
+            if not self.choice(where, key, value, TRANSPORTS):
+                return None
+            return value
+        for key, implied in (("command", "stdio"), ("url", "http"), ("image", "stdio-docker")):
+            if key in raw and key not in dropped:
+                return implied
+        if dropped:  # the misspelt or mistyped key already has its problem
+            return None
+        self.problem(where, 'needs "command" (stdio), "url" (http, sse, ws) or "image" (stdio-docker)')
+        return None
+
+    def sub(self, where: str, key: str, value: str, *, strict: bool) -> str:
+        """Interpolate one value; a problem (or, for a disabled server, a warning) on failure."""
+        try:
+            return self.interp(value)
+        except ValueError as err:
+            (self.problem if strict else self.warn)(
+                where, f'field "{key}": {err}' + ("" if strict else "; kept as written")
+            )
+            return value
+
+    def check_url(self, where: str, transport: str, url: str) -> None:
+        schemes = URL_SCHEMES.get(transport)
+        if schemes is None:
+            return
+        parts = urlsplit(url)
+        if parts.scheme not in schemes or not parts.netloc:
+            want = " or ".join(f"{s}://..." for s in schemes)
+            self.problem(
+                where, f'field "url": "{url}" is not a URL transport "{transport}" can use (expected {want})'
+            )
+
+    def exposed(self, where: str, entries: list[str | ExposedToolEntry]) -> tuple[ExposedTool, ...]:
+        out = []
+        for i, item in enumerate(entries):
+            tool = (
+                ExposedTool(item, None) if isinstance(item, str) else ExposedTool(item.original, item.exposed)
+            )
+            if not tool.original or tool.exposed == "":
+                self.problem(where, f'field "exposedTools[{i}]": a tool name cannot be empty')
+            out.append(tool)
+        return tuple(out)
+
+    # -- toolsets -----------------------------------------------------------------------
+
+    def toolset(self, name: str, raw: Any) -> ToolsetDecl | None:
+        where = f'toolset "{name}"'
+        if not NAME_RE.match(name):
+            self.problem("", f'toolset name "{name}" is invalid: {NAME_RULE.split(" (")[0]}')
+        if isinstance(raw, list):
+            raw = {"tools": raw}
+        if not isinstance(raw, Mapping):
+            self.problem(where, f"expected a list of tools or an object, got {describe_type(raw)}")
+            return None
+        before = len(self.problems)
+        entry, problems, _ = convert_collecting(raw, ToolsetEntry)
+        for p in problems:
+            self.problem(where, p)
+        if entry is None:
+            return None
+        refs = []
+        for i, item in enumerate(entry.tools):
+            ref = self.tool_ref(where, i, item)
+            if ref is None:
+                continue
+            refs.append(ref)
+            server = (ref.namespaced_name or "").partition(".")[0]
+            if server and server not in self.server_names:
+                hint = close_match(server, self.server_names)
+                self.warn(where, f'tool "{ref.namespaced_name}": no server "{server}"{hint}')
+        if len(self.problems) > before:
+            return None
+        return ToolsetDecl(name=name, tools=tuple(refs), description=entry.description)
+
+    def tool_ref(self, where: str, i: int, item: Any) -> ToolRef | None:
+        """One toolset member: `"server.tool"` or `{namespacedName | refId, alias?}`."""
+        at = f'field "tools[{i}]"'
+        if isinstance(item, str):
+            item = {"namespacedName": item}
+        if not isinstance(item, Mapping):
+            self.problem(
+                where, f'{at}: expected a "server.tool" string or an object, got {describe_type(item)}'
+            )
+            return None
+        ref, problems, _ = convert_collecting(item, ToolRefEntry)
+        for p in problems:
+            self.problem(where, f"{at}: {p}")
+        if ref is None or problems:
+            return None
+        if (ref.namespaced_name is UNSET) == (ref.ref_id is UNSET):
+            self.problem(where, f'{at}: give exactly one of "namespacedName" or "refId"')
+            return None
+        if ref.namespaced_name is not UNSET:
+            server, dot, tool = ref.namespaced_name.partition(".")
+            if not (server and dot and tool):
+                self.problem(where, f'{at}: "{ref.namespaced_name}" is not a "server.tool" name')
+                return None
+        if ref.ref_id == "":
+            self.problem(where, f'{at}: "refId" cannot be empty')
+            return None
+        return ToolRef(
+            namespaced_name=None if ref.namespaced_name is UNSET else ref.namespaced_name,
+            ref_id=None if ref.ref_id is UNSET else ref.ref_id,
+            alias=None if ref.alias is UNSET else ref.alias,
+        )

@@ -1,0 +1,262 @@
+"""The resolved config records and the tables behind them (re-exported by `supervisor.config`).
+
+Owns the immutable records (`Config`, `ServerSpec`, `Settings`, `ToolsetDecl`, `ToolRef`,
+`ExposedTool`), `ConfigError`, the supervision knob table with its defaults and bounds
+(DESIGN.md "Behaviour under failure"), and which fields each transport takes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Final
+
+from supervisor._config_schema import KNOB_KEYS, ServerEntry, field_names
+
+DEFAULT_HOST: Final = "127.0.0.1"
+"""Loopback only by default: the HTTP/WS fronts are unauthenticated."""
+DEFAULT_PORT: Final = 8848
+TRANSPORTS: Final = ("stdio", "http", "sse", "ws", "stdio-docker")
+
+PROTOCOLS: Final = ("auto", "legacy", "2026-07-28")
+EXPOSURES: Final = ("menu", "all", "discovery")
+NAMESPACINGS: Final = ("prefix", "auto", "none")
+PIN_SCHEMAS: Final = ("warn", "refuse")
+LOG_LEVELS: Final = ("debug", "info", "warning", "error")
+
+DOTENV_NAME: Final = ".env"
+
+MAX_NAME_LEN: Final = 64
+"""Server and toolset names: short enough to prefix tool names that clients cap at 64."""
+NAME_RE: Final = re.compile(rf"[A-Za-z0-9_-]{{1,{MAX_NAME_LEN}}}\Z")
+NAME_RULE: Final = (
+    f'use 1-{MAX_NAME_LEN} characters from A-Z, a-z, 0-9, "_" and "-" '
+    '(no dots: a dot separates server and tool in "server.tool")'
+)
+
+MINUTE: Final = 60.0
+HOUR: Final = 3600.0
+DAY: Final = 86400.0
+MIN_TIMEOUT_S: Final = 0.001
+"""Timeouts must be positive; nobody means one under a millisecond."""
+MAX_COUNT: Final = 1000
+"""Upper plausibility bound for the counting knobs (missed pings, circuit failures)."""
+STARTUP_WAIT_MAX_S: Final = 10 * MINUTE
+MIN_MESSAGE_BYTES: Final = 1024
+MAX_MESSAGE_BYTES: Final = 1 << 30
+"""`maxMessageBytes` bounds: below 1 KiB not even a tools/list fits; above 1 GiB is unbounded memory."""
+
+HTTP_ALIASES: Final = frozenset({"streamable-http", "streamableHttp", "streamable_http"})
+"""Other clients' names for streamable HTTP (Cline, Cursor), accepted as "http"."""
+
+
+@dataclass(frozen=True, slots=True)
+class Knob:
+    """One supervision knob: attribute, config key, default and bounds (DESIGN.md defaults)."""
+
+    attr: str
+    key: str
+    default: float
+    low: float
+    high: float
+    count: bool = False
+
+
+KNOBS: Final = (
+    Knob("timeout", "timeout", 60.0, MIN_TIMEOUT_S, HOUR),
+    Knob("max_call_time", "maxCallTime", 600.0, MIN_TIMEOUT_S, DAY),
+    Knob("startup_timeout", "startupTimeout", 30.0, MIN_TIMEOUT_S, 10 * MINUTE),
+    Knob("health_check_interval", "healthCheckInterval", 30.0, 0.0, HOUR),  # 0 disables pings
+    Knob("health_check_timeout", "healthCheckTimeout", 5.0, MIN_TIMEOUT_S, 5 * MINUTE),
+    Knob("max_missed_pings", "maxMissedPings", 3, 1, MAX_COUNT, count=True),
+    Knob("restart_delay", "restartDelay", 0.25, 0.0, 5 * MINUTE),
+    Knob("restart_delay_max", "restartDelayMax", 30.0, 0.0, HOUR),
+    Knob("restart_reset_after", "restartResetAfter", 60.0, 0.0, DAY),
+    Knob("circuit_failures", "circuitFailures", 5, 1, MAX_COUNT, count=True),
+    Knob("circuit_open_for", "circuitOpenFor", 30.0, MIN_TIMEOUT_S, HOUR),  # 0 would start trials back to back
+    Knob("circuit_open_max", "circuitOpenMax", 300.0, MIN_TIMEOUT_S, DAY),
+    Knob("restart_wait", "restartWait", 10.0, 0.0, 10 * MINUTE),
+    Knob("shutdown_grace", "shutdownGrace", 2.0, 0.0, 5 * MINUTE),
+)
+assert tuple(k.key for k in KNOBS) == KNOB_KEYS, "knob table and schema disagree"
+KNOB_PAIRS: Final = (("restartDelay", "restartDelayMax"), ("circuitOpenFor", "circuitOpenMax"))
+"""(first, cap): the first backoff delay / open period may not exceed its cap."""
+
+TRANSPORT_FIELDS: Final = ("command", "args", "env", "cwd", "url", "headers", "image", "dockerArgs")
+APPLIES: Final = {
+    "stdio": frozenset({"command", "args", "env", "cwd"}),
+    "http": frozenset({"url", "headers"}),
+    "sse": frozenset({"url", "headers"}),
+    "ws": frozenset({"url", "headers"}),
+    "stdio-docker": frozenset({"image", "dockerArgs", "args", "env"}),
+}
+REQUIRED: Final = {"stdio": "command", "http": "url", "sse": "url", "ws": "url", "stdio-docker": "image"}
+URL_SCHEMES: Final = {"http": ("http", "https"), "sse": ("http", "https"), "ws": ("ws", "wss")}
+
+FOREIGN: Final = {
+    "disabled": 'comes from Cline/Roo; treated as the opposite of "enabled"',
+    "disabledTools": 'is treated like "hiddenTools"',
+    "alwaysAllow": "is another client's approval list; ignored",
+    "autoApprove": "is another client's approval list; ignored",
+    "oauth": "is Claude Code's OAuth setting; ignored",
+    "headersHelper": "is Claude Code's header command; ignored (no headers come from it)",
+}
+"""Keys other clients write into server entries: tolerated with a warning."""
+SERVER_KEYS: Final = tuple(k for k in field_names(ServerEntry) if k not in FOREIGN)
+TOP_KEYS: Final = ("$schema", "mcpServers", "toolsets", "settings")
+
+
+@dataclass(frozen=True, slots=True)
+class ExposedTool:
+    """An `exposedTools` entry: the upstream's tool name and, if renamed, the new one."""
+
+    original: str
+    exposed: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRef:
+    """A toolset member: exactly one of `namespaced_name` (`server.tool`) or `ref_id` is set."""
+
+    namespaced_name: str | None
+    ref_id: str | None
+    alias: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolsetDecl:
+    """A toolset declared in the config file (read-only at run time)."""
+
+    name: str
+    tools: tuple[ToolRef, ...]
+    description: str | None
+
+
+def _empty() -> Mapping[str, Any]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerSpec:
+    """One configured server, fully resolved: interpolated, durations in float seconds.
+
+    Keyword-only; every field but `name` and `transport` has a default, so tests can
+    build one directly. Mappings are read-only views.
+    """
+
+    name: str
+    transport: str
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=_empty)
+    cwd: str | None = None
+    url: str | None = None
+    headers: Mapping[str, str] = field(default_factory=_empty)
+    image: str | None = None
+    docker_args: tuple[str, ...] = ()
+    enabled: bool = True
+    lazy: bool = False
+    description: str | None = None
+    protocol: str = "auto"
+    exposed_tools: tuple[ExposedTool, ...] | None = None
+    hidden_tools: frozenset[str] = frozenset()
+    timeout: float = 60.0
+    max_call_time: float = 600.0
+    startup_timeout: float = 30.0
+    health_check_interval: float = 30.0
+    health_check_timeout: float = 5.0
+    max_missed_pings: int = 3
+    restart_delay: float = 0.25
+    restart_delay_max: float = 30.0
+    restart_reset_after: float = 60.0
+    circuit_failures: int = 5
+    circuit_open_for: float = 30.0
+    circuit_open_max: float = 300.0
+    restart_wait: float = 10.0
+    shutdown_grace: float = 2.0
+    raw: Mapping[str, Any] = field(default_factory=_empty)
+
+    def fingerprint(self) -> str:
+        """A stable 16-hex-digit hash of everything that needs a restart when it changes.
+
+        Covers every field except `name`, `description`, `raw` and `enabled`; a hot reload
+        restarts a server whose fingerprint changed and leaves the others running.
+        """
+        payload = {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name not in _UNHASHED}
+        blob = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+_UNHASHED: Final = frozenset({"name", "description", "raw", "enabled"})
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-able, order-stable form of a ServerSpec field value."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, frozenset):
+        return sorted(value)
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, ExposedTool):
+        return [value.original, value.exposed]
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """The `settings` object, resolved.
+
+    `server_defaults` holds the supervision knobs given under `settings`, already parsed
+    and keyed by `ServerSpec` attribute name (`health_check_interval`, ...), so
+    `dataclasses.replace(spec, **settings.server_defaults)` applies them.
+    """
+
+    exposure: str = "menu"
+    namespacing: str = "prefix"
+    env_mode: str = "enable"
+    startup_wait: float = 10.0
+    max_message_bytes: int = 16 * 1024 * 1024
+    pin_schemas: str = "warn"
+    fast_path: bool = True
+    state_dir: str | None = None
+    log_level: str = "info"
+    server_defaults: Mapping[str, Any] = field(default_factory=_empty)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Config:
+    """A whole config file, resolved. `servers` keeps file order and includes disabled ones."""
+
+    path: Path | None = None
+    servers: Mapping[str, ServerSpec] = field(default_factory=_empty)
+    toolsets: Mapping[str, ToolsetDecl] = field(default_factory=_empty)
+    settings: Settings = field(default_factory=Settings)
+    warnings: tuple[str, ...] = ()
+    raw: Mapping[str, Any] = field(default_factory=_empty)
+
+    def enabled_servers(self) -> list[ServerSpec]:
+        """The servers to run, in file order."""
+        return [s for s in self.servers.values() if s.enabled]
+
+
+class ConfigError(Exception):
+    """The config file cannot be used. `str(err)` is one problem per line.
+
+    Attributes:
+        path: the file, if the config came from one.
+        problems: every problem found, each naming the file, the server and the field.
+    """
+
+    def __init__(self, problems: list[str] | str, path: Path | None = None) -> None:
+        self.problems: list[str] = [problems] if isinstance(problems, str) else list(problems)
+        self.path = path
+        super().__init__("\n".join(self.problems))
+
+    def __str__(self) -> str:
+        return "\n".join(self.problems)
