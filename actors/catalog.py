@@ -1,0 +1,311 @@
+"""What the upstreams offer, the names clients see, and the immutable snapshot the hot path reads.
+
+Owns (sans-IO, no trio):
+
+* `UpstreamLists`: one server's discovered tools, resources, templates and prompts,
+  as wire dicts exactly as the server sent them.
+* Naming: namespaced names (``server.tool``), flattened exposed names
+  (``context7.resolve-library-id`` -> ``context7_resolve_library_id``), the 64-character
+  cap with a stable hash suffix, collisions resolved deterministically and reported.
+* `Snapshot`: a frozen view (exposed name -> route, the ``tools/list`` payload, prompt
+  and resource routing) published by the router after every change. A tool call reads
+  the current snapshot and goes straight to its upstream: no lock, no queue.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Final
+
+MAX_NAME: Final = 64
+"""Longest exposed name. MCP allows 128, but Claude Code and the OpenAI/Anthropic tool APIs
+accept ``^[a-zA-Z0-9_-]{1,64}$``; HyperTool keeps to the same."""
+
+HASH_LEN: Final = 6
+"""Hex digits of the stable suffix that disambiguates or shortens a name."""
+
+_FLATTEN: Final = re.compile(r"[^A-Za-z0-9_]")
+_BARE: Final = re.compile(r"[^A-Za-z0-9_-]")
+
+EMPTY_MAP: Final[Mapping[str, Any]] = MappingProxyType({})
+
+
+def short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:HASH_LEN]
+
+
+def flatten(name: str) -> str:
+    """Every character outside ``[A-Za-z0-9_]`` becomes ``_`` (DESIGN.md, "Names")."""
+    return _FLATTEN.sub("_", name)
+
+
+def bare(name: str) -> str:
+    """A tool's own name made safe for clients (``[A-Za-z0-9_-]``), dots and all else -> ``_``."""
+    return _BARE.sub("_", name)
+
+
+def fit(name: str, key: str) -> str:
+    """Cap ``name`` at `MAX_NAME` characters with a stable hash of ``key`` when it is longer."""
+    if len(name) <= MAX_NAME:
+        return name
+    return f"{name[: MAX_NAME - HASH_LEN - 1]}_{short_hash(key)}"
+
+
+def namespaced(server: str, tool: str) -> str:
+    return f"{server}.{tool}"
+
+
+def tool_hints(tool: Mapping[str, Any]) -> tuple[bool, bool]:
+    """(readOnlyHint, idempotentHint) from a tool's annotations."""
+    ann = tool.get("annotations")
+    if not isinstance(ann, Mapping):
+        return False, False
+    return bool(ann.get("readOnlyHint")), bool(ann.get("idempotentHint"))
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamLists:
+    """Everything one server listed, as wire dicts (``Tool``, ``Resource``, ``Prompt`` ...)."""
+
+    tools: tuple[Mapping[str, Any], ...] = ()
+    resources: tuple[Mapping[str, Any], ...] = ()
+    templates: tuple[Mapping[str, Any], ...] = ()
+    prompts: tuple[Mapping[str, Any], ...] = ()
+
+    def replace(self, kind: str, items: Sequence[Mapping[str, Any]]) -> UpstreamLists:
+        values = {
+            "tools": self.tools, "resources": self.resources, "templates": self.templates, "prompts": self.prompts,
+        }
+        values[kind] = tuple(items)
+        return UpstreamLists(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRoute:
+    """How an exposed tool name reaches its upstream."""
+
+    exposed: str
+    server: str
+    original: str
+    retry_safe: bool
+    """The tool is annotated readOnlyHint or idempotentHint: a call may be retried once
+    on a fresh process if the upstream died under it (DESIGN.md "Behaviour under failure")."""
+    wire: Mapping[str, Any]
+    """The tool as listed to clients (exposed name, description with any user notes)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PromptRoute:
+    exposed: str
+    server: str
+    original: str
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A tool selected for exposure, before names are assigned."""
+
+    server: str
+    original: str
+    tool: Mapping[str, Any]
+    rename: str | None = None
+    """The config's ``exposedTools`` rename: the tool's name inside its server's namespace."""
+    alias: str | None = None
+    """A toolset ``alias``: the exposed name outright, no prefix."""
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """An immutable view of what clients see; replaced wholesale on every change."""
+
+    version: int = 0
+    tools: Mapping[str, ToolRoute] = field(default_factory=lambda: EMPTY_MAP)
+    tools_list: tuple[Mapping[str, Any], ...] = ()
+    local_tools: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: EMPTY_MAP)
+    """Tools the proxy answers itself (management tools), by exposed name."""
+    prompts: Mapping[str, PromptRoute] = field(default_factory=lambda: EMPTY_MAP)
+    prompts_list: tuple[Mapping[str, Any], ...] = ()
+    resources: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
+    """URI -> server."""
+    resources_list: tuple[Mapping[str, Any], ...] = ()
+    templates: tuple[tuple[str, str], ...] = ()
+    """(literal prefix, server), longest prefix first."""
+    templates_list: tuple[Mapping[str, Any], ...] = ()
+    problems: tuple[str, ...] = ()
+    """Collisions and conflicts found while building, for status and logs."""
+
+    def route_resource(self, uri: str) -> str | None:
+        server = self.resources.get(uri)
+        if server is not None:
+            return server
+        for prefix, owner in self.templates:
+            if uri.startswith(prefix):
+                return owner
+        return None
+
+    def exposed_names(self) -> list[str]:
+        return [t["name"] for t in self.tools_list]
+
+
+@dataclass(slots=True)
+class _Named:
+    name: str
+    key: str
+    item: Candidate
+
+
+def assign_names(candidates: Sequence[Candidate], namespacing: str) -> tuple[list[_Named], list[str]]:
+    """Give each candidate its exposed name; resolve collisions deterministically.
+
+    ``prefix``: always ``server_tool``; ``auto``: the bare name unless tools of two
+    servers would share it, then those are prefixed; ``none``: bare names, a clash
+    between servers is reported (and still disambiguated so nothing disappears). An
+    alias is used as written. Names that still collide (``a-b`` and ``a_b`` flatten
+    alike) all get a stable hash suffix of their namespaced name, so none shadows
+    another, whatever the order the servers came up in.
+    """
+    problems: list[str] = []
+
+    def prefixed(c: Candidate) -> str:
+        return f"{flatten(c.server)}_{flatten(c.rename or c.original)}"
+
+    def plain(c: Candidate) -> str:
+        return bare(c.rename or c.original)
+
+    owners: dict[str, set[str]] = {}
+    if namespacing != "prefix":
+        for c in candidates:
+            if c.alias is None:
+                owners.setdefault(plain(c), set()).add(c.server)
+        if namespacing == "none":
+            for name, servers in owners.items():
+                if len(servers) > 1:
+                    problems.append(f"namespacing 'none': servers {', '.join(sorted(servers))} "
+                                    f"all expose a tool named {name!r}")
+    named: list[_Named] = []
+    for c in candidates:
+        key = namespaced(c.server, c.original)
+        if c.alias is not None:
+            name = bare(c.alias)
+        elif namespacing == "prefix" or (namespacing == "auto" and len(owners[plain(c)]) > 1):
+            name = prefixed(c)
+        else:
+            name = plain(c)
+        named.append(_Named(fit(name, key), key, c))
+    by_name: dict[str, list[_Named]] = {}
+    for n in named:
+        by_name.setdefault(n.name, []).append(n)
+    for name, group in by_name.items():
+        if len(group) > 1:
+            for g in group:
+                g.name = fit(f"{name}_{short_hash(g.key)}", g.key + "#")
+            problems.append(
+                f"name collision: {', '.join(sorted(g.key for g in group))} all map to {name!r}; exposed as "
+                + ", ".join(sorted(g.name for g in group))
+            )
+    return named, problems
+
+
+def exposed_tool(tool: Mapping[str, Any], name: str, notes: Iterable[str] = ()) -> dict[str, Any]:
+    """The wire dict clients see: the upstream's tool with the exposed name and user notes."""
+    out = {k: v for k, v in tool.items() if not k.startswith("_mcpvisor")}
+    out["name"] = name
+    notes = list(notes)
+    if notes:
+        desc = out.get("description") or ""
+        out["description"] = (desc + "\n\n" if desc else "") + "\n".join(f"Note: {n}" for n in notes)
+    return out
+
+
+@dataclass(slots=True)
+class SnapshotBuilder:
+    """Turns the catalog plus a selection into the next `Snapshot`."""
+
+    namespacing: str = "prefix"
+    version: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def build(
+        self,
+        order: Sequence[str],
+        lists: Mapping[str, UpstreamLists],
+        selected: Sequence[Candidate],
+        local_tools: Sequence[Mapping[str, Any]] = (),
+        *,
+        expose_prompts: bool = True,
+        expose_resources: bool = True,
+    ) -> Snapshot:
+        """Build a snapshot: ``selected`` tools (plus proxy-local tools first), and the
+        prompts/resources of every server in ``lists`` in config ``order``."""
+        self.version += 1
+        named, problems = assign_names(selected, self.namespacing)
+        local = {t["name"]: t for t in local_tools}
+        routes: dict[str, ToolRoute] = {}
+        tools_list: list[Mapping[str, Any]] = list(local.values())
+        for n in named:
+            if n.name in local:
+                problems.append(f"{n.key} is hidden by the management tool {n.name!r}")
+                continue
+            c = n.item
+            read_only, idempotent = tool_hints(c.tool)
+            wire = exposed_tool(c.tool, n.name, c.notes)
+            routes[n.name] = ToolRoute(n.name, c.server, c.original, read_only or idempotent, wire)
+            tools_list.append(wire)
+
+        prompts: dict[str, PromptRoute] = {}
+        prompts_list: list[Mapping[str, Any]] = []
+        resources: dict[str, str] = {}
+        resources_list: list[Mapping[str, Any]] = []
+        templates: list[tuple[str, str]] = []
+        templates_list: list[Mapping[str, Any]] = []
+        for server in order:
+            ul = lists.get(server)
+            if ul is None:
+                continue
+            if expose_prompts:
+                for p in ul.prompts:
+                    original = str(p.get("name", ""))
+                    name = fit(f"{flatten(server)}_{flatten(original)}", namespaced(server, original))
+                    if name in prompts:
+                        problems.append(f"prompt name collision on {name!r}; {server}.{original} not exposed")
+                        continue
+                    prompts[name] = PromptRoute(name, server, original)
+                    prompts_list.append({**p, "name": name})
+            if expose_resources:
+                for r in ul.resources:
+                    uri = str(r.get("uri", ""))
+                    owner = resources.get(uri)
+                    if owner is not None:
+                        problems.append(f"resource {uri} is listed by {owner} and {server}; {owner} serves it")
+                        continue
+                    resources[uri] = server
+                    resources_list.append(r)
+                for t in ul.templates:
+                    uri_template = str(t.get("uriTemplate", ""))
+                    prefix = uri_template.split("{", 1)[0]
+                    if any(p == prefix for p, _ in templates):
+                        owner = next(s for p, s in templates if p == prefix)
+                        problems.append(f"template {uri_template} of {server} overlaps {owner}'s; {owner} serves it")
+                        continue
+                    templates.append((prefix, server))
+                    templates_list.append(t)
+        templates.sort(key=lambda pair: len(pair[0]), reverse=True)
+        self.problems = problems
+        return Snapshot(
+            version=self.version,
+            tools=MappingProxyType(routes),
+            tools_list=tuple(tools_list),
+            local_tools=MappingProxyType(local),
+            prompts=MappingProxyType(prompts),
+            prompts_list=tuple(prompts_list),
+            resources=MappingProxyType(resources),
+            resources_list=tuple(resources_list),
+            templates=tuple(templates),
+            templates_list=tuple(templates_list),
+            problems=tuple(problems),
+        )

@@ -1,0 +1,108 @@
+"""The proxy's error vocabulary, and the one place it becomes JSON-RPC.
+
+Every failure a client can meet on a forwarded request is one of these, carrying the
+data a user needs to act (which server, what state, until when). `error_data`
+translates any of them to a JSON-RPC error body; nothing else builds error bodies
+from exceptions.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import trio
+
+from actors import wire
+
+
+class ProxyError(Exception):
+    """Base class: a failure the proxy answers on its own."""
+
+    code: int = wire.INTERNAL_ERROR
+
+    def __init__(self, message: str, *, data: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data = data
+
+
+def wall_clock(deadline: float) -> str:
+    """``HH:MM:SS`` local time of a trio-clock ``deadline``, for messages only."""
+    # The only wall-clock read in the actors: display of a trio deadline.
+    wall = time.time() + (deadline - trio.current_time())
+    return time.strftime("%H:%M:%S", time.localtime(wall))
+
+
+class UpstreamUnavailable(ProxyError):
+    """The server that owns the target is not serving (down, restarting, circuit open, disabled)."""
+
+    code = wire.UPSTREAM_UNAVAILABLE
+
+    def __init__(self, server: str, state: str, reason: str | None, retry_at: float | None = None) -> None:
+        if retry_at is not None:
+            message = f"server {server} is down ({reason or state}), next try at {wall_clock(retry_at)}"
+        elif reason:
+            message = f"server {server} is {state.replace('_', ' ')} ({reason})"
+        else:
+            message = f"server {server} is {state.replace('_', ' ')}"
+        super().__init__(message, data={"server": server, "state": state, "reason": reason})
+        self.server = server
+        self.state = state
+        self.reason = reason
+        self.retry_at = retry_at
+
+
+class UpstreamDied(ProxyError):
+    """The upstream's connection ended while the request was in flight."""
+
+    code = wire.CONNECTION_CLOSED
+
+    def __init__(self, server: str, reason: str) -> None:
+        super().__init__(f"server {server} stopped while handling the request ({reason})",
+                         data={"server": server, "reason": reason})
+        self.server = server
+        self.reason = reason
+
+
+class CallTimeout(ProxyError):
+    """No answer (and no progress) from the upstream within its limit."""
+
+    code = wire.REQUEST_TIMEOUT
+
+    def __init__(self, server: str, limit: float, *, hard_cap: bool = False) -> None:
+        what = "the hard limit of" if hard_cap else "no answer or progress within"
+        super().__init__(f"server {server} timed out: {what} {limit:g}s",
+                         data={"server": server, "timeoutSeconds": limit})
+        self.server = server
+        self.limit = limit
+
+
+class UpstreamError(ProxyError):
+    """A JSON-RPC error the upstream itself sent: passed through as it came."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message, data=data)
+        self.code = code
+
+
+class TooManyRequests(ProxyError):
+    """The upstream's pending table is full."""
+
+    code = wire.INTERNAL_ERROR
+
+
+class BridgeUnsupported(ProxyError):
+    """A message that cannot cross between the client's and the upstream's protocol eras."""
+
+    code = wire.METHOD_NOT_FOUND
+
+
+def error_data(exc: BaseException) -> dict[str, Any]:
+    """The JSON-RPC ``error`` object for a failure on a forwarded request."""
+    if isinstance(exc, ProxyError):
+        body: dict[str, Any] = {"code": exc.code, "message": exc.message}
+        if exc.data is not None:
+            body["data"] = exc.data
+        return body
+    return {"code": wire.INTERNAL_ERROR, "message": f"internal error: {type(exc).__name__}: {exc}"}

@@ -1,0 +1,167 @@
+"""Messages between actors and the events the supervisor publishes.
+
+Frozen records, dispatched by type (STYLE rule 6). Requests that need an answer carry
+a one-shot `Reply`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Any, Final, Generic, TypeVar
+
+import msgspec
+import trio
+
+from actors.catalog import UpstreamLists
+
+T = TypeVar("T")
+
+
+class Reply(Generic[T]):
+    """A one-shot answer slot: the asker awaits `wait`, the actor calls `set` or `fail` once."""
+
+    __slots__ = ("_error", "_event", "_value")
+
+    def __init__(self) -> None:
+        self._event = trio.Event()
+        self._value: T | None = None
+        self._error: BaseException | None = None
+
+    def set(self, value: T) -> None:
+        if not self._event.is_set():
+            self._value = value
+            self._event.set()
+
+    def fail(self, error: BaseException) -> None:
+        if not self._event.is_set():
+            self._error = error
+            self._event.set()
+
+    async def wait(self) -> T:
+        await self._event.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[return-value]
+
+
+# --- upstream -> router -----------------------------------------------------------
+
+
+class UpstreamUp(msgspec.Struct, frozen=True):
+    """A server finished its handshake and listed everything."""
+
+    server: str
+    lists: UpstreamLists
+
+
+class UpstreamListed(msgspec.Struct, frozen=True):
+    """A server's list of one kind changed (after its list_changed notification)."""
+
+    server: str
+    kind: str
+    items: tuple[Any, ...]
+
+
+class UpstreamDown(msgspec.Struct, frozen=True):
+    """A server stopped serving. ``withdraw`` removes its tools from clients (circuit open,
+    disabled, removed); otherwise they stay listed through a brief restart."""
+
+    server: str
+    withdraw: bool
+    reason: str | None = None
+
+
+class UpstreamState(msgspec.Struct, frozen=True):
+    """A server's state changed (the router keeps it for pending-tool reports)."""
+
+    server: str
+    state: str
+    reason: str | None = None
+
+
+# --- events published on the supervisor's stream ------------------------------------
+
+
+class StateChanged(msgspec.Struct, frozen=True, tag=True):
+    server: str
+    state: str
+    previous: str
+    reason: str | None = None
+    retry_at: float | None = None
+    restarts: int = 0
+    pid: int | None = None
+
+
+class ListChanged(msgspec.Struct, frozen=True, tag=True):
+    kinds: tuple[str, ...]
+    version: int
+
+
+class CallFinished(msgspec.Struct, frozen=True, tag=True):
+    server: str
+    tool: str
+    duration: float
+    ok: bool
+    error: str | None = None
+
+
+class Notice(msgspec.Struct, frozen=True, tag=True):
+    """Something a user should know that is not a state change (collisions, config warnings)."""
+
+    text: str
+    server: str | None = None
+
+
+Event = StateChanged | ListChanged | CallFinished | Notice
+
+SUBSCRIBER_BACKLOG: Final = 1000
+"""Events kept for a subscriber that is not reading; older ones are dropped (and counted)."""
+
+
+class _Subscriber:
+    __slots__ = ("closed", "dropped", "queue", "wake")
+
+    def __init__(self) -> None:
+        self.queue: deque[Event] = deque(maxlen=SUBSCRIBER_BACKLOG)
+        self.wake = trio.Event()
+        self.dropped = 0
+        self.closed = False
+
+
+class EventBus:
+    """Fan-out of `Event`s to any number of readers; publishing never blocks."""
+
+    def __init__(self) -> None:
+        self._subs: list[_Subscriber] = []
+
+    @property
+    def has_subscribers(self) -> bool:
+        return bool(self._subs)
+
+    def publish(self, event: Event) -> None:
+        for sub in self._subs:
+            if len(sub.queue) == SUBSCRIBER_BACKLOG:
+                sub.dropped += 1
+            sub.queue.append(event)
+            sub.wake.set()
+
+    def close(self) -> None:
+        for sub in self._subs:
+            sub.closed = True
+            sub.wake.set()
+
+    async def subscribe(self) -> AsyncIterator[Event]:
+        """Yield events published from now on, until the bus closes."""
+        sub = _Subscriber()
+        self._subs.append(sub)
+        try:
+            while True:
+                while sub.queue:
+                    yield sub.queue.popleft()
+                if sub.closed:
+                    return
+                await sub.wake.wait()
+                sub.wake = trio.Event()
+        finally:
+            self._subs.remove(sub)

@@ -1,0 +1,178 @@
+"""The stdio front: our own file descriptors, the SDK server behind them.
+
+Owns the client's stdin/stdout for one connection (what Claude Code launches):
+
+* fds 0 and 1 are duplicated for the wire, then fd 0 is pointed at /dev/null and
+  fd 1 at stderr, so a stray ``print`` anywhere in the process cannot corrupt the
+  protocol (the SDK's own stdio server does the same);
+* the reader classifies each frame by its envelope (msgspec): malformed JSON,
+  batches, requests with a null or reused id are answered here with the JSON-RPC
+  error the spec asks for; everything else goes to the SDK `Server` over in-memory
+  streams (HOTPATH.md: the SDK's stdio transport moves every read and write to a
+  worker thread, ~0.55 ms per call; ours does not);
+* the writer turns the SDK's outgoing messages into lines on one `FrameWriter`.
+
+This is the seam the fast path of `tools/call` plugs into (actors/fastpath.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+import anyio
+import mcp_types as types
+import trio
+from mcp.shared.message import SessionMessage
+from msgspec import UNSET
+
+from actors import wire
+from actors.framing import FrameWriter, LineReader, OversizedLine, StreamBroken
+
+logger = logging.getLogger(__name__)
+
+SDK_BUFFER: Final = 256
+"""Messages queued between our pumps and the SDK server in each direction."""
+
+
+class StdioFront:
+    """One client connection over a pair of byte streams (normally our stdin/stdout)."""
+
+    def __init__(self, front: Any, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream,
+                 *, max_message: int, fast_path: Any = None) -> None:
+        self.front = front
+        self._receive = receive
+        self.writer = FrameWriter(send)
+        self.max_message = max_message
+        self.fast_path = fast_path
+        self._to_sdk, self._sdk_in = anyio.create_memory_object_stream[SessionMessage | Exception](SDK_BUFFER)
+        self._sdk_out, self._from_sdk = anyio.create_memory_object_stream[SessionMessage](SDK_BUFFER)
+        self._in_flight: set[int | str] = set()
+
+    async def serve(self) -> None:
+        """Serve until the client closes its end (EOF on stdin)."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._pump_out)
+            nursery.start_soon(self._run_server)
+            try:
+                await self._pump_in()
+            finally:
+                await self._to_sdk.aclose()
+
+    async def _run_server(self) -> None:
+        await self.front.server.run(self._sdk_in, self._sdk_out, self.front.init_options)
+
+    async def _reply(self, frame: bytes) -> None:
+        try:
+            await self.writer.send(frame)
+        except StreamBroken:
+            pass
+
+    async def _pump_in(self) -> None:
+        try:
+            async for batch in LineReader(self._receive, self.max_message):
+                for line in batch:
+                    if isinstance(line, OversizedLine):
+                        await self._reply(wire.error_frame(
+                            None, wire.INVALID_REQUEST,
+                            f"message of {line.size}+ bytes is larger than the limit of {self.max_message} bytes"))
+                        continue
+                    await self._frame_in(line)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+    async def _frame_in(self, line: bytes) -> None:
+        try:
+            env = wire.decode_envelope(line)
+        except wire.ValidationError:
+            # JSON, but not an object: JSON-RPC batches were removed in MCP 2025-06-18.
+            await self._reply(wire.error_frame(None, wire.INVALID_REQUEST,
+                                               "invalid request: expected one JSON-RPC object (batches are not supported)"))
+            return
+        except wire.DecodeError as exc:
+            await self._reply(wire.error_frame(None, wire.PARSE_ERROR, f"parse error: {exc}"))
+            return
+        rid = env.id
+        if env.method is UNSET:
+            if env.result is UNSET and env.error is UNSET:
+                if rid is not UNSET:
+                    await self._reply(wire.error_frame(rid, wire.INVALID_REQUEST,
+                                                       "invalid request: no method, result or error"))
+                else:
+                    await self._reply(wire.error_frame(None, wire.INVALID_REQUEST, "invalid request: no method"))
+                return
+            if self.fast_path is not None and self.fast_path.client_response(env, line):
+                return
+        elif rid is not UNSET:
+            if rid is None:
+                await self._reply(wire.error_frame(None, wire.INVALID_REQUEST, "invalid request: id must not be null"))
+                return
+            if rid in self._in_flight:
+                await self._reply(wire.error_frame(rid, wire.INVALID_REQUEST,
+                                                   f"invalid request: id {rid!r} is already in use by a request in flight"))
+                return
+            if self.fast_path is not None and await self.fast_path.client_request(env, line):
+                return
+            self._in_flight.add(rid)
+        elif env.method == "notifications/cancelled":
+            if self.fast_path is not None and await self.fast_path.client_cancel(env):
+                return
+            if env.params is not UNSET:
+                try:
+                    cancelled = wire.decode_cancel(env.params).requestId
+                except (wire.DecodeError, wire.ValidationError):
+                    return  # MCP cancellation: malformed cancels SHOULD be ignored
+                if cancelled is not None:
+                    self._in_flight.discard(cancelled)
+        if env.jsonrpc != "2.0":
+            if env.method is not UNSET and rid is not UNSET:
+                await self._reply(wire.error_frame(rid, wire.INVALID_REQUEST, 'invalid request: "jsonrpc" must be "2.0"'))
+                self._in_flight.discard(rid)  # type: ignore[arg-type]
+            return
+        try:
+            message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+        except Exception:
+            if env.method is not UNSET and rid is not UNSET:
+                self._in_flight.discard(rid)  # type: ignore[arg-type]
+                await self._reply(wire.error_frame(rid, wire.INVALID_REQUEST, "invalid request: malformed message"))
+            return
+        await self._to_sdk.send(SessionMessage(message))
+
+    async def _pump_out(self) -> None:
+        async with self._from_sdk:
+            async for message in self._from_sdk:
+                msg = message.message
+                if isinstance(msg, types.JSONRPCResponse | types.JSONRPCError):
+                    self._in_flight.discard(msg.id)  # type: ignore[arg-type]
+                data = msg.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
+                try:
+                    await self.writer.send(data)
+                except StreamBroken:
+                    return
+
+
+@asynccontextmanager
+async def claim_stdio() -> AsyncIterator[tuple[trio.lowlevel.FdStream, trio.lowlevel.FdStream]]:
+    """Take fds 0/1 for the wire; divert the originals so stray output cannot corrupt it."""
+    wire_in = os.dup(0)
+    wire_out = os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    saved_in, saved_out = os.dup(0), os.dup(1)
+    os.dup2(devnull, 0)
+    os.dup2(2, 1)
+    os.close(devnull)
+    receive = trio.lowlevel.FdStream(wire_in)
+    send = trio.lowlevel.FdStream(wire_out)
+    try:
+        yield receive, send
+    finally:
+        with trio.CancelScope(shield=True):
+            await send.aclose()
+            await receive.aclose()
+        os.dup2(saved_in, 0)
+        os.dup2(saved_out, 1)
+        os.close(saved_in)
+        os.close(saved_out)

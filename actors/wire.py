@@ -1,0 +1,124 @@
+"""JSON-RPC envelopes as msgspec structs, and the error frames the proxy writes itself.
+
+Only the envelope is decoded on the proxy's own paths (id, method, and the payload
+kept as `msgspec.Raw`), so arguments and results travel as the bytes they came as
+(HOTPATH.md, "Micro costs": 1.2 µs per request instead of 5.5 µs through pydantic).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+from msgspec import UNSET, Raw, UnsetType
+
+from mcp_types import PROTOCOL_VERSION_META_KEY
+
+# JSON-RPC 2.0 / MCP error codes (MCP basic/index.mdx).
+PARSE_ERROR: Final = -32700
+INVALID_REQUEST: Final = -32600
+METHOD_NOT_FOUND: Final = -32601
+INVALID_PARAMS: Final = -32602
+INTERNAL_ERROR: Final = -32603
+CONNECTION_CLOSED: Final = -32000
+"""The SDK's code for a transport that closed under a pending request."""
+REQUEST_TIMEOUT: Final = -32001
+"""The SDK's code for a request that timed out locally (not sent by the peer)."""
+UPSTREAM_UNAVAILABLE: Final = -32002
+"""Ours: the upstream that owns the target is down, restarting or its circuit is open."""
+
+MODERN_MARKER: Final = PROTOCOL_VERSION_META_KEY.encode()
+"""Bytes present in a request only when it carries the 2026-07-28 ``_meta`` envelope."""
+
+
+class Envelope(msgspec.Struct, omit_defaults=True):
+    """Any JSON-RPC message, envelope decoded, payloads left raw."""
+
+    jsonrpc: str | UnsetType = UNSET
+    id: int | str | None | UnsetType = UNSET
+    method: str | UnsetType = UNSET
+    params: Raw | UnsetType = UNSET
+    result: Raw | UnsetType = UNSET
+    error: Raw | UnsetType = UNSET
+
+
+class ParamsHead(msgspec.Struct):
+    """The keys of ``params`` the proxy routes on; the rest stays raw."""
+
+    name: str | UnsetType = UNSET
+    uri: str | UnsetType = UNSET
+
+
+class ProgressParams(msgspec.Struct, omit_defaults=True):
+    progressToken: int | str | None = None
+    progress: float | None = None
+
+
+class CancelParams(msgspec.Struct, omit_defaults=True):
+    requestId: int | str | None = None
+    reason: str | UnsetType = UNSET
+
+
+class ErrorBody(msgspec.Struct, omit_defaults=True):
+    code: int
+    message: str
+    data: Any = None
+
+
+_envelope_decoder: Final = msgspec.json.Decoder(Envelope)
+_encoder: Final = msgspec.json.Encoder()
+_dict_decoder: Final = msgspec.json.Decoder(dict[str, Any])
+_raw_map_decoder: Final = msgspec.json.Decoder(dict[str, Raw])
+_progress_decoder: Final = msgspec.json.Decoder(ProgressParams)
+_cancel_decoder: Final = msgspec.json.Decoder(CancelParams)
+_error_decoder: Final = msgspec.json.Decoder(ErrorBody)
+
+decode_envelope = _envelope_decoder.decode
+decode_dict = _dict_decoder.decode
+decode_raw_map = _raw_map_decoder.decode
+decode_progress = _progress_decoder.decode
+decode_cancel = _cancel_decoder.decode
+decode_error = _error_decoder.decode
+encode = _encoder.encode
+DecodeError = msgspec.DecodeError
+ValidationError = msgspec.ValidationError
+
+
+def encode_line(obj: Any) -> bytes:
+    """One JSON-RPC frame with its newline."""
+    return _encoder.encode(obj) + b"\n"
+
+
+def error_frame(request_id: int | str | None, code: int, message: str, data: Any = None) -> bytes:
+    """A complete JSON-RPC error response line."""
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return encode_line({"jsonrpc": "2.0", "id": request_id, "error": error})
+
+
+def result_frame(request_id: int | str, result: Any) -> bytes:
+    """A complete JSON-RPC result response line (``result`` may be `msgspec.Raw`)."""
+    return encode_line({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+
+def notification_frame(method: str, params: Any = None) -> bytes:
+    msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    if params is not None:
+        msg["params"] = params
+    return encode_line(msg)
+
+
+def request_frame(request_id: int | str, method: str, params: Any = None) -> bytes:
+    msg: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    if params is not None:
+        msg["params"] = params
+    return encode_line(msg)
+
+
+def tool_error_result(text: str, structured: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A ``CallToolResult`` with ``isError`` set: a tool-level failure the model can read."""
+    result: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": True}
+    if structured is not None:
+        result["structuredContent"] = structured
+    return result

@@ -1,0 +1,52 @@
+"""mcpvisor: one MCP server in front of many.
+
+The embedding API::
+
+    from supervisor import open_supervisor, serve
+
+    async with open_supervisor("mcpvisor.json") as sup:
+        await sup.wait_ready()
+        print([t["name"] for t in sup.tools()])
+        result = await sup.call_tool("calc_add", {"a": 1, "b": 2})
+        async for event in sup.subscribe():
+            ...
+
+Leaving the block stops every server and reaps every child process.
+
+Names are imported lazily, so ``import supervisor.config`` (the CLI's registry
+commands) does not pay for importing the MCP SDK.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Config": "supervisor.config",
+    "ConfigError": "supervisor.config",
+    "load_config": "supervisor.config",
+    "parse_config": "supervisor.config",
+    "Supervisor": "supervisor.tree",
+    "open_supervisor": "supervisor.tree",
+    "serve": "supervisor._serve",
+    "serve_http": "supervisor._serve",
+    "serve_stdio": "supervisor._serve",
+    "serve_ws": "supervisor._serve",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+if TYPE_CHECKING:
+    from supervisor._serve import serve, serve_http, serve_stdio, serve_ws
+    from supervisor.config import Config, ConfigError, load_config, parse_config
+    from supervisor.tree import Supervisor, open_supervisor
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'supervisor' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

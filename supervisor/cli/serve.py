@@ -1,0 +1,152 @@
+"""``mcpvisor serve``: run the proxy."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any, Final
+
+from supervisor.cli import EXIT_OK, EXIT_USAGE, Formatter
+from supervisor.config import DEFAULT_HOST, DEFAULT_PORT
+
+logger = logging.getLogger("mcpvisor")
+
+EPILOG: Final = """\
+examples:
+  mcpvisor serve                                 # stdio, config found by the lookup order
+  mcpvisor serve --demo --transport http         # the bundled demo servers at http://127.0.0.1:8848/mcp
+  mcpvisor serve --config ~/mcp.json --toolset dev
+  claude mcp add mcpvisor -- mcpvisor serve      # use it from Claude Code
+
+config lookup order: --config, $MCPVISOR_CONFIG, ./mcpvisor.json, ./.mcp.json, the user config dir
+"""
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("serve", help="run the proxy (stdio by default)", description="Run the MCP proxy.",
+                       formatter_class=Formatter, epilog=EPILOG)
+    p.add_argument("--config", metavar="PATH", help="config file (default: the lookup order below)")
+    p.add_argument("--demo", action="store_true", help="use the bundled demo config and its demo servers")
+    p.add_argument("--transport", choices=("stdio", "http", "ws"), default="stdio",
+                   help="how clients connect (default: stdio)")
+    p.add_argument("--host", default=DEFAULT_HOST, help=f"address for http/ws (default: {DEFAULT_HOST})")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port for http/ws (default: {DEFAULT_PORT})")
+    p.add_argument("--toolset", metavar="NAME", help="equip this toolset at start")
+    p.add_argument("--state-dir", metavar="DIR", help="where toolsets are kept (default: $MCPVISOR_STATE_DIR "
+                                                      "or ~/.local/state/mcpvisor)")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
+                   help="log verbosity (default: settings.logLevel, else info)")
+    p.add_argument("--log-file", metavar="PATH", help="also write the log to this file")
+    p.set_defaults(func=run)
+
+
+class _Format(logging.Formatter):
+    """``HH:MM:SS LEVEL [server] line`` for upstream stderr, ``mcpvisor:`` for our own."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        name = record.name
+        if name.startswith("mcpvisor.upstream."):
+            who = f"[{name[len('mcpvisor.upstream.'):]}]"
+        else:
+            who = "mcpvisor:"
+        text = f"{self.formatTime(record, '%H:%M:%S')} {record.levelname:<7} {who} {record.getMessage()}"
+        if record.exc_info:
+            text += "\n" + self.formatException(record.exc_info)
+        return text
+
+
+def setup_logging(level: str, log_file: str | None) -> None:
+    root = logging.getLogger()
+    root.handlers.clear()
+    handler: logging.Handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Format())
+    root.addHandler(handler)
+    if log_file:
+        file_handler = logging.FileHandler(log_file, encoding="utf-8")
+        file_handler.setFormatter(_Format())
+        root.addHandler(file_handler)
+    root.setLevel(getattr(logging, level.upper(), logging.INFO))
+    for noisy in ("hypercorn.error", "hypercorn.access", "httpx2", "httpcore", "mcp", "sse_starlette",
+                  "trio_websocket", "client"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+
+
+def resolve_config(args: argparse.Namespace) -> tuple[Path, str]:
+    from supervisor.config import demo_config_path, find_config
+
+    if args.demo:
+        return demo_config_path(), "the bundled demo config (--demo)"
+    path, why = find_config(args.config)
+    if path is None:
+        raise FileNotFoundError(
+            f"{why}\nCreate one with `mcpvisor mcp add NAME -- COMMAND ARGS...`, or try `mcpvisor serve --demo`."
+        )
+    return path, why
+
+
+def run(args: argparse.Namespace) -> int:
+    import trio
+
+    from supervisor.config import ConfigError, load_config
+
+    try:
+        path, why = resolve_config(args)
+        config = load_config(path)
+    except FileNotFoundError as exc:
+        print(f"mcpvisor: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ConfigError as exc:
+        print(f"mcpvisor: invalid config:\n{exc}", file=sys.stderr)
+        return EXIT_USAGE
+    setup_logging(args.log_level or config.settings.log_level, args.log_file)
+    logger.info("config: %s (%s)", path, why)
+    for warning in config.warnings:
+        logger.warning("%s", warning)
+    trio.run(_main, args, config)
+    return EXIT_OK
+
+
+async def _main(args: argparse.Namespace, config: Any) -> None:
+    import trio
+
+    from supervisor._serve import serve
+    from supervisor.tree import open_supervisor
+
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async with open_supervisor(config) as sup, trio.open_nursery() as nursery:
+
+            async def watch_signals() -> None:
+                async for signum in signals:
+                    if signum == signal.SIGHUP and hasattr(sup, "reload"):
+                        await sup.reload()
+                        continue
+                    logger.info("received %s: shutting down", signal.Signals(signum).name)
+                    nursery.cancel_scope.cancel()
+                    return
+
+            async def banner(where: str) -> None:
+                await sup.wait_startup()
+                servers = ", ".join(
+                    f"{s.name} {s.state}" + (f" ({s.tool_count} tools)" if s.state == "ready" else "")
+                    for s in sup.status()
+                ) or "none"
+                tools = sup.tools()
+                logger.info("serving %s; servers: %s", where, servers)
+                logger.info("exposing %d tools (exposure %s): %s", len(tools), sup.settings.exposure,
+                            ", ".join(t["name"] for t in tools[:20]) + (" ..." if len(tools) > 20 else ""))
+
+            nursery.start_soon(watch_signals)
+            if args.transport == "stdio":
+                async def stdio() -> None:
+                    await serve(sup, "stdio")
+                    nursery.cancel_scope.cancel()  # the client closed stdin: we are done
+
+                nursery.start_soon(stdio)
+                nursery.start_soon(banner, "MCP over stdio")
+            else:
+                url = await nursery.start(lambda task_status: serve(sup, args.transport, host=args.host,
+                                                                   port=args.port, task_status=task_status))
+                nursery.start_soon(banner, url)
