@@ -154,6 +154,20 @@ class Supervisor:
     def status(self) -> list[UpstreamStatus]:
         return [u.status() for u in self.upstreams.values()]
 
+    # --- seams other modules fill ---------------------------------------------------------
+    async def equip(self, name: str) -> dict[str, Any]:
+        """Equip a toolset (menu exposure): clients see exactly its tools. (toolsets module)"""
+        raise NotImplementedError("toolsets arrive with actors/menu.py")
+
+    async def unequip(self) -> dict[str, Any]:
+        """Unequip the current toolset: back to the menu. (toolsets module)"""
+        raise NotImplementedError("toolsets arrive with actors/menu.py")
+
+    async def reload(self, config: Config | None = None) -> dict[str, Any]:
+        """Re-read the config (or apply ``config``): start added servers, stop removed ones,
+        restart changed ones, one list_changed. (supervisor/reload.py)"""
+        raise NotImplementedError("hot reload arrives with supervisor/reload.py")
+
     # --- what the front needs -------------------------------------------------------------
     async def wait_startup(self) -> None:
         await self._startup_done.wait()
