@@ -72,6 +72,9 @@ class Backend(Protocol):
 
     async def wait_startup(self) -> None: ...
 
+    @property
+    def started(self) -> bool: ...
+
     async def call_local_tool(self, name: str, arguments: dict[str, Any],
                               ctx: ServerRequestContext[Any, Any] | None) -> dict[str, Any]: ...
 
@@ -408,6 +411,12 @@ class Front:
         snapshot = self.backend.router.snapshot
         name = params.name
         route = snapshot.tools.get(name)
+        if route is None and not self.backend.started:
+            # A client that calls before listing (it remembered the names) waits for start-up
+            # like a tools/list would, instead of being told the tool does not exist.
+            await self.backend.wait_startup()
+            snapshot = self.backend.router.snapshot
+            route = snapshot.tools.get(name)
         if route is None:
             if name in snapshot.local_tools:
                 local = await self.backend.call_local_tool(name, dict(params.arguments or {}), ctx)

@@ -131,6 +131,10 @@ class Supervisor:
         """
         snapshot = self.router.snapshot
         route = snapshot.tools.get(name)
+        if route is None and not self.started:
+            await self.wait_startup()
+            snapshot = self.router.snapshot
+            route = snapshot.tools.get(name)
         if route is None:
             if name in snapshot.local_tools:
                 return await self.call_local_tool(name, dict(arguments or {}), None)
@@ -170,7 +174,12 @@ class Supervisor:
 
     # --- what the front needs -------------------------------------------------------------
     async def wait_startup(self) -> None:
+        """Wait until every eager server made its first start attempt (at most ``startupWait``)."""
         await self._startup_done.wait()
+
+    @property
+    def started(self) -> bool:
+        return self._startup_done.is_set()
 
     async def call_local_tool(self, name: str, arguments: dict[str, Any], ctx: Any) -> dict[str, Any]:
         return unknown_tool_result(name, self.router.snapshot)

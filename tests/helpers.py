@@ -1,0 +1,114 @@
+"""Shared builders for tests: fixture server entries, config files, proxy launch parameters."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Final
+
+import mcp_types as types
+import trio
+from mcp import Client, StdioServerParameters
+
+TESTS_DIR: Final = Path(__file__).parent
+SERVERS_DIR: Final = TESTS_DIR / "servers"
+PY: Final = sys.executable
+
+REAL_IO_BOUND_S: Final = 120.0
+"""Bound for a test doing real subprocess I/O. Generous: the CI machine has 2 cores and
+`import mcp` in a cold child can take seconds when the box is busy."""
+
+
+def everything(*flags: str, **extra: Any) -> dict[str, Any]:
+    """A config entry for the full-featured SDK fixture server."""
+    return {"command": PY, "args": [str(SERVERS_DIR / "everything.py"), *flags], **extra}
+
+
+def flaky(*flags: str, **extra: Any) -> dict[str, Any]:
+    """A config entry for the stdlib fault-injecting fixture server (handshake era only)."""
+    return {"command": PY, "args": [str(SERVERS_DIR / "flaky.py"), *flags], "protocol": "legacy", **extra}
+
+
+def time_server(**extra: Any) -> dict[str, Any]:
+    """The third-party `mcp-server-time` from PyPI, as a user would configure it."""
+    script = Path(PY).parent / "mcp-server-time"
+    return {"command": str(script), "args": ["--local-timezone", "UTC"], **extra}
+
+
+def write_config(directory: Path, servers: Mapping[str, Any], *, name: str = "mcpvisor.json",
+                 toolsets: Mapping[str, Any] | None = None, **settings: Any) -> Path:
+    settings.setdefault("exposure", "all")
+    settings.setdefault("startupWait", "60s")
+    doc: dict[str, Any] = {"mcpServers": dict(servers), "settings": settings}
+    if toolsets:
+        doc["toolsets"] = dict(toolsets)
+    path = directory / name
+    path.write_text(json.dumps(doc, indent=2))
+    return path
+
+
+def proxy_params(config: Path, *extra: str, env: Mapping[str, str] | None = None) -> StdioServerParameters:
+    """Launch ``mcpvisor serve`` over stdio, as Claude Code would."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return StdioServerParameters(command=PY, args=["-m", "supervisor", "serve", "--config", str(config), *extra],
+                                 env=full_env)
+
+
+def read_record(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class Recorder:
+    """Client callbacks that answer like a user would and remember what they saw."""
+
+    def __init__(self) -> None:
+        self.messages: list[Any] = []
+        self.logs: list[types.LoggingMessageNotificationParams] = []
+        self.changed = trio.Event()
+        self.list_changed = 0
+
+    async def sampling(self, ctx: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        return types.CreateMessageResult(role="assistant", model="test-model",
+                                         content=types.TextContent(type="text", text="from the client"))
+
+    async def roots(self, ctx: Any) -> types.ListRootsResult:
+        return types.ListRootsResult(roots=[types.Root(uri="file:///workspace")])
+
+    async def elicitation(self, ctx: Any, params: Any) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={"name": "ada"})
+
+    async def logging(self, params: types.LoggingMessageNotificationParams) -> None:
+        self.logs.append(params)
+
+    async def handler(self, message: Any) -> None:
+        self.messages.append(message)
+        if isinstance(message, types.ToolListChangedNotification):
+            self.list_changed += 1
+            self.changed.set()
+            self.changed = trio.Event()
+
+    def kwargs(self) -> dict[str, Any]:
+        return {"sampling_callback": self.sampling, "list_roots_callback": self.roots,
+                "elicitation_callback": self.elicitation, "logging_callback": self.logging,
+                "message_handler": self.handler}
+
+
+@asynccontextmanager
+async def proxy_client(config: Path, *extra: str, mode: str = "legacy", recorder: Recorder | None = None,
+                       env: Mapping[str, str] | None = None) -> AsyncIterator[Client]:
+    """A real SDK client connected over stdio to a ``mcpvisor serve`` subprocess."""
+    kwargs = recorder.kwargs() if recorder is not None else {}
+    async with Client(proxy_params(config, *extra, env=env), mode=mode, cache=None,  # type: ignore[arg-type]
+                      **kwargs) as client:
+        yield client
+
+
+def text_of(result: Any) -> str:
+    return "".join(getattr(c, "text", "") for c in result.content)
