@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -117,6 +118,17 @@ class LinkEvents(Protocol):
         """A client to ask when a server request arrives outside any call."""
 
 
+class FastSink(CallOrigin, Protocol):
+    """A fast-path call's client side: the response is written from the reader task, no
+    task waits for it (actors/fastpath.py)."""
+
+    async def deliver(self, env: wire.Envelope, line: bytes) -> None:
+        """The upstream answered: write the response to the client."""
+
+    def failed(self, error: ProxyError) -> None:
+        """The call ended without an answer (died, timed out): must not block."""
+
+
 @dataclass(slots=True)
 class _Pending:
     proxy_id: str
@@ -124,11 +136,14 @@ class _Pending:
     origin: CallOrigin | None
     hard_deadline: float
     timeout: float
-    done: trio.Event
+    done: trio.Event | None
     scope: trio.CancelScope | None = None
     envelope: wire.Envelope | None = None
     line: bytes | None = None
     failure: ProxyError | None = None
+    sink: FastSink | None = None
+    deadline: float = 0.0
+    """Fast path: when the call times out unless progress arrives (checked lazily)."""
 
 
 def _decode_result(env: wire.Envelope) -> dict[str, Any]:
@@ -190,7 +205,10 @@ class Link:
         if self.close_reason is None:
             self.close_reason = reason
         for p in list(self._pending.values()):
-            if not p.done.is_set():
+            if p.sink is not None:
+                del self._pending[p.proxy_id]
+                p.sink.failed(UpstreamDied(self.server, self.close_reason))
+            elif p.done is not None and not p.done.is_set():
                 p.failure = UpstreamDied(self.server, self.close_reason)
                 p.done.set()
         self.closed.set()
@@ -321,8 +339,12 @@ class Link:
         return pending.envelope
 
     def _touch(self, pending: _Pending) -> None:
+        """Activity on a call (progress, a mid-call request): restart its inactivity timeout."""
+        deadline = min(trio.current_time() + pending.timeout, pending.hard_deadline)
         if pending.scope is not None:
-            pending.scope.deadline = min(trio.current_time() + pending.timeout, pending.hard_deadline)
+            pending.scope.deadline = deadline
+        elif pending.sink is not None:
+            pending.deadline = deadline
 
     async def _send_and_wait(self, pending: _Pending, params: dict[str, Any]) -> wire.Envelope:
         raise NotImplementedError
@@ -341,7 +363,7 @@ class Link:
 
     async def _progress(self, token: int | str, params: dict[str, Any]) -> None:
         pending = self._pending.get(token) if isinstance(token, str) else None
-        if pending is None or pending.done.is_set():
+        if pending is None or (pending.done is not None and pending.done.is_set()):
             return  # MCP progress: MUST stop after completion; a late one is dropped
         self._touch(pending)
         origin = pending.origin
@@ -392,6 +414,7 @@ class StdioLink(Link):
         self._session_out, self._from_session = anyio.create_memory_object_stream[SessionMessage](SESSION_BUFFER)
         self._garbage = 0
         self._garbage_window: list[float] = []
+        self._wheel_scope: trio.CancelScope | None = None
 
     async def notify(self, method: str, params: Mapping[str, Any] | None) -> None:
         out = dict(params) if params else None
@@ -409,6 +432,62 @@ class StdioLink(Link):
             self._close(f"cannot write to it: {exc}")
             raise UpstreamDied(self.server, self.close_reason or str(exc)) from None
         return await self._wait(pending)
+
+    # --- the fast path -------------------------------------------------------------
+    def reserve_fast(self, sink: FastSink, *, timeout: float, max_time: float) -> str:
+        """Register a fast-path call and return the id to send it under.
+
+        Raises:
+            UpstreamDied: the connection is closing.
+            TooManyRequests: the pending table is full.
+        """
+        if self.close_reason is not None:
+            raise UpstreamDied(self.server, self.close_reason)
+        if len(self._pending) >= MAX_PENDING:
+            raise TooManyRequests(f"server {self.server} has {MAX_PENDING} requests in flight")
+        proxy_id = f"{PROXY_ID_PREFIX}{next(self._ids)}"
+        now = trio.current_time()
+        hard = now + max_time
+        self._pending[proxy_id] = _Pending(proxy_id, "tools/call", sink, hard, timeout, None, sink=sink,
+                                           deadline=min(now + timeout, hard))
+        if self._wheel_scope is not None and self._wheel_scope.deadline > now + timeout:
+            self._wheel_scope.deadline = now + timeout
+        return proxy_id
+
+    async def send_fast(self, frame: bytes) -> None:
+        """Write a fast-path request; a broken pipe closes the link (failing the call)."""
+        try:
+            await self.writer.send(frame)
+        except StreamBroken as exc:
+            self._close(f"cannot write to it: {exc}")
+
+    async def cancel_fast(self, proxy_id: str, reason: str) -> bool:
+        """The client cancelled a fast-path call: forget it and tell the upstream."""
+        pending = self._pending.pop(proxy_id, None)
+        if pending is None:
+            return False
+        await self._abandon(pending)
+        return True
+
+    async def run_deadlines(self) -> None:
+        """One timer for every fast-path call of this link (no task per call): a call with no
+        answer or progress within its timeout, or past its hard cap, fails and is cancelled upstream."""
+        while True:
+            with trio.CancelScope(deadline=math.inf) as scope:
+                self._wheel_scope = scope
+                fast = [p for p in self._pending.values() if p.sink is not None]
+                if fast:
+                    scope.deadline = min(p.deadline for p in fast)
+                await trio.sleep_forever()
+            self._wheel_scope = None
+            now = trio.current_time()
+            for p in [p for p in self._pending.values() if p.sink is not None and p.deadline <= now]:
+                del self._pending[p.proxy_id]
+                hard = now >= p.hard_deadline
+                limit = p.hard_deadline - (p.deadline - p.timeout) if hard else p.timeout
+                assert p.sink is not None
+                p.sink.failed(CallTimeout(self.server, round(limit) if hard else limit, hard_cap=hard))
+                await self._abandon(p)
 
     # --- pumps -----------------------------------------------------------------
     async def pump_stdout(self) -> None:
@@ -447,12 +526,15 @@ class StdioLink(Link):
             rid = env.id
             if type(rid) is str and rid.startswith(PROXY_ID_PREFIX):
                 pending = self._pending.get(rid)
-                if pending is not None and not pending.done.is_set():
+                if pending is None:
+                    logger.debug("%s: dropped a late response to %s", self.server, rid)
+                elif pending.sink is not None:
+                    del self._pending[rid]
+                    await pending.sink.deliver(env, line)
+                elif pending.done is not None and not pending.done.is_set():
                     pending.envelope = env
                     pending.line = line
                     pending.done.set()
-                else:
-                    logger.debug("%s: dropped a late response to %s", self.server, rid)
                 return
             await self._to_sdk(line)
             return
@@ -635,6 +717,7 @@ async def open_stdio_link(
             nursery.start_soon(stderr.drain, proc.stderr)
             nursery.start_soon(link.pump_stdout)
             nursery.start_soon(link.pump_session_out)
+            nursery.start_soon(link.run_deadlines)
             session = ClientSession(link._session_in, link._session_out, client_info=client_info(),
                                     **_make_callbacks(link))
             try:

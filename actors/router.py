@@ -111,6 +111,11 @@ class RegistryCore:
         self.rebuild()
 
     # --- reads ---------------------------------------------------------------------
+    @property
+    def namespacing(self) -> str:
+        """``settings.namespacing`` the names are built with (prefix, auto, none)."""
+        return self._builder.namespacing
+
     def available(self) -> list[str]:
         """Servers whose lists are in the catalog, in config order."""
         return [s for s in self.order if s in self.lists]

@@ -30,6 +30,7 @@ from mcp.shared.message import SessionMessage
 from msgspec import UNSET
 
 from actors import wire
+from actors.fastpath import FastPath
 from actors.framing import FrameWriter, LineReader, OversizedLine, StreamBroken
 
 logger = logging.getLogger(__name__)
@@ -42,12 +43,13 @@ class StdioFront:
     """One client connection over a pair of byte streams (normally our stdin/stdout)."""
 
     def __init__(self, front: Any, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream,
-                 *, max_message: int, fast_path: Any = None) -> None:
+                 *, max_message: int, fast_path: bool = True) -> None:
         self.front = front
         self._receive = receive
         self.writer = FrameWriter(send)
         self.max_message = max_message
-        self.fast_path = fast_path
+        self._use_fast_path = fast_path
+        self.fast_path: FastPath | None = None
         self._to_sdk, self._sdk_in = anyio.create_memory_object_stream[SessionMessage | Exception](SDK_BUFFER)
         self._sdk_out, self._from_sdk = anyio.create_memory_object_stream[SessionMessage](SDK_BUFFER)
         self._in_flight: set[int | str] = set()
@@ -55,11 +57,16 @@ class StdioFront:
     async def serve(self) -> None:
         """Serve until the client closes its end (EOF on stdin)."""
         async with trio.open_nursery() as nursery:
+            if self._use_fast_path:
+                self.fast_path = FastPath(self.front.backend, self.writer, nursery,
+                                          self.front.server.server_info_stamp)
             nursery.start_soon(self._pump_out)
             nursery.start_soon(self._run_server)
             try:
                 await self._pump_in()
             finally:
+                if self.fast_path is not None:
+                    await self.fast_path.close()
                 await self._to_sdk.aclose()
 
     async def _run_server(self) -> None:
@@ -110,7 +117,7 @@ class StdioFront:
             if rid is None:
                 await self._reply(wire.error_frame(None, wire.INVALID_REQUEST, "invalid request: id must not be null"))
                 return
-            if rid in self._in_flight:
+            if rid in self._in_flight or (self.fast_path is not None and self.fast_path.owns(rid)):
                 await self._reply(wire.error_frame(rid, wire.INVALID_REQUEST,
                                                    f"invalid request: id {rid!r} is already in use by a request in flight"))
                 return
@@ -127,6 +134,8 @@ class StdioFront:
                     return  # MCP cancellation: malformed cancels SHOULD be ignored
                 if cancelled is not None:
                     self._in_flight.discard(cancelled)
+        if self.fast_path is not None and (env.method == "initialize" or env.method == "notifications/initialized"):
+            self.fast_path.observe(env)
         if env.jsonrpc != "2.0":
             if env.method is not UNSET and rid is not UNSET:
                 await self._reply(wire.error_frame(rid, wire.INVALID_REQUEST, 'invalid request: "jsonrpc" must be "2.0"'))

@@ -69,7 +69,7 @@ async def serve_stdio(sup: Supervisor, *, task_status: trio.TaskStatus[None] = t
 
     async with claim_stdio() as (receive, send):
         front = StdioFront(sup.front, receive, send, max_message=sup.settings.max_message_bytes,
-                           fast_path=sup.make_fast_path() if hasattr(sup, "make_fast_path") else None)
+                           fast_path=sup.settings.fast_path)
         task_status.started()
         await front.serve()
 

@@ -15,7 +15,9 @@ Owns the `Supervisor` object an embedding program (or the CLI) holds:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 import random
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -28,11 +30,16 @@ from actors.catalog import Snapshot
 from actors.errors import ProxyError
 from actors.front import Front, strip_upstream_stamps, unknown_tool_result
 from actors.link import CallOrigin
+from actors.menu import DEFINITIONS, Menu
 from actors.messages import CallFinished, Event, EventBus, ListChanged
 from actors.process import Reaper, open_reaper
 from actors.router import Changes, RegistryCore, Router, ServerFilter
+from actors.toolsets import MODES, ToolsetError, ToolsetExposure, declared_toolset
 from actors.upstream import Hooks, State, Upstream, UpstreamStatus
-from supervisor.config import Config, ServerSpec, load_config, parse_config
+from supervisor.config import Config, ConfigError, ServerSpec, Settings, load_config, parse_config
+from supervisor.state import STATE_DIR_ENV, CorruptState, StateStore
+from supervisor.state import state_dir as user_state_dir
+from supervisor.state import State as SavedState
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +62,39 @@ def server_filter(spec: ServerSpec) -> ServerFilter:
     return ServerFilter(exposed=exposed, hidden=frozenset(spec.hidden_tools))
 
 
+EXPOSURE_ENV: Final = "MCPVISOR_EXPOSURE"
+"""Overrides ``settings.exposure`` (issue: toolsets and configuration mode)."""
+
+
+def effective_settings(settings: Settings, env: Mapping[str, str] | None = None) -> Settings:
+    """``settings`` with ``$MCPVISOR_EXPOSURE`` applied and the exposure checked.
+
+    Raises:
+        ConfigError: the exposure is ``discovery`` (arrives in a later release) or unknown.
+    """
+    value = (os.environ if env is None else env).get(EXPOSURE_ENV, "").strip()
+    source = f"${EXPOSURE_ENV}" if value else "settings.exposure"
+    value = value or settings.exposure
+    if value == "discovery":
+        raise ConfigError(f'{source} is "discovery": lazy discovery (discover_tool, use_tool, load_mcp) arrives '
+                          'in a later release of mcpvisor; use "menu" (the default) or "all" for now')
+    if value not in MODES:
+        raise ConfigError(f"{source} is {value!r}; use one of: {', '.join(MODES)}")
+    return settings if value == settings.exposure else dataclasses.replace(settings, exposure=value)
+
+
+def resolve_state_dir(settings: Settings, explicit: str | os.PathLike[str] | None = None,
+                      env: Mapping[str, str] | None = None) -> Path:
+    """The state directory: ``explicit`` (``--state-dir``), ``$MCPVISOR_STATE_DIR``,
+    ``settings.stateDir``, else the user state dir (``~/.local/state/mcpvisor``)."""
+    env = os.environ if env is None else env
+    if explicit is not None and os.fspath(explicit):
+        return Path(explicit).expanduser()
+    if env.get(STATE_DIR_ENV):
+        return Path(env[STATE_DIR_ENV]).expanduser()
+    return user_state_dir(settings.state_dir, env={})
+
+
 class _Hooks(Hooks):
     def __init__(self, sup: Supervisor) -> None:
         self._sup = sup
@@ -72,9 +112,10 @@ class _Hooks(Hooks):
 class Supervisor:
     """A running proxy: its upstreams, its router, what clients see. Use `open_supervisor`."""
 
-    def __init__(self, config: Config, *, reaper: Reaper | None, rng: random.Random | None = None) -> None:
+    def __init__(self, config: Config, *, reaper: Reaper | None, rng: random.Random | None = None,
+                 state_dir: str | os.PathLike[str] | None = None) -> None:
         self.config = config
-        self.settings = config.settings
+        self.settings = effective_settings(config.settings)
         self.events = EventBus()
         self.reaper = reaper
         self._rng = rng or random.Random()
@@ -82,12 +123,22 @@ class Supervisor:
         self.front = Front(self, name="mcpvisor", version=_version(),
                            instructions="mcpvisor: one MCP server in front of several; tool names are prefixed "
                                         "with the name of the server that provides them.")
+        self.store = StateStore(resolve_state_dir(self.settings, state_dir))
+        self.toolsets = ToolsetExposure(
+            self.settings.exposure,
+            definitions=DEFINITIONS,
+            declared={name: declared_toolset(decl) for name, decl in config.toolsets.items()},
+            pin_schemas=self.settings.pin_schemas,
+        )
         self.core = RegistryCore(
             [s.name for s in config.servers.values() if s.enabled],
             namespacing=self.settings.namespacing,
             filters={s.name: server_filter(s) for s in config.servers.values()},
+            exposure=self.toolsets,
         )
         self.router = Router(self.core, self._announce)
+        self.menu = Menu(self)
+        self.toolsets.server_state = self.menu.server_state
         self.upstreams: dict[str, Upstream] = {}
         self._hooks = _Hooks(self)
         self._startup_done = trio.Event()
@@ -160,12 +211,29 @@ class Supervisor:
 
     # --- seams other modules fill ---------------------------------------------------------
     async def equip(self, name: str) -> dict[str, Any]:
-        """Equip a toolset (menu exposure): clients see exactly its tools. (toolsets module)"""
-        raise NotImplementedError("toolsets arrive with actors/menu.py")
+        """Equip toolset ``name``: clients see exactly its tools (and, in menu exposure,
+        ``enter-configuration-mode``); one ``list_changed`` when that changes what they see.
+
+        Atomic: the state file is written first, then the router applies it; on any
+        failure neither changes. Concurrent calls apply one at a time, in call order.
+
+        Returns:
+            The ``get-active-toolset`` report: each tool's state, the names clients see.
+
+        Raises:
+            actors.toolsets.ToolsetError: unknown toolset (``data["toolsets"]`` lists
+                those that exist), a schema change refused by ``pinSchemas``, or the
+                state directory cannot be written.
+        """
+        return await self.menu.equip(name)
 
     async def unequip(self) -> dict[str, Any]:
-        """Unequip the current toolset: back to the menu. (toolsets module)"""
-        raise NotImplementedError("toolsets arrive with actors/menu.py")
+        """Unequip the current toolset: back to the menu (``all`` exposure: every tool).
+
+        Raises:
+            actors.toolsets.ToolsetError: nothing is equipped, or the state cannot be written.
+        """
+        return await self.menu.unequip()
 
     async def reload(self, config: Config | None = None) -> dict[str, Any]:
         """Re-read the config (or apply ``config``): start added servers, stop removed ones,
@@ -182,7 +250,10 @@ class Supervisor:
         return self._startup_done.is_set()
 
     async def call_local_tool(self, name: str, arguments: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        return unknown_tool_result(name, self.router.snapshot)
+        """Run a management tool (a name in ``snapshot.local_tools``)."""
+        if name not in self.router.snapshot.local_tools:
+            return unknown_tool_result(name, self.router.snapshot)
+        return await self.menu.call(name, arguments)
 
     def note_call(self, server: str, tool: str, started: float, error: BaseException | None) -> None:
         if self.events.has_subscribers:
@@ -219,23 +290,61 @@ def _version() -> str:
     return __version__
 
 
+async def _load_state(store: StateStore, config: Config, toolset: str | None) -> SavedState:
+    """The state directory's toolsets at start, with ``toolset`` (if given) recorded as equipped."""
+    try:
+        saved = await trio.to_thread.run_sync(store.load)
+    except (CorruptState, OSError) as exc:
+        logger.error("%s; starting without saved toolsets (changing toolsets fails until it is fixed)", exc)
+        saved = SavedState(equipped=None, toolsets={}, annotations={})
+    if toolset is not None:
+        if toolset not in config.toolsets and toolset not in saved.toolsets:
+            known = [*config.toolsets, *(n for n in saved.toolsets if n not in config.toolsets)]
+            raise ToolsetError("unknown_toolset", f"no toolset named {toolset!r} (--toolset); toolsets: "
+                               f"{', '.join(known) or 'none'} (state directory {store.directory})",
+                               toolsets=known)
+        if saved.equipped != toolset:
+            try:
+                saved = await trio.to_thread.run_sync(store.set_equipped, toolset)
+            except Exception as exc:  # the toolset is still equipped for this run
+                logger.warning("could not record the equipped toolset in %s: %s", store.path, exc)
+    elif saved.equipped and saved.equipped not in config.toolsets and saved.equipped not in saved.toolsets:
+        logger.warning("the equipped toolset %r no longer exists; starting with none equipped", saved.equipped)
+    return saved
+
+
 @asynccontextmanager
 async def open_supervisor(
     config: Config | str | Path | Mapping[str, Any],
     *,
     rng: random.Random | None = None,
+    state_dir: str | os.PathLike[str] | None = None,
+    toolset: str | None = None,
 ) -> AsyncIterator[Supervisor]:
     """Start every enabled server under supervision for the duration of the block.
 
     Args:
         config: a `Config`, a path to a config file, or the config as a dict.
+        state_dir: where toolsets live (default: ``$MCPVISOR_STATE_DIR``,
+            ``settings.stateDir``, the user state dir). The toolset equipped there
+            is equipped again, in normal mode.
+        toolset: equip this toolset at start (``serve --toolset``) instead.
+
+    Raises:
+        ConfigError: ``settings.exposure`` / ``$MCPVISOR_EXPOSURE`` is not usable.
+        actors.toolsets.ToolsetError: ``toolset`` does not exist.
+        (Both before anything is started.)
 
     Leaving the block stops everything: each server's process group is stopped
     (close stdin, SIGTERM, SIGKILL, bounded) and reaped; no task or process survives.
     """
     cfg = coerce_config(config)
+    store = StateStore(resolve_state_dir(effective_settings(cfg.settings), state_dir))
+    saved = await _load_state(store, cfg, toolset)
     async with open_reaper() as reaper, trio.open_nursery() as root:
-        sup = Supervisor(cfg, reaper=reaper, rng=rng)
+        sup = Supervisor(cfg, reaper=reaper, rng=rng, state_dir=store.directory)
+        sup.toolsets.restore(saved, toolset)
+        sup.core.rebuild()  # before the router runs: no client yet, nothing to announce
         sup._root = root
         await root.start(sup.router.run)
         await root.start(sup.front.run)
@@ -244,6 +353,7 @@ async def open_supervisor(
                 sup._tree = tree
                 for spec in cfg.enabled_servers():
                     await sup.start_server(spec)
+                sup.menu.load_lazy()
                 root.start_soon(sup._startup_gate)
                 try:
                     yield sup

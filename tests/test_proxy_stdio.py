@@ -20,14 +20,20 @@ from tests.helpers import REAL_IO_BOUND_S, Recorder, everything, flaky, proxy_cl
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(params=[True, False], ids=["fastpath", "sdkpath"])
+def fast_path(request: pytest.FixtureRequest) -> bool:
+    """Protocol tests run with the byte-level tools/call path on and off: they must agree."""
+    return bool(request.param)
+
+
 @pytest.fixture
-def three_servers(tmp_path: Path) -> tuple[Path, Path]:
+def three_servers(tmp_path: Path, fast_path: bool) -> tuple[Path, Path]:
     record = tmp_path / "ev.jsonl"
     config = write_config(tmp_path, {
         "ev": everything("--record", str(record)),
         "fl": flaky(),
         "time": time_server(),
-    })
+    }, fastPath=fast_path)
     return config, record
 
 
@@ -117,11 +123,11 @@ async def test_list_changed_from_an_upstream_reaches_the_client(three_servers: t
             assert text_of(await client.call_tool("ev_fresh", {"text": "x"}))
 
 
-async def test_cancelling_a_call_reaches_the_upstream_and_frees_it(tmp_path: Path) -> None:
+async def test_cancelling_a_call_reaches_the_upstream_and_frees_it(tmp_path: Path, fast_path: bool) -> None:
     """A client's notifications/cancelled reaches the upstream (under the proxy's id) and
     the connection keeps serving."""
     record = tmp_path / "ev.jsonl"
-    config = write_config(tmp_path, {"ev": everything("--record", str(record))})
+    config = write_config(tmp_path, {"ev": everything("--record", str(record))}, fastPath=fast_path)
     with trio.fail_after(REAL_IO_BOUND_S):
         async with proxy_client(config) as client:
             await client.list_tools()
@@ -146,9 +152,9 @@ async def test_unknown_tool_names_the_closest_ones(three_servers: tuple[Path, Pa
             assert "ev_ecoh" in text_of(result) and "ev_echo" in text_of(result)
 
 
-async def test_an_upstream_error_is_passed_through(tmp_path: Path) -> None:
+async def test_an_upstream_error_is_passed_through(tmp_path: Path, fast_path: bool) -> None:
     """A JSON-RPC error the upstream sends reaches the client with its code and message."""
-    config = write_config(tmp_path, {"ev": everything()})
+    config = write_config(tmp_path, {"ev": everything()}, fastPath=fast_path)
     with trio.fail_after(REAL_IO_BOUND_S):
         async with proxy_client(config) as client:
             with pytest.raises(MCPError) as caught:

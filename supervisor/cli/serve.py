@@ -105,7 +105,16 @@ def run(args: argparse.Namespace) -> int:
     logger.info("config: %s (%s)", path, why)
     for warning in config.warnings:
         logger.warning("%s", warning)
-    trio.run(_main, args, config)
+    from actors.toolsets import ToolsetError
+
+    try:
+        trio.run(_main, args, config)
+    except ConfigError as exc:  # settings.exposure / $MCPVISOR_EXPOSURE, checked before anything starts
+        print(f"mcpvisor: invalid config:\n{exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ToolsetError as exc:  # --toolset names no toolset
+        print(f"mcpvisor: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     return EXIT_OK
 
 
@@ -116,7 +125,8 @@ async def _main(args: argparse.Namespace, config: Any) -> None:
     from supervisor.tree import open_supervisor
 
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-        async with open_supervisor(config) as sup, trio.open_nursery() as nursery:
+        async with open_supervisor(config, state_dir=args.state_dir, toolset=args.toolset) as sup, \
+                trio.open_nursery() as nursery:
 
             async def watch_signals() -> None:
                 async for signum in signals:
