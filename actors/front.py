@@ -462,7 +462,11 @@ class Front:
             return {}
         key = f"{server}\n{uri}"
         if self._subscribers.get(key, 0) == 0:
-            await self._forward(server, "resources/subscribe", {"uri": uri}, ctx)
+            up = self._upstream(server)
+            if up.link is not None and up.link.modern:
+                up.listen_to(uri, True)  # 2026-07-28: updates ride the upstream's listen stream
+            else:
+                await self._forward(server, "resources/subscribe", {"uri": uri}, ctx)
         self._subscribers[key] = self._subscribers.get(key, 0) + 1
         state.subscriptions.add(uri)
         ctx.session._connection.exit_stack.push_async_callback(self._drop_subscription, state, server, uri)
@@ -479,7 +483,9 @@ class Front:
             return
         self._subscribers.pop(key, None)
         up = self.backend.upstreams.get(server)
-        if up is not None and up.link is not None:
+        if up is not None and up.link is not None and up.link.modern:
+            up.listen_to(uri, False)
+        elif up is not None and up.link is not None:
             with trio.move_on_after(CLIENT_SEND_TIMEOUT_S):
                 try:
                     await up.request("resources/unsubscribe", {"uri": uri})

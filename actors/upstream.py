@@ -261,6 +261,8 @@ class Upstream:
         self._poked = False
         self._dirty: set[str] = set()
         self._dirty_event = trio.Event()
+        self._listen_uris: set[str] = set()
+        self._listen_changed = trio.Event()
         self._desired = "run"  # run | stopped | disabled
         self._loaded = not spec.lazy
         self._restart_reason: str | None = None
@@ -720,6 +722,8 @@ class Upstream:
         """Run health pings and re-listing until the link ends; return why it ended."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._relister, link)
+            if link.modern:
+                nursery.start_soon(self._listen, link)
             if not link.modern and self.spec.health_check_interval > 0:
                 nursery.start_soon(self._pinger, link)
             await link.closed.wait()
@@ -748,6 +752,46 @@ class Upstream:
                     return
             except ProxyError:
                 return  # the link is closing anyway, or the server does not do ping
+
+    def listen_to(self, uri: str, wanted: bool) -> None:
+        """Follow (or stop following) updates of ``uri`` on a 2026-07-28 upstream, where
+        ``resources/subscribe`` is gone and updates ride the ``subscriptions/listen`` stream."""
+        if wanted == (uri in self._listen_uris):
+            return
+        if wanted:
+            self._listen_uris.add(uri)
+        else:
+            self._listen_uris.discard(uri)
+        self._listen_changed.set()
+
+    async def _listen(self, link: Link) -> None:
+        """2026-07-28 upstreams send list changes only on a ``subscriptions/listen`` stream
+        (SEP-2575): hold one open for the life of the link, reopened when the set of
+        followed resources changes. Its notifications arrive through the link's reader."""
+        while True:
+            changed = self._listen_changed = trio.Event()
+            wanted: dict[str, Any] = {"toolsListChanged": True, "promptsListChanged": True,
+                                      "resourcesListChanged": True}
+            if self._listen_uris:
+                wanted["resourceSubscriptions"] = sorted(self._listen_uris)
+            async with trio.open_nursery() as nursery:
+                async def reopen_on_change() -> None:
+                    await changed.wait()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(reopen_on_change)
+                try:
+                    await link.request("subscriptions/listen", {"notifications": wanted},
+                                       timeout=math.inf, max_time=math.inf)
+                except ProxyError as exc:
+                    if isinstance(exc, UpstreamDied):
+                        return
+                    logger.info("%s: no subscriptions/listen stream (%s); list changes will not be seen",
+                                self.name, exc)
+                    return
+                nursery.cancel_scope.cancel()
+            if not changed.is_set():
+                await changed.wait()  # the server ended the stream on purpose: wait for a reason to reopen
 
     async def _relister(self, link: Link) -> None:
         while True:

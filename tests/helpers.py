@@ -43,6 +43,7 @@ def write_config(directory: Path, servers: Mapping[str, Any], *, name: str = "mc
                  toolsets: Mapping[str, Any] | None = None, **settings: Any) -> Path:
     settings.setdefault("exposure", "all")
     settings.setdefault("startupWait", "60s")
+    settings.setdefault("startupTimeout", "120s")
     doc: dict[str, Any] = {"mcpServers": dict(servers), "settings": settings}
     if toolsets:
         doc["toolsets"] = dict(toolsets)
