@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -68,8 +68,9 @@ class FastPath:
     """The byte-level ``tools/call`` path of one stdio front connection."""
 
     def __init__(self, backend: Backend, writer: FrameWriter, nursery: trio.Nursery,
-                 server_info: Mapping[str, Any]) -> None:
+                 server_info: Mapping[str, Any], log_level: Callable[[], str | None] = lambda: None) -> None:
         self.backend = backend
+        self.log_level = log_level
         self.writer = writer
         self.nursery = nursery
         self.calls: dict[int | str, FastCall] = {}
@@ -145,6 +146,9 @@ class FastPath:
                 meta.pop(key, None)
             if link.modern:
                 meta.update(self._envelope_of(link))
+                level = self.log_level()
+                if level:
+                    meta[LOG_LEVEL_META_KEY] = Raw(wire.encode(level))
         if client_token is not None:
             meta["progressToken"] = Raw(wire.encode(proxy_id))
         if meta:

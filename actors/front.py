@@ -298,6 +298,9 @@ class Front:
         self.bus = InMemorySubscriptionBus()
         self._listen = ListenHandler(self.bus)
         self._subscribers: dict[str, int] = {}
+        self.log_level: str | None = None
+        """The most verbose level any client set; upstreams are asked for it (2026-07-28 ones
+        per request, handshake-era ones with logging/setLevel, again after each restart)."""
         self.server: Server[Any] = Server(
             name,
             version=version,
@@ -545,6 +548,7 @@ class Front:
         state.log_level = params.level
         levels = [s.log_level for s in self.clients.clients() if s.log_level]
         lowest = min(levels, key=LOG_LEVELS.index) if levels else params.level
+        self.log_level = lowest
         for up in self.backend.upstreams.values():
             caps = up.link.capabilities if up.link is not None else None
             if caps is not None and caps.logging is not None and not up.link.modern:  # type: ignore[union-attr]

@@ -36,7 +36,7 @@ from mcp.client._probe import negotiate_auto
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
-from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, LOG_LEVEL_META_KEY, PROTOCOL_VERSION_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from msgspec import UNSET
 
@@ -200,6 +200,16 @@ class Link:
                 ),
             }
 
+    async def apply_log_level(self) -> None:
+        """A handshake-era server forgets its log level when it restarts: tell it again."""
+        level = getattr(self.events, "log_level", None)
+        caps = self.capabilities
+        if level and not self.modern and caps is not None and caps.logging is not None:
+            try:
+                await self.request("logging/setLevel", {"level": level}, timeout=10, max_time=10)
+            except ProxyError as exc:
+                logger.debug("%s: logging/setLevel: %s", self.server, exc)
+
     def _close(self, reason: str) -> None:
         """Mark the connection dead and fail every pending request at once."""
         if self.close_reason is None:
@@ -234,8 +244,12 @@ class Link:
         for key in (PROTOCOL_VERSION_META_KEY, CLIENT_INFO_META_KEY, CLIENT_CAPABILITIES_META_KEY):
             meta.pop(key, None)
         meta.pop("progressToken", None)
+        meta.pop(LOG_LEVEL_META_KEY, None)
         if self._envelope is not None:
             meta.update(self._envelope)
+            level = getattr(self.events, "log_level", None)
+            if level:
+                meta.setdefault(LOG_LEVEL_META_KEY, level)  # 2026-07-28 logging is a per-request opt-in
         if origin is not None and origin.progress_token is not None:
             # The request id doubles as the upstream-side token: unique per upstream even
             # when two clients chose the same token (RELIABILITY P15).
@@ -728,6 +742,7 @@ async def open_stdio_link(
                     if handshake_scope.cancelled_caught or link.close_reason is not None:
                         raise UpstreamDied(server, link.close_reason or "closed during the handshake")
                     link._adopt(session)
+                    await link.apply_log_level()
                     yield link
             finally:
                 link._close(link.close_reason or "stopped by mcpvisor")
@@ -850,6 +865,7 @@ async def open_sdk_link(
             async with session:
                 await handshake(session, protocol)
                 link._adopt(session)
+                await link.apply_log_level()
                 yield link
         finally:
             link._close(link.close_reason or "stopped by mcpvisor")

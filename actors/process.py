@@ -41,6 +41,9 @@ and FORCE_KILL_TIMEOUT (SDK-NOTES.md §7), DESIGN.md "Behaviour under failure"."
 SWEEP_POLL_S: Final = 0.05
 """How often a group sweep checks whether members are left."""
 
+PROC: Final = "/proc"
+"""Where Linux lists processes; elsewhere the group check falls back to ``killpg(pgid, 0)``."""
+
 STDERR_KEEP_LINES: Final = 20
 """Last stderr lines kept per upstream for error messages."""
 
@@ -194,6 +197,34 @@ async def spawn(
     return proc
 
 
+def _group_members(pgid: int) -> list[int] | None:
+    """Live (non-zombie) members of process group ``pgid``, or None where /proc is missing.
+
+    A zombie still belongs to its group until it is reaped, and ``killpg(pgid, 0)``
+    succeeds on it; an orphaned grandchild is reaped by init, which in some containers
+    never happens (the sandbox's PID 1 does not reap). Counting zombies as alive made
+    every stop of a server with a grandchild wait its full grace.
+    """
+    try:
+        entries = os.listdir(PROC)
+    except OSError:
+        return None
+    members = []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"{PROC}/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses.
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) >= 3 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            members.append(int(entry))
+    return members
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -201,7 +232,8 @@ def _group_alive(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    members = _group_members(pgid)
+    return True if members is None else bool(members)
 
 
 def _signal_group(pgid: int, sig: int) -> None:

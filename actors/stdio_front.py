@@ -59,7 +59,8 @@ class StdioFront:
         async with trio.open_nursery() as nursery:
             if self._use_fast_path:
                 self.fast_path = FastPath(self.front.backend, self.writer, nursery,
-                                          self.front.server.server_info_stamp)
+                                          self.front.server.server_info_stamp,
+                                          log_level=lambda: self.front.log_level)
             nursery.start_soon(self._pump_out)
             nursery.start_soon(self._run_server)
             try:

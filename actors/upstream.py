@@ -133,6 +133,10 @@ class Hooks:
     def fallback_origin(self, method: str) -> CallOrigin | None:  # pragma: no cover - interface
         return None
 
+    def log_level(self) -> str | None:  # pragma: no cover - interface
+        """The most verbose level any client asked for (``logging/setLevel``), if any."""
+        return None
+
 
 class OpenLink(Protocol):
     """How an actor gets a connection: spawn or connect, handshake, yield the live link.
@@ -164,6 +168,10 @@ class _LinkEvents:
 
     def fallback_origin(self, method: str) -> CallOrigin | None:
         return self._up.hooks.fallback_origin(method)
+
+    @property
+    def log_level(self) -> str | None:
+        return self._up.hooks.log_level()
 
 
 def docker_argv(spec: Any) -> list[str]:
@@ -480,14 +488,14 @@ class Upstream:
         why = "first start"
         while True:
             if self._desired == "stopped":
-                self._set_state(State.STOPPED, "stopped")
                 await self._withdraw("stopped")
+                self._set_state(State.STOPPED, "stopped")
                 self.first_attempt_done.set()
                 return
             if self._desired == "disabled":
                 self._restart_reason = None
-                self._set_state(State.DISABLED, "disabled")
                 await self._withdraw("disabled")
+                self._set_state(State.DISABLED, "disabled")
                 self.first_attempt_done.set()
                 await self._sleep_until(math.inf)
                 why = "enabled"
@@ -522,34 +530,36 @@ class Upstream:
                 self.policy.on_stopped(trio.current_time())
                 why = "restart requested"
                 continue
-            outcome = self._outcome if self._outcome is not None else self._record_failure(failure)
+            if self._outcome is None:
+                await self._record_failure(failure)
             self._outcome = None
-            if isinstance(outcome, OpenCircuit):
-                await self._withdraw(outcome.reason)
             assert self.retry_at is not None
             until = self.retry_at
             while trio.current_time() < until and not self._interrupted():
                 await self._sleep_until(until)
             why = f"restart after: {failure}"
 
-    def _record_failure(self, failure: str) -> Backoff | OpenCircuit:
-        """Count a failure with the policy and move to backing_off or circuit_open now."""
+    async def _record_failure(self, failure: str) -> Backoff | OpenCircuit:
+        """Count a failure with the policy and move to backing_off or circuit_open now
+        (an open circuit withdraws the tools first, so whoever sees the state sees both)."""
         now = trio.current_time()
         self.last_error = failure
         self.restarts += 1
         outcome = self.policy.on_failure(now, failure)
+        self._outcome = outcome
         if isinstance(outcome, Backoff):
             self._set_state(State.BACKING_OFF, failure, retry_at=now + outcome.delay)
         else:
+            await self._withdraw(outcome.reason)
             self._set_state(State.CIRCUIT_OPEN, outcome.reason, retry_at=outcome.until)
-        self._outcome = outcome
         return outcome
 
     async def _withdraw(self, reason: str) -> None:
-        """Take this server's tools away from clients (once; `UpstreamUp` brings them back)."""
+        """Take this server's tools away from clients (once; `UpstreamUp` brings them back).
+        Returns when the router has applied it (and announced the one list_changed)."""
         if not self._withdrawn:
             self._withdrawn = True
-            await self.router.send(UpstreamDown(self.name, withdraw=True, reason=reason))
+            await self.router.submit(UpstreamDown(self.name, withdraw=True, reason=reason))
 
     def _on_spawn(self, link: Link) -> None:
         self._attempt = link
@@ -590,9 +600,7 @@ class Upstream:
                                                      f"{len(lists.tools)} tools")
                         self.first_attempt_done.set()
                         failure = await self._serve(link)
-                        outcome = self._record_failure(failure)
-                        if isinstance(outcome, OpenCircuit):
-                            await self._withdraw(outcome.reason)
+                        await self._record_failure(failure)
                 if startup.cancelled_caught and failure is None:
                     failure = self._with_stderr(f"did not start within {spec.startup_timeout:g}s")
             except BaseException as exc:  # noqa: BLE001 - split below; cancellation re-raised

@@ -108,6 +108,9 @@ class _Hooks(Hooks):
     def fallback_origin(self, method: str) -> CallOrigin | None:
         return self._sup.front.fallback_origin(method)
 
+    def log_level(self) -> str | None:
+        return self._sup.front.log_level
+
 
 class Supervisor:
     """A running proxy: its upstreams, its router, what clients see. Use `open_supervisor`."""
@@ -236,9 +239,13 @@ class Supervisor:
         return await self.menu.unequip()
 
     async def reload(self, config: Config | None = None) -> dict[str, Any]:
-        """Re-read the config (or apply ``config``): start added servers, stop removed ones,
-        restart changed ones, one list_changed. (supervisor/reload.py)"""
-        raise NotImplementedError("hot reload arrives with supervisor/reload.py")
+        """Re-read the config file (or apply ``config``): start added servers, stop removed
+        or disabled ones, restart changed ones, leave the rest running; clients get one
+        list_changed. A config that does not validate changes nothing (``ok: false``).
+        See `supervisor.reload.reload_supervisor`."""
+        from supervisor.reload import reload_supervisor
+
+        return await reload_supervisor(self, config)
 
     # --- what the front needs -------------------------------------------------------------
     async def wait_startup(self) -> None:
@@ -320,6 +327,9 @@ async def open_supervisor(
     rng: random.Random | None = None,
     state_dir: str | os.PathLike[str] | None = None,
     toolset: str | None = None,
+    watch: bool = True,
+    control: str | os.PathLike[str] | None = None,
+    control_transport: str = "embedded",
 ) -> AsyncIterator[Supervisor]:
     """Start every enabled server under supervision for the duration of the block.
 
@@ -329,6 +339,12 @@ async def open_supervisor(
             ``settings.stateDir``, the user state dir). The toolset equipped there
             is equipped again, in normal mode.
         toolset: equip this toolset at start (``serve --toolset``) instead.
+        watch: follow the config file (when ``config`` came from one): each valid edit is
+            applied by `Supervisor.reload` (supervisor/reload.py); a bad edit is logged.
+        control: a state directory to register this proxy's control socket in
+            (`supervisor.control`, what ``mcpvisor status`` reads) for the block's lifetime;
+            None: no control channel. A socket that cannot be created is only logged.
+        control_transport: the transport the registration reports (``stdio``, ``http``, ``ws``).
 
     Raises:
         ConfigError: ``settings.exposure`` / ``$MCPVISOR_EXPOSURE`` is not usable.
@@ -348,6 +364,11 @@ async def open_supervisor(
         sup._root = root
         await root.start(sup.router.run)
         await root.start(sup.front.run)
+        if control is not None:
+            from supervisor.control import serve_control
+
+            await root.start(lambda task_status: serve_control(
+                sup, Path(control), transport=control_transport, task_status=task_status))
         try:
             async with trio.open_nursery() as tree:
                 sup._tree = tree
@@ -355,6 +376,10 @@ async def open_supervisor(
                     await sup.start_server(spec)
                 sup.menu.load_lazy()
                 root.start_soon(sup._startup_gate)
+                if watch and cfg.path is not None:
+                    from supervisor.reload import watch_config
+
+                    await tree.start(watch_config, sup)
                 try:
                     yield sup
                 finally:

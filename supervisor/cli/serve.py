@@ -122,10 +122,12 @@ async def _main(args: argparse.Namespace, config: Any) -> None:
     import trio
 
     from supervisor._serve import serve
+    from supervisor.state import state_dir as user_state_dir
     from supervisor.tree import open_supervisor
 
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-        async with open_supervisor(config, state_dir=args.state_dir, toolset=args.toolset) as sup, \
+        async with open_supervisor(config, state_dir=args.state_dir, toolset=args.toolset,
+                                   control=user_state_dir(args.state_dir), control_transport=args.transport) as sup, \
                 trio.open_nursery() as nursery:
 
             async def watch_signals() -> None:
