@@ -507,8 +507,9 @@ class StdioLink(Link):
     async def pump_stdout(self) -> None:
         assert self.proc.stdout is not None
         reason = "closed its stdout"
+        batches = LineReader(self.proc.stdout, self.max_message).__aiter__()
         try:
-            async for batch in LineReader(self.proc.stdout, self.max_message):
+            async for batch in batches:
                 for line in batch:
                     if isinstance(line, OversizedLine):
                         reason = f"sent a message larger than {self.max_message} bytes ({line.size}+ bytes)"
@@ -520,6 +521,8 @@ class StdioLink(Link):
             pass
         finally:
             with trio.CancelScope(shield=True):
+                # Left mid-stream (garbage flood, oversized line): close the reader here, not in GC.
+                await batches.aclose()  # type: ignore[attr-defined]
                 if self.close_reason is None:
                     with trio.move_on_after(EXIT_STATUS_WAIT_S):
                         await self.proc.wait()

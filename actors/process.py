@@ -63,11 +63,17 @@ for line in sys.stdin.buffer:
             groups.discard(int(line[1:]))
     except ValueError:
         pass
-for g in groups:
-    try:
-        os.killpg(g, signal.SIGKILL)
-    except OSError:
-        pass
+# A member forking while the signal lands can escape one killpg: repeat until each
+# group is empty (bounded: 2 s).
+import time
+deadline = time.monotonic() + 2.0
+while groups and time.monotonic() < deadline:
+    for g in list(groups):
+        try:
+            os.killpg(g, signal.SIGKILL)
+        except OSError:
+            groups.discard(g)
+    time.sleep(0.02)
 """
 
 
