@@ -63,6 +63,12 @@ RELIST_TIMEOUT_S: Final = 30.0
 OUR_STOP: Final = "stopped by mcpvisor"
 """The close reason a link gets when we end it ourselves (actors.link); never a failure text."""
 
+WRITE_FAILED: Final = "cannot write to it"
+"""How actors.link words a close after a failed write (EPIPE); the exit status is better."""
+
+EXIT_STATUS_WAIT_S: Final = 1.0
+"""After a failed write, how long to wait for the exit status to explain it."""
+
 STDERR_TAIL_LINES: Final = 3
 """Last stderr lines quoted in a failure reason (the link keeps more, for the log)."""
 
@@ -111,14 +117,14 @@ class UpstreamStatus:
     consecutive_failures: int = 0
 
 
-class RouterPort:
-    """What an upstream actor needs from the router: a way to send it messages."""
+class RouterPort(Protocol):
+    """What an upstream actor needs from the router (`actors.router.Router` has it)."""
 
-    async def send(self, message: object) -> None:  # pragma: no cover - interface
-        raise NotImplementedError
+    async def send(self, message: object) -> None:
+        """Queue a registration message."""
 
-    async def submit(self, message: object) -> None:  # pragma: no cover - interface
-        raise NotImplementedError
+    async def submit(self, message: object) -> None:
+        """Queue a registration message and wait until it is applied and announced."""
 
 
 class Hooks:
@@ -190,7 +196,8 @@ def sdk_transport(spec: Any, max_message: int) -> Any:
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
 
-        return streamable_http_client(spec.url, http_client=create_mcp_http_client(headers=dict(spec.headers)))
+        client = create_mcp_http_client(headers=dict(spec.headers))
+        return streamable_http_client(spec.url, http_client=client)
     if spec.transport == "sse":
         from mcp.client.sse import sse_client
 
@@ -295,7 +302,8 @@ class Upstream:
             state=self.state.value,
             reason=self.reason,
             since=self.since,
-            uptime=(now - self.ready_since) if self.state is State.READY and self.ready_since is not None else None,
+            uptime=(now - self.ready_since) if self.state is State.READY and self.ready_since is not None
+            else None,
             restarts=self.restarts,
             circuit=stats.circuit.value,
             retry_at=self.retry_at,
@@ -339,7 +347,8 @@ class Upstream:
             except UpstreamDied:
                 if attempt + 1 == attempts:
                     raise
-                logger.info("%s died under a %s call; retrying once (the tool is retry-safe)", self.name, method)
+                logger.info("%s died under a %s call; retrying once (the tool is retry-safe)",
+                            self.name, method)
             except CallTimeout as exc:
                 self.last_error = str(exc)
                 raise
@@ -457,7 +466,8 @@ class Upstream:
         self.bus.publish(StateChanged(self.name, state.value, previous.value, reason, retry_at, self.restarts,
                                       getattr(link, "pid", None) if link is not None else None))
         log = logger.warning if state in (State.BACKING_OFF, State.CIRCUIT_OPEN) else logger.info
-        log("%s: %s -> %s%s", self.name, previous.value, state.value, f" ({reason})" if reason else "")
+        arrow = f"{previous.value} -> " if previous is not state else ""
+        log("%s: %s%s%s", self.name, arrow, state.value, f" ({reason})" if reason else "")
 
     async def _sleep_until(self, deadline: float) -> None:
         """Sleep until ``deadline``, or until poked (stop, disable, enable, load, restart)."""
@@ -573,15 +583,15 @@ class Upstream:
         is reaped, so callers never see "ready" with a dead connection for long.
         """
         spec = self.spec
-        self.starts += 1
         self._attempt = None
         self._outcome = None
+        if self._interrupted():
+            return None  # asked to stop or restart between the decision and now
+        self.starts += 1
         started = trio.current_time()
         failure: str | None = None
         with trio.CancelScope() as life:
             self._life = life
-            if self._interrupted():
-                life.cancel()  # asked to stop between the decision and now
             try:
                 with trio.CancelScope(deadline=started + spec.startup_timeout) as startup:
                     async with self._open_link(self, events=_LinkEvents(self), protocol=self._protocol(),
@@ -603,7 +613,7 @@ class Upstream:
                         await self._record_failure(failure)
                 if startup.cancelled_caught and failure is None:
                     failure = self._with_stderr(f"did not start within {spec.startup_timeout:g}s")
-            except BaseException as exc:  # noqa: BLE001 - split below; cancellation re-raised
+            except BaseException as exc:  # split in _classify; cancellation is re-raised there
                 failure = self._classify(exc)
             finally:
                 self._life = None
@@ -638,6 +648,8 @@ class Upstream:
         """Why a start or a connection failed, as precisely as the link can tell."""
         link = self._attempt
         closed = link.close_reason if link is not None else None
+        if closed and closed.startswith(WRITE_FAILED):
+            return self._exit_text() or closed  # EPIPE: the exit status says why
         if closed and closed != OUR_STOP:
             return closed
         if isinstance(leaf, SpawnError):
@@ -736,7 +748,14 @@ class Upstream:
                 nursery.start_soon(self._pinger, link)
             await link.closed.wait()
             nursery.cancel_scope.cancel()
-        return link.close_reason or "connection closed"
+        reason = link.close_reason or "connection closed"
+        proc = getattr(link, "proc", None)
+        if reason.startswith(WRITE_FAILED) and proc is not None:
+            # A write hit a closed pipe: the process is exiting; its status is the reason.
+            with trio.move_on_after(EXIT_STATUS_WAIT_S):
+                await proc.wait()
+            reason = self._exit_text() or reason
+        return reason
 
     async def _pinger(self, link: Link) -> None:
         """Handshake-era liveness: ``maxMissedPings`` unanswered pings in a row = hung.
