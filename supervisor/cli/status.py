@@ -1,0 +1,214 @@
+"""``mcpvisor status``: what the running proxies' supervisors see, as a table or JSON.
+
+Each running proxy registers a control socket in the state directory
+(`supervisor.control`); this command asks every one of them for its status. ``--watch``
+redraws every second, so a crash, the backoff, the open circuit and the recovery of a
+flaky server can be watched as they happen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from supervisor.cli import EXIT_FAILED, EXIT_OK, Formatter
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+EPILOG: Final = """\
+examples:
+  mcpvisor status                      # every proxy running with the default state directory
+  mcpvisor status --watch              # redraw every second (Ctrl-C to stop)
+  mcpvisor status --format json        # for scripts: one object per running proxy
+
+states: starting, ready, backing_off (restart due at "retry at"), circuit_open (no start
+until "retry at"; calls fail at once), half_open (one trial start), disabled, stopped, idle
+(lazy, not started yet). See docs/supervision.md.
+"""
+
+WATCH_INTERVAL_S: Final = 1.0
+LAST_ERROR_WIDTH: Final = 60
+"""Characters of the last error shown in the table (the JSON has all of it)."""
+
+STATE_STYLES: Final = {
+    "ready": "green",
+    "starting": "yellow",
+    "half_open": "yellow",
+    "backing_off": "dark_orange",
+    "circuit_open": "bold red",
+    "disabled": "dim",
+    "stopped": "dim",
+    "idle": "blue",
+}
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("status", help="show the state of every server of the running proxies",
+                       description="Show each supervised server of every running proxy: state, uptime, "
+                                   "restarts, circuit, next retry, last error, tool count.",
+                       formatter_class=Formatter, epilog=EPILOG)
+    p.add_argument("--state-dir", metavar="DIR",
+                   help="the proxies' state directory "
+                        "(default: $MCPVISOR_STATE_DIR or ~/.local/state/mcpvisor)")
+    p.add_argument("--format", choices=("table", "json"), default="table",
+                   help="output format (default: table)")
+    p.add_argument("--watch", action="store_true", help="redraw every second until Ctrl-C")
+    p.add_argument("--count", type=int, metavar="N", help=argparse.SUPPRESS)  # --watch: stop after N redraws
+    p.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
+                   help="how long to wait for each proxy's answer (default: 5)")
+    p.set_defaults(func=run)
+
+
+def collect(state_dir: Path, timeout: float) -> tuple[list[dict[str, Any]], list[str]]:
+    """(the status reply of every running proxy, a message per proxy that did not answer)."""
+    from supervisor.control import ControlError, list_running, request
+
+    reports, problems = [], []
+    for proxy in list_running(state_dir):
+        try:
+            reports.append(request(proxy.socket, "status", timeout=timeout))
+        except ControlError as exc:
+            problems.append(f"proxy pid {proxy.pid}: {exc}")
+    return reports, problems
+
+
+def no_proxy_message(state_dir: Path) -> str:
+    return (f"no running mcpvisor proxy found in {state_dir} "
+            f"(start one with `mcpvisor serve`, or pass the --state-dir it uses)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from supervisor.state import state_dir
+
+    directory = state_dir(args.state_dir)
+    if args.watch:
+        return watch(directory, args)
+    reports, problems = collect(directory, args.timeout)
+    for problem in problems:
+        print(f"mcpvisor: {problem}", file=sys.stderr)
+    if not reports:
+        if not problems:
+            print(f"mcpvisor: {no_proxy_message(directory)}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.format == "json":
+        print(json.dumps([{k: v for k, v in r.items() if k != "ok"} for r in reports], indent=2))
+        return EXIT_OK
+    from rich.console import Console
+
+    console = Console()
+    for report in reports:
+        console.print(render(report))
+    return EXIT_OK
+
+
+def watch(directory: Path, args: argparse.Namespace) -> int:
+    """Redraw every `WATCH_INTERVAL_S` until Ctrl-C (or ``--count`` redraws)."""
+    from rich.console import Console, Group
+    from rich.live import Live
+    from rich.text import Text
+
+    console = Console()
+    shown = 0
+    try:
+        with Live(console=console, auto_refresh=False) as live:
+            while True:
+                reports, problems = collect(directory, args.timeout)
+                parts: list[RenderableType] = [render(r) for r in reports]
+                parts += [Text(p, style="red") for p in problems]
+                if not reports and not problems:
+                    parts.append(Text(f"{no_proxy_message(directory)}; watching...", style="dim"))
+                parts.append(Text(f"{datetime.now().strftime('%H:%M:%S')}  (Ctrl-C to stop)", style="dim"))
+                if args.format == "json":
+                    live.console.print_json(json.dumps(reports))
+                else:
+                    live.update(Group(*parts), refresh=True)
+                shown += 1
+                if args.count is not None and shown >= args.count:
+                    return EXIT_OK
+                time.sleep(WATCH_INTERVAL_S)
+    except KeyboardInterrupt:
+        return EXIT_OK
+
+
+# --------------------------------------------------------------------------------------
+# rendering
+# --------------------------------------------------------------------------------------
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """``12.3s``, ``4m 05s``, ``2h 03m``, ``3d 04h``; "-" for None."""
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m {secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h {minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d {hours:02d}h"
+
+
+def fmt_retry(server: dict[str, Any]) -> str:
+    """Local wall time of the next start, and how far away it is: ``14:03:07 (in 12s)``."""
+    at = server.get("retryAt")
+    if not at:
+        return "-"
+    try:
+        when = datetime.fromisoformat(str(at).replace("Z", "+00:00")).astimezone()
+    except ValueError:
+        return str(at)
+    left = server.get("retryInSeconds")
+    suffix = f" (in {fmt_duration(left)})" if isinstance(left, int | float) else ""
+    return when.strftime("%H:%M:%S") + suffix
+
+
+def shorten(text: str | None, width: int = LAST_ERROR_WIDTH) -> str:
+    if not text:
+        return "-"
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def render(report: dict[str, Any]) -> Any:
+    """One proxy's status as a rich `Table`."""
+    from rich.table import Table
+    from rich.text import Text
+
+    toolset = report.get("toolset") or "-"
+    title = (f"mcpvisor pid {report.get('pid')} · {report.get('transport') or 'embedded'} · "
+             f"exposure {report.get('exposure')} · toolset {toolset}")
+    caption = f"config {report.get('config') or '-'}"
+    table = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
+    table.add_column("server", no_wrap=True)
+    table.add_column("state", no_wrap=True)
+    table.add_column("uptime", justify="right", no_wrap=True)
+    table.add_column("restarts", justify="right")
+    table.add_column("circuit", no_wrap=True)
+    table.add_column("retry at", no_wrap=True)
+    table.add_column("last error", overflow="fold")
+    table.add_column("tools", justify="right")
+    for s in report.get("servers", []):
+        state = str(s.get("state"))
+        circuit = str(s.get("circuit"))
+        table.add_row(
+            str(s.get("name")),
+            Text(state, style=STATE_STYLES.get(state, "")),
+            fmt_duration(s.get("uptime")),
+            str(s.get("restarts", 0)),
+            Text(circuit, style="red" if circuit == "open" else ("yellow" if circuit == "half_open" else "")),
+            fmt_retry(s),
+            shorten(s.get("lastError")),
+            str(s.get("toolCount", 0)),
+        )
+    if not report.get("servers"):
+        table.add_row("(no servers)", "", "", "", "", "", "", "")
+    return table
