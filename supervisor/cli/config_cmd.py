@@ -1,0 +1,361 @@
+"""``mcpvisor config path|validate``, and the config-file plumbing the registry commands share.
+
+Owns:
+
+* the ``--config PATH`` option of the ``mcp``, ``toolset``, ``import`` and ``config``
+  commands (accepted before or after the subcommand);
+* which file a command reads (`locate`, the proxy's own lookup order) and which one it
+  writes (`locate_for_write`: the lookup's file, else ``./mcpvisor.json``, or the user
+  config file with ``--scope user``);
+* `open_store`: the `ConfigStore` every CLI write goes through, validating each document
+  before it is written (a `${VAR}` not set in this shell is not an error here: the
+  proxy's environment may have it);
+* ``config path``: the file in use and why, with the whole lookup order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from supervisor.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Formatter
+from supervisor.cli import _output as out
+
+if TYPE_CHECKING:
+    from supervisor.config import Config
+    from supervisor.store import ConfigStore
+
+DEFAULT_NEW_CONFIG: Final = "mcpvisor.json"
+"""Created in the current directory by the first `mcp add` when no config exists."""
+
+PLACEHOLDER: Final = "http://placeholder.invalid"
+"""Stands for a `${VAR}` this shell does not set, while validating a document to write."""
+
+_UNSET_VAR_RE: Final = re.compile(r"variable \S+ is not set")
+
+EPILOG: Final = """\
+examples:
+  mcpvisor config path                 # which file the proxy and the CLI use, and why
+  mcpvisor config path --format json
+  mcpvisor config validate --config ~/work/.mcp.json
+
+lookup order: --config, $MCPVISOR_CONFIG, ./mcpvisor.json, ./.mcp.json, the user config file
+"""
+
+
+class CommandError(Exception):
+    """A command cannot go on; ``code`` is its exit status (2 bad usage or config, 1 a failure)."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A config file a command works on, and why that one."""
+
+    path: Path
+    why: str
+    exists: bool
+
+
+def config_option() -> argparse.ArgumentParser:
+    """A parent parser with ``--config PATH``, usable at the group and subcommand levels."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "--config",
+        metavar="PATH",
+        default=argparse.SUPPRESS,
+        help="config file (default: the lookup order: $MCPVISOR_CONFIG, ./mcpvisor.json, "
+        "./.mcp.json, the user config file)",
+    )
+    return parent
+
+
+def explicit_config(args: argparse.Namespace) -> str | None:
+    value = getattr(args, "config", None)
+    return value if value else None
+
+
+def locate(args: argparse.Namespace) -> Target | None:
+    """The config file to read: the proxy's lookup order. None when nothing exists."""
+    from supervisor.config import find_config
+
+    path, why = find_config(explicit_config(args))
+    if path is None:
+        return None
+    return Target(path, why, path.is_file())
+
+
+def nothing_found() -> str:
+    from supervisor.config import find_config
+
+    return find_config(None)[1]
+
+
+def locate_for_write(args: argparse.Namespace, scope: str | None = None) -> Target:
+    """The config file an edit goes to.
+
+    ``--scope user``: the user config file. Otherwise the file the lookup finds (``--config``
+    and ``$MCPVISOR_CONFIG`` even when it does not exist yet), else a new
+    ``./mcpvisor.json``.
+    """
+    from supervisor.config import user_config_path
+
+    if scope == "user" and explicit_config(args) is None:
+        path = user_config_path()
+        return Target(path, "the user config file (--scope user)", path.is_file())
+    found = locate(args)
+    if found is not None:
+        return found
+    path = Path(DEFAULT_NEW_CONFIG)
+    return Target(path, "no config existed, so a new one in the current directory", False)
+
+
+def require(args: argparse.Namespace) -> Target:
+    """The config file to read, or a `CommandError` explaining the lookup."""
+    found = locate(args)
+    if found is None:
+        raise CommandError(f"{nothing_found()}\nCreate one with `mcpvisor mcp add NAME -- COMMAND ARGS...`.")
+    if not found.exists:
+        raise CommandError(f"{found.path}: no such file ({found.why})")
+    return found
+
+
+def load(target: Target) -> Config:
+    """The parsed config, or a `CommandError` (exit 2) listing every problem."""
+    from supervisor.config import ConfigError, load_config
+
+    try:
+        return load_config(target.path)
+    except ConfigError as err:
+        raise CommandError(f"invalid config ({target.why}):\n{err}") from None
+
+
+_SERVER_RE: Final = re.compile(r'server "([^"]+)"')
+
+
+def load_lenient(target: Target) -> tuple[Config, dict[str, str]]:
+    """The parsed config, with `${VAR}`s this shell lacks reported per server, not fatal.
+
+    Returns:
+        The config (missing variables hold a placeholder) and, per server that uses a
+        missing variable, the first such problem: those servers cannot be probed here.
+
+    Raises:
+        CommandError: any other problem (exit 2), listing every one.
+    """
+    from supervisor.config import ConfigError, load_config
+
+    try:
+        return load_config(target.path), {}
+    except ConfigError as err:
+        if any(not _UNSET_VAR_RE.search(p) for p in err.problems):
+            raise CommandError(f"invalid config ({target.why}):\n{err}") from None
+        missing: dict[str, str] = {}
+        for problem in err.problems:
+            found = _SERVER_RE.search(problem)
+            if found:
+                missing.setdefault(found[1], problem.split(": ", 2)[-1])
+    try:
+        return load_config(target.path, env=_LenientEnv()), missing
+    except ConfigError as err:
+        raise CommandError(f"invalid config ({target.why}):\n{err}") from None
+
+
+class _LenientEnv(Mapping[str, str]):
+    """The process environment, where every variable it lacks has a placeholder value."""
+
+    def __getitem__(self, key: str) -> str:
+        return os.environ.get(key, PLACEHOLDER)
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+    def __iter__(self) -> Any:
+        return iter(os.environ)
+
+    def __len__(self) -> int:
+        return len(os.environ)
+
+
+def validate_document(doc: dict[str, Any], path: Path) -> None:
+    """Raise `ConfigError` if ``doc`` is not a valid config (variables this shell lacks excepted)."""
+    from supervisor.config import ConfigError, parse_config
+
+    try:
+        parse_config(doc, path=path, env=_LenientEnv())
+    except ConfigError as err:
+        real = [p for p in err.problems if not _UNSET_VAR_RE.search(p)]
+        if real:
+            raise ConfigError(real, path) from None
+
+
+def unset_variables(doc: dict[str, Any], path: Path) -> list[str]:
+    """Warnings for `${VAR}` references this shell does not set (the proxy may)."""
+    from supervisor.config import ConfigError, parse_config
+
+    try:
+        parse_config(doc, path=path)
+    except ConfigError as err:
+        return [p for p in err.problems if _UNSET_VAR_RE.search(p)]
+    return []
+
+
+def open_store(path: Path) -> ConfigStore:
+    from supervisor.store import ConfigStore
+
+    return ConfigStore(path, validate=validate_document)
+
+
+def store_errors() -> tuple[type[Exception], ...]:
+    """The exceptions a store edit raises that the CLI reports (each is a complete message)."""
+    from supervisor._atomic import LockTimeout
+    from supervisor.store import StoreError
+
+    return (StoreError, LockTimeout)
+
+
+def exit_code_of(exc: Exception) -> int:
+    from supervisor._atomic import LockTimeout
+
+    return EXIT_FAILED if isinstance(exc, LockTimeout | OSError) else EXIT_USAGE
+
+
+# --- the `config` command ---------------------------------------------------------------------
+
+
+def register(sub: Any) -> None:
+    parent = config_option()
+    p = sub.add_parser(
+        "config",
+        help="which config file is used, and is it valid",
+        description="Show which config file the proxy and the CLI use, or validate it.",
+        formatter_class=Formatter,
+        epilog=EPILOG,
+        parents=[parent],
+    )
+    p.set_defaults(func=lambda args: _usage(p))
+    cmds = p.add_subparsers(dest="config_command", metavar="SUBCOMMAND")
+    path = cmds.add_parser(
+        "path",
+        help="print the config file in use and why (the lookup order)",
+        description="Print the config file in use, why it was chosen, and the lookup order.",
+        formatter_class=Formatter,
+        parents=[parent],
+        epilog="examples:\n  mcpvisor config path\n  mcpvisor config path --format json\n"
+        "  MCPVISOR_CONFIG=~/mcp.json mcpvisor config path\n",
+    )
+    out.add_format(path, ("text", "json"))
+    path.set_defaults(func=run_path)
+    check = cmds.add_parser(
+        "validate",
+        help="check the config file; print every problem",
+        description="Validate the config file in use; exit 2 and list every problem if it is not valid.",
+        formatter_class=Formatter,
+        parents=[parent],
+        epilog="examples:\n  mcpvisor config validate\n"
+        "  mcpvisor config validate --config .mcp.json --format json\n",
+    )
+    out.add_format(check, ("text", "json"))
+    check.set_defaults(func=run_validate)
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return EXIT_USAGE
+
+
+def lookup_order(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each place the lookup considers, whether it exists, and which one is used."""
+    from supervisor.config import CONFIG_ENV_VAR, CONFIG_FILE_NAMES, user_config_path
+
+    explicit = explicit_config(args)
+    env_value = os.environ.get(CONFIG_ENV_VAR) or None
+    places: list[dict[str, Any]] = [
+        {"source": "--config", "path": explicit, "given": explicit is not None},
+        {"source": f"${CONFIG_ENV_VAR}", "path": env_value, "given": env_value is not None},
+    ]
+    places += [{"source": f"./{name}", "path": f"./{name}", "given": True} for name in CONFIG_FILE_NAMES]
+    places.append({"source": "user config file", "path": str(user_config_path()), "given": True})
+    chosen = False
+    for place in places:
+        place["exists"] = bool(place["path"]) and Path(place["path"]).is_file()
+        place["used"] = False
+        if (
+            not chosen
+            and place["given"]
+            and (place["exists"] or place["source"] in ("--config", f"${CONFIG_ENV_VAR}"))
+        ):
+            place["used"] = chosen = True
+    return places
+
+
+def run_path(args: argparse.Namespace) -> int:
+    found = locate(args)
+    places = lookup_order(args)
+    if args.format == "json":
+        out.print_json(
+            {
+                "path": str(found.path) if found else None,
+                "why": found.why if found else nothing_found(),
+                "exists": found.exists if found else False,
+                "lookup": places,
+            }
+        )
+        return EXIT_OK if found and found.exists else EXIT_FAILED
+    if found is None:
+        out.say("none: no config file found")
+    else:
+        out.say(f"{found.path}" + ("" if found.exists else "  (does not exist)"))
+        out.say(f"  chosen because: {found.why}")
+    out.say("lookup order:")
+    for i, place in enumerate(places, start=1):
+        if not place["given"]:
+            state = "not given" if place["source"] == "--config" else "not set"
+            out.say(f"  {i}. {place['source']:<18} {state}")
+            continue
+        state = "exists" if place["exists"] else "missing"
+        mark = "  <- in use" if place["used"] else ""
+        shown = place["path"] if place["path"] != place["source"] else ""
+        out.say(f"  {i}. {place['source']:<18} {shown + '  ' if shown else ''}{state}{mark}")
+    return EXIT_OK if found and found.exists else EXIT_FAILED
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    try:
+        target = require(args)
+        config = load(target)
+    except CommandError as err:
+        if args.format == "json":
+            problems = str(err).splitlines()
+            out.print_json({"ok": False, "path": None, "problems": problems[1:] or problems, "warnings": []})
+        else:
+            out.error(str(err))
+        return err.code
+    if args.format == "json":
+        out.print_json(
+            {
+                "ok": True,
+                "path": str(target.path),
+                "problems": [],
+                "warnings": list(config.warnings),
+                "servers": list(config.servers),
+            }
+        )
+        return EXIT_OK
+    for warning in config.warnings:
+        out.note(f"warning: {warning}")
+    enabled = len(config.enabled_servers())
+    out.say(
+        f"{target.path}: valid ({len(config.servers)} servers, {enabled} enabled, "
+        f"{len(config.toolsets)} toolsets)"
+    )
+    return EXIT_OK

@@ -1,0 +1,570 @@
+"""``mcpvisor toolset list|show|create|delete|equip|unequip``: toolsets from the command line.
+
+Owns the CLI side of toolsets. It works on the same state the proxy uses: saved
+toolsets and the equipped one live in the state directory (`supervisor.state.StateStore`,
+locked and atomic, so a running proxy and this command never lose each other's writes);
+toolsets declared in the config file are listed as read-only.
+
+``equip`` and ``unequip`` reach every running proxy of that state directory through its
+control socket (`supervisor.control`), which applies the change, records it and sends
+its clients one ``list_changed``. With no proxy running, the choice is recorded for the
+next one to start with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from supervisor.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Formatter
+from supervisor.cli import _output as out
+from supervisor.cli.config_cmd import CommandError, config_option, load_lenient, locate
+
+if TYPE_CHECKING:
+    from supervisor.config import Config
+    from supervisor.state import State, Toolset
+
+CONTROL_TIMEOUT_S: Final = 10.0
+"""Bound on one request to a running proxy's control socket (an equip is one router step
+and one write of state.json: milliseconds; ten seconds means the proxy is stuck)."""
+
+DEFAULT_CHECK_TIMEOUT_S: Final = 15.0
+"""Bound on connecting to the servers a new toolset names, to check its tools exist."""
+
+EPILOG: Final = """\
+examples:
+  mcpvisor toolset create dev --tool git.status --tool git.commit --tool fs.read_file
+  mcpvisor toolset list
+  mcpvisor toolset show dev
+  mcpvisor toolset equip dev            # a running proxy switches at once (one list_changed)
+  mcpvisor toolset unequip
+  mcpvisor toolset delete dev --yes
+
+state directory: --state-dir, else $MCPVISOR_STATE_DIR, else settings.stateDir, else ~/.local/state/mcpvisor
+"""
+
+
+def register(sub: Any) -> None:
+    parent = config_option()
+    parent.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        default=argparse.SUPPRESS,
+        help="state directory (default: $MCPVISOR_STATE_DIR, settings.stateDir, ~/.local/state/mcpvisor)",
+    )
+    p = sub.add_parser(
+        "toolset",
+        help="build, list and equip toolsets",
+        formatter_class=Formatter,
+        description="Manage toolsets: named subsets of tools from several servers.",
+        epilog=EPILOG,
+        parents=[parent],
+    )
+    p.set_defaults(func=lambda args: _usage(p))
+    cmds = p.add_subparsers(dest="toolset_command", metavar="SUBCOMMAND")
+
+    ls = cmds.add_parser(
+        "list",
+        help="list toolsets (saved and declared in the config)",
+        parents=[parent],
+        formatter_class=Formatter,
+        description="List every toolset and which one is equipped.",
+        epilog="examples:\n  mcpvisor toolset list\n  mcpvisor toolset list --format json\n",
+    )
+    out.add_format(ls)
+    ls.set_defaults(func=run_list)
+
+    show = cmds.add_parser(
+        "show",
+        help="show a toolset's tools",
+        parents=[parent],
+        formatter_class=Formatter,
+        description="Show one toolset: its tools, where it comes from, when it was built.",
+        epilog="examples:\n  mcpvisor toolset show dev\n  mcpvisor toolset show dev --format json\n",
+    )
+    show.add_argument("name", metavar="NAME")
+    out.add_format(show, ("text", "json"))
+    show.set_defaults(func=run_show)
+
+    create = cmds.add_parser(
+        "create",
+        help="save a new toolset",
+        parents=[parent],
+        formatter_class=Formatter,
+        description="Save a toolset in the state directory. Each tool is server.tool; "
+        "by default the servers are contacted to check the tools exist and "
+        "to pin their schemas (so a later change is noticed on equip).",
+        epilog="examples:\n  mcpvisor toolset create dev --tool git.status --tool fs.read_file\n"
+        "  mcpvisor toolset create ops --tool k8s.get_pods k8s.logs --description "
+        "'cluster triage'\n  mcpvisor toolset create offline --tool git.status --no-check\n",
+    )
+    create.add_argument("name", metavar="NAME")
+    create.add_argument(
+        "--tool",
+        dest="tools",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="SERVER.TOOL",
+        required=True,
+        help="a tool, as server.tool (repeatable)",
+    )
+    create.add_argument("--description", metavar="TEXT")
+    create.add_argument("--force", action="store_true", help="replace a saved toolset of the same name")
+    create.add_argument("--no-check", action="store_true", help="do not contact the servers (no schema pins)")
+    create.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_CHECK_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"bound on contacting the servers (default {DEFAULT_CHECK_TIMEOUT_S:g})",
+    )
+    out.add_format(create, ("text", "json"))
+    create.set_defaults(func=run_create)
+
+    delete = cmds.add_parser(
+        "delete",
+        help="delete a saved toolset",
+        parents=[parent],
+        formatter_class=Formatter,
+        description="Delete a saved toolset (asks first on a terminal).",
+        epilog="examples:\n  mcpvisor toolset delete dev\n  mcpvisor toolset delete dev --yes\n",
+    )
+    delete.add_argument("name", metavar="NAME")
+    delete.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    out.add_format(delete, ("text", "json"))
+    delete.set_defaults(func=run_delete)
+
+    equip = cmds.add_parser(
+        "equip",
+        help="equip a toolset (running proxies switch at once)",
+        parents=[parent],
+        formatter_class=Formatter,
+        description="Equip a toolset: clients of every running proxy of this state "
+        "directory see exactly its tools. With no proxy running, the next one "
+        "starts with it.",
+        epilog="examples:\n  mcpvisor toolset equip dev\n",
+    )
+    equip.add_argument("name", metavar="NAME")
+    out.add_format(equip, ("text", "json"))
+    equip.set_defaults(func=run_equip)
+
+    unequip = cmds.add_parser(
+        "unequip",
+        help="unequip the current toolset",
+        parents=[parent],
+        formatter_class=Formatter,
+        description="Unequip the current toolset (running proxies go back to the menu).",
+        epilog="examples:\n  mcpvisor toolset unequip\n",
+    )
+    out.add_format(unequip, ("text", "json"))
+    unequip.set_defaults(func=run_unequip)
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return EXIT_USAGE
+
+
+def _fails(fn: Any) -> Any:
+    """Report a `CommandError` or a state error as one line on stderr and its exit code."""
+
+    def wrapper(args: argparse.Namespace) -> int:
+        from supervisor._atomic import LockTimeout
+        from supervisor.state import CorruptState, StateError
+
+        try:
+            return int(fn(args))
+        except CommandError as err:
+            out.error(str(err))
+            return err.code
+        except (CorruptState, LockTimeout, OSError) as err:
+            out.error(str(err))
+            return EXIT_FAILED
+        except StateError as err:
+            out.error(str(err))
+            return EXIT_USAGE
+
+    return wrapper
+
+
+# --- where things are ---------------------------------------------------------------------
+
+
+class _Context:
+    """The config (if any), the state directory and its store, for one command."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from supervisor.config import Settings
+        from supervisor.state import StateStore
+
+        self.config: Config | None = None
+        target = locate(args)
+        if target is not None and target.exists:
+            try:
+                self.config, _ = load_lenient(target)
+            except CommandError as err:
+                out.note(f"warning: {err}; toolsets declared there are not shown")
+        settings = self.config.settings if self.config is not None else Settings()
+        self.state_dir = _state_dir(getattr(args, "state_dir", None), settings)
+        self.store = StateStore(self.state_dir)
+
+    def declared(self) -> dict[str, Toolset]:
+        from supervisor.state import ToolEntry, Toolset
+
+        if self.config is None:
+            return {}
+        return {
+            name: Toolset(
+                name=name,
+                tools=tuple(
+                    ToolEntry(t.namespaced_name or f"refId:{t.ref_id}", t.ref_id, t.alias, None)
+                    for t in decl.tools
+                ),
+                description=decl.description,
+                created_at="",
+                updated_at="",
+                read_only=True,
+            )
+            for name, decl in self.config.toolsets.items()
+        }
+
+    def every(self, state: State) -> dict[str, Toolset]:
+        found = self.declared()
+        for name, ts in state.toolsets.items():
+            found.setdefault(name, ts)
+        return found
+
+
+def _state_dir(explicit: str | None, settings: Any) -> Path:
+    """The proxy's own rule (`supervisor.tree.resolve_state_dir`), without importing the proxy."""
+    import os
+
+    from supervisor.state import STATE_DIR_ENV, state_dir
+
+    if explicit:
+        return Path(explicit).expanduser()
+    if os.environ.get(STATE_DIR_ENV):
+        return Path(os.environ[STATE_DIR_ENV]).expanduser()
+    return state_dir(settings.state_dir, env={})
+
+
+def _unknown(name: str, known: Sequence[str]) -> CommandError:
+    close = difflib.get_close_matches(name, list(known), n=3)
+    hint = (
+        ("did you mean " + " or ".join(repr(c) for c in close) + "?")
+        if close
+        else (
+            "toolsets: " + ", ".join(known)
+            if known
+            else "no toolsets yet (mcpvisor toolset create NAME --tool s.t)"
+        )
+    )
+    return CommandError(f"no toolset named {name!r}; {hint}")
+
+
+# --- list / show ------------------------------------------------------------------------------
+
+
+def _summary(ts: Toolset, equipped: str | None) -> dict[str, Any]:
+    return {
+        "name": ts.name,
+        "source": "config" if ts.read_only else "saved",
+        "readOnly": ts.read_only,
+        "equipped": ts.name == equipped,
+        "toolCount": len(ts.tools),
+        "description": ts.description,
+        "createdAt": ts.created_at or None,
+        "updatedAt": ts.updated_at or None,
+    }
+
+
+@_fails
+def run_list(args: argparse.Namespace) -> int:
+    ctx = _Context(args)
+    state = ctx.store.load()
+    rows = [_summary(ts, state.equipped) for ts in ctx.every(state).values()]
+    if args.format == "json":
+        out.print_json({"stateDir": str(ctx.state_dir), "equipped": state.equipped, "toolsets": rows})
+        return EXIT_OK
+    if not rows:
+        out.note(
+            f"no toolsets in {ctx.state_dir} (create one: mcpvisor toolset create NAME --tool server.tool)"
+        )
+        return EXIT_OK
+    out.table(
+        ["Name", "Source", "Tools", "Equipped", "Description"],
+        [
+            [
+                r["name"],
+                r["source"],
+                str(r["toolCount"]),
+                "yes" if r["equipped"] else "",
+                (r["description"] or "").splitlines()[0] if r["description"] else "",
+            ]
+            for r in rows
+        ],
+        styles={"Equipped": lambda cell: "bold green" if cell else None},
+    )
+    out.note(f"state directory: {ctx.state_dir}")
+    return EXIT_OK
+
+
+@_fails
+def run_show(args: argparse.Namespace) -> int:
+    ctx = _Context(args)
+    state = ctx.store.load()
+    known = ctx.every(state)
+    ts = known.get(args.name)
+    if ts is None:
+        raise _unknown(args.name, list(known))
+    tools = [
+        {
+            "namespacedName": t.namespaced_name,
+            "alias": t.alias,
+            "refId": t.ref_id,
+            "pinned": t.pinned is not None,
+        }
+        for t in ts.tools
+    ]
+    if args.format == "json":
+        out.print_json({**_summary(ts, state.equipped), "tools": tools})
+        return EXIT_OK
+    where = "declared in the config file (read-only)" if ts.read_only else f"saved in {ctx.state_dir}"
+    out.say(
+        f"{ts.name}: {len(ts.tools)} tools, {where}" + ("; equipped" if ts.name == state.equipped else ""),
+        style="bold",
+    )
+    if ts.description:
+        out.say(f"  {ts.description}")
+    if ts.created_at:
+        out.say(f"  created {ts.created_at}, updated {ts.updated_at}")
+    out.table(
+        ["Tool", "Alias", "refId"],
+        [[str(t["namespacedName"]), str(t["alias"] or ""), str(t["refId"] or "")] for t in tools],
+    )
+    return EXIT_OK
+
+
+# --- create / delete ----------------------------------------------------------------------------
+
+
+def _check_tools(ctx: _Context, refs: Sequence[str], timeout: float) -> dict[str, Mapping[str, Any]]:
+    """Contact the servers ``refs`` name; return each tool's definition, or fail naming what is wrong."""
+    import trio
+
+    from supervisor.probe import load_connection_code, probe_all
+
+    assert ctx.config is not None
+    servers = list(dict.fromkeys(ref.partition(".")[0] for ref in refs))
+    specs = [ctx.config.servers[s] for s in servers]
+    with out.spinner(f"Checking tools on {', '.join(servers)}..."):
+        load_connection_code()
+        results = trio.run(lambda: probe_all(specs, limit=timeout))
+    found: dict[str, Mapping[str, Any]] = {}
+    problems: list[str] = []
+    for ref in refs:
+        server, _, tool = ref.partition(".")
+        result = results[server]
+        if not result.ok:
+            assert result.failure is not None
+            raise CommandError(
+                f"cannot check {ref}: server {server!r} is not reachable ({result.failure.message}); "
+                "start it, or pass --no-check",
+                EXIT_FAILED,
+            )
+        by_name = {str(t.get("name")): t for t in result.tools}
+        if tool in by_name:
+            found[ref] = by_name[tool]
+            continue
+        close = difflib.get_close_matches(tool, list(by_name), n=3)
+        hint = (
+            ("did you mean " + " or ".join(f"{server}.{c}" for c in close) + "?")
+            if close
+            else (f"{server} has: " + ", ".join(sorted(by_name)))
+        )
+        problems.append(f"{ref}: no tool {tool!r} on server {server!r}; {hint}")
+    if problems:
+        raise CommandError("\n".join(problems))
+    return found
+
+
+@_fails
+def run_create(args: argparse.Namespace) -> int:
+    from supervisor._config_types import NAME_RE
+    from supervisor.state import ToolEntry, Toolset, ToolsetExists, now_iso
+
+    ctx = _Context(args)
+    if not NAME_RE.match(args.name):
+        raise CommandError(
+            f'toolset name "{args.name}" is invalid: use 1-64 characters from A-Z, a-z, 0-9, "_", "-"'
+        )
+    if args.name in ctx.declared():
+        raise CommandError(f"toolset {args.name!r} is declared in the config file; pick another name")
+    refs = list(dict.fromkeys(args.tools))
+    for ref in refs:
+        server, dot, tool = ref.partition(".")
+        if not (server and dot and tool):
+            raise CommandError(f'{ref!r} is not a "server.tool" name')
+        if ctx.config is not None and server not in ctx.config.servers:
+            close = difflib.get_close_matches(server, list(ctx.config.servers), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise CommandError(f"{ref}: no server {server!r} in the config{hint}")
+    entries: list[ToolEntry] = []
+    if args.no_check or ctx.config is None:
+        if ctx.config is None and not args.no_check:
+            out.note("note: no config found, so the tools were not checked")
+        entries = [ToolEntry(ref, None, None, None) for ref in refs]
+    else:
+        from actors.toolsets import pin_of, ref_id
+
+        tools = _check_tools(ctx, refs, args.timeout)
+        for ref in refs:
+            server, _, tool = ref.partition(".")
+            entries.append(ToolEntry(ref, ref_id(server, tool, tools[ref]), None, pin_of(tools[ref])))
+    stamp = now_iso()
+    toolset = Toolset(
+        name=args.name, tools=tuple(entries), description=args.description, created_at=stamp, updated_at=stamp
+    )
+    try:
+        ctx.store.save_toolset(toolset, replace=args.force)
+    except ToolsetExists:
+        raise CommandError(
+            f"a toolset named {args.name!r} already exists in {ctx.state_dir}; use --force to replace it"
+        ) from None
+    if args.format == "json":
+        out.print_json(
+            {
+                "created": args.name,
+                "stateDir": str(ctx.state_dir),
+                "tools": refs,
+                "checked": not args.no_check and ctx.config is not None,
+            }
+        )
+    else:
+        out.say(f"Saved toolset {args.name!r} ({len(refs)} tools) in {ctx.state_dir}", style="green")
+        out.note(f"equip it with: mcpvisor toolset equip {args.name}")
+    return EXIT_OK
+
+
+@_fails
+def run_delete(args: argparse.Namespace) -> int:
+    from supervisor.state import UnknownToolset
+
+    ctx = _Context(args)
+    if args.name in ctx.declared():
+        raise CommandError(
+            f"toolset {args.name!r} is declared in the config file (read-only); remove it there"
+        )
+    state = ctx.store.load()
+    if args.name not in state.toolsets:
+        raise _unknown(args.name, list(ctx.every(state)))
+    if not args.yes and out.interactive() and not out.confirm(f"Delete toolset {args.name!r}?"):
+        out.note("not deleted")
+        return EXIT_FAILED
+    try:
+        ctx.store.delete_toolset(args.name)
+    except UnknownToolset as err:
+        raise CommandError(str(err)) from None
+    if args.format == "json":
+        out.print_json({"deleted": args.name, "stateDir": str(ctx.state_dir)})
+    else:
+        out.say(f"Deleted toolset {args.name!r} from {ctx.state_dir}")
+    return EXIT_OK
+
+
+# --- equip / unequip ----------------------------------------------------------------------------
+
+
+def _running(args: argparse.Namespace, state_dir: Path) -> list[Any]:
+    """The running proxies of ``state_dir`` (none when the control module is not available).
+
+    `mcpvisor serve` registers its control socket under ``--state-dir`` /
+    ``$MCPVISOR_STATE_DIR`` / the user state dir even when ``settings.stateDir`` moves the
+    toolsets elsewhere, so both places are asked.
+    """
+    try:
+        from supervisor.control import list_running
+    except ImportError:
+        return []
+    from supervisor.state import state_dir as registration_dir
+
+    found: dict[int, Any] = {}
+    for directory in dict.fromkeys((state_dir, registration_dir(getattr(args, "state_dir", None)))):
+        try:
+            for proxy in list_running(directory):
+                found.setdefault(proxy.pid, proxy)
+        except OSError as err:
+            out.note(f"warning: cannot look for running proxies in {directory}: {err}")
+    return list(found.values())
+
+
+def _tell(proxies: Sequence[Any], op: str, **fields: Any) -> list[dict[str, Any]]:
+    """Send ``op`` to each running proxy; one report per proxy (``ok`` and ``answer`` or ``error``)."""
+    from supervisor.control import ControlError, request
+
+    reports = []
+    for proxy in proxies:
+        try:
+            answer = request(proxy.socket, op, timeout=CONTROL_TIMEOUT_S, **fields)
+            reports.append({"pid": proxy.pid, "ok": True, "answer": answer})
+        except (ControlError, OSError) as err:
+            reports.append({"pid": proxy.pid, "ok": False, "error": str(err)})
+    return reports
+
+
+def _report(
+    args: argparse.Namespace,
+    what: str,
+    reports: list[dict[str, Any]],
+    ctx: _Context,
+    extra: Mapping[str, Any],
+) -> int:
+    failed = [r for r in reports if not r["ok"]]
+    if args.format == "json":
+        out.print_json({**extra, "stateDir": str(ctx.state_dir), "proxies": reports})
+        return EXIT_FAILED if failed else EXIT_OK
+    if not reports:
+        out.say(f"{what} (no running proxy found; recorded in {ctx.state_dir} for the next one to start)")
+        return EXIT_OK
+    for r in reports:
+        if r["ok"]:
+            out.say(f"{what} in the running proxy (pid {r['pid']})", style="green")
+        else:
+            out.error(f"proxy pid {r['pid']}: {r['error']}")
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+@_fails
+def run_equip(args: argparse.Namespace) -> int:
+    ctx = _Context(args)
+    state = ctx.store.load()
+    known = ctx.every(state)
+    if args.name not in known:
+        raise _unknown(args.name, list(known))
+    proxies = _running(args, ctx.state_dir)
+    reports = _tell(proxies, "equip", name=args.name) if proxies else []
+    if not proxies:
+        ctx.store.set_equipped(args.name)
+    return _report(args, f"Equipped toolset {args.name!r}", reports, ctx, {"equipped": args.name})
+
+
+@_fails
+def run_unequip(args: argparse.Namespace) -> int:
+    ctx = _Context(args)
+    proxies = _running(args, ctx.state_dir)
+    if not proxies:
+        state = ctx.store.load()
+        if state.equipped is None:
+            if args.format == "json":
+                out.print_json({"equipped": None, "stateDir": str(ctx.state_dir), "proxies": []})
+            else:
+                out.say("Nothing is equipped")
+            return EXIT_OK
+        ctx.store.set_equipped(None)
+    reports = _tell(proxies, "unequip") if proxies else []
+    return _report(args, "Unequipped the toolset", reports, ctx, {"equipped": None})

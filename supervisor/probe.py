@@ -1,0 +1,511 @@
+"""Probe one configured server the way the proxy would: start or connect, initialize, list tools.
+
+Owns what `mcpvisor mcp list`, `mcp test` and `mcp info` know about a server without a
+running proxy:
+
+* `probe_server`: one attempt, bounded in time, with the timing of each step (spawn,
+  initialize, tools/list) and, on failure, a classified cause (`Failure`): the command is
+  not on PATH, the process exited (with its status and last stderr lines), an HTTP
+  status (401, 404, ...), a refused connection, a handshake error, a timeout;
+* `probe_all`: every given server at once, under one process watchdog, reporting each
+  result as it arrives.
+
+It uses the proxy's own connection code (`actors.link.open_stdio_link` /
+`open_sdk_link`), so a server that passes here starts under the proxy too. Whatever a
+probe starts is stopped and reaped before it returns, cancellation included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import trio
+
+from supervisor.config import ServerSpec
+
+__all__ = [
+    "DEFAULT_PROBE_TIMEOUT_S",
+    "Failure",
+    "ProbeResult",
+    "Step",
+    "probe_all",
+    "probe_server",
+]
+
+DEFAULT_PROBE_TIMEOUT_S: Final = 15.0
+"""Bound on one probe (spawn to the end of tools/list): the CLI's default `--timeout`.
+Long enough for an `npx`/`uvx` server's first download-free start on a busy laptop,
+short enough that `mcp list` never looks hung."""
+
+PROBE_SHUTDOWN_GRACE_S: Final = 1.0
+"""Stop sequence grace for probed children (close stdin, wait, SIGTERM, wait, SIGKILL):
+shorter than the proxy's 2 s because nobody is waiting on the child's work."""
+
+PROBE_MAX_MESSAGE: Final = 16 * 1024 * 1024
+"""Largest message accepted while probing: the proxy's default `maxMessageBytes`."""
+
+STDERR_TAIL_LINES: Final = 5
+"""Last stderr lines of a failed server shown to the user."""
+
+LIST_PAGE_LIMIT: Final = 1000
+"""Pages of tools/list followed at most (a server that never ends its cursor chain)."""
+
+HTTP_HINTS: Final[Mapping[int, str]] = {
+    401: "the server wants credentials: check the Authorization header (--header)",
+    403: "the credentials were refused: check the token and its scopes",
+    404: "nothing is served at this URL: check the path (streamable HTTP is usually /mcp, SSE /sse)",
+    405: "the URL does not accept this transport: try --transport sse or http",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One step of a probe and how long it took (seconds of trio's clock)."""
+
+    name: str
+    seconds: float
+    ok: bool
+    detail: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why a probe failed, classified.
+
+    Attributes:
+        kind: ``not_found`` (command not on PATH), ``spawn`` (could not start otherwise),
+            ``exited`` (the process ended; ``status``), ``http`` (``http_status``),
+            ``connect`` (no connection), ``handshake`` (the server refused or broke the
+            MCP handshake), ``timeout``, ``error`` (anything else).
+        message: one line for people.
+        step: the step that failed.
+        status: the exit status (``exited``); negative for a signal.
+        http_status: the HTTP status (``http``).
+        stderr: the last lines the server wrote on stderr (stdio servers).
+        hint: what to try, when there is an obvious next step.
+    """
+
+    kind: str
+    message: str
+    step: str
+    status: int | None = None
+    http_status: int | None = None
+    stderr: tuple[str, ...] = ()
+    hint: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    """What one probe found. ``ok`` means initialize and tools/list both succeeded."""
+
+    server: str
+    transport: str
+    ok: bool
+    steps: tuple[Step, ...]
+    seconds: float
+    tools: tuple[Mapping[str, Any], ...] = ()
+    protocol_version: str | None = None
+    server_name: str | None = None
+    server_version: str | None = None
+    failure: Failure | None = None
+
+    def to_json(self, *, with_tools: bool = False) -> dict[str, Any]:
+        """The result as plain JSON (what `--format json` prints)."""
+        out: dict[str, Any] = {
+            "server": self.server,
+            "transport": self.transport,
+            "ok": self.ok,
+            "seconds": round(self.seconds, 4),
+            "steps": [
+                {"name": s.name, "seconds": round(s.seconds, 4), "ok": s.ok, "detail": s.detail}
+                for s in self.steps
+            ],
+            "toolCount": len(self.tools) if self.ok else None,
+            "protocolVersion": self.protocol_version,
+            "serverInfo": {"name": self.server_name, "version": self.server_version}
+            if self.server_name is not None
+            else None,
+            "failure": None,
+        }
+        if with_tools:
+            out["tools"] = [{"name": t.get("name"), "description": t.get("description")} for t in self.tools]
+        if self.failure is not None:
+            f = self.failure
+            out["failure"] = {
+                "kind": f.kind,
+                "message": f.message,
+                "step": f.step,
+                "status": f.status,
+                "httpStatus": f.http_status,
+                "stderr": list(f.stderr),
+                "hint": f.hint,
+            }
+        return out
+
+
+class _QuietEvents:
+    """LinkEvents for a probe: nothing to forward, nobody to ask."""
+
+    def list_changed(self, kind: str) -> None:
+        pass
+
+    def resource_updated(self, uri: str) -> None:
+        pass
+
+    def log_message(self, params: dict[str, Any]) -> None:
+        pass
+
+    def fallback_origin(self, method: str) -> None:
+        return None
+
+
+@dataclass(slots=True)
+class _Run:
+    """The mutable record of one probe in progress."""
+
+    spec: ServerSpec
+    started: float
+    mark: float
+    step: str
+    steps: list[Step] = field(default_factory=list)
+    tools: tuple[Mapping[str, Any], ...] = ()
+    protocol_version: str | None = None
+    server_name: str | None = None
+    server_version: str | None = None
+    link: Any = None
+    http_statuses: list[int] = field(default_factory=list)
+
+    def done(self, detail: str | None = None, *, next_step: str) -> None:
+        now = trio.current_time()
+        self.steps.append(Step(self.step, now - self.mark, True, detail))
+        self.mark = now
+        self.step = next_step
+
+    def result(self, failure: Failure | None) -> ProbeResult:
+        now = trio.current_time()
+        steps = list(self.steps)
+        if failure is not None:
+            steps.append(Step(self.step, now - self.mark, False, failure.message))
+        return ProbeResult(
+            server=self.spec.name,
+            transport=self.spec.transport,
+            ok=failure is None,
+            steps=tuple(steps),
+            seconds=now - self.started,
+            tools=self.tools if failure is None else (),
+            protocol_version=self.protocol_version,
+            server_name=self.server_name,
+            server_version=self.server_version,
+            failure=failure,
+        )
+
+
+async def probe_server(
+    spec: ServerSpec, *, limit: float = DEFAULT_PROBE_TIMEOUT_S, reaper: Any = None
+) -> ProbeResult:
+    """Start or connect to ``spec``'s server, initialize, list its tools, and disconnect.
+
+    Args:
+        spec: the server, as resolved from the config (enabled or not: a probe is explicit).
+        limit: bound on the whole probe, in seconds. On expiry the probe is abandoned
+            and reported as a ``timeout`` failure naming the step it was in.
+        reaper: an `actors.process.Reaper` that kills the child if this process dies.
+
+    Returns:
+        The result; never raises for a failure of the server itself.
+
+    Cancellation: the child process (if any) is stopped and reaped, shielded and bounded
+    by about three times `PROBE_SHUTDOWN_GRACE_S`, before the cancellation propagates.
+    """
+    load_connection_code()  # importing the SDK takes seconds on a busy machine: not the server's time
+    now = trio.current_time()
+    first = "spawn" if spec.transport in ("stdio", "stdio-docker") else "connect + initialize"
+    run = _Run(spec=spec, started=now, mark=now, step=first)
+    failure: Failure | None = None
+    with trio.move_on_after(limit) as scope:
+        try:
+            if spec.transport in ("stdio", "stdio-docker"):
+                await _probe_stdio(run, reaper)
+            else:
+                await _probe_remote(run)
+        except Exception as exc:
+            failure = _classify(exc, run)
+        except BaseExceptionGroup as group:  # a failure and a cancellation at once
+            cancelled, rest = group.split(trio.Cancelled)
+            if rest is not None:
+                failure = _classify(rest, run)
+            if cancelled is not None:
+                raise cancelled from None  # STYLE 14: ours ends here, an outer one goes on
+            raise
+    if scope.cancelled_caught and failure is None:
+        failure = Failure(
+            "timeout",
+            f"no answer within {limit:g}s (during {run.step})",
+            run.step,
+            stderr=_stderr_tail(run),
+            hint="raise --timeout if the server is just slow to start",
+        )
+    return run.result(failure)
+
+
+async def probe_all(
+    specs: Sequence[ServerSpec],
+    *,
+    limit: float = DEFAULT_PROBE_TIMEOUT_S,
+    on_result: Callable[[ProbeResult], None] | None = None,
+) -> dict[str, ProbeResult]:
+    """Probe every server in ``specs`` concurrently; each one bounded by ``limit`` seconds.
+
+    Returns:
+        Results by server name, in the order of ``specs``. ``on_result`` is called as
+        each one finishes (for a spinner's progress).
+    """
+    from actors.process import open_reaper
+
+    load_connection_code()
+    results: dict[str, ProbeResult] = {}
+
+    async def one(spec: ServerSpec) -> None:
+        result = await probe_server(spec, limit=limit, reaper=reaper)
+        results[spec.name] = result
+        if on_result is not None:
+            on_result(result)
+
+    async with open_reaper() as reaper, trio.open_nursery() as nursery:
+        for spec in specs:
+            nursery.start_soon(one, spec)
+    return {spec.name: results[spec.name] for spec in specs}
+
+
+# --- the two kinds of connection --------------------------------------------------------
+
+
+def load_connection_code() -> None:
+    """Import the connection code (the MCP SDK, httpx2) before any probe starts its clock."""
+    import mcp.client.sse
+    import mcp.client.streamable_http  # noqa: F401
+
+
+async def _probe_stdio(run: _Run, reaper: Any) -> None:
+    from actors.link import open_stdio_link
+    from actors.upstream import docker_argv
+
+    spec = run.spec
+    argv = [spec.command or "", *spec.args] if spec.transport == "stdio" else docker_argv(spec)
+
+    def spawned(link: Any) -> None:
+        run.link = link
+        run.done(f"pid {link.pid}", next_step="initialize")
+
+    async with open_stdio_link(
+        spec.name,
+        argv,
+        env=spec.env,
+        cwd=spec.cwd,
+        events=_QuietEvents(),
+        reaper=reaper,
+        protocol=spec.protocol,
+        max_message=PROBE_MAX_MESSAGE,
+        shutdown_grace=min(spec.shutdown_grace, PROBE_SHUTDOWN_GRACE_S),
+        on_spawn=spawned,
+    ) as link:
+        await _after_handshake(run, link)
+
+
+async def _probe_remote(run: _Run) -> None:
+    from actors.link import open_sdk_link
+
+    async with open_sdk_link(
+        run.spec.name, _remote_transport(run), events=_QuietEvents(), protocol=run.spec.protocol
+    ) as link:
+        await _after_handshake(run, link)
+
+
+def _remote_transport(run: _Run) -> Any:
+    """The SDK client transport for an http/sse/ws spec, recording HTTP statuses seen."""
+    spec = run.spec
+    headers = dict(spec.headers)
+    if spec.transport == "ws":
+        from actors.ws import websocket_client
+
+        return websocket_client(spec.url or "", headers=headers, max_message=PROBE_MAX_MESSAGE)
+    import httpx2
+
+    async def record(response: Any) -> None:
+        run.http_statuses.append(int(response.status_code))
+
+    def make_client(
+        headers: dict[str, str] | None = None, timeout: Any = None, auth: Any = None
+    ) -> httpx2.AsyncClient:
+        return httpx2.AsyncClient(
+            headers=headers,
+            timeout=timeout if timeout is not None else httpx2.Timeout(DEFAULT_PROBE_TIMEOUT_S),
+            auth=auth,
+            event_hooks={"response": [record]},
+        )
+
+    if spec.transport == "sse":
+        from mcp.client.sse import sse_client
+
+        return sse_client(spec.url or "", headers=headers, httpx_client_factory=make_client)
+    from mcp.client.streamable_http import streamable_http_client
+
+    return streamable_http_client(spec.url or "", http_client=make_client(headers=headers))
+
+
+async def _after_handshake(run: _Run, link: Any) -> None:
+    """Record the handshake step, then list every page of tools."""
+    run.protocol_version = link.protocol_version or None
+    if link.server_info is not None:
+        run.server_name = link.server_info.name
+        run.server_version = link.server_info.version
+    who = f"{run.server_name} {run.server_version}" if run.server_name else "initialized"
+    run.done(f"{who} (protocol {link.protocol_version})", next_step="tools/list")
+    run.tools = await _list_tools(link)
+    run.done(f"{len(run.tools)} tools", next_step="done")
+
+
+async def _list_tools(link: Any) -> tuple[Mapping[str, Any], ...]:
+    import mcp_types as types
+    from mcp.shared.exceptions import MCPError
+
+    caps = link.capabilities
+    if caps is not None and caps.tools is None:
+        return ()
+    items: list[Mapping[str, Any]] = []
+    cursor: str | None = None
+    for _page in range(LIST_PAGE_LIMIT):
+        params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        try:
+            result = await link.session.list_tools(params=params)
+        except MCPError as exc:
+            if exc.error.code == types.METHOD_NOT_FOUND:
+                return ()
+            raise
+        items.extend(t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in result.tools)
+        cursor = result.next_cursor
+        if not cursor:
+            break
+    return tuple(items)
+
+
+# --- failure classification -------------------------------------------------------------
+
+
+def _leaves(exc: BaseException) -> Iterator[BaseException]:
+    """The non-group exceptions inside ``exc`` (itself if it is not a group), Cancelled skipped."""
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            yield from _leaves(inner)
+    elif not isinstance(exc, trio.Cancelled):
+        yield exc
+
+
+def _stderr_tail(run: _Run) -> tuple[str, ...]:
+    stderr = getattr(run.link, "stderr", None)
+    if stderr is None:
+        return ()
+    return tuple(line.rstrip() for line in list(stderr.lines)[-STDERR_TAIL_LINES:] if line.strip())
+
+
+def _classify(exc: BaseException, run: _Run) -> Failure:
+    """Turn whatever the connection raised into a `Failure` a user can act on."""
+    from actors.errors import ProxyError, UpstreamDied
+    from actors.process import SpawnError, describe_exit
+
+    leaves = list(_leaves(exc)) or [exc]
+    step = run.step
+    stderr = _stderr_tail(run)
+    proc = getattr(run.link, "proc", None)
+    for leaf in leaves:
+        if isinstance(leaf, SpawnError):
+            text = str(leaf)
+            if text.startswith("command not found"):
+                return Failure(
+                    "not_found", text, step, hint="install it, or give the full path to the command"
+                )
+            return Failure("spawn", text, step)
+    returncode = getattr(proc, "returncode", None)
+    if returncode is not None and (step != "done"):
+        text = describe_exit(returncode)
+        return Failure("exited", f"the process {text} during {step}", step, status=returncode, stderr=stderr)
+    status = _http_status(leaves, run)
+    if status is not None:
+        hint = HTTP_HINTS.get(status)
+        return Failure(
+            "http", f"HTTP {status} {_reason(status)} during {step}", step, http_status=status, hint=hint
+        )
+    for leaf in leaves:
+        if _is_connect_error(leaf):
+            return Failure(
+                "connect",
+                f"could not connect to {run.spec.url}: {_connect_text(leaf)}",
+                step,
+                hint="is the server running, and is the URL right?",
+            )
+    for leaf in leaves:
+        if isinstance(leaf, UpstreamDied):
+            return Failure(
+                "exited",
+                f"the server closed the connection during {step} ({leaf.reason})",
+                step,
+                stderr=stderr,
+            )
+        if isinstance(leaf, ProxyError):
+            return Failure("error", leaf.message, step, stderr=stderr)
+        code = getattr(getattr(leaf, "error", None), "code", None)
+        if code is not None:
+            message = getattr(leaf.error, "message", str(leaf))  # type: ignore[attr-defined]
+            return Failure(
+                "handshake", f"{step} failed: {message} (JSON-RPC error {code})", step, stderr=stderr
+            )
+    leaf = leaves[0]
+    return Failure("error", f"{step} failed: {_text(leaf)}", step, stderr=stderr)
+
+
+def _text(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _connect_text(exc: BaseException) -> str:
+    """Why a connection failed: the OS error behind a library's wrapper, when there is one."""
+    seen: BaseException | None = exc
+    for _ in range(10):  # a cause chain is short; never loop on a cycle
+        if seen is None:
+            break
+        if isinstance(seen, OSError):
+            return seen.strerror.lower() if seen.strerror else str(seen) or type(seen).__name__
+        seen = seen.__cause__ or seen.__context__
+    return _text(exc)
+
+
+def _reason(status: int) -> str:
+    from http import HTTPStatus
+
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
+
+
+def _http_status(leaves: Sequence[BaseException], run: _Run) -> int | None:
+    """The HTTP error status behind a failure: from the exception, else the last response seen."""
+    for leaf in leaves:
+        response = getattr(leaf, "response", None)
+        code = getattr(response, "status_code", None) or getattr(leaf, "status_code", None)
+        if isinstance(code, int) and code >= 400:
+            return code
+    errors = [s for s in run.http_statuses if s >= 400]
+    return errors[-1] if errors else None
+
+
+def _is_connect_error(exc: BaseException) -> bool:
+    if isinstance(exc, OSError | ConnectionError):
+        return True
+    name = type(exc).__name__
+    return name in ("ConnectError", "ConnectTimeout", "HandshakeError", "ConnectionRejected") or (
+        isinstance(exc.__cause__, OSError)
+    )
