@@ -1,0 +1,285 @@
+"""Tool-call scenarios: latency, throughput and a 1 MiB result, over stdio and streamable HTTP.
+
+Every subject (direct, mcpvisor with the fast path on and off, each peer) is connected
+once over one benchmark upstream, warmed up, and then measured in alternating rounds
+(A B C ... then ... C B A), so slow phases of a shared machine hit every subject alike.
+Each round yields one value per metric per subject; a row reports the median over
+rounds, and each ratio is the median of per-round ratios against the direct row.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import trio
+
+from bench import procs
+from bench.core import Params, Result, aggregate, mb, percentile, rnd
+from bench.drivers import ServerDef, Session, Subject, open_session
+
+WARMUP_CALLS: Final = 30
+CALL_TIMEOUT_S: Final = 60.0
+CALL_BUDGET_S: Final = 0.5
+"""Per-call allowance on top of CALL_TIMEOUT_S: a loaded shared box stalls processes for seconds."""
+UPSTREAM: Final = ServerDef("b")
+
+Measure = Callable[[Session], Awaitable[dict[str, float]]]
+
+
+async def call_ok(session: Session, tool: str, args: dict[str, Any]) -> Any:
+    result = await session.client.call_tool(tool, args)
+    if getattr(result, "is_error", False):
+        raise RuntimeError(f"{session.subject.name}: {tool} returned an error: {result.content!r:.200}")
+    return result
+
+
+async def latency(session: Session, base: str, args: dict[str, Any], n: int) -> dict[str, float]:
+    """``n`` sequential calls: p50/p99 ms and the server side's CPU per call."""
+    tool = session.tool(base)
+    call = session.client.call_tool
+    server = session.proxy_procs()
+    cpu0 = procs.cpu_seconds(server)
+    times = []
+    with trio.fail_after(CALL_TIMEOUT_S + n * CALL_BUDGET_S):
+        for _ in range(n):
+            t0 = time.perf_counter()
+            await call(tool, args)
+            times.append(time.perf_counter() - t0)
+    cpu = procs.cpu_seconds(server) - cpu0
+    times.sort()
+    return {"p50_ms": percentile(times, 0.5) * 1e3, "p99_ms": percentile(times, 0.99) * 1e3,
+            "cpu_ms_per_call": cpu / n * 1e3}
+
+
+async def throughput(session: Session, base: str, args: dict[str, Any], total: int,
+                     concurrency: int) -> tuple[float, float]:
+    """``total`` calls from ``concurrency`` tasks at once: (calls/s, p50 ms)."""
+    tool = session.tool(base)
+    call = session.client.call_tool
+    remaining = total
+    times: list[float] = []
+
+    async def worker() -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            t0 = time.perf_counter()
+            await call(tool, args)
+            times.append(time.perf_counter() - t0)
+
+    t_start = time.perf_counter()
+    with trio.fail_after(CALL_TIMEOUT_S + total * CALL_BUDGET_S):
+        async with trio.open_nursery() as nursery:
+            for _ in range(concurrency):
+                nursery.start_soon(worker)
+    elapsed = time.perf_counter() - t_start
+    times.sort()
+    return total / elapsed, percentile(times, 0.5) * 1e3
+
+
+async def interleave(sessions: Sequence[Session], rounds: int, measure: Measure,
+                     result: Result) -> dict[str, list[dict[str, float]]]:
+    """Run ``measure`` on each session, alternating direction each round; a failing subject is dropped."""
+    per_round: dict[str, list[dict[str, float]]] = {s.subject.name: [] for s in sessions}
+    alive = list(sessions)
+    for r in range(rounds):
+        order = alive if r % 2 == 0 else list(reversed(alive))
+        for session in order:
+            name = session.subject.name
+            try:
+                per_round[name].append(await measure(session))
+            except Exception as exc:  # a peer falling over must not end the run
+                result.skip(name, f"failed during round {r + 1}: {exc!r:.300}")
+                alive.remove(session)
+                per_round.pop(name, None)
+    return per_round
+
+
+def rows_from(result: Result, sessions: Sequence[Session], table: dict[str, dict[str, Any]]) -> None:
+    for session in sessions:
+        row = table.get(session.subject.name)
+        if row is None:
+            continue
+        result.rows.append({"subject": session.subject.name, "kind": session.subject.kind,
+                            "transport": session.transport, **row})
+
+
+def beats_peers(result: Result, metric: str, lower_is_better: bool) -> None:
+    """Target: mcpvisor's ``metric`` is better than every peer's in this run."""
+    ours = result.row("mcpvisor")
+    peers = [r for r in result.rows if r["kind"] == "peer" and r.get(metric) is not None]
+    if ours is None or ours.get(metric) is None or not peers:
+        return
+    value = ours[metric]
+    if lower_is_better:
+        met = all(value < p[metric] for p in peers)
+        best = min(p[metric] for p in peers)
+    else:
+        met = all(value > p[metric] for p in peers)
+        best = max(p[metric] for p in peers)
+    result.targets.append({"subject": "mcpvisor", "metric": metric, "target": "better than every peer",
+                           "value": value, "best_peer": best, "met": met, "what": f"{metric} vs peers"})
+
+
+async def _hold(subject: Subject, workdir: Path, transport: str, stop: trio.Event, lost: dict[str, str], *,
+                task_status: trio.TaskStatus[Session | Exception] = trio.TASK_STATUS_IGNORED) -> None:
+    """Own one subject's session in its own task until ``stop``: a session whose connection
+    breaks later (its SDK tasks fail) ends only itself, never the scenario or the others."""
+    started = False
+    try:
+        async with open_session(subject, [UPSTREAM], workdir, transport=transport) as session:
+            echo = await session.wait_tool("echo")
+            for _ in range(WARMUP_CALLS):
+                await call_ok(session, echo, {"text": "warm"})
+            task_status.started(session)
+            started = True
+            await stop.wait()
+    except Exception as exc:
+        if not started:
+            task_status.started(exc)
+        else:
+            lost[subject.name] = f"{exc}"
+
+
+async def open_all(nursery: trio.Nursery, stop: trio.Event, subjects: Sequence[Subject], workdir: Path,
+                   transport: str, results: Sequence[Result], lost: dict[str, str]) -> list[Session]:
+    """Connect every subject over one benchmark upstream; a subject that fails is skipped in ``results``."""
+    sessions = []
+    for subject in subjects:
+        if transport not in subject.transports:
+            for r in results:
+                r.skip(subject.name, f"does not serve {transport}")
+            continue
+        got = await nursery.start(_hold, subject, workdir, transport, stop, lost)
+        if isinstance(got, Exception):
+            for r in results:
+                r.skip(subject.name, f"could not start or call: {got}")
+            continue
+        sessions.append(got)
+        procs.progress(f"  {subject.name} over {transport}: connected in {got.connect_s:.2f} s")
+    if not any(s.subject.kind == "direct" for s in sessions):
+        raise RuntimeError("the direct baseline did not start; no ratio can be computed")
+    return sessions
+
+
+LAT_COLUMNS: Final = ["p50_ms", "p99_ms", "ratio_p50", "ratio_p99", "cpu_ms_per_call"]
+TP_COLUMNS: Final = ["c1_calls_s", "ratio_c1", "cN_calls_s", "ratio_cN", "cN_p50_ms"]
+
+
+async def run_latency(name: str, title: str, sessions: Sequence[Session], params: Params,
+                      base: str, args: dict[str, Any], result: Result) -> None:
+    result.params.update(calls=params.calls, rounds=params.rounds, tool=base, arguments=args)
+    per_round = await interleave(sessions, params.rounds, lambda s: latency(s, base, args, params.calls), result)
+    table = aggregate(per_round, ["p50_ms", "p99_ms", "cpu_ms_per_call"],
+                      {"ratio_p50": "p50_ms", "ratio_p99": "p99_ms"})
+    rows_from(result, sessions, table)
+    beats_peers(result, "ratio_p50", lower_is_better=True)
+
+
+async def run_throughput(sessions: Sequence[Session], params: Params, result: Result) -> None:
+    n, c = params.throughput_calls, params.concurrency
+    result.params.update(calls=n, rounds=params.rounds, concurrency=[1, c], tool="echo")
+    args = {"text": "hello"}
+
+    async def measure(session: Session) -> dict[str, float]:
+        c1, _ = await throughput(session, "echo", args, n, 1)
+        cn, cn_p50 = await throughput(session, "echo", args, n, c)
+        return {"c1_calls_s": c1, "cN_calls_s": cn, "cN_p50_ms": cn_p50}
+
+    per_round = await interleave(sessions, params.rounds, measure, result)
+    table = aggregate(per_round, ["c1_calls_s", "cN_calls_s", "cN_p50_ms"],
+                      {"ratio_c1": "c1_calls_s", "ratio_cN": "cN_calls_s"})
+    for row in table.values():
+        row["c1_calls_s"] = rnd(row["c1_calls_s"], 0)
+        row["cN_calls_s"] = rnd(row["cN_calls_s"], 0)
+    rows_from(result, sessions, table)
+    beats_peers(result, "ratio_cN", lower_is_better=False)
+
+
+async def run_payload(sessions: Sequence[Session], params: Params, result: Result) -> None:
+    size = params.payload_bytes
+    result.params.update(calls=params.payload_calls, rounds=params.rounds, bytes=size)
+    result.notes.append("peak RSS is the server side's VmHWM (the proxy alone; for direct, the upstream itself)")
+    before = {s.subject.name: s.rss() for s in sessions}
+    per_round = await interleave(sessions, params.rounds,
+                                 lambda s: latency(s, "payload", {"size": size}, params.payload_calls), result)
+    table = aggregate(per_round, ["p50_ms", "p99_ms"], {"ratio_p50": "p50_ms", "ratio_p99": "p99_ms"})
+    for session in sessions:
+        row = table.get(session.subject.name)
+        if row is not None:
+            row["rss_mb"] = mb(before[session.subject.name])
+            row["peak_rss_mb"] = mb(session.hwm())
+    rows_from(result, sessions, table)
+    beats_peers(result, "ratio_p50", lower_is_better=True)
+
+
+STDIO_SCENARIOS: Final = ("latency", "latency_work", "throughput", "payload")
+HTTP_SCENARIOS: Final = ("http_latency", "http_throughput")
+
+
+def new_results(names: Sequence[str], params: Params) -> dict[str, Result]:
+    titles = {
+        "latency": ("Sequential tool-call latency, trivial echo tool (stdio)", LAT_COLUMNS),
+        "latency_work": (f"Sequential tool-call latency, a tool doing {params.work_ms:g} ms of CPU work (stdio)",
+                         LAT_COLUMNS),
+        "throughput": (f"Throughput, echo, concurrency 1 and {params.concurrency} (stdio)", TP_COLUMNS),
+        "payload": (f"{params.payload_bytes >> 20} MiB tool result (stdio)",
+                    ["p50_ms", "ratio_p50", "rss_mb", "peak_rss_mb"]),
+        "http_latency": ("Sequential tool-call latency over streamable HTTP", LAT_COLUMNS),
+        "http_throughput": (f"Throughput over streamable HTTP, concurrency 1 and {params.concurrency}",
+                            TP_COLUMNS),
+    }
+    return {n: Result(n, titles[n][0], list(titles[n][1])) for n in names}
+
+
+async def run_call_group(transport: str, wanted: Sequence[str], subjects: Sequence[Subject], params: Params,
+                         workdir: Path) -> list[Result]:
+    """Connect every subject once over ``transport`` and run the wanted call scenarios on those sessions."""
+    results = new_results(wanted, params)
+    started = time.perf_counter()
+    lost: dict[str, str] = {}
+    try:
+        async with trio.open_nursery() as nursery:
+            stop = trio.Event()
+            try:
+                await _run_group(nursery, stop, transport, results, subjects, params, workdir, lost)
+            finally:
+                stop.set()  # every held session closes, concurrently
+    except Exception as exc:
+        for result in results.values():
+            if not result.rows:
+                result.error = f"{exc}"
+    elapsed = time.perf_counter() - started
+    for result in results.values():
+        result.seconds = result.seconds or elapsed
+    return list(results.values())
+
+
+async def _run_group(nursery: trio.Nursery, stop: trio.Event, transport: str, results: dict[str, Result],
+                     subjects: Sequence[Subject], params: Params, workdir: Path, lost: dict[str, str]) -> None:
+    """Connect every subject, then run each wanted scenario on those sessions."""
+    sessions = await open_all(nursery, stop, subjects, workdir, transport, list(results.values()), lost)
+    for name, result in results.items():
+        t0 = time.perf_counter()
+        if name in ("latency", "http_latency"):
+            await run_latency(name, result.title, sessions, params, "echo", {"text": "hello"}, result)
+            result.target("mcpvisor", "ratio_p50", "<=", 2.0, "p50 latency at most 2.0x direct")
+        elif name == "latency_work":
+            await run_latency(name, result.title, sessions, params, "work", {"ms": params.work_ms},
+                              result)
+        elif name in ("throughput", "http_throughput"):
+            await run_throughput(sessions, params, result)
+            result.target("mcpvisor", "ratio_cN", ">=", 0.9,
+                          f"throughput at concurrency {params.concurrency} at least 0.9x direct")
+        elif name == "payload":
+            await run_payload(sessions, params, result)
+            result.target("mcpvisor", "ratio_p50", "<=", 1.5, "1 MiB result at most 1.5x direct")
+        result.seconds = time.perf_counter() - t0
+        if transport == "http":
+            result.notes.append("direct over HTTP = the same tools behind the SDK's own streamable "
+                                "HTTP server (bench/http_upstream.py)")
+        for name_lost, why in lost.items():
+            result.notes.append(f"{name_lost}'s connection broke: {why[:200]}")

@@ -1,0 +1,195 @@
+"""The benchmark upstream: a lean handshake-era MCP server on stdio.
+
+Standard library + msgspec only (no ``mcp`` import), so it starts in tens of
+milliseconds and answers in microseconds: what the bench measures is the client's and
+the proxy's cost, not this server's. Speaks newline-delimited JSON-RPC 2.0, protocol
+2025-11-25 (older handshake versions are echoed back); answers ``initialize``,
+``notifications/initialized``, ``ping``, ``tools/list`` and ``tools/call``; anything
+else (``server/discover`` included) gets -32601.
+
+Tools:
+    echo(text)     the text back, as it came
+    payload(size)  a text result of exactly ``size`` bytes
+    sleep(ms)      answers after ``ms`` milliseconds from a timer thread; other requests keep being served
+    work(ms)       burns ``ms`` milliseconds of CPU, then answers (a "real" tool's cost)
+    tool_0..       ``--tools N`` generated tools with realistic descriptions and schemas
+                   (for the tools/list size scenario); each answers like echo
+
+Usage: ``python bench/upstream.py [--name NAME] [--tools N] [--bare]``. Exits 0 on stdin EOF.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+from typing import Any, Final
+
+import msgspec
+
+PROTOCOL_VERSION: Final = "2025-11-25"
+SUPPORTED_VERSIONS: Final = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+METHOD_NOT_FOUND: Final = -32601
+INVALID_PARAMS: Final = -32602
+PARSE_ERROR: Final = -32700
+MAX_PAYLOAD: Final = 64 * 1024 * 1024
+"""payload(size) refuses more than this: the bench never asks for more than a few MiB."""
+
+_S: Final = {"type": "string"}
+_I: Final = {"type": "integer", "minimum": 0}
+
+BASE_TOOLS: Final[list[dict[str, Any]]] = [
+    {"name": "echo", "description": "Return the given text unchanged.",
+     "inputSchema": {"type": "object", "properties": {"text": _S}, "required": ["text"]},
+     "annotations": {"readOnlyHint": True}},
+    {"name": "payload", "description": "Return a text result of exactly `size` bytes.",
+     "inputSchema": {"type": "object", "properties": {"size": _I}, "required": ["size"]},
+     "annotations": {"readOnlyHint": True}},
+    {"name": "sleep", "description": "Answer after `ms` milliseconds (other calls are served meanwhile).",
+     "inputSchema": {"type": "object", "properties": {"ms": {"type": "number", "minimum": 0}}, "required": ["ms"]}},
+    {"name": "work", "description": "Burn `ms` milliseconds of CPU, then answer (a tool that does real work).",
+     "inputSchema": {"type": "object", "properties": {"ms": {"type": "number", "minimum": 0}}, "required": ["ms"]}},
+]
+
+_VERBS: Final = ("search", "get", "create", "update", "list", "delete", "summarize", "export", "sync", "inspect")
+_NOUNS: Final = ("issues", "pull requests", "documents", "calendar events", "files", "messages",
+                 "deployments", "tickets", "records", "commits")
+
+
+def generated_tool(server: str, i: int) -> dict[str, Any]:
+    """A plausible tool definition: a paragraph of description and a schema with a few typed fields."""
+    verb, noun = _VERBS[i % len(_VERBS)], _NOUNS[(i // len(_VERBS) + i) % len(_NOUNS)]
+    return {
+        "name": f"tool_{i}",
+        "title": f"{verb.title()} {noun}",
+        "description": (
+            f"{verb.title()} {noun} in the {server} workspace. Use this when the user asks to {verb} "
+            f"{noun} by keyword, owner or date range. Results are paginated: pass the returned cursor to "
+            f"get the next page. Returns a JSON list with id, title, author, created and updated times."
+        ),
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": f"Free-text filter for the {noun}."},
+                "owner": {"type": "string", "description": "Only items owned by this user (login name)."},
+                "since": {"type": "string", "format": "date-time", "description": "Only items changed after this."},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20,
+                          "description": "Page size."},
+                "cursor": {"type": "string", "description": "Cursor from a previous page."},
+            },
+            "required": ["query"],
+            "additionalProperties": False,
+        },
+        "annotations": {"readOnlyHint": verb in ("search", "get", "list", "summarize", "export", "inspect")},
+    }
+
+
+class Upstream:
+    """One stdio session: a reader loop on the main thread, a lock around stdout."""
+
+    def __init__(self, name: str, extra_tools: int, bare: bool = False) -> None:
+        self.name = name
+        self.tools = ([] if bare else BASE_TOOLS) + [generated_tool(name, i) for i in range(extra_tools)]
+        self.tool_names = {t["name"] for t in self.tools}
+        self.out = os.fdopen(sys.stdout.fileno(), "wb", buffering=0, closefd=False)
+        self.lock = threading.Lock()
+        self.encode = msgspec.json.Encoder().encode
+        self.decode = msgspec.json.Decoder().decode
+
+    def write(self, message: dict[str, Any]) -> None:
+        data = self.encode(message) + b"\n"
+        with self.lock:
+            try:
+                self.out.write(data)
+            except (BrokenPipeError, OSError):
+                os._exit(0)
+
+    def result(self, request_id: Any, result: dict[str, Any]) -> None:
+        self.write({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+    def error(self, request_id: Any, code: int, message: str) -> None:
+        self.write({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}})
+
+    def text(self, request_id: Any, text: str) -> None:
+        self.result(request_id, {"content": [{"type": "text", "text": text}], "isError": False})
+
+    def handle(self, line: bytes) -> None:
+        try:
+            msg = self.decode(line)
+        except msgspec.DecodeError:
+            self.error(None, PARSE_ERROR, "Parse error")
+            return
+        if not isinstance(msg, dict):
+            return
+        method = msg.get("method")
+        if method is None or "id" not in msg:
+            return  # a notification (initialized, cancelled) or a stray response
+        rid = msg["id"]
+        params = msg.get("params") or {}
+        if method == "tools/call":
+            self.call(rid, params)
+        elif method == "tools/list":
+            self.result(rid, {"tools": self.tools})
+        elif method == "ping":
+            self.result(rid, {})
+        elif method == "initialize":
+            asked = params.get("protocolVersion")
+            self.result(rid, {
+                "protocolVersion": asked if asked in SUPPORTED_VERSIONS else PROTOCOL_VERSION,
+                "capabilities": {"tools": {"listChanged": False}},
+                "serverInfo": {"name": self.name, "version": "1.0.0"},
+            })
+        else:
+            self.error(rid, METHOD_NOT_FOUND, f"Method not found: {method}")
+
+    def call(self, rid: Any, params: dict[str, Any]) -> None:
+        name = params.get("name")
+        args = params.get("arguments") or {}
+        try:
+            if name == "echo":
+                self.text(rid, str(args["text"]))
+            elif name == "payload":
+                size = int(args["size"])
+                if not 0 <= size <= MAX_PAYLOAD:
+                    raise ValueError(f"size must be 0..{MAX_PAYLOAD}")
+                self.text(rid, "x" * size)
+            elif name == "sleep":
+                delay = float(args["ms"]) / 1000.0
+                threading.Timer(delay, self.text, (rid, f"slept {args['ms']}")).start()
+            elif name == "work":
+                end = time.perf_counter() + float(args["ms"]) / 1000.0
+                n = 0
+                while time.perf_counter() < end:
+                    n += 1
+                self.text(rid, f"worked {args['ms']}")
+            elif name in self.tool_names or name.startswith("tool_"):
+                self.text(rid, f"{name}: {self.encode(args).decode()}")
+            else:
+                self.error(rid, INVALID_PARAMS, f"Unknown tool: {name}")
+        except (KeyError, TypeError, ValueError) as exc:
+            self.error(rid, INVALID_PARAMS, f"Invalid arguments for {name}: {exc}")
+
+    def serve(self) -> None:
+        stdin = sys.stdin.buffer
+        for line in stdin:
+            if line.strip():
+                self.handle(line)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--name", default="bench", help="serverInfo name and the workspace in tool descriptions")
+    parser.add_argument("--tools", type=int, default=0, metavar="N", help="add N generated tools tool_0..")
+    parser.add_argument("--bare", action="store_true", help="list only the generated tools (echo etc. still answer)")
+    opts = parser.parse_args(argv)
+    try:
+        Upstream(opts.name, opts.tools, opts.bare).serve()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
