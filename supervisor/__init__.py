@@ -8,7 +8,7 @@ The embedding API::
         await sup.wait_ready()
         print([t["name"] for t in sup.tools()])
         result = await sup.call_tool("calc_add", {"a": 1, "b": 2})
-        async for event in sup.subscribe():
+        async for event in sup.events():
             ...
 
 Leaving the block stops every server and reaps every child process.

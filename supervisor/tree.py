@@ -10,7 +10,10 @@ Owns the `Supervisor` object an embedding program (or the CLI) holds:
   die even if the proxy itself is SIGKILLed;
 * the start-up gate: the first ``tools/list`` waits for the eager servers' first
   start at most ``settings.startupWait``; what arrives later reaches clients by
-  ``list_changed``.
+  ``list_changed``;
+* the exposure (``settings.exposure``, ``$MCPVISOR_EXPOSURE``): the toolsets and
+  configuration mode of `actors.toolsets`, restored from the state directory before
+  the router starts, and the management tools of `actors.menu`.
 """
 
 from __future__ import annotations
@@ -119,7 +122,7 @@ class Supervisor:
                  state_dir: str | os.PathLike[str] | None = None) -> None:
         self.config = config
         self.settings = effective_settings(config.settings)
-        self.events = EventBus()
+        self.event_bus = EventBus()
         self.reaper = reaper
         self._rng = rng or random.Random()
         self._era_memory: dict[str, str] = {}
@@ -205,9 +208,10 @@ class Supervisor:
         self.note_call(route.server, route.original, started, None)
         return strip_upstream_stamps(result)
 
-    def subscribe(self) -> AsyncIterator[Event]:
-        """``async for event in sup.subscribe()``: state changes, list changes, calls."""
-        return self.events.subscribe()
+    def events(self) -> AsyncIterator[Event]:
+        """``async for event in sup.events()``: every upstream state change (with its
+        reason), every list change, every finished call, from now on (`actors.messages`)."""
+        return self.event_bus.subscribe()
 
     def status(self) -> list[UpstreamStatus]:
         return [u.status() for u in self.upstreams.values()]
@@ -263,17 +267,17 @@ class Supervisor:
         return await self.menu.call(name, arguments)
 
     def note_call(self, server: str, tool: str, started: float, error: BaseException | None) -> None:
-        if self.events.has_subscribers:
-            self.events.publish(CallFinished(server, tool, trio.current_time() - started, error is None,
+        if self.event_bus.has_subscribers:
+            self.event_bus.publish(CallFinished(server, tool, trio.current_time() - started, error is None,
                                              str(error) if error is not None else None))
 
     def _announce(self, snapshot: Snapshot, changes: Changes) -> None:
         self.front.announce(snapshot, changes)
-        self.events.publish(ListChanged(changes.kinds(), snapshot.version))
+        self.event_bus.publish(ListChanged(changes.kinds(), snapshot.version))
 
     # --- lifecycle -------------------------------------------------------------------------
     def _make_upstream(self, spec: ServerSpec) -> Upstream:
-        return Upstream(spec, router=self.router, events=self.events, hooks=self._hooks, reaper=self.reaper,
+        return Upstream(spec, router=self.router, events=self.event_bus, hooks=self._hooks, reaper=self.reaper,
                         max_message=self.settings.max_message_bytes, rng=self._rng, era_memory=self._era_memory)
 
     async def start_server(self, spec: ServerSpec) -> Upstream:
@@ -385,5 +389,5 @@ async def open_supervisor(
                 finally:
                     tree.cancel_scope.cancel()
         finally:
-            sup.events.close()
+            sup.event_bus.close()
             root.cancel_scope.cancel()
