@@ -3,8 +3,8 @@
 * Every test is async under pytest-trio (``trio_mode = true``). A test that waits on
   time takes ``autojump_clock``; a test that does real I/O (subprocesses, loopback
   HTTP) bounds itself with ``trio.fail_after`` and pytest-timeout bounds all of them.
-* Nothing outlives a test: every process this test session starts inherits the
-  ``MCPVISOR_TEST_TAG`` environment variable, and the autouse ``no_leaked_processes``
+* Nothing outlives a test: every process this test session (each xdist worker on its
+  own) starts inherits the ``MCPVISOR_TEST_TAG`` environment variable, and the autouse ``no_leaked_processes``
   fixture fails a test that leaves one behind (orphans reparented to init included),
   after killing it so the next test starts clean.
 * Network: only 127.0.0.1.
@@ -24,6 +24,9 @@ import psutil
 import pytest
 
 TAG_VAR = "MCPVISOR_TEST_TAG"
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Each xdist worker tags its own children: a sibling worker's processes are not ours.
+    os.environ[TAG_VAR] = uuid.uuid4().hex
 TAG = os.environ.setdefault(TAG_VAR, uuid.uuid4().hex)
 
 TESTS_DIR = Path(__file__).parent

@@ -10,9 +10,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
 
+import anyio
 import mcp_types as types
 import trio
 from mcp import Client, StdioServerParameters
+from mcp.shared.message import SessionMessage
 
 TESTS_DIR: Final = Path(__file__).parent
 SERVERS_DIR: Final = TESTS_DIR / "servers"
@@ -109,6 +111,63 @@ async def proxy_client(config: Path, *extra: str, mode: str = "legacy", recorder
     async with Client(proxy_params(config, *extra, env=env), mode=mode, cache=None,  # type: ignore[arg-type]
                       **kwargs) as client:
         yield client
+
+
+@asynccontextmanager
+async def pipe_transport(receive: trio.abc.ReceiveStream, send: trio.abc.SendStream) -> AsyncIterator[Any]:
+    """A client transport speaking newline-delimited JSON-RPC over two byte streams: what
+    the SDK's stdio client does with a subprocess's pipes, on pipes we hand it."""
+    to_client, read = anyio.create_memory_object_stream[SessionMessage | Exception](64)
+    write, from_client = anyio.create_memory_object_stream[SessionMessage](64)
+
+    async def reader() -> None:
+        buf = b""
+        async with to_client:
+            while chunk := await receive.receive_some(1 << 16):
+                *lines, buf = (buf + chunk).split(b"\n")
+                for line in filter(bytes.strip, lines):
+                    await to_client.send(SessionMessage(types.jsonrpc_message_adapter.validate_json(line)))
+
+    async def writer() -> None:
+        async with from_client:
+            async for message in from_client:
+                data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                await send.send_all(data.encode() + b"\n")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reader)
+        nursery.start_soon(writer)
+        yield read, write
+        nursery.cancel_scope.cancel()
+    await send.aclose()
+    await receive.aclose()
+
+
+@asynccontextmanager
+async def embedded_client(config: Path, *, mode: str = "legacy", recorder: Recorder | None = None,
+                          state_dir: Path | None = None) -> AsyncIterator[Client]:
+    """A real SDK client over OS pipes to a proxy running in this process: the supervisor
+    of `open_supervisor` behind the same stdio front (`actors.stdio_front`, fast path and
+    all) that `mcpvisor serve` puts on its stdin/stdout, with the same real upstream
+    subprocesses; it saves the second ``import mcp`` (seconds on a 2-core machine)."""
+    from actors.stdio_front import StdioFront
+    from supervisor import open_supervisor
+
+    kwargs = recorder.kwargs() if recorder is not None else {}
+    up_r, up_w = os.pipe()      # client -> proxy
+    down_r, down_w = os.pipe()  # proxy -> client
+    front_in, front_out = trio.lowlevel.FdStream(up_r), trio.lowlevel.FdStream(down_w)
+    async with front_in, front_out, \
+            open_supervisor(config, state_dir=state_dir or config.parent / "state", watch=False) as sup, \
+            trio.open_nursery() as nursery:
+        front = StdioFront(sup.front, front_in, front_out,
+                           max_message=sup.settings.max_message_bytes, fast_path=sup.settings.fast_path)
+
+        nursery.start_soon(front.serve)
+        transport = pipe_transport(trio.lowlevel.FdStream(down_r), trio.lowlevel.FdStream(up_w))
+        async with Client(transport, mode=mode, cache=None, **kwargs) as client:  # type: ignore[arg-type]
+            yield client
+        nursery.cancel_scope.cancel()
 
 
 def text_of(result: Any) -> str:

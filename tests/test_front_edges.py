@@ -17,32 +17,37 @@ import psutil
 import pytest
 import trio
 
+from actors.stdio_front import StdioFront
 from supervisor import open_supervisor
-from tests.helpers import PY, REAL_IO_BOUND_S, everything, flaky, proxy_client, read_record, text_of, write_config
+from tests.helpers import PY, REAL_IO_BOUND_S, embedded_client, everything, flaky, read_record, text_of, write_config
 
 pytestmark = pytest.mark.slow
 
 
 class RawClient:
-    """Speaks newline-delimited JSON-RPC to a `mcpvisor serve` subprocess, byte by byte."""
+    """Speaks newline-delimited JSON-RPC to the proxy's stdio front, byte by byte."""
 
-    def __init__(self, proc: trio.Process) -> None:
-        self.proc = proc
+    def __init__(self, send: trio.abc.SendStream, receive: trio.abc.ReceiveStream) -> None:
+        self._send = send
+        self._receive = receive
         self._buf = b""
 
     async def send(self, data: bytes | dict[str, Any]) -> None:
         line = data if isinstance(data, bytes) else json.dumps(data).encode()
-        assert self.proc.stdin is not None
-        await self.proc.stdin.send_all(line + b"\n")
+        await self._send.send_all(line + b"\n")
 
     async def receive(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        while b"\n" not in self._buf:
-            chunk = await self.proc.stdout.receive_some(65536)
-            assert chunk, "the proxy closed its stdout"
-            self._buf += chunk
-        line, self._buf = self._buf.split(b"\n", 1)
-        return json.loads(line)  # type: ignore[no-any-return]
+        """The next reply or request; notifications the proxy sends on its own (a late
+        upstream's ``list_changed``, log messages) are skipped."""
+        while True:
+            while b"\n" not in self._buf:
+                chunk = await self._receive.receive_some(65536)
+                assert chunk, "the proxy closed its stdout"
+                self._buf += chunk
+            line, self._buf = self._buf.split(b"\n", 1)
+            msg: dict[str, Any] = json.loads(line)
+            if "method" not in msg or "id" in msg:
+                return msg
 
     async def receive_id(self, request_id: Any) -> dict[str, Any]:
         while True:
@@ -60,22 +65,21 @@ class RawClient:
 
 
 @asynccontextmanager
-async def raw_proxy(config: Path, *extra: str) -> AsyncIterator[RawClient]:
-    proc = await trio.lowlevel.open_process(
-        [PY, "-m", "supervisor", "serve", "--config", str(config), *extra],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-    )
-    try:
-        yield RawClient(proc)
-    finally:
-        with trio.CancelScope(shield=True):
-            assert proc.stdin is not None
-            await proc.stdin.aclose()
-            with trio.move_on_after(15):
-                await proc.wait()
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
+async def raw_proxy(config: Path) -> AsyncIterator[RawClient]:
+    """Raw bytes over OS pipes to the stdio front `mcpvisor serve` uses, with the proxy in
+    this process (`tests.helpers.embedded_client` explains why)."""
+    up_r, up_w = os.pipe()
+    down_r, down_w = os.pipe()
+    streams = [trio.lowlevel.FdStream(fd) for fd in (up_r, up_w, down_r, down_w)]
+    front_in, client_out, client_in, front_out = streams
+    async with front_in, client_out, client_in, front_out, \
+            open_supervisor(config, state_dir=config.parent / "state", watch=False) as sup, \
+            trio.open_nursery() as nursery:
+        front = StdioFront(sup.front, front_in, front_out, max_message=sup.settings.max_message_bytes,
+                           fast_path=sup.settings.fast_path)
+        nursery.start_soon(front.serve)
+        yield RawClient(client_out, client_in)
+        nursery.cancel_scope.cancel()
 
 
 async def test_malformed_input_gets_json_rpc_errors_and_the_proxy_keeps_serving(tmp_path: Path) -> None:
@@ -99,7 +103,7 @@ async def test_malformed_input_gets_json_rpc_errors_and_the_proxy_keeps_serving(
             await raw.send({"jsonrpc": "2.0", "method": "notifications/whatever", "params": 12})
             await raw.send({"jsonrpc": "2.0", "id": 7, "method": "no/such/method"})
             reply = await raw.receive()
-            assert reply == {"jsonrpc": "2.0", "id": 7, "error": reply["error"]}
+            assert reply.keys() == {"jsonrpc", "id", "error"} and reply["id"] == 7, reply
             assert reply["error"]["code"] == -32601
             await raw.send({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
                             "params": {"name": "fl_sleep", "arguments": {"seconds": 1}}})
@@ -209,7 +213,7 @@ async def test_the_first_list_waits_for_start_up_and_late_servers_arrive_by_list
     config = write_config(tmp_path, {"quick": flaky(), "slow": flaky("--slow-start", "4")}, startupWait="1s")
     rec = Recorder()
     with trio.fail_after(REAL_IO_BOUND_S):
-        async with proxy_client(config, recorder=rec) as client:
+        async with embedded_client(config, recorder=rec) as client:
             first = {t.name for t in (await client.list_tools()).tools}
             if "slow_echo" not in first:  # on a very slow machine the quick one may be late too
                 await rec.changed.wait()
@@ -229,9 +233,15 @@ async def test_stopping_the_proxy_leaves_no_child(tmp_path: Path, how: str) -> N
         def running() -> list[psutil.Process]:
             return me.children(recursive=True)
 
+        def command(p: psutil.Process) -> str:
+            try:
+                return " ".join(p.cmdline())
+            except psutil.Error:  # exited (or a zombie) between the listing and this look
+                return ""
+
         with trio.fail_after(REAL_IO_BOUND_S):
-            while not (len([c for c in running() if "flaky" in " ".join(c.cmdline())]) >= 2
-                       and any("sleep(3600)" in " ".join(c.cmdline()) for c in running())):
+            while not (len([c for c in running() if "flaky" in command(c)]) >= 2
+                       and any("sleep(3600)" in command(c) for c in running())):
                 await trio.sleep(0.1)
         tree = running()
         if how == "stdin-closed":

@@ -1,8 +1,11 @@
-"""End to end over stdio: a real SDK client -> `mcpvisor serve` -> three real upstreams.
+"""End to end over stdio: a real SDK client -> the proxy's stdio front -> real upstreams.
 
 The upstreams are the SDK fixture server (both eras), the stdlib handshake-era fixture
 server and the third-party `mcp-server-time` from PyPI. Every forwarding path of the
-core issue is exercised through the real client, in both protocol eras.
+core issue is exercised through the real client, in both protocol eras, with the fast
+path on and off. The proxy runs in the test process behind the same stdio front
+`mcpvisor serve` uses (`tests.helpers.embedded_client`: pipes, not a second `import mcp`);
+tests/test_front_edges.py and tests/test_menu_e2e.py drive `mcpvisor serve` itself.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import pytest
 import trio
 from mcp.shared.exceptions import MCPError
 
-from tests.helpers import REAL_IO_BOUND_S, Recorder, everything, flaky, proxy_client, read_record, text_of, \
+from tests.helpers import REAL_IO_BOUND_S, Recorder, embedded_client, everything, flaky, read_record, text_of, \
     time_server, write_config
 
 pytestmark = pytest.mark.slow
@@ -37,13 +40,20 @@ def three_servers(tmp_path: Path, fast_path: bool) -> tuple[Path, Path]:
     return config, record
 
 
+@pytest.fixture
+def ev_server(tmp_path: Path, fast_path: bool) -> tuple[Path, Path]:
+    """Only the SDK fixture server: what a test of one forwarding path needs."""
+    record = tmp_path / "ev.jsonl"
+    return write_config(tmp_path, {"ev": everything("--record", str(record))}, fastPath=fast_path), record
+
+
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_a_client_uses_three_upstreams_through_the_proxy(three_servers: tuple[Path, Path], mode: str) -> None:
     """Tools of all three servers are listed under prefixed names and each one answers;
     results arrive as the upstream sent them, in the client's era (auto = 2026-07-28)."""
     config, _ = three_servers
     with trio.fail_after(REAL_IO_BOUND_S):
-        async with proxy_client(config, mode=mode) as client:
+        async with embedded_client(config, mode=mode) as client:
             if mode == "auto":
                 assert client.protocol_version == "2026-07-28"
             names = {t.name for t in (await client.list_tools()).tools}
@@ -56,12 +66,12 @@ async def test_a_client_uses_three_upstreams_through_the_proxy(three_servers: tu
             assert not now.is_error and "UTC" in text_of(now)
 
 
-async def test_resources_prompts_and_completion_are_forwarded(three_servers: tuple[Path, Path]) -> None:
+async def test_resources_prompts_and_completion_are_forwarded(ev_server: tuple[Path, Path]) -> None:
     """Resource URIs pass through unchanged and are read from the server that listed them;
     prompts are namespaced; completion reaches the prompt's server under its own name."""
-    config, _ = three_servers
+    config, _ = ev_server
     with trio.fail_after(REAL_IO_BOUND_S):
-        async with proxy_client(config) as client:
+        async with embedded_client(config) as client:
             uris = {str(r.uri) for r in (await client.list_resources()).resources}
             assert {"mem://greeting", "mem://data.json"} <= uris
             read = await client.read_resource("mem://greeting")
@@ -80,10 +90,10 @@ async def test_resources_prompts_and_completion_are_forwarded(three_servers: tup
 
 
 async def test_progress_logging_sampling_elicitation_and_roots_reach_the_caller(
-    three_servers: tuple[Path, Path],
+    ev_server: tuple[Path, Path],
 ) -> None:
     """Mid-call traffic goes to the client whose call caused it, and its answers go back."""
-    config, _ = three_servers
+    config, _ = ev_server
     rec = Recorder()
     progress: list[tuple[float, float | None, str | None]] = []
 
@@ -91,7 +101,7 @@ async def test_progress_logging_sampling_elicitation_and_roots_reach_the_caller(
         progress.append((p, total, message))
 
     with trio.fail_after(REAL_IO_BOUND_S):
-        async with proxy_client(config, recorder=rec) as client:
+        async with embedded_client(config, recorder=rec) as client:
             done = await client.call_tool("ev_progress", {"steps": 3}, progress_callback=on_progress)
             assert text_of(done) == "done 3"
             assert [p for p, _, _ in progress] == [1.0, 2.0, 3.0]
@@ -107,12 +117,12 @@ async def test_progress_logging_sampling_elicitation_and_roots_reach_the_caller(
             assert log.logger is not None and log.logger.startswith("ev")
 
 
-async def test_list_changed_from_an_upstream_reaches_the_client(three_servers: tuple[Path, Path]) -> None:
+async def test_list_changed_from_an_upstream_reaches_the_client(ev_server: tuple[Path, Path]) -> None:
     """An upstream's tools/list_changed updates the catalog and is announced to the client."""
-    config, _ = three_servers
+    config, _ = ev_server
     rec = Recorder()
     with trio.fail_after(REAL_IO_BOUND_S):
-        async with proxy_client(config, recorder=rec) as client:
+        async with embedded_client(config, recorder=rec) as client:
             before = {t.name for t in (await client.list_tools()).tools}
             changed = rec.changed
             await client.call_tool("ev_add_tool", {"name": "fresh"})
@@ -128,7 +138,7 @@ async def test_cancelling_a_call_reaches_the_upstream_and_frees_it(tmp_path: Pat
     record = tmp_path / "ev.jsonl"
     config = write_config(tmp_path, {"ev": everything("--record", str(record))}, fastPath=fast_path)
     with trio.fail_after(REAL_IO_BOUND_S):
-        async with proxy_client(config) as client:
+        async with embedded_client(config) as client:
             await client.list_tools()
             with trio.move_on_after(1.0):
                 await client.call_tool("ev_sleep", {"seconds": 30})
@@ -142,20 +152,20 @@ async def test_cancelling_a_call_reaches_the_upstream_and_frees_it(tmp_path: Pat
     assert str(calls[0]["id"]).startswith("mv-")
 
 
-async def test_unknown_tool_names_the_closest_ones(three_servers: tuple[Path, Path]) -> None:
-    config, _ = three_servers
+async def test_unknown_tool_names_the_closest_ones(tmp_path: Path, fast_path: bool) -> None:
+    config = write_config(tmp_path, {"fl": flaky()}, fastPath=fast_path)
     with trio.fail_after(REAL_IO_BOUND_S):
-        async with proxy_client(config) as client:
-            result = await client.call_tool("ev_ecoh", {"text": "x"})
+        async with embedded_client(config) as client:
+            result = await client.call_tool("fl_ecoh", {"text": "x"})
             assert result.is_error
-            assert "ev_ecoh" in text_of(result) and "ev_echo" in text_of(result)
+            assert "fl_ecoh" in text_of(result) and "fl_echo" in text_of(result)
 
 
 async def test_an_upstream_error_is_passed_through(tmp_path: Path, fast_path: bool) -> None:
     """A JSON-RPC error the upstream sends reaches the client with its code and message."""
     config = write_config(tmp_path, {"ev": everything()}, fastPath=fast_path)
     with trio.fail_after(REAL_IO_BOUND_S):
-        async with proxy_client(config) as client:
+        async with embedded_client(config) as client:
             with pytest.raises(MCPError) as caught:
                 await client.call_tool("ev_raise_error", {"code": -32099, "message": "nope, not today"})
             assert caught.value.error.code == -32099
