@@ -105,5 +105,7 @@ def pytest_configure(config: pytest.Config) -> None:
     import re
 
     root = TESTS_DIR.parent
-    for package in ("supervisor", "actors", "bench", "tests"):
-        compileall.compile_dir(root / package, quiet=1, rx=re.compile(r"[/\\]\.peers[/\\]"))
+    for package in ("supervisor", "actors", "tests"):
+        compileall.compile_dir(root / package, quiet=1)
+    # bench/ holds the peers' virtualenvs under .peers: do not walk them.
+    compileall.compile_dir(root / "bench", quiet=1, maxlevels=1, rx=re.compile(r"[/\\]\.peers[/\\]"))
