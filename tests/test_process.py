@@ -60,7 +60,7 @@ async def test_a_well_behaved_server_stops_on_stdin_eof() -> None:
     with trio.fail_after(REAL_IO_BOUND_S):
         proc = await spawn([sys.executable, FLAKY], env={}, cwd=None, reaper=None)
         assert os.getpgid(proc.pid) == proc.pid  # its own process group
-        assert await stop_process(proc, grace=5.0, reaper=None) == 0
+        assert await stop_process(proc, grace=30.0, reaper=None) == 0  # generous: a throttled CI CPU
 
 
 async def test_a_server_ignoring_eof_and_sigterm_is_killed_after_two_graces() -> None:
