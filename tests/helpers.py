@@ -144,30 +144,36 @@ async def pipe_transport(receive: trio.abc.ReceiveStream, send: trio.abc.SendStr
 
 
 @asynccontextmanager
-async def embedded_client(config: Path, *, mode: str = "legacy", recorder: Recorder | None = None,
-                          state_dir: Path | None = None) -> AsyncIterator[Client]:
-    """A real SDK client over OS pipes to a proxy running in this process: the supervisor
-    of `open_supervisor` behind the same stdio front (`actors.stdio_front`, fast path and
-    all) that `mcpvisor serve` puts on its stdin/stdout, with the same real upstream
-    subprocesses; it saves the second ``import mcp`` (seconds on a 2-core machine)."""
+async def embedded_front(config: Path, *, state_dir: Path | None = None
+                         ) -> AsyncIterator[tuple[trio.abc.SendStream, trio.abc.ReceiveStream]]:
+    """A proxy running in this process behind the same stdio front (`actors.stdio_front`,
+    fast path and all) that `mcpvisor serve` puts on its stdin/stdout, on OS pipes, with
+    the same real upstream subprocesses; yields the client's ends (send, receive). It
+    saves the second ``import mcp`` (seconds on a 2-core machine)."""
     from actors.stdio_front import StdioFront
     from supervisor import open_supervisor
 
-    kwargs = recorder.kwargs() if recorder is not None else {}
     up_r, up_w = os.pipe()      # client -> proxy
     down_r, down_w = os.pipe()  # proxy -> client
-    front_in, front_out = trio.lowlevel.FdStream(up_r), trio.lowlevel.FdStream(down_w)
-    async with front_in, front_out, \
+    front_in, client_out, client_in, front_out = (trio.lowlevel.FdStream(fd) for fd in (up_r, up_w, down_r, down_w))
+    async with front_in, front_out, client_in, client_out, \
             open_supervisor(config, state_dir=state_dir or config.parent / "state", watch=False) as sup, \
             trio.open_nursery() as nursery:
         front = StdioFront(sup.front, front_in, front_out,
                            max_message=sup.settings.max_message_bytes, fast_path=sup.settings.fast_path)
-
         nursery.start_soon(front.serve)
-        transport = pipe_transport(trio.lowlevel.FdStream(down_r), trio.lowlevel.FdStream(up_w))
-        async with Client(transport, mode=mode, cache=None, **kwargs) as client:  # type: ignore[arg-type]
-            yield client
+        yield client_out, client_in
         nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def embedded_client(config: Path, *, mode: str = "legacy", recorder: Recorder | None = None,
+                          state_dir: Path | None = None) -> AsyncIterator[Client]:
+    """A real SDK client over OS pipes to a proxy running in this process (`embedded_front`)."""
+    kwargs = recorder.kwargs() if recorder is not None else {}
+    async with embedded_front(config, state_dir=state_dir) as (send, receive), \
+            Client(pipe_transport(receive, send), mode=mode, cache=None, **kwargs) as client:  # type: ignore[arg-type]
+        yield client
 
 
 def text_of(result: Any) -> str:

@@ -17,9 +17,9 @@ import psutil
 import pytest
 import trio
 
-from actors.stdio_front import StdioFront
 from supervisor import open_supervisor
-from tests.helpers import PY, REAL_IO_BOUND_S, embedded_client, everything, flaky, read_record, text_of, write_config
+from tests.helpers import PY, REAL_IO_BOUND_S, embedded_client, embedded_front, everything, flaky, read_record, \
+    text_of, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -66,20 +66,9 @@ class RawClient:
 
 @asynccontextmanager
 async def raw_proxy(config: Path) -> AsyncIterator[RawClient]:
-    """Raw bytes over OS pipes to the stdio front `mcpvisor serve` uses, with the proxy in
-    this process (`tests.helpers.embedded_client` explains why)."""
-    up_r, up_w = os.pipe()
-    down_r, down_w = os.pipe()
-    streams = [trio.lowlevel.FdStream(fd) for fd in (up_r, up_w, down_r, down_w)]
-    front_in, client_out, client_in, front_out = streams
-    async with front_in, client_out, client_in, front_out, \
-            open_supervisor(config, state_dir=config.parent / "state", watch=False) as sup, \
-            trio.open_nursery() as nursery:
-        front = StdioFront(sup.front, front_in, front_out, max_message=sup.settings.max_message_bytes,
-                           fast_path=sup.settings.fast_path)
-        nursery.start_soon(front.serve)
-        yield RawClient(client_out, client_in)
-        nursery.cancel_scope.cancel()
+    """Raw bytes to the stdio front `mcpvisor serve` uses, the proxy in this process."""
+    async with embedded_front(config) as (send, receive):
+        yield RawClient(send, receive)
 
 
 async def test_malformed_input_gets_json_rpc_errors_and_the_proxy_keeps_serving(tmp_path: Path) -> None:
