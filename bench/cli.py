@@ -2,8 +2,11 @@
 
 Owns the command line, the order scenarios run in, the temporary directory every config,
 state directory and log goes into, and the guarantee that nothing the bench started
-outlives it (Ctrl-C and failing scenarios included): sessions stop their process groups
-on the way out, and a final sweep kills anything still carrying this run's token.
+outlives it (Ctrl-C, SIGTERM, SIGHUP and failing scenarios included): a stop signal cancels
+the run like Ctrl-C does, sessions stop their process groups on the way out, and a final
+sweep kills anything still carrying this run's token. SIGKILL cannot be caught; the
+subjects then outlive the bench (they run in their own sessions), and the next run's
+sweep does not know their token: kill them by hand (``pkill -f mcpvisor-bench-``).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -23,6 +27,20 @@ SCENARIOS: Final = ("latency", "latency_work", "throughput", "payload", "http_la
 EXIT_OK: Final = 0
 EXIT_REGRESSION: Final = 1
 EXIT_USAGE: Final = 2
+STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Stopped(Exception):
+    """A stop signal arrived: the run is cancelled, its processes stopped, the exit code 128+N."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_stopped(signum: int, _frame: object) -> None:
+    """Outside trio (peer installs): a stop signal unwinds like Ctrl-C, through the sweep."""
+    raise Stopped(signum)
 
 EPILOG: Final = """\
 scenarios: """ + ", ".join(SCENARIOS) + """
@@ -106,13 +124,19 @@ def run(args: argparse.Namespace) -> int:
         params = replace(params, rounds=args.rounds, startup_rounds=args.rounds,
                          recovery_rounds=min(args.rounds, params.recovery_rounds))
 
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _raise_stopped)
     peers: list[Any] = []
     peer_skips: list[tuple[str, str]] = []
     if not args.no_peers:
         from bench.peers import peer_subjects
 
         names = [n.strip() for n in args.peers.split(",")] if args.peers else None
-        peers, peer_skips = peer_subjects(names, install=not args.no_install, echo=err)
+        try:
+            peers, peer_skips = peer_subjects(names, install=not args.no_install, echo=err)
+        except Stopped as exc:
+            err(f"bench: stopped by {exc} while installing peers")
+            return 128 + exc.signum
     ours = [mcpvisor_subject("mcpvisor", fast_path=True)]
     nofast = [] if args.no_nofast else [mcpvisor_subject("mcpvisor-nofast", fast_path=False)]
 
@@ -128,9 +152,12 @@ def run(args: argparse.Namespace) -> int:
         if partial is not None:
             partial.parent.mkdir(parents=True, exist_ok=True)
             partial.unlink(missing_ok=True)
-        results = trio.run(_main, wanted, params, workdir, [DIRECT, *ours], nofast, peers, partial)
+        results = trio.run(_guarded, wanted, params, workdir, [DIRECT, *ours], nofast, peers, partial)
         if partial is not None:
             partial.unlink(missing_ok=True)
+    except Stopped as exc:
+        err(f"bench: stopped by {exc}; stopped everything it started")
+        return 128 + exc.signum
     except BaseException as exc:
         if not _interrupted(exc):
             raise
@@ -205,6 +232,28 @@ def _interrupted(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return exc.split(KeyboardInterrupt)[0] is not None
     return False
+
+
+async def _guarded(*args: Any) -> list[Any]:
+    """`_main` under the stop signals: the first one cancels the run (every session stops its
+    processes on the way out, shielded) and the run ends with `Stopped`."""
+    import trio
+
+    got: list[int] = []
+    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        async with trio.open_nursery() as nursery:
+            async def watch() -> None:
+                async for signum in signals:
+                    got.append(signum)
+                    nursery.cancel_scope.cancel()
+                    return
+
+            nursery.start_soon(watch)
+            results = await _main(*args)
+            nursery.cancel_scope.cancel()
+    if got:
+        raise Stopped(got[0])
+    return results
 
 
 async def _main(wanted: Sequence[str], params: Any, workdir: Path, core: list[Any], nofast: list[Any],

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import trio
 
@@ -76,6 +80,52 @@ async def test_tiny_latency_run_prints_a_table_json_and_compares(tmp_path: Path)
     changes = next(o for o in json_objects(stdout) if "compare" in o)["changes"]
     flagged = [c for c in changes if c["regression"]]
     assert any(c["subject"] == "mcpvisor" and c["metric"] == "ratio_p50" for c in flagged), changes
+
+
+def carrying(token: str) -> list[str]:
+    """Command lines of the live processes whose environment carries this bench run's token."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("MCPVISOR_BENCH_TOKEN") == token and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(" ".join(proc.cmdline()))
+        except psutil.Error:
+            pass
+    return found
+
+
+@pytest.mark.timeout(RUN_LIMIT_S + 60)
+async def test_sigterm_stops_the_run_and_every_server_it_started() -> None:
+    """SIGTERM in the middle of the HTTP scenario (where the bench runs `mcpvisor serve --transport
+    http` and an HTTP upstream as servers in their own sessions): the bench exits 143 and no
+    process it started is left. Before, SIGTERM killed only the bench and left them running."""
+    token = uuid.uuid4().hex
+    env = dict(os.environ, MCPVISOR_BENCH_TOKEN=token)
+    argv = [sys.executable, "-m", "bench", "--only", "http_latency", "--calls", "1000000", "--rounds", "1",
+            "--no-peers", "--no-nofast"]
+    proc = await trio.lowlevel.open_process(argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL,
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    err = b""
+    try:
+        with trio.fail_after(RUN_LIMIT_S):  # the proxy's session is up: its servers are running
+            while b"mcpvisor over http: connected" not in err:
+                chunk = await proc.stderr.receive_some()
+                assert chunk, f"the bench ended early: {err.decode()[-2000:]}"
+                err += chunk
+        assert any("serve" in cmd and "http" in cmd for cmd in carrying(token)), carrying(token)
+        proc.send_signal(signal.SIGTERM)
+        with trio.fail_after(60):
+            while chunk := await proc.stderr.receive_some():
+                err += chunk
+            await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, err.decode()[-2000:]
+    assert b"stopped by SIGTERM" in err
+    assert carrying(token) == []
 
 
 def test_compare_direction_and_threshold() -> None:
