@@ -174,16 +174,19 @@ def run(args: argparse.Namespace) -> int:
     for result in results:
         for name, reason in peer_skips:
             result.skip(name, reason)
+    from bench.stalls import WATCH
+
     end_info = machine_info(REPO_DIR)
     info["load_avg_end"] = end_info["load_avg"]
+    info["machine_stalled_s"] = round(WATCH.total, 1)
     info["seconds"] = round(time.perf_counter() - started, 1)
     info["mode"] = "quick" if params.quick else "full"
     peer_info = {"ran": [p.name for p in peers], "notes": {p.name: p.note for p in peers},
                  "skipped": dict(peer_skips)}
     if not args.json:
         print_tables(results, info)
-        print(f"total {info['seconds']} s; load average at start {info['load_avg_start']}, "
-              f"at end {info['load_avg_end']}")
+        print(f"total {info['seconds']} s, of which the machine was paused {info['machine_stalled_s']} s "
+              f"(bench/stalls.py); load average at start {info['load_avg_start']}, at end {info['load_avg_end']}")
     for line in json_lines(results):
         print(line, flush=True)
     if args.out:
@@ -239,6 +242,8 @@ async def _guarded(*args: Any) -> list[Any]:
     processes on the way out, shielded) and the run ends with `Stopped`."""
     import trio
 
+    from bench.stalls import WATCH
+
     got: list[int] = []
     with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
         async with trio.open_nursery() as nursery:
@@ -249,6 +254,7 @@ async def _guarded(*args: Any) -> list[Any]:
                     return
 
             nursery.start_soon(watch)
+            await nursery.start(WATCH.run)  # the stall canary: bench/stalls.py
             results = await _main(*args)
             nursery.cancel_scope.cancel()
     if got:
@@ -264,14 +270,23 @@ async def _main(wanted: Sequence[str], params: Any, workdir: Path, core: list[An
 
     results: dict[str, Result] = {}
 
+    from bench.scenarios_calls import note_stalls
+    from bench.stalls import WATCH
+
+    stalls_at = WATCH.total
+
     def done(items: Sequence[Result]) -> None:
+        nonlocal stalls_at
         for r in items:
+            if "machine_stalled_s" not in r.params:  # the call scenarios count their own
+                note_stalls(r, WATCH.total - stalls_at)
             results[r.scenario] = r
             err(f"bench: {r.scenario} done in {r.seconds:.1f} s"
                 + (f" (error: {r.error})" if r.error else ""))
             if partial is not None:  # an interrupted long run keeps what it measured
                 with open(partial, "a", encoding="utf-8") as f:
                     f.write(json.dumps(r.to_json(), separators=(",", ":"), default=str) + "\n")
+        stalls_at = WATCH.total
 
     multi_peers = [p for p in peers if p.multi]
     single = [p for p in peers if not p.multi]

@@ -42,13 +42,16 @@ class Params:
     recovery_timeout_s: float
     work_ms: float
     concurrency: int
+    fleet_timeout_s: float = 90.0
+    """How long a subject may take to list every tool of the fleet before it is skipped."""
     workdir: Path | None = None
 
     @classmethod
     def quick_run(cls) -> Params:
         return cls(quick=True, rounds=2, calls=150, throughput_calls=300, payload_calls=5,
                    payload_bytes=1 << 20, startup_rounds=1, fleet=20, fleet_tools=10, toolset_size=5,
-                   menu_rounds=3, recovery_rounds=1, recovery_timeout_s=5.0, work_ms=1.0, concurrency=32)
+                   menu_rounds=3, recovery_rounds=1, recovery_timeout_s=5.0, work_ms=1.0, concurrency=32,
+                   fleet_timeout_s=45.0)
 
     @classmethod
     def full_run(cls) -> Params:

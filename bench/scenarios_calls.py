@@ -19,6 +19,7 @@ import trio
 from bench import procs
 from bench.core import Params, Result, aggregate, mb, percentile, rnd
 from bench.drivers import ServerDef, Session, Subject, open_session
+from bench.stalls import WATCH
 
 WARMUP_CALLS: Final = 30
 CALL_TIMEOUT_S: Final = 60.0
@@ -42,16 +43,19 @@ async def latency(session: Session, base: str, args: dict[str, Any], n: int) -> 
     call = session.client.call_tool
     server = session.proxy_procs()
     cpu0 = procs.cpu_seconds(server)
-    times = []
+    spans = []
+    clock = time.perf_counter
     with trio.fail_after(CALL_TIMEOUT_S + n * CALL_BUDGET_S):
         for _ in range(n):
-            t0 = time.perf_counter()
+            t0 = clock()
             await call(tool, args)
-            times.append(time.perf_counter() - t0)
+            spans.append((t0, clock()))
     cpu = procs.cpu_seconds(server) - cpu0
+    await WATCH.settle()
+    times, stalled = WATCH.clean(spans)
     times.sort()
     return {"p50_ms": percentile(times, 0.5) * 1e3, "p99_ms": percentile(times, 0.99) * 1e3,
-            "cpu_ms_per_call": cpu / n * 1e3}
+            "cpu_ms_per_call": cpu / n * 1e3, "stalled_calls": stalled}
 
 
 async def throughput(session: Session, base: str, args: dict[str, Any], total: int,
@@ -60,42 +64,69 @@ async def throughput(session: Session, base: str, args: dict[str, Any], total: i
     tool = session.tool(base)
     call = session.client.call_tool
     remaining = total
-    times: list[float] = []
+    spans: list[tuple[float, float]] = []
+    clock = time.perf_counter
 
     async def worker() -> None:
         nonlocal remaining
         while remaining > 0:
             remaining -= 1
-            t0 = time.perf_counter()
+            t0 = clock()
             await call(tool, args)
-            times.append(time.perf_counter() - t0)
+            spans.append((t0, clock()))
 
-    t_start = time.perf_counter()
+    t_start = clock()
     with trio.fail_after(CALL_TIMEOUT_S + total * CALL_BUDGET_S):
         async with trio.open_nursery() as nursery:
             for _ in range(concurrency):
                 nursery.start_soon(worker)
-    elapsed = time.perf_counter() - t_start
+    t_end = clock()
+    await WATCH.settle()
+    times, _ = WATCH.clean(spans)
     times.sort()
-    return total / elapsed, percentile(times, 0.5) * 1e3
+    return total / (t_end - t_start - WATCH.overlap(t_start, t_end)), percentile(times, 0.5) * 1e3
 
 
 async def interleave(sessions: Sequence[Session], rounds: int, measure: Measure,
                      result: Result) -> dict[str, list[dict[str, float]]]:
     """Run ``measure`` on each session, alternating direction each round; a failing subject is dropped."""
     per_round: dict[str, list[dict[str, float]]] = {s.subject.name: [] for s in sessions}
+    stalled: dict[str, int] = {}
     alive = list(sessions)
+    start = WATCH.total
     for r in range(rounds):
         order = alive if r % 2 == 0 else list(reversed(alive))
         for session in order:
             name = session.subject.name
             try:
-                per_round[name].append(await measure(session))
+                values = await measure(session)
             except Exception as exc:  # a peer falling over must not end the run
                 result.skip(name, f"failed during round {r + 1}: {exc!r:.300}")
                 alive.remove(session)
                 per_round.pop(name, None)
+                continue
+            stalled[name] = stalled.get(name, 0) + int(values.pop("stalled_calls", 0))
+            per_round[name].append(values)
+    note_stalls(result, WATCH.total - start, stalled)
     return per_round
+
+
+def note_stalls(result: Result, seconds: float, calls: dict[str, int] | None = None) -> None:
+    """Say how much of the scenario the machine spent paused, and what that left out."""
+    result.params["machine_stalled_s"] = round(result.params.get("machine_stalled_s", 0.0) + seconds, 2)
+    if WATCH.unavailable is not None:
+        if not any("uncorrected" in n for n in result.notes):
+            result.notes.append(f"figures uncorrected for machine pauses: the canary could not run "
+                                f"({WATCH.unavailable})")
+        return
+    if seconds <= 0:
+        return
+    text = (f"the machine was paused for {seconds:.1f} s in all (seen by bench/canary.py); paused time is "
+            "taken out of calls/s and spans")
+    if calls and any(calls.values()):
+        text += "; calls that overlapped a pause are left out of the percentiles: " + ", ".join(
+            f"{name} {n}" for name, n in calls.items() if n)
+    result.notes.append(text)
 
 
 def rows_from(result: Result, sessions: Sequence[Session], table: dict[str, dict[str, Any]]) -> None:

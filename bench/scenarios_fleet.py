@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
@@ -26,7 +27,8 @@ import trio
 from bench import procs
 from bench.core import Params, Result, aggregate, mb, median, rnd
 from bench.drivers import DIRECT, ServerDef, Session, Subject, mcpvisor_subject, open_session
-from bench.scenarios_calls import beats_peers, call_ok
+from bench.scenarios_calls import beats_peers, call_ok, note_stalls
+from bench.stalls import WATCH
 
 BASE_TOOL_COUNT: Final = 4
 """echo, payload, sleep, work: what each default benchmark upstream lists."""
@@ -45,16 +47,34 @@ def fleet(n: int, tools: int = 0, bare: bool = False) -> list[ServerDef]:
     return [ServerDef(f"s{i:02d}", tools, bare) for i in range(n)]
 
 
+async def unstalled_since(t0: float) -> float:
+    """Seconds since ``t0``, less the time the machine spent paused (bench/stalls.py)."""
+    t1 = time.perf_counter()
+    await WATCH.settle()
+    return t1 - t0 - WATCH.overlap(t0, t1)
+
+
+@contextmanager
+def _limit(seconds: float, what: str) -> Iterator[None]:
+    """`trio.fail_after` that says what did not happen in time (a bare TooSlowError says nothing)."""
+    try:
+        with trio.fail_after(seconds):
+            yield
+    except trio.TooSlowError:
+        raise RuntimeError(f"{what} within {seconds:g} s") from None
+
+
 # --- startup ------------------------------------------------------------------------------------
-async def time_to_list(subject: Subject, servers: Sequence[ServerDef], workdir: Path, expect: int) -> float:
+async def time_to_list(subject: Subject, servers: Sequence[ServerDef], workdir: Path, expect: int,
+                       limit_s: float) -> float:
     """Seconds from launch to a ``tools/list`` listing at least ``expect`` tools (polled until it does)."""
     t0 = time.perf_counter()
     async with open_session(subject, servers, workdir, list_first=False) as session:
-        with trio.fail_after(120):
+        with _limit(limit_s, f"{subject.name} did not list all {expect} tools"):
             # Polling is the measurement: "ready" is when a client's tools/list is complete.
             while len(await session.refresh_tools()) < expect:  # noqa: ASYNC110
                 await trio.sleep(LIST_POLL_S)
-        return time.perf_counter() - t0
+        return await unstalled_since(t0)
 
 
 async def direct_fleet_time(servers: Sequence[ServerDef], workdir: Path) -> float:
@@ -64,12 +84,13 @@ async def direct_fleet_time(servers: Sequence[ServerDef], workdir: Path) -> floa
 
     async def one(server: ServerDef) -> None:
         async with open_session(DIRECT, [server], workdir, list_first=True):
-            done.append(time.perf_counter() - t0)
+            done.append(time.perf_counter())
 
     async with trio.open_nursery() as nursery:
         for s in servers:
             nursery.start_soon(one, s)
-    return max(done)
+    await WATCH.settle()
+    return max(done) - t0 - WATCH.overlap(t0, max(done))
 
 
 async def run_startup(subjects: Sequence[Subject], params: Params, workdir: Path) -> Result:
@@ -87,11 +108,11 @@ async def run_startup(subjects: Sequence[Subject], params: Params, workdir: Path
         for subject in order:
             try:
                 if subject.kind == "direct":
-                    t1 = await time_to_list(subject, one, workdir, BASE_TOOL_COUNT)
+                    t1 = await time_to_list(subject, one, workdir, BASE_TOOL_COUNT, params.fleet_timeout_s)
                     tn = await direct_fleet_time(many, workdir)
                 else:
-                    t1 = await time_to_list(subject, one, workdir, BASE_TOOL_COUNT)
-                    tn = await time_to_list(subject, many, workdir, BASE_TOOL_COUNT * n)
+                    t1 = await time_to_list(subject, one, workdir, BASE_TOOL_COUNT, params.fleet_timeout_s)
+                    tn = await time_to_list(subject, many, workdir, BASE_TOOL_COUNT * n, params.fleet_timeout_s)
             except Exception as exc:
                 result.skip(subject.name, f"{exc}")
                 alive.remove(subject)
@@ -165,7 +186,7 @@ async def fleet_memory_and_size(subjects: Sequence[Subject], params: Params, wor
             continue
         try:
             async with open_session(subject, servers, workdir, list_first=False) as session:
-                with trio.fail_after(120):
+                with _limit(params.fleet_timeout_s, f"{subject.name} did not list all {n * params.fleet_tools} tools"):
                     while len(tools := await session.refresh_tools()) < n * params.fleet_tools:  # noqa: ASYNC110
                         await trio.sleep(LIST_POLL_S)
                 size.rows.append(size_row(subject.name, subject.kind, tools,
@@ -217,7 +238,9 @@ async def run_menu(params: Params, workdir: Path, size: Result | None, want_chan
             while not any(a >= since for a in arrivals):
                 wake = trio.Event()
                 await wake.wait()
-        return (min(a for a in arrivals if a >= since) - since) * 1e3
+        first = min(a for a in arrivals if a >= since)
+        await WATCH.settle()
+        return (first - since - WATCH.overlap(since, first)) * 1e3
 
     subject = mcpvisor_subject("mcpvisor", exposure="menu")
     try:
@@ -344,7 +367,7 @@ async def _kill_and_time(session: Session, limit_s: float) -> float | str:
             try:
                 with trio.fail_after(limit_s):
                     await call_ok(session, tool, {"text": "after"})
-                return time.perf_counter() - t0
+                return await unstalled_since(t0)
             except Exception as exc:
                 last = f"{exc!r:.160}"
                 await trio.sleep(RECOVERY_RETRY_S)

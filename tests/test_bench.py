@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ import trio
 from bench.core import Result
 from bench.drivers import resolve_tool
 from bench.report import compare
+from bench.stalls import StallWatch
 
 REPO = Path(__file__).resolve().parent.parent
 RUN_LIMIT_S = 150.0
@@ -156,3 +158,40 @@ def test_resolve_tool_finds_prefixed_names(names: list[str], base: str, server: 
                                            expected: str | None) -> None:
     """Peers prefix tool names differently; the bench finds the upstream's tool under any of them."""
     assert resolve_tool(names, base, server) == expected
+
+
+def test_stall_overlap_and_clean() -> None:
+    """Paused time inside a span is subtracted exactly, and only the calls that overlapped a pause
+    are left out of the percentiles."""
+    watch = StallWatch()
+    watch.spans = [(1.0, 1.5), (3.0, 3.2)]
+    assert watch.overlap(0.0, 10.0) == pytest.approx(0.7)
+    assert watch.overlap(1.2, 3.1) == pytest.approx(0.4)
+    assert watch.overlap(1.5, 3.0) == 0.0
+    kept, dropped = watch.clean([(0.1, 0.2), (0.9, 1.6), (2.0, 2.5), (3.1, 3.15)])
+    assert kept == pytest.approx([0.1, 0.5]) and dropped == 2
+
+
+async def test_canary_reports_a_pause_covering_the_time_it_was_stopped() -> None:
+    """SIGSTOP the canary for 0.3 s (as a paused machine would stop it): the watch then holds a
+    span covering that time, and a throughput window around it has it subtracted."""
+    watch = StallWatch()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(watch.run)
+        if watch.unavailable is not None:
+            pytest.skip(f"the canary cannot run at real-time priority here: {watch.unavailable}")
+        canary = next(p for p in psutil.Process().children() if "canary.py" in " ".join(p.cmdline()))
+        t0 = time.perf_counter()
+        canary.suspend()
+        await trio.sleep(0.3)  # the pause being simulated, not a wait for something to happen
+        canary.resume()
+        t1 = time.perf_counter()
+
+        def covering() -> bool:  # real pauses of the machine may add other spans around it
+            return any(start <= t0 + 0.06 and end >= t1 - 0.01 for start, end in watch.spans)
+
+        with trio.fail_after(10):
+            while not covering():
+                await watch.settle()
+        nursery.cancel_scope.cancel()
+    assert watch.overlap(t0, t1) >= 0.25
