@@ -26,6 +26,9 @@ CALL_TIMEOUT_S: Final = 60.0
 CALL_BUDGET_S: Final = 0.5
 """Per-call allowance on top of CALL_TIMEOUT_S: a loaded shared box stalls processes for seconds."""
 UPSTREAM: Final = ServerDef("b")
+HTTP_CALL_DIVISOR: Final = 4
+"""An HTTP call costs about ten times a stdio one (the SDK's HTTP client and server on both ends):
+the HTTP scenarios make a quarter of the calls, so they take about as long as the stdio ones."""
 
 Measure = Callable[[Session], Awaitable[dict[str, float]]]
 
@@ -202,8 +205,9 @@ TP_COLUMNS: Final = ["c1_calls_s", "ratio_c1", "cN_calls_s", "ratio_cN", "cN_p50
 
 async def run_latency(name: str, title: str, sessions: Sequence[Session], params: Params,
                       base: str, args: dict[str, Any], result: Result) -> None:
-    result.params.update(calls=params.calls, rounds=params.rounds, tool=base, arguments=args)
-    per_round = await interleave(sessions, params.rounds, lambda s: latency(s, base, args, params.calls), result)
+    calls = params.calls // HTTP_CALL_DIVISOR if name.startswith("http") else params.calls
+    result.params.update(calls=calls, rounds=params.rounds, tool=base, arguments=args)
+    per_round = await interleave(sessions, params.rounds, lambda s: latency(s, base, args, calls), result)
     table = aggregate(per_round, ["p50_ms", "p99_ms", "cpu_ms_per_call"],
                       {"ratio_p50": "p50_ms", "ratio_p99": "p99_ms"})
     rows_from(result, sessions, table)
@@ -212,6 +216,8 @@ async def run_latency(name: str, title: str, sessions: Sequence[Session], params
 
 async def run_throughput(sessions: Sequence[Session], params: Params, result: Result) -> None:
     n, c = params.throughput_calls, params.concurrency
+    if result.scenario.startswith("http"):
+        n = max(c, n // HTTP_CALL_DIVISOR)
     result.params.update(calls=n, rounds=params.rounds, concurrency=[1, c], tool="echo")
     args = {"text": "hello"}
 
