@@ -44,6 +44,10 @@ class Params:
     concurrency: int
     fleet_timeout_s: float = 90.0
     """How long a subject may take to list every tool of the fleet before it is skipped."""
+    measure_s: float = 8.0
+    """A latency or throughput measurement stops after this many seconds even if it made fewer
+    calls than asked (the calls made are reported): a slow subject cannot stretch the run."""
+    """How long a subject may take to list every tool of the fleet before it is skipped."""
     workdir: Path | None = None
 
     @classmethod
@@ -51,13 +55,14 @@ class Params:
         return cls(quick=True, rounds=2, calls=150, throughput_calls=300, payload_calls=5,
                    payload_bytes=1 << 20, startup_rounds=1, fleet=20, fleet_tools=10, toolset_size=5,
                    menu_rounds=3, recovery_rounds=1, recovery_timeout_s=5.0, work_ms=1.0, concurrency=32,
-                   fleet_timeout_s=45.0)
+                   fleet_timeout_s=45.0, measure_s=3.0)
 
     @classmethod
     def full_run(cls) -> Params:
-        return cls(quick=False, rounds=5, calls=1000, throughput_calls=2000, payload_calls=20,
-                   payload_bytes=1 << 20, startup_rounds=3, fleet=20, fleet_tools=10, toolset_size=5,
-                   menu_rounds=10, recovery_rounds=3, recovery_timeout_s=15.0, work_ms=1.0, concurrency=32)
+        return cls(quick=False, rounds=3, calls=1000, throughput_calls=2000, payload_calls=20,
+                   payload_bytes=1 << 20, startup_rounds=2, fleet=20, fleet_tools=10, toolset_size=5,
+                   menu_rounds=10, recovery_rounds=2, recovery_timeout_s=15.0, work_ms=1.0, concurrency=32,
+                   measure_s=6.0)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ rounds, and each ratio is the median of per-round ratios against the direct row.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -22,6 +23,8 @@ from bench.drivers import ServerDef, Session, Subject, open_session
 from bench.stalls import WATCH
 
 WARMUP_CALLS: Final = 30
+MIN_CALLS: Final = 20
+"""A time-limited measurement still makes at least this many calls (a p50 needs a sample)."""
 CALL_TIMEOUT_S: Final = 60.0
 CALL_BUDGET_S: Final = 0.5
 """Per-call allowance on top of CALL_TIMEOUT_S: a loaded shared box stalls processes for seconds."""
@@ -40,39 +43,45 @@ async def call_ok(session: Session, tool: str, args: dict[str, Any]) -> Any:
     return result
 
 
-async def latency(session: Session, base: str, args: dict[str, Any], n: int) -> dict[str, float]:
-    """``n`` sequential calls: p50/p99 ms and the server side's CPU per call."""
+async def latency(session: Session, base: str, args: dict[str, Any], n: int,
+                  limit_s: float = math.inf) -> dict[str, float]:
+    """``n`` sequential calls (fewer if ``limit_s`` runs out first): p50/p99 ms, the server side's CPU per call."""
     tool = session.tool(base)
     call = session.client.call_tool
     server = session.proxy_procs()
     cpu0 = procs.cpu_seconds(server)
     spans = []
     clock = time.perf_counter
+    deadline = clock() + limit_s
     with trio.fail_after(CALL_TIMEOUT_S + n * CALL_BUDGET_S):
         for _ in range(n):
             t0 = clock()
             await call(tool, args)
             spans.append((t0, clock()))
+            if t0 > deadline and len(spans) >= MIN_CALLS:
+                break
     cpu = procs.cpu_seconds(server) - cpu0
     await WATCH.settle()
     times, stalled = WATCH.clean(spans)
     times.sort()
     return {"p50_ms": percentile(times, 0.5) * 1e3, "p99_ms": percentile(times, 0.99) * 1e3,
-            "cpu_ms_per_call": cpu / n * 1e3, "stalled_calls": stalled}
+            "cpu_ms_per_call": cpu / len(spans) * 1e3, "stalled_calls": stalled, "calls": len(spans)}
 
 
 async def throughput(session: Session, base: str, args: dict[str, Any], total: int,
-                     concurrency: int) -> tuple[float, float]:
-    """``total`` calls from ``concurrency`` tasks at once: (calls/s, p50 ms)."""
+                     concurrency: int, limit_s: float = math.inf) -> tuple[float, float, int]:
+    """``total`` calls from ``concurrency`` tasks at once (no new call after ``limit_s``):
+    (calls/s, p50 ms, calls made)."""
     tool = session.tool(base)
     call = session.client.call_tool
     remaining = total
     spans: list[tuple[float, float]] = []
     clock = time.perf_counter
+    deadline = clock() + limit_s
 
     async def worker() -> None:
         nonlocal remaining
-        while remaining > 0:
+        while remaining > 0 and (clock() < deadline or len(spans) < MIN_CALLS):
             remaining -= 1
             t0 = clock()
             await call(tool, args)
@@ -87,7 +96,8 @@ async def throughput(session: Session, base: str, args: dict[str, Any], total: i
     await WATCH.settle()
     times, _ = WATCH.clean(spans)
     times.sort()
-    return total / (t_end - t_start - WATCH.overlap(t_start, t_end)), percentile(times, 0.5) * 1e3
+    made = len(spans)
+    return made / (t_end - t_start - WATCH.overlap(t_start, t_end)), percentile(times, 0.5) * 1e3, made
 
 
 async def interleave(sessions: Sequence[Session], rounds: int, measure: Measure,
@@ -95,6 +105,7 @@ async def interleave(sessions: Sequence[Session], rounds: int, measure: Measure,
     """Run ``measure`` on each session, alternating direction each round; a failing subject is dropped."""
     per_round: dict[str, list[dict[str, float]]] = {s.subject.name: [] for s in sessions}
     stalled: dict[str, int] = {}
+    fewest: dict[str, int] = {}
     alive = list(sessions)
     start = WATCH.total
     for r in range(rounds):
@@ -109,8 +120,16 @@ async def interleave(sessions: Sequence[Session], rounds: int, measure: Measure,
                 per_round.pop(name, None)
                 continue
             stalled[name] = stalled.get(name, 0) + int(values.pop("stalled_calls", 0))
+            made = values.pop("calls", None)
+            if made is not None:
+                fewest[name] = int(min(made, fewest.get(name, made)))
             per_round[name].append(values)
     note_stalls(result, WATCH.total - start, stalled)
+    asked = result.params.get("calls")
+    short = {name: n for name, n in fewest.items() if asked and n < asked}
+    if short:
+        result.notes.append("time limit per measurement reached (fewest calls in a round): "
+                            + ", ".join(f"{name} {n}" for name, n in short.items()))
     return per_round
 
 
@@ -206,8 +225,9 @@ TP_COLUMNS: Final = ["c1_calls_s", "ratio_c1", "cN_calls_s", "ratio_cN", "cN_p50
 async def run_latency(name: str, title: str, sessions: Sequence[Session], params: Params,
                       base: str, args: dict[str, Any], result: Result) -> None:
     calls = params.calls // HTTP_CALL_DIVISOR if name.startswith("http") else params.calls
-    result.params.update(calls=calls, rounds=params.rounds, tool=base, arguments=args)
-    per_round = await interleave(sessions, params.rounds, lambda s: latency(s, base, args, calls), result)
+    result.params.update(calls=calls, rounds=params.rounds, tool=base, arguments=args, limit_s=params.measure_s)
+    per_round = await interleave(sessions, params.rounds,
+                                 lambda s: latency(s, base, args, calls, params.measure_s), result)
     table = aggregate(per_round, ["p50_ms", "p99_ms", "cpu_ms_per_call"],
                       {"ratio_p50": "p50_ms", "ratio_p99": "p99_ms"})
     rows_from(result, sessions, table)
@@ -218,13 +238,13 @@ async def run_throughput(sessions: Sequence[Session], params: Params, result: Re
     n, c = params.throughput_calls, params.concurrency
     if result.scenario.startswith("http"):
         n = max(c, n // HTTP_CALL_DIVISOR)
-    result.params.update(calls=n, rounds=params.rounds, concurrency=[1, c], tool="echo")
+    result.params.update(calls=n, rounds=params.rounds, concurrency=[1, c], tool="echo", limit_s=params.measure_s)
     args = {"text": "hello"}
 
     async def measure(session: Session) -> dict[str, float]:
-        c1, _ = await throughput(session, "echo", args, n, 1)
-        cn, cn_p50 = await throughput(session, "echo", args, n, c)
-        return {"c1_calls_s": c1, "cN_calls_s": cn, "cN_p50_ms": cn_p50}
+        c1, _, made1 = await throughput(session, "echo", args, n, 1, params.measure_s)
+        cn, cn_p50, made_n = await throughput(session, "echo", args, n, c, params.measure_s)
+        return {"c1_calls_s": c1, "cN_calls_s": cn, "cN_p50_ms": cn_p50, "calls": min(made1, made_n)}
 
     per_round = await interleave(sessions, params.rounds, measure, result)
     table = aggregate(per_round, ["c1_calls_s", "cN_calls_s", "cN_p50_ms"],
@@ -242,7 +262,8 @@ async def run_payload(sessions: Sequence[Session], params: Params, result: Resul
     result.notes.append("peak RSS is the server side's VmHWM (the proxy alone; for direct, the upstream itself)")
     before = {s.subject.name: s.rss() for s in sessions}
     per_round = await interleave(sessions, params.rounds,
-                                 lambda s: latency(s, "payload", {"size": size}, params.payload_calls), result)
+                                 lambda s: latency(s, "payload", {"size": size}, params.payload_calls,
+                                                   params.measure_s), result)
     table = aggregate(per_round, ["p50_ms", "p99_ms"], {"ratio_p50": "p50_ms", "ratio_p99": "p99_ms"})
     for session in sessions:
         row = table.get(session.subject.name)
