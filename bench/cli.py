@@ -46,7 +46,7 @@ EPILOG: Final = """\
 scenarios: """ + ", ".join(SCENARIOS) + """
 
 examples:
-  python -m bench --quick                         # everything, small sizes (about 2 minutes on 2 cores)
+  python -m bench --quick                         # everything, small sizes (a few minutes; peers start slowly)
   python -m bench --out bench/results/latest.json # the full run, saved
   python -m bench --compare bench/results/latest.json --only latency,throughput
   python -m bench --only latency --calls 20 --no-peers --json
@@ -54,7 +54,7 @@ examples:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--quick", action="store_true", help="small sizes: about 2 minutes on a 2-core machine")
+    p.add_argument("--quick", action="store_true", help="small sizes: 2 rounds, 150 calls, 3 s per measurement")
     p.add_argument("--out", metavar="FILE", help="write all results and machine info to this JSON file")
     p.add_argument("--compare", metavar="OLD.json", help="compare with an earlier --out file; exit 1 on a regression")
     p.add_argument("--threshold", type=float, default=0.10, metavar="F",

@@ -25,7 +25,7 @@ from typing import Any, Final
 
 @dataclass(frozen=True)
 class Params:
-    """Sizes of one run. `quick()` fits in about 2 minutes on 2 cores; `full()` in about 15."""
+    """Sizes of one run: `quick_run()` small, `full_run()` the one the README reports (about 10 minutes of machine time on 2 cores)."""
 
     quick: bool
     rounds: int
