@@ -25,7 +25,8 @@ from typing import Any, Final
 
 @dataclass(frozen=True)
 class Params:
-    """Sizes of one run: `quick_run()` small, `full_run()` the one the README reports (about 10 minutes of machine time on 2 cores)."""
+    """Sizes of one run: `quick_run()` small, `full_run()` the one the README reports
+    (about 10 minutes of machine time on 2 cores)."""
 
     quick: bool
     rounds: int
