@@ -6,7 +6,8 @@ outlives it (Ctrl-C, SIGTERM, SIGHUP and failing scenarios included): a stop sig
 the run like Ctrl-C does, sessions stop their process groups on the way out, and a final
 sweep kills anything still carrying this run's token. SIGKILL cannot be caught; the
 subjects then outlive the bench (they run in their own sessions), and the next run's
-sweep does not know their token: kill them by hand (``pkill -f mcpvisor-bench-``).
+sweep does not know their token: they are the processes with ``MCPVISOR_BENCH_TOKEN`` in
+their environment.
 """
 
 from __future__ import annotations
