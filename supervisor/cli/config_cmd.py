@@ -19,7 +19,7 @@ import argparse
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -55,6 +55,33 @@ class CommandError(Exception):
     def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
         super().__init__(message)
         self.code = code
+
+
+def usage(parser: argparse.ArgumentParser) -> int:
+    """A command group run without a subcommand: its help on stderr, exit 2."""
+    parser.print_help(sys.stderr)
+    return EXIT_USAGE
+
+
+def reporting(code_of: Callable[[Exception], int | None]) -> Callable[[Any], Any]:
+    """Decorate a ``run_*(args)``: an error ``code_of`` maps to an exit code (a `CommandError`
+    always maps to its own) is one line on stderr and that code; any other error propagates."""
+
+    def decorate(fn: Any) -> Any:
+        def wrapper(args: argparse.Namespace) -> int:
+            try:
+                return int(fn(args))
+            except Exception as err:
+                code = err.code if isinstance(err, CommandError) else code_of(err)
+                if code is None:
+                    raise
+                out.error(str(err))
+                return code
+
+        wrapper.__doc__ = fn.__doc__
+        return wrapper
+
+    return decorate
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +269,7 @@ def register(sub: Any) -> None:
         epilog=EPILOG,
         parents=[parent],
     )
-    p.set_defaults(func=lambda args: _usage(p))
+    p.set_defaults(func=lambda args: usage(p))
     cmds = p.add_subparsers(dest="config_command", metavar="SUBCOMMAND")
     path = cmds.add_parser(
         "path",
@@ -266,11 +293,6 @@ def register(sub: Any) -> None:
     )
     out.add_format(check, ("text", "json"))
     check.set_defaults(func=run_validate)
-
-
-def _usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_help(sys.stderr)
-    return EXIT_USAGE
 
 
 def lookup_order(args: argparse.Namespace) -> list[dict[str, Any]]:

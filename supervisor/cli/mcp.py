@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from supervisor.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Formatter
+from supervisor.cli import EXIT_FAILED, EXIT_OK, Formatter
 from supervisor.cli import _output as out
 from supervisor.cli.config_cmd import (
     CommandError,
@@ -33,9 +32,11 @@ from supervisor.cli.config_cmd import (
     locate_for_write,
     nothing_found,
     open_store,
+    reporting,
     require,
     store_errors,
     unset_variables,
+    usage,
 )
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ def register(sub: Any) -> None:
         epilog="examples:\n  mcpvisor mcp add git -- uvx mcp-server-git\n  mcpvisor mcp list\n"
         "  mcpvisor mcp test git\n  mcpvisor mcp info git\n  mcpvisor mcp remove git --yes\n",
     )
-    p.set_defaults(func=lambda args: _usage(p))
+    p.set_defaults(func=lambda args: usage(p))
     cmds = p.add_subparsers(dest="mcp_command", metavar="SUBCOMMAND")
 
     add = cmds.add_parser(
@@ -269,26 +270,13 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_help(sys.stderr)
-    return EXIT_USAGE
+def _code_of(err: Exception) -> int | None:
+    """A store error's exit code (None: not ours to report)."""
+    return exit_code_of(err) if isinstance(err, store_errors()) else None
 
 
-def _fails(fn: Any) -> Any:
-    """Report a `CommandError` or store error as one line on stderr and its exit code."""
-
-    def wrapper(args: argparse.Namespace) -> int:
-        try:
-            return int(fn(args))
-        except CommandError as err:
-            out.error(str(err))
-            return err.code
-        except store_errors() as err:
-            out.error(str(err))
-            return exit_code_of(err)
-
-    wrapper.__doc__ = fn.__doc__
-    return wrapper
+_fails = reporting(_code_of)
+"""Report a `CommandError` or store error as one line on stderr and its exit code."""
 
 
 # --- add ------------------------------------------------------------------------------------

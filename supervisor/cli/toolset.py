@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from supervisor.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Formatter
 from supervisor.cli import _output as out
-from supervisor.cli.config_cmd import CommandError, config_option, load_lenient, locate
+from supervisor.cli.config_cmd import CommandError, config_option, load_lenient, locate, reporting, usage
 
 if TYPE_CHECKING:
     from supervisor.config import Config
@@ -64,7 +63,7 @@ def register(sub: Any) -> None:
         epilog=EPILOG,
         parents=[parent],
     )
-    p.set_defaults(func=lambda args: _usage(p))
+    p.set_defaults(func=lambda args: usage(p))
     cmds = p.add_subparsers(dest="toolset_command", metavar="SUBCOMMAND")
 
     ls = cmds.add_parser(
@@ -165,31 +164,20 @@ def register(sub: Any) -> None:
     unequip.set_defaults(func=run_unequip)
 
 
-def _usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_help(sys.stderr)
-    return EXIT_USAGE
+def _code_of(err: Exception) -> int | None:
+    """A state error's exit code: 1 for a corrupt file, a lock or the disk, 2 for bad input."""
+    from supervisor._atomic import LockTimeout
+    from supervisor.state import CorruptState, StateError
+
+    if isinstance(err, (CorruptState, LockTimeout, OSError)):
+        return EXIT_FAILED
+    if isinstance(err, StateError):
+        return EXIT_USAGE
+    return None
 
 
-def _fails(fn: Any) -> Any:
-    """Report a `CommandError` or a state error as one line on stderr and its exit code."""
-
-    def wrapper(args: argparse.Namespace) -> int:
-        from supervisor._atomic import LockTimeout
-        from supervisor.state import CorruptState, StateError
-
-        try:
-            return int(fn(args))
-        except CommandError as err:
-            out.error(str(err))
-            return err.code
-        except (CorruptState, LockTimeout, OSError) as err:
-            out.error(str(err))
-            return EXIT_FAILED
-        except StateError as err:
-            out.error(str(err))
-            return EXIT_USAGE
-
-    return wrapper
+_fails = reporting(_code_of)
+"""Report a `CommandError` or a state error as one line on stderr and its exit code."""
 
 
 # --- where things are ---------------------------------------------------------------------
