@@ -4,13 +4,15 @@ Owns:
 
 * :func:`atomic_write_text` — write a file so that a reader sees either the old bytes or
   the new bytes, never a mixture, and a crash at any point leaves the old file whole.
-* :func:`locked` — the inter-process lock that turns read-modify-write into a transaction.
+* :func:`locked` — the inter-process lock that turns read-modify-write into a transaction;
+  it also removes the temporary files a killed writer of the same file left behind.
 * :func:`read_json` / :func:`dump_json` — the JSON reading and writing conventions of the
   files mcpvisor edits (a clear error naming the file and position; 2-space indent, key
   order kept, non-ASCII kept readable, trailing newline).
 
 A user's files are sacred: these functions never truncate a file in place, never leave a
-temporary file behind, and keep the file's permission bits. Everything here is blocking
+temporary file behind (one left by a process killed mid-write is removed by the next
+:func:`locked` of that file), and keep the file's permission bits. Everything here is blocking
 file I/O; call it from a worker thread (``trio.to_thread.run_sync``) inside async code.
 """
 
@@ -19,13 +21,20 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import stat
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
 import filelock
+
+try:
+    import fcntl as _flock
+except ImportError:  # Windows: filelock's lock file is deleted on release there anyway
+    _flock = None  # type: ignore[assignment]
 
 __all__ = [
     "DEFAULT_LOCK_TIMEOUT_S",
@@ -36,6 +45,7 @@ __all__ = [
     "locked",
     "parse_json",
     "read_json",
+    "remove_stale_temps",
     "to_plain",
 ]
 
@@ -49,6 +59,14 @@ DEFAULT_FILE_MODE: Final = 0o666
 
 LOCK_SUFFIX: Final = ".lock"
 """The lock file sits next to its target: ``<file>.lock`` (filelock's convention)."""
+
+LOCK_POLL_S: Final = 0.05
+"""How often a waiter retries a held lock: filelock's default ``poll_interval``."""
+
+TEMP_PREFIX_FORMAT: Final = ".{name}."
+TEMP_SUFFIX: Final = ".tmp"
+"""A temporary file of :func:`atomic_write_text` is ``.<name>.<8 random chars>.tmp``
+(`tempfile.mkstemp`'s random part is 8 characters of ``[a-z0-9_]``)."""
 
 
 class LockTimeout(TimeoutError):
@@ -152,7 +170,9 @@ def atomic_write_text(path: Path, text: str, *, mode: int | None = None) -> None
     else:
         bits = stat.S_IMODE(st.st_mode) if mode is None else mode
         owner = (st.st_uid, st.st_gid)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp_name = tempfile.mkstemp(
+        prefix=TEMP_PREFIX_FORMAT.format(name=target.name), suffix=TEMP_SUFFIX, dir=target.parent
+    )
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as tmp:
             tmp.write(text)
@@ -174,18 +194,27 @@ def atomic_write_text(path: Path, text: str, *, mode: int | None = None) -> None
 
 
 @contextlib.contextmanager
-def locked(path: Path, timeout: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[None]:
+def locked(path: Path, timeout: float = DEFAULT_LOCK_TIMEOUT_S, *, remove: bool = False) -> Iterator[None]:
     """Hold the inter-process lock of ``path`` for the duration of the block.
 
     The lock is an OS file lock (``flock`` on POSIX) on ``<path>.lock`` next to the file,
-    so a process that dies holding it releases it at once; the lock file itself stays. It
-    is advisory: every writer of the file must take it. It is not reentrant: do not nest
-    two ``locked()`` blocks on the same path, even in one process.
+    so a process that dies holding it releases it at once. It is advisory: every writer of
+    the file must take it, the same way (the same ``remove``). It is not reentrant: do not
+    nest two ``locked()`` blocks on the same path, even in one process.
+
+    Once the lock is held, temporary files of :func:`atomic_write_text` for ``path`` are
+    removed: every writer holds the lock, so any such file belongs to a writer that was
+    killed mid-write.
 
     Args:
         path: The file to protect (it need not exist; its directory is created). A symlinked
             file is locked under its real name, so two names for one file share one lock.
         timeout: Seconds to wait for another holder.
+        remove: Delete the lock file when the block ends, so that nothing is left next to
+            a file the user owns (the config). On POSIX a waiter that locked a lock file
+            its holder has just deleted sees that the name no longer leads to that file and
+            starts over, so two processes never both hold the lock. Without ``remove`` the
+            lock file stays (the state directory's own files).
 
     Raises:
         LockTimeout: Another process held the lock for longer than ``timeout``.
@@ -193,15 +222,78 @@ def locked(path: Path, timeout: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[None
     target = _target(Path(path))
     lock_path = target.with_name(target.name + LOCK_SUFFIX)
     lock_path.parent.mkdir(parents=True, exist_ok=True)
+    if remove and _flock is not None:
+        fd = _acquire_removable(Path(path), lock_path, timeout)
+        try:
+            remove_stale_temps(target)
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(lock_path)  # while still holding it: see _acquire_removable
+            os.close(fd)  # releases the lock
+        return
     lock = filelock.FileLock(lock_path, timeout=timeout)
     try:
         lock.acquire()
     except filelock.Timeout:
         raise LockTimeout(Path(path), lock_path, timeout) from None
     try:
+        remove_stale_temps(target)
         yield
     finally:
         lock.release()
+
+
+def _acquire_removable(path: Path, lock_path: Path, timeout: float) -> int:
+    """Lock ``lock_path`` (created if missing) and return its descriptor.
+
+    The holder deletes the lock file before it releases the lock, so a waiter can win the
+    lock of a file that no longer has a name; after locking, the descriptor's inode must
+    still be what ``lock_path`` names, else we start over on the new file.
+    """
+    assert _flock is not None
+    deadline = time.monotonic() + timeout
+    while True:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            _flock.flock(fd, _flock.LOCK_EX | _flock.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            if time.monotonic() >= deadline:
+                raise LockTimeout(path, lock_path, timeout) from None
+            time.sleep(LOCK_POLL_S)
+            continue
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            named = os.stat(lock_path)
+        except FileNotFoundError:
+            named = None
+        held = os.fstat(fd)
+        if named is not None and (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino):
+            return fd
+        os.close(fd)  # its holder deleted it while we waited: lock the current one
+
+
+def remove_stale_temps(path: Path) -> list[Path]:
+    """Delete the temporary files :func:`atomic_write_text` made for ``path`` and left.
+
+    Only call it holding :func:`locked` for ``path``: then no other writer is mid-write,
+    and every such file is a killed writer's. Returns the files removed.
+    """
+    target = _target(Path(path))
+    pattern = re.compile(
+        re.escape(TEMP_PREFIX_FORMAT.format(name=target.name)) + r"[a-z0-9_]{8}" + re.escape(TEMP_SUFFIX)
+    )
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(target.parent):
+            if pattern.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+                    removed.append(Path(entry.path))
+    return removed
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

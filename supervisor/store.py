@@ -6,7 +6,9 @@ Code's ``.mcp.json``) and the few edits the CLI makes through it, with the error
 
 The file belongs to the user. Every edit reads the file fresh under the file lock, changes
 only what it was asked to, and writes atomically (see :mod:`supervisor._atomic`), so two
-commands run at once both land. Everything mcpvisor does not own is kept as it was: other
+commands run at once both land; the lock file (``<file>.lock``) is deleted when the edit
+ends, and a temporary file a killed edit left is deleted by the next one, so nothing but
+the file itself is left in the user's folder. Everything mcpvisor does not own is kept as it was: other
 top-level keys, other servers' entries (same key order), unknown keys inside entries, and
 the file's indentation. An edit that changes nothing writes nothing, so the file keeps its
 exact bytes; an edit that would make the config invalid writes nothing either.
@@ -167,7 +169,7 @@ class ConfigStore:
             MalformedConfig: The file is not a JSON object; it is left as it is.
             InvalidConfig: The validator rejected the changed document; nothing was written.
         """
-        with locked(self.path, self._lock_timeout):
+        with locked(self.path, self._lock_timeout, remove=True):
             doc, text = self._load()
             before = dump_json(doc)
             yield doc

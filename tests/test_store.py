@@ -210,7 +210,7 @@ LOCK_HOLDER = """
 import sys
 from pathlib import Path
 from supervisor._atomic import locked
-with locked(Path(sys.argv[1])):
+with locked(Path(sys.argv[1]), remove=True):
     print("locked", flush=True)
     sys.stdin.readline()
 print("released", flush=True)
@@ -419,7 +419,7 @@ def test_exception_inside_edit_writes_nothing(tmp_path: Path) -> None:
 
 def test_store_atomicity_on_failed_replace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A failing rename during add_server leaves the config byte-identical, with its
-    permissions, and nothing but the lock file next to it."""
+    permissions, and nothing next to it (no temporary file, no lock file)."""
     path = tmp_path / ".mcp.json"
     path.write_text(CLAUDE_CODE_MCP_JSON)
     path.chmod(0o640)
@@ -431,7 +431,7 @@ def test_store_atomicity_on_failed_replace(tmp_path: Path, monkeypatch: pytest.M
     with pytest.raises(OSError, match="simulated"):
         ConfigStore(path).add_server("git", {"command": "uvx"})
     assert path.read_text() == CLAUDE_CODE_MCP_JSON
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".mcp.json", ".mcp.json.lock"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".mcp.json"]
     monkeypatch.undo()
 
     ConfigStore(path).add_server("git", {"command": "uvx"})
