@@ -42,8 +42,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from supervisor.cli.mcp import COMMAND_DEST, split_argv
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    words, command = split_argv(sys.argv[1:] if argv is None else argv)  # `mcp add`'s command
+    args = parser.parse_args(words)
+    if command is not None:
+        setattr(args, COMMAND_DEST, command)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE

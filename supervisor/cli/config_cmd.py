@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 DEFAULT_NEW_CONFIG: Final = "mcpvisor.json"
 """Created in the current directory by the first `mcp add` when no config exists."""
 
+PROJECT_CONFIG: Final = ".mcp.json"
+"""``--scope project`` writes here, in the current directory: Claude Code's project file."""
+
 PLACEHOLDER: Final = "http://placeholder.invalid"
 """Stands for a `${VAR}` this shell does not set, while validating a document to write."""
 
@@ -128,17 +131,21 @@ def nothing_found() -> str:
 
 
 def locate_for_write(args: argparse.Namespace, scope: str | None = None) -> Target:
-    """The config file an edit goes to.
+    """The config file an edit goes to (``--config`` always wins).
 
-    ``--scope user``: the user config file. Otherwise the file the lookup finds (``--config``
-    and ``$MCPVISOR_CONFIG`` even when it does not exist yet), else a new
-    ``./mcpvisor.json``.
+    ``--scope`` has Claude Code's meaning: ``user`` the user config file; ``project``
+    ``./.mcp.json``, the file a project shares (Claude Code reads it too); ``local`` (the
+    default) the file the lookup finds (``--config`` and ``$MCPVISOR_CONFIG`` even when it
+    does not exist yet), else a new ``./mcpvisor.json``.
     """
     from supervisor.config import user_config_path
 
     if scope == "user" and explicit_config(args) is None:
         path = user_config_path()
         return Target(path, "the user config file (--scope user)", path.is_file())
+    if scope == "project" and explicit_config(args) is None:
+        path = Path(PROJECT_CONFIG)
+        return Target(path, "./.mcp.json, the project's shared file (--scope project)", path.is_file())
     found = locate(args)
     if found is not None:
         return found

@@ -1,5 +1,7 @@
 """``mcpvisor import claude-code|claude-desktop|cursor|vscode [PATH]``: bring existing configs in.
 
+``mcpvisor mcp add-from-claude-desktop`` (Claude Code's name) is ``import claude-desktop``.
+
 Owns the command: find the client's config (its usual places, or PATH), show what the
 import will do (add, skip an identical server, skip / rename / replace a different one
 of the same name), ask on a terminal, and write everything in one locked, atomic,
@@ -59,6 +61,12 @@ def register(sub: Any) -> None:
         parents=[config_option()],
     )
     p.add_argument("client", metavar="CLIENT", choices=CLIENTS, help=" | ".join(CLIENTS))
+    add_import_options(p)
+    p.set_defaults(func=run)
+
+
+def add_import_options(p: argparse.ArgumentParser) -> None:
+    """The options after CLIENT (shared with ``mcp add-from-claude-desktop``)."""
     p.add_argument(
         "path", metavar="PATH", nargs="?", help="read this file instead of the client's usual places"
     )
@@ -75,13 +83,12 @@ def register(sub: Any) -> None:
     p.add_argument(
         "-s",
         "--scope",
-        choices=("project", "user"),
+        choices=("local", "project", "user"),
         help="where to write when --config is not given (as for `mcp add`)",
     )
     p.add_argument("--dry-run", action="store_true", help="show what would be done, write nothing")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
     out.add_format(p, ("text", "json"))
-    p.set_defaults(func=run)
 
 
 def _read(args: argparse.Namespace) -> tuple[list[Found], list[str], list[str]]:

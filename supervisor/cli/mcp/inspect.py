@@ -1,0 +1,301 @@
+"""``mcpvisor mcp list|test|info|get``: what is configured, and does it answer.
+
+These commands connect to servers with the proxy's own code (`supervisor.probe`),
+concurrently, each bounded by ``--timeout``, and stop and reap whatever they start.
+``get`` is Claude Code's name for ``info``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from supervisor.cli import EXIT_FAILED, EXIT_OK, Formatter
+from supervisor.cli import _output as out
+from supervisor.cli.config_cmd import CommandError, Target, load_lenient, locate, nothing_found, require
+from supervisor.cli.mcp._common import (
+    DESCRIPTION_WIDTH,
+    STATUS_CHOICES,
+    fails,
+    timeout_option,
+    unknown,
+)
+
+if TYPE_CHECKING:
+    from supervisor.config import Config, ServerSpec
+    from supervisor.probe import ProbeResult
+
+
+def register(cmds: Any, parent: argparse.ArgumentParser) -> None:
+    ls = cmds.add_parser(
+        "list",
+        help="list servers with their state and tool count",
+        parents=[parent],
+        formatter_class=Formatter,
+        description="List the configured servers, connecting to each (concurrently, each "
+        "bounded by --timeout) to show whether it is online and how many tools "
+        "it has.",
+        epilog="examples:\n  mcpvisor mcp list\n  mcpvisor mcp list --status offline\n"
+        "  mcpvisor mcp list --enabled --format json | jq '.[].name'\n",
+    )
+    out.add_format(ls)
+    ls.add_argument("--enabled", action="store_true", help="only enabled servers")
+    ls.add_argument("--status", choices=STATUS_CHOICES, help="only servers in this state")
+    timeout_option(ls)
+    ls.set_defaults(func=run_list)
+
+    test = cmds.add_parser(
+        "test",
+        help="connect to a server, initialize, list tools, show timings",
+        parents=[parent],
+        formatter_class=Formatter,
+        description="Connect to one server (start it, for stdio), initialize, list its "
+        "tools, and print each step's timing. On failure, say why: command "
+        "not found, exit status and stderr, HTTP status, timeout. Exit 1 if it "
+        "fails.",
+        epilog="examples:\n  mcpvisor mcp test git\n  mcpvisor mcp test docs --timeout 30\n"
+        "  mcpvisor mcp test git --format json\n",
+    )
+    test.add_argument("name", metavar="NAME")
+    out.add_format(test, ("text", "json"))
+    timeout_option(test)
+    test.set_defaults(func=run_test)
+
+    for verb in ("info", "get"):
+        info = cmds.add_parser(
+            verb,
+            help="show a server's config (secrets masked) and its tools"
+            + ("" if verb == "info" else " (Claude Code's name for info)"),
+            parents=[parent],
+            formatter_class=Formatter,
+            description="Show one server's config, literal header and env values masked as "
+            "***, and its tools with one-line descriptions.",
+            epilog=f"examples:\n  mcpvisor mcp {verb} git\n  mcpvisor mcp {verb} docs --no-probe\n"
+            f"  mcpvisor mcp {verb} git --format json\n",
+        )
+        info.add_argument("name", metavar="NAME")
+        info.add_argument(
+            "--no-probe", action="store_true", help="only the config; do not connect for the tools"
+        )
+        out.add_format(info, ("text", "json"))
+        timeout_option(info)
+        info.set_defaults(func=run_info)
+
+
+def _spec(config: Config, name: str, target: Target) -> ServerSpec:
+    spec = config.servers.get(name)
+    if spec is None:
+        raise CommandError(unknown(name, list(config.servers), target))
+    return spec
+
+
+def _probe(specs: Sequence[ServerSpec], timeout: float, what: str) -> dict[str, ProbeResult]:
+    """Probe ``specs`` concurrently under trio, with a spinner on a terminal."""
+    import logging
+
+    import trio
+
+    from supervisor.probe import load_connection_code, probe_all
+
+    logging.getLogger().addHandler(logging.NullHandler())  # servers' stderr is for the proxy's log
+    if not specs:
+        return {}
+    with out.spinner(f"{what} ({len(specs)} server{'s' if len(specs) != 1 else ''})...") as update:
+        load_connection_code()
+        finished: list[str] = []
+
+        def progress(result: ProbeResult) -> None:
+            finished.append(result.server)
+            waiting = [s.name for s in specs if s.name not in finished]
+            pending = f"; waiting for {', '.join(waiting[:5])}" if waiting else ""
+            update(f"{what}: {len(finished)}/{len(specs)} done{pending}")
+
+        return trio.run(lambda: probe_all(specs, limit=timeout, on_result=progress))
+
+
+def target_of(spec: ServerSpec) -> str:
+    """The command line or URL of a server, as one string."""
+    import shlex
+
+    if spec.transport == "stdio":
+        return shlex.join([spec.command or "", *spec.args])
+    if spec.transport == "stdio-docker":
+        return shlex.join(["docker", "run", spec.image or "", *spec.args])
+    return spec.url or ""
+
+
+def _one_line(text: str | None, width: int = DESCRIPTION_WIDTH) -> str:
+    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _row(spec: ServerSpec, result: ProbeResult | None, missing: str | None = None) -> dict[str, Any]:
+    if not spec.enabled:
+        state, reason = "disabled", "disabled in the config"
+    elif missing is not None:
+        state, reason = "offline", missing
+    elif result is None:
+        state, reason = "offline", "not probed"
+    elif result.ok:
+        state, reason = "online", None
+    else:
+        assert result.failure is not None
+        state, reason = "offline", result.failure.message
+    return {
+        "name": spec.name,
+        "transport": spec.transport,
+        "target": target_of(spec),
+        "enabled": spec.enabled,
+        "lazy": spec.lazy,
+        "state": state,
+        "reason": reason,
+        "toolCount": len(result.tools) if result is not None and result.ok else None,
+        "seconds": round(result.seconds, 4) if result is not None else None,
+        "description": spec.description,
+    }
+
+
+@fails
+def run_list(args: argparse.Namespace) -> int:
+    target = locate(args)
+    if target is None:
+        if args.format == "json":
+            out.print_json([])
+        out.note(f"no servers: {nothing_found()}")
+        return EXIT_OK
+    if not target.exists:
+        raise CommandError(f"{target.path}: no such file ({target.why})")
+    config, missing = load_lenient(target)
+    for warning in config.warnings:
+        out.note(f"warning: {warning}")
+    specs = [s for s in config.servers.values() if s.enabled or not args.enabled]
+    to_probe = [s for s in specs if s.enabled and s.name not in missing] if args.status != "disabled" else []
+    results = _probe(to_probe, args.timeout, "Connecting")
+    rows = [_row(s, results.get(s.name), missing.get(s.name)) for s in specs]
+    if args.status:
+        rows = [r for r in rows if r["state"] == args.status]
+    if args.format == "json":
+        out.print_json(rows)
+        return EXIT_OK
+    if not rows:
+        out.note(f"no servers{' in state ' + args.status if args.status else ''} in {target.path}")
+        return EXIT_OK
+
+    def state_cell(row: dict[str, Any]) -> str:
+        label = row["state"].capitalize()
+        return f"{label} ({row['reason']})" if row["state"] == "offline" and row["reason"] else label
+
+    table_rows = [
+        [
+            r["name"],
+            r["transport"],
+            state_cell(r),
+            str(r["toolCount"]) if r["toolCount"] is not None else "-",
+            _one_line(r["description"]),
+        ]
+        for r in rows
+    ]
+    colours = {"Online": "green", "Offline": "red", "Disabled": "dim"}
+    out.table(
+        ["Name", "Transport", "State", "Tools", "Description"],
+        table_rows,
+        styles={"State": lambda cell: colours.get(cell.split(" ", 1)[0])},
+    )
+    out.note(f"{target.path}: {len(rows)} server{'s' if len(rows) != 1 else ''}")
+    return EXIT_OK
+
+
+@fails
+def run_test(args: argparse.Namespace) -> int:
+    target = require(args)
+    config, missing = load_lenient(target)
+    spec = _spec(config, args.name, target)
+    if spec.name in missing:
+        raise CommandError(f"{spec.name}: cannot start it from this shell: {missing[spec.name]}", EXIT_FAILED)
+    result = _probe([spec], args.timeout, f"Testing {spec.name}")[spec.name]
+    if args.format == "json":
+        out.print_json(
+            {**result.to_json(with_tools=True), "enabled": spec.enabled, "target": target_of(spec)}
+        )
+        return EXIT_OK if result.ok else EXIT_FAILED
+    out.say(
+        f"Testing {spec.name} ({spec.transport}: {target_of(spec)})"
+        + ("" if spec.enabled else "  [disabled in the config]")
+    )
+    for step in result.steps:
+        mark, style = ("✓", "green") if step.ok else ("✗", "red")
+        out.say(f"  {mark} {step.name:<22} {out.seconds(step.seconds):>9}   {step.detail or ''}", style=style)
+    if result.ok:
+        out.say(
+            f"OK: {spec.name} is online with {len(result.tools)} tools ({out.seconds(result.seconds)})",
+            style="bold green",
+        )
+        return EXIT_OK
+    failure = result.failure
+    assert failure is not None
+    out.say(f"FAILED: {spec.name}: {failure.message}", style="bold red")
+    if failure.stderr:
+        out.say("  last stderr lines:")
+        for line in failure.stderr:
+            out.say(f"    {line}")
+    if failure.hint:
+        out.say(f"  hint: {failure.hint}")
+    return EXIT_FAILED
+
+
+@fails
+def run_info(args: argparse.Namespace) -> int:
+    target = require(args)
+    config, missing = load_lenient(target)
+    spec = _spec(config, args.name, target)
+    entry = out.mask_entry(dict(spec.raw))
+    probe = spec.enabled and not args.no_probe and spec.name not in missing
+    result = _probe([spec], args.timeout, f"Listing {spec.name}'s tools")[spec.name] if probe else None
+    if args.format == "json":
+        out.print_json(
+            {
+                "name": spec.name,
+                "file": str(target.path),
+                "transport": spec.transport,
+                "enabled": spec.enabled,
+                "lazy": spec.lazy,
+                "description": spec.description,
+                "config": entry,
+                "tools": [
+                    {"name": t.get("name"), "description": _one_line(t.get("description"), 200)}
+                    for t in result.tools
+                ]
+                if result is not None and result.ok
+                else None,
+                "probe": result.to_json() if result is not None else None,
+            }
+        )
+        return EXIT_OK
+    import json
+
+    out.say(
+        f"{spec.name}  ({spec.transport}, {'enabled' if spec.enabled else 'disabled'}"
+        f"{', lazy' if spec.lazy else ''}) in {target.path}",
+        style="bold",
+    )
+    if spec.description:
+        out.say(f"  {spec.description}")
+    out.say("config:")
+    for line in json.dumps(entry, indent=2, ensure_ascii=False).splitlines():
+        out.say(f"  {line}")
+    if result is None:
+        if spec.name in missing:
+            out.say(f"tools: not listed: {missing[spec.name]}")
+        else:
+            why = "disabled" if not spec.enabled else "--no-probe"
+            out.say(f"tools: not listed ({why}; `mcpvisor mcp test {spec.name}` connects anyway)")
+        return EXIT_OK
+    if not result.ok:
+        assert result.failure is not None
+        out.say(f"tools: unavailable: {result.failure.message}", style="red")
+        return EXIT_OK
+    out.say(f"tools ({len(result.tools)}):")
+    rows = [[str(t.get("name", "")), _one_line(t.get("description"), 100)] for t in result.tools]
+    out.table(["Tool", "Description"], rows)
+    return EXIT_OK
