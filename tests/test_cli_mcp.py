@@ -160,6 +160,9 @@ def test_every_command_has_help_with_an_example(cli: Cli) -> None:
         "mcp disable",
         "mcp test",
         "mcp info",
+        "mcp get",
+        "mcp add-json",
+        "mcp add-from-claude-desktop",
         "toolset list",
         "toolset show",
         "toolset create",
@@ -251,7 +254,6 @@ def test_add_every_transport_as_a_claude_code_superset(cli: Cli) -> None:
             "big": {
                 "command": "node",
                 "args": ["big.js"],
-                "env": {},
                 "description": "Large toolbox",
                 "lazy": True,
                 "timeout": 45,

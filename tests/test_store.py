@@ -291,6 +291,7 @@ def test_two_processes_adding_servers_both_land(tmp_path: Path, spawn: Any) -> N
         ]
     assert doc["$schema"] == "https://example.invalid/schema.json"
     assert tmp_leftovers(tmp_path) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mcpvisor.json"]  # no lock file either
 
 
 # --- the config store ------------------------------------------------------------------

@@ -41,7 +41,7 @@ COMMAND_DEST: Final = "command_argv"
 URL_SCHEMES: Final = ("http", "https", "ws", "wss")
 
 ADD_EPILOG: Final = """\
-examples (the install lines of servers' READMEs, with mcpvisor for claude):
+examples:  (servers' README install lines, with mcpvisor for claude)
   mcpvisor mcp add git -- uvx mcp-server-git --repository .
   mcpvisor mcp add fs -- npx -y @modelcontextprotocol/server-filesystem ~/notes
   mcpvisor mcp add playwright npx @playwright/mcp@latest      # no --: the command starts after NAME
