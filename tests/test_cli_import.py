@@ -77,7 +77,7 @@ def test_claude_code_project_local_and_user_servers(cli: Cli) -> None:  # noqa: 
         ("add", "user"),
     ]
     assert list(cli.doc()["mcpServers"]) == ["mine", "proj", "local", "user"]
-    assert cli.doc()["mcpServers"]["user"] == {"command": "u", "args": [], "env": {}}
+    assert cli.doc()["mcpServers"]["user"] == {"command": "u"}  # empty args and env are not written
 
 
 def test_conflicts_skip_rename_or_replace(cli: Cli) -> None:  # noqa: F811

@@ -107,6 +107,7 @@ def _read(args: argparse.Namespace) -> tuple[list[Found], list[str], list[str]]:
         raise CommandError(str(err)) from None
     if args.only:
         found = [f for f in found if f.name in args.only or f.original in args.only]
+    found = [_without_empty(f) for f in found]
     looked = [str(s.path) for s in sources]
     if not existing:
         raise CommandError(
@@ -115,6 +116,15 @@ def _read(args: argparse.Namespace) -> tuple[list[Found], list[str], list[str]]:
             EXIT_FAILED,
         )
     return found, warnings, looked
+
+
+def _without_empty(found: Found) -> Found:
+    """An imported entry without empty ``args``, ``env`` or ``headers``, as `mcp add` writes them."""
+    import dataclasses
+
+    from supervisor.cli.mcp._common import drop_empty
+
+    return found if found.entry is None else dataclasses.replace(found, entry=drop_empty(found.entry))
 
 
 def _validated(found: list[Found], target: Path) -> list[Found]:

@@ -33,7 +33,13 @@ from supervisor.cli.config_cmd import (
     unset_variables,
     validate_document,
 )
-from supervisor.cli.mcp._common import SCOPE_CHOICES, TRANSPORT_CHOICES, URL_TRANSPORTS, fails
+from supervisor.cli.mcp._common import (
+    SCOPE_CHOICES,
+    TRANSPORT_CHOICES,
+    URL_TRANSPORTS,
+    drop_empty,
+    fails,
+)
 
 COMMAND_DEST: Final = "command_argv"
 """Where `split_argv`'s command lands in the parsed arguments (None: no command given)."""
@@ -417,10 +423,6 @@ def _write(args: argparse.Namespace, entry: dict[str, Any]) -> int:
 
 # --- add-json -------------------------------------------------------------------------------
 
-EMPTY_DROPPED: Final = ("args", "env", "headers")
-"""Keys an entry does not keep when empty (what `mcp add` would not have written)."""
-
-
 @fails
 def run_add_json(args: argparse.Namespace) -> int:
     from pathlib import Path
@@ -435,9 +437,7 @@ def run_add_json(args: argparse.Namespace) -> int:
         raise CommandError(f"{where}: JSON: {err.msg} at line {err.lineno} column {err.colno}") from None
     if not isinstance(entry, dict):
         raise CommandError(f"{where}: JSON: expected an object (one server entry), got {args.json[:40]!r}")
-    for key in EMPTY_DROPPED:
-        if key in entry and entry[key] in ({}, []):
-            del entry[key]
+    entry = drop_empty(entry)
     label = Path("JSON")
     try:
         validate_document({"mcpServers": {args.name: entry}}, label)
