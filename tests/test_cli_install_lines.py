@@ -414,3 +414,23 @@ def test_the_python_m_time_line_is_online(cli: Cli) -> None:
     done = cli("mcp", "test", "time", "--timeout", "60", "--format", "json", env={"PATH": path})
     assert done.code == 0, done.out + done.err
     assert {"get_current_time", "convert_time"} <= {tool["name"] for tool in done.json()["tools"]}
+
+
+def test_what_follows_the_command_is_the_commands(cli: Cli) -> None:
+    """A second -- and, without --, options after the command word belong to the server."""
+    assert cli("mcp", "add", "a", "-e", "K=V", "--", "cmd", "--", "-e", "x").code == 0
+    assert cli("mcp", "add", "b", "npx", "@playwright/mcp@latest", "--headless", "-e", "K=V").code == 0
+    assert cli.doc()["mcpServers"] == {
+        "a": {"command": "cmd", "args": ["--", "-e", "x"], "env": {"K": "V"}},
+        "b": {"command": "npx", "args": ["@playwright/mcp@latest", "--headless", "-e", "K=V"]},
+    }
+
+
+def test_a_stray_word_before_dashes_is_refused(cli: Cli) -> None:
+    done = cli("mcp", "add", "a", "npx", "--", "server")
+    assert done.code == 2
+    assert "unexpected 'npx' before --" in done.err
+    extra = cli("mcp", "add", "a", "https://example.com/mcp", "more", "--", "server")
+    assert extra.code == 2
+    assert "unrecognized arguments: more" in extra.err
+    assert not cli.config.exists()

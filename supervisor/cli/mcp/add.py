@@ -189,10 +189,10 @@ def split_argv(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
 
     Only ``mcp add`` is split; any other command line comes back whole, with None. In
     ``mcp add``, the command is everything after the first ``--`` (an empty list when
-    nothing follows it); without ``--``, it starts at the first word after NAME that is
-    not an option, an option's value, or a URL right after NAME. NAME and the URL are moved
+    nothing follows it). Without ``--``, it starts at the first word after NAME that is not
+    an option, an option's value, or a URL right after NAME. NAME and the URL are moved
     right after ``add`` so that argparse takes them as its two positionals whatever options
-    stand between them.
+    stand between them; a stray word before ``--`` is left for `run_add` to refuse.
     """
     words = list(argv)
     if not words or words[0] != "mcp":
@@ -203,27 +203,26 @@ def split_argv(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
     if i >= len(words) or words[i] != "add":
         return words, None
     start = i + 1
+    ours, command = words[start:], None
+    if "--" in ours:
+        dashes = ours.index("--")
+        ours, command = ours[:dashes], ours[dashes + 1 :]
     value_options = _value_options()
     positionals: list[str] = []
     options: list[str] = []
-    command: list[str] | None = None
-    j = start
-    while j < len(words):
-        word = words[j]
-        if word == "--":
-            command = words[j + 1 :]
-            break
+    j = 0
+    while j < len(ours):
+        word = ours[j]
         if word.startswith("-") and word != "-":
             take = 2 if _takes_next(word, value_options) else 1
-            options += words[j : j + take]
+            options += ours[j : j + take]
             j += take
             continue
-        if not positionals or (len(positionals) == 1 and looks_like_url(word)):
-            positionals.append(word)
-            j += 1
-            continue
-        command = words[j:]
-        break
+        if command is None and positionals and not (len(positionals) == 1 and looks_like_url(word)):
+            command = ours[j:]  # no --: the command starts here, its options are its own
+            break
+        positionals.append(word)
+        j += 1
     return [*words[:start], *positionals, *options], command
 
 
@@ -261,7 +260,12 @@ def _command_of(args: argparse.Namespace) -> list[str]:
         )
     if args.target is not None:
         if not looks_like_url(args.target):
-            return [args.target, *(command or [])]
+            if command is not None:
+                raise CommandError(
+                    f"mcp add {args.name}: unexpected {args.target!r} before --; the command and "
+                    "its arguments go after -- (mcpvisor mcp add NAME [OPTIONS] -- COMMAND ARGS...)"
+                )
+            return [args.target]
         if args.url and args.url != args.target:
             raise CommandError(f"mcp add: two URLs, {args.target} and --url {args.url}")
         args.url = args.target
