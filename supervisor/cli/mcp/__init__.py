@@ -1,7 +1,7 @@
 """``mcpvisor mcp ...``: the server registry, with Claude Code's command names.
 
 Owns the commands a user builds their setup with, the way they already do with
-``claude mcp add``: ``add`` and ``add-json`` (`.add`), ``remove``, ``enable`` and
+``claude mcp add``: ``add`` and ``add-json`` (`.add`, its command line in `.argv`), ``remove``, ``enable`` and
 ``disable`` (`.edit`), ``list``, ``test``, ``info`` and ``get`` (`.inspect`), and
 ``add-from-claude-desktop`` (``mcpvisor import claude-desktop``). Every write goes
 through `supervisor.store.ConfigStore` (locked, atomic, keeps what mcpvisor does not own,
@@ -20,7 +20,7 @@ from typing import Any
 from supervisor.cli import Formatter, importer
 from supervisor.cli.config_cmd import config_option, usage
 from supervisor.cli.mcp import add, edit, inspect
-from supervisor.cli.mcp.add import COMMAND_DEST, split_argv
+from supervisor.cli.mcp.argv import COMMAND_DEST, split_argv
 from supervisor.cli.mcp.inspect import target_of
 
 __all__ = ["COMMAND_DEST", "register", "split_argv", "target_of"]
