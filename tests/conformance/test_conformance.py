@@ -30,6 +30,7 @@ from typing import Any, Final
 import pytest
 import trio
 
+from tests.conformance import suite as conformance_suite
 from tests.conformance.suite import (
     HERE,
     SuiteFailed,
@@ -65,8 +66,9 @@ def _xfail(reason: str) -> Any:
     return pytest.mark.xfail(strict=True, raises=SuiteFailed, reason=reason)
 
 
-@pytest.fixture(autouse=True)
-def _suite_installed() -> None:
+@pytest.fixture
+def suite() -> None:
+    """Skip where the suite or its node is not installed; fail instead under ``CI=true``."""
     suite_or_skip()
 
 
@@ -91,6 +93,7 @@ async def _direct(tmp_path: Path) -> SuiteResult:
         return await run_server_suite(url, tmp_path / "results")
 
 
+@pytest.mark.usefixtures("suite")
 def test_the_fixture_passes_the_whole_active_server_suite_directly(tmp_path: Path) -> None:
     result = run(_direct, tmp_path)
     result.assert_all_passed()
@@ -133,6 +136,7 @@ async def _proxied(tmp_path: Path, transport: str, protocol: str, flags: tuple[s
         return await run_server_suite(url, tmp_path / "results")
 
 
+@pytest.mark.usefixtures("suite")
 @pytest.mark.parametrize(("transport", "protocol", "flags"), PAIRINGS)
 def test_the_suite_passes_through_the_http_proxy(
     tmp_path: Path, transport: str, protocol: str, flags: tuple[str, ...]
@@ -150,6 +154,7 @@ CLIENT_SCENARIOS: Final = [
 ]
 
 
+@pytest.mark.usefixtures("suite")
 @pytest.mark.parametrize("scenario", CLIENT_SCENARIOS)
 def test_client_scenarios_through_the_proxy(tmp_path: Path, scenario: str) -> None:
     """The suite serves a scenario; mcpvisor (its upstream side) is the client under test,
@@ -158,3 +163,16 @@ def test_client_scenarios_through_the_proxy(tmp_path: Path, scenario: str) -> No
     result = run(run_client_scenario, scenario, command, tmp_path / "results")
     print(result.output[-4000:])
     result.assert_all_passed()
+
+
+@pytest.mark.parametrize(("ci", "outcome"), [("true", pytest.fail.Exception), (None, pytest.skip.Exception)])
+def test_a_missing_suite_skips_saying_how_to_install_it_but_fails_on_ci(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, ci: str | None, outcome: type[BaseException]
+) -> None:
+    monkeypatch.setattr(conformance_suite, "CONFORMANCE", tmp_path / "missing" / "conformance")
+    if ci is None:
+        monkeypatch.delenv("CI", raising=False)
+    else:
+        monkeypatch.setenv("CI", ci)
+    with pytest.raises(outcome, match="npm ci --prefix tests/conformance"):
+        suite_or_skip()
