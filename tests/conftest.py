@@ -105,7 +105,9 @@ def pytest_configure(config: pytest.Config) -> None:
     import re
 
     root = TESTS_DIR.parent
-    for package in ("supervisor", "actors", "tests"):
+    for package in ("supervisor", "actors"):
         compileall.compile_dir(root / package, quiet=1)
+    # tests/conformance/node_modules (npm) ships a few Python 2 scripts: do not walk it.
+    compileall.compile_dir(root / "tests", quiet=1, rx=re.compile(r"[/\\]node_modules[/\\]"))
     # bench/ holds the peers' virtualenvs under .peers: do not walk them.
     compileall.compile_dir(root / "bench", quiet=1, maxlevels=1, rx=re.compile(r"[/\\]\.peers[/\\]"))
