@@ -388,10 +388,13 @@ def test_add_from_claude_desktop_is_import_claude_desktop(cli: Cli) -> None:
 def test_the_filesystem_line_is_online(cli: Cli) -> None:
     """npx finds the pinned package through ./node_modules as it would in a project that has it
     (no registry access during the test)."""
-    if shutil.which("npx") is None:
-        pytest.fail("npx is not installed (node is required by this test)")
     modules = NPM_DIR / "node_modules" / "@modelcontextprotocol" / "server-filesystem"
-    assert modules.is_dir(), f"run `npm ci` in {NPM_DIR} first (.ci/run does)"
+    missing = ("npx is not installed (node is required by this test)" if shutil.which("npx") is None
+               else None if modules.is_dir() else f"run `npm ci --prefix {NPM_DIR}` first (.ci/run does)")
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(missing)  # CI installs everything: a missing piece is a failure there
+        pytest.skip(missing)
     (cli.cwd / "node_modules").symlink_to(NPM_DIR / "node_modules", target_is_directory=True)
     shared = cli.root / "shared"
     shared.mkdir()
