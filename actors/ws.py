@@ -141,6 +141,9 @@ async def serve_websocket_front(front: Any, host: str, port: int, *, max_message
         nonlocal open_sessions
         if gate is not None:
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.headers}
+            # wsproto takes Host out of the headers into the request event; trio-websocket
+            # has no public accessor for it (checked: trio-websocket 0.12).
+            headers["host"] = request._event.host
             _who, refusal = await gate.admit(headers)
             if refusal is not None:
                 await request.reject(refusal.status, body=refusal.body.encode(),

@@ -23,6 +23,7 @@ from typing import Any, Final
 import trio
 
 from actors.auth import ChainVerifier, Gate, HostRules, StaticTokens, Verifier, host_rules, is_loopback
+from supervisor._config_types import MIN_TOKEN_CHARS
 from supervisor.config import DEFAULT_HOST, DEFAULT_PORT, Settings
 from supervisor.tree import Supervisor
 
@@ -91,6 +92,13 @@ def start_tokens(env: Mapping[str, str] | None = None, token_file: str | None = 
         tokens["env"] = env[TOKEN_ENV].strip()
     if token_file:
         tokens[TOKEN_FILE_NAME] = read_token_file(token_file)
+    for name, token in tokens.items():
+        where = f"${TOKEN_ENV}" if name == "env" else str(token_file)
+        if len(token) < MIN_TOKEN_CHARS:
+            raise TokenFileError(f"{where}: the token is shorter than {MIN_TOKEN_CHARS} characters "
+                                 "(make one with `openssl rand -hex 32`)")
+        if not all("!" <= c <= "~" for c in token):
+            raise TokenFileError(f"{where}: the token may hold only printable ASCII, no spaces")
     return MappingProxyType(tokens)
 
 

@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         args.tokens = start_tokens(token_file=args.token_file)
     except TokenFileError as exc:
-        print(f"mcpvisor: --token-file {exc}", file=sys.stderr)
+        print(f"mcpvisor: {exc}", file=sys.stderr)
         return EXIT_USAGE
     setup_logging(args.log_level or config.settings.log_level, args.log_file,
                   secrets_of(config, args.tokens.values()))
