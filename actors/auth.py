@@ -77,7 +77,7 @@ def bearer_token(authorization: str | None) -> str | None:
     """The token of an ``Authorization: Bearer`` header value, or None."""
     if not authorization or not authorization.lower().startswith(BEARER):
         return None
-    token = authorization[len(BEARER):].strip()
+    token = authorization[len(BEARER) :].strip()
     return token or None
 
 
@@ -177,12 +177,19 @@ class HostRules:
         """The same rules as the SDK's `TransportSecuritySettings` lists (hosts, origins)."""
         hosts = sorted(self.hosts)
         allowed_hosts = [pattern for h in hosts for pattern in (h, f"{h}:*")]
-        allowed_origins = [f"{scheme}://{h}{port}" for h in hosts for scheme in WEB_SCHEMES for port in ("", ":*")]
+        allowed_origins = [
+            f"{scheme}://{h}{port}" for h in hosts for scheme in WEB_SCHEMES for port in ("", ":*")
+        ]
         return allowed_hosts, allowed_origins + sorted(self.origins)
 
 
-def host_rules(bind: str, *, machine_addresses: Iterable[str] = (), allowed_hosts: Iterable[str] = (),
-               allowed_origins: Iterable[str] = ()) -> HostRules:
+def host_rules(
+    bind: str,
+    *,
+    machine_addresses: Iterable[str] = (),
+    allowed_hosts: Iterable[str] = (),
+    allowed_origins: Iterable[str] = (),
+) -> HostRules:
     """The Host/Origin rules for a front bound to ``bind``.
 
     On loopback only loopback names pass (plus ``settings.allowedHosts``). Bound beyond
@@ -235,8 +242,14 @@ class Gate:
         resource_metadata_url: advertised in ``WWW-Authenticate`` (RFC 9728) when set.
     """
 
-    def __init__(self, rules: HostRules, verifier: Verifier | None = None, *, required_scopes: Sequence[str] = (),
-                 resource_metadata_url: str | None = None) -> None:
+    def __init__(
+        self,
+        rules: HostRules,
+        verifier: Verifier | None = None,
+        *,
+        required_scopes: Sequence[str] = (),
+        resource_metadata_url: str | None = None,
+    ) -> None:
         self.rules = rules
         self.verifier = verifier
         self.required_scopes = tuple(required_scopes)

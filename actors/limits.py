@@ -45,7 +45,7 @@ class InFlightLimit:
             raise MCPError(
                 code=TOO_MANY_IN_FLIGHT,
                 message=f"too many requests in flight on this session (limit {self.limit}); "
-                        "wait for some to finish",
+                "wait for some to finish",
                 data={"error": "too_many_requests_in_flight", "limit": self.limit},
             )
         state[_STATE_KEY] = count + 1

@@ -43,7 +43,8 @@ classic confusion attack) are never accepted."""
 
 
 def resource_url(audience: Sequence[str], fallback: str) -> str:
-    """The resource this server is (RFC 9728): the first audience that is an http(s) URL, else ``fallback``."""
+    """The resource this server is (RFC 9728): the first audience that is an http(s) URL,
+    else ``fallback``."""
     for aud in audience:
         if urlsplit(aud).scheme in ("http", "https"):
             return aud
@@ -109,7 +110,13 @@ class JwtVerifier:
                 try:
                     with trio.fail_after(FETCH_TIMEOUT_S * 3):
                         await self._fetch()
-                except (httpx2.HTTPError, ValueError, LookupError, jwt.PyJWKSetError, trio.TooSlowError) as exc:
+                except (
+                    httpx2.HTTPError,
+                    ValueError,
+                    LookupError,
+                    jwt.PyJWKSetError,
+                    trio.TooSlowError,
+                ) as exc:
                     logger.warning("could not fetch the OAuth issuer's keys: %s", type(exc).__name__)
                     self._fetched_at = now  # back off like an unknown kid would
         return self._find(kid)
@@ -137,16 +144,33 @@ class JwtVerifier:
             logger.info("refused an access token: signed by no key the issuer publishes")
             return None
         try:
-            claims = jwt.decode(token, key.key, algorithms=[alg], audience=self.audience, issuer=self.issuer,
-                                leeway=LEEWAY_S, options={"require": ["exp", "iss", "aud"]})
+            claims = jwt.decode(
+                token,
+                key.key,
+                algorithms=[alg],
+                audience=self.audience,
+                issuer=self.issuer,
+                leeway=LEEWAY_S,
+                options={"require": ["exp", "iss", "aud"]},
+            )
         except jwt.PyJWTError as exc:
             logger.info("refused an access token: %s", type(exc).__name__)
             return None
         scope = claims.get("scope")
-        scopes = scope.split() if isinstance(scope, str) else [s for s in claims.get("scp", []) if isinstance(s, str)]
+        scopes = (
+            scope.split()
+            if isinstance(scope, str)
+            else [s for s in claims.get("scp", []) if isinstance(s, str)]
+        )
         aud = claims.get("aud")
         auds = [aud] if isinstance(aud, str) else list(aud or [])
         client = claims.get("client_id") or claims.get("azp") or claims.get("sub") or "oauth"
-        return AccessToken(token=token, client_id=str(client), scopes=scopes, expires_at=int(claims["exp"]),
-                           resource=next((a for a in auds if a in self.audience), None),
-                           subject=claims.get("sub"), claims={"iss": claims.get("iss")})
+        return AccessToken(
+            token=token,
+            client_id=str(client),
+            scopes=scopes,
+            expires_at=int(claims["exp"]),
+            resource=next((a for a in auds if a in self.audience), None),
+            subject=claims.get("sub"),
+            claims={"iss": claims.get("iss")},
+        )

@@ -22,7 +22,13 @@ import anyio
 import mcp_types as types
 import trio
 from mcp.shared.message import SessionMessage
-from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, open_websocket_url, serve_websocket
+from trio_websocket import (
+    ConnectionClosed,
+    WebSocketConnection,
+    WebSocketRequest,
+    open_websocket_url,
+    serve_websocket,
+)
 
 from actors.auth import Gate
 
@@ -122,9 +128,9 @@ async def websocket_client(url: str, *, headers: Mapping[str, str] | None = None
             yield streams
 
 
-async def serve_websocket_front(front: Any, host: str, port: int, *, max_message: int, gate: Gate | None = None,
-                                ssl_context: ssl.SSLContext | None = None, max_sessions: int | None = None,
-                                idle_timeout: float | None = None,
+async def serve_websocket_front(front: Any, host: str, port: int, *, max_message: int,
+                                gate: Gate | None = None, ssl_context: ssl.SSLContext | None = None,
+                                max_sessions: int | None = None, idle_timeout: float | None = None,
                                 task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve MCP over websocket at ``ws(s)://host:port/``; each connection is one client.
 

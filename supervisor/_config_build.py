@@ -254,7 +254,9 @@ class _Builder:
             except ValueError as err:
                 self.problem(where, str(err))
         if entry.allowed_hosts is not UNSET:
-            values["allowed_hosts"] = tuple(self.allowed_host(where, i, h) for i, h in enumerate(entry.allowed_hosts))
+            values["allowed_hosts"] = tuple(
+                self.allowed_host(where, i, h) for i, h in enumerate(entry.allowed_hosts)
+            )
         if entry.allowed_origins is not UNSET:
             values["allowed_origins"] = tuple(
                 self.allowed_origin(where, i, o) for i, o in enumerate(entry.allowed_origins)
@@ -337,8 +339,8 @@ class _Builder:
         for i, scope in enumerate(entry.required_scopes):
             if not scope or " " in scope:
                 self.problem(where, f'field "auth.requiredScopes[{i}]": "{scope}" is not a scope')
-        return OAuthSettings(issuer=issuer, audience=tuple(audiences), required_scopes=tuple(entry.required_scopes),
-                             jwks_uri=jwks)
+        return OAuthSettings(issuer=issuer, audience=tuple(audiences),
+                             required_scopes=tuple(entry.required_scopes), jwks_uri=jwks)
 
     def local_path(self, value: str) -> str:
         """`~` expanded; a relative path is taken relative to the config file's directory."""

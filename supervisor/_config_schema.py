@@ -18,9 +18,9 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 __all__ = [
-    "AuthEntry",
     "DURATION_KEYS",
     "KNOB_KEYS",
+    "AuthEntry",
     "ExposedToolEntry",
     "ServerEntry",
     "SettingsEntry",
@@ -160,7 +160,10 @@ class ToolsetEntry(msgspec.Struct, forbid_unknown_fields=True):
 
 
 KNOB_KEYS: Final = tuple(f.encode_name for f in msgspec.structs.fields(_Knobs))
-DURATION_KEYS: Final = (frozenset(KNOB_KEYS) - {"maxMissedPings", "circuitFailures"}) | {"startupWait", "sessionIdleTimeout"}
+DURATION_KEYS: Final = (frozenset(KNOB_KEYS) - {"maxMissedPings", "circuitFailures"}) | {
+    "startupWait",
+    "sessionIdleTimeout",
+}
 
 
 def field_names(struct: type[msgspec.Struct]) -> tuple[str, ...]:

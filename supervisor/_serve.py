@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 import trio
+from pydantic import AnyHttpUrl
 
 from actors.auth import ChainVerifier, Gate, HostRules, StaticTokens, Verifier, host_rules, is_loopback
 from supervisor._config_types import MIN_TOKEN_CHARS
@@ -39,7 +40,7 @@ STATIC_ISSUER_PLACEHOLDER: Final = "https://mcpvisor.invalid/"
 checks shared tokens; with no resource URL nothing ever shows or uses it (RFC 2606 name)."""
 
 HOW_TO_SET_A_TOKEN: Final = (
-    "set a token: settings.authToken in the config (\"${MY_TOKEN}\" reads it from the environment), "
+    'set a token: settings.authToken in the config ("${MY_TOKEN}" reads it from the environment), '
     f"${TOKEN_ENV}, or --token-file PATH (a file only you can read: "
     "`openssl rand -hex 32 > ~/.mcpvisor-token && chmod 600 ~/.mcpvisor-token`); "
     "clients then send `Authorization: Bearer TOKEN`. On a trusted network, --insecure-no-auth "
@@ -71,8 +72,10 @@ def read_token_file(path: str | os.PathLike[str]) -> str:
     try:
         mode = p.stat().st_mode
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise TokenFileError(f"{p}: readable or writable by group or others (mode {stat.S_IMODE(mode):o}); "
-                                 f"run `chmod 600 {p}` (a token must be private, like an ssh key)")
+            raise TokenFileError(
+                f"{p}: readable or writable by group or others (mode {stat.S_IMODE(mode):o}); "
+                f"run `chmod 600 {p}` (a token must be private, like an ssh key)"
+            )
         token = p.read_text(encoding="utf-8").strip()
     except OSError as err:
         raise TokenFileError(f"{p}: cannot read: {err.strerror or err}") from None
@@ -95,8 +98,10 @@ def start_tokens(env: Mapping[str, str] | None = None, token_file: str | None = 
     for name, token in tokens.items():
         where = f"${TOKEN_ENV}" if name == "env" else str(token_file)
         if len(token) < MIN_TOKEN_CHARS:
-            raise TokenFileError(f"{where}: the token is shorter than {MIN_TOKEN_CHARS} characters "
-                                 "(make one with `openssl rand -hex 32`)")
+            raise TokenFileError(
+                f"{where}: the token is shorter than {MIN_TOKEN_CHARS} characters "
+                "(make one with `openssl rand -hex 32`)"
+            )
         if not all("!" <= c <= "~" for c in token):
             raise TokenFileError(f"{where}: the token may hold only printable ASCII, no spaces")
     return MappingProxyType(tokens)
@@ -111,11 +116,16 @@ def check_bind(host: str, *, guarded: bool, insecure_no_auth: bool) -> None:
     if is_loopback(host) or guarded:
         return
     if insecure_no_auth:
-        logger.warning("serving on %s WITHOUT authentication (--insecure-no-auth): anyone who can reach "
-                       "this port can call every tool of every server", host)
+        logger.warning(
+            "serving on %s WITHOUT authentication (--insecure-no-auth): anyone who can reach "
+            "this port can call every tool of every server",
+            host,
+        )
         return
-    raise UnsafeBind(f"refusing to serve on {host} without a token: anyone who can reach it could call "
-                     f"every tool of every configured server. To serve beyond this machine, {HOW_TO_SET_A_TOKEN}")
+    raise UnsafeBind(
+        f"refusing to serve on {host} without a token: anyone who can reach it could call "
+        f"every tool of every configured server. To serve beyond this machine, {HOW_TO_SET_A_TOKEN}"
+    )
 
 
 def machine_addresses() -> list[str]:
@@ -158,13 +168,26 @@ class Guard:
     token_names: tuple[str, ...] = field(default=())
 
     def gate(self) -> Gate:
-        return Gate(self.rules, self.verifier, required_scopes=self.required_scopes,
-                    resource_metadata_url=self.resource_metadata_url)
+        return Gate(
+            self.rules,
+            self.verifier,
+            required_scopes=self.required_scopes,
+            resource_metadata_url=self.resource_metadata_url,
+        )
 
 
-def build_guard(sup: Supervisor, host: str, port: int, *, tokens: Mapping[str, str] | None = None,
-                insecure_no_auth: bool = False, certfile: str | None = None, keyfile: str | None = None,
-                scheme: str = "http", path: str = HTTP_PATH) -> Guard:
+def build_guard(
+    sup: Supervisor,
+    host: str,
+    port: int,
+    *,
+    tokens: Mapping[str, str] | None = None,
+    insecure_no_auth: bool = False,
+    certfile: str | None = None,
+    keyfile: str | None = None,
+    scheme: str = "http",
+    path: str = HTTP_PATH,
+) -> Guard:
     """Build the guard of a front bound to ``host:port`` from ``sup.settings`` and the start tokens.
 
     The shared tokens are read from ``sup.settings`` at every check, so a hot reload that
@@ -187,25 +210,38 @@ def build_guard(sup: Supervisor, host: str, port: int, *, tokens: Mapping[str, s
     required: tuple[str, ...] = ()
     tls = tls_context(certfile, keyfile)
     if settings.auth is not None:
-        from actors.oauth import JwtVerifier, resource_url
         from mcp.server.auth.routes import build_resource_metadata_url
         from mcp.server.auth.settings import AuthSettings
 
+        from actors.oauth import JwtVerifier, resource_url
+
         scheme = scheme + ("s" if tls else "")
         resource = resource_url(settings.auth.audience, f"{scheme}://{host}:{port}{path}")
-        verifiers.append(JwtVerifier(settings.auth.issuer, settings.auth.audience,
-                                     jwks_uri=settings.auth.jwks_uri))
+        verifiers.append(
+            JwtVerifier(settings.auth.issuer, settings.auth.audience, jwks_uri=settings.auth.jwks_uri)
+        )
         required = settings.auth.required_scopes
-        auth_settings = AuthSettings(issuer_url=settings.auth.issuer, resource_server_url=resource,
-                                     required_scopes=list(required) or None, validate_token_resource=False)
-        resource_metadata_url = str(build_resource_metadata_url(auth_settings.resource_server_url))  # type: ignore[arg-type]
+        resource_server_url = AnyHttpUrl(resource)
+        # The verifier checks the audience itself (PyJWT), so the SDK need not compare resources.
+        auth_settings = AuthSettings(
+            issuer_url=AnyHttpUrl(settings.auth.issuer),
+            resource_server_url=resource_server_url,
+            required_scopes=list(required) or None,
+            validate_token_resource=False,
+        )
+        resource_metadata_url = str(build_resource_metadata_url(resource_server_url))
     elif verifiers:
         from mcp.server.auth.settings import AuthSettings
 
-        auth_settings = AuthSettings(issuer_url=STATIC_ISSUER_PLACEHOLDER, resource_server_url=None)
+        placeholder = AnyHttpUrl(STATIC_ISSUER_PLACEHOLDER)
+        auth_settings = AuthSettings(issuer_url=placeholder, resource_server_url=None)
     check_bind(host, guarded=bool(verifiers), insecure_no_auth=insecure_no_auth)
-    rules = host_rules(host, machine_addresses=() if is_loopback(host) else machine_addresses(),
-                       allowed_hosts=settings.allowed_hosts, allowed_origins=settings.allowed_origins)
+    rules = host_rules(
+        host,
+        machine_addresses=() if is_loopback(host) else machine_addresses(),
+        allowed_hosts=settings.allowed_hosts,
+        allowed_origins=settings.allowed_origins,
+    )
     verifier: Verifier | None = None
     if len(verifiers) == 1:
         verifier = verifiers[0]
@@ -222,10 +258,17 @@ def build_guard(sup: Supervisor, host: str, port: int, *, tokens: Mapping[str, s
 # --------------------------------------------------------------------------------------
 
 
-async def serve_http(sup: Supervisor, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *,
-                     tokens: Mapping[str, str] | None = None, insecure_no_auth: bool = False,
-                     certfile: str | None = None, keyfile: str | None = None,
-                     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+async def serve_http(
+    sup: Supervisor,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    *,
+    tokens: Mapping[str, str] | None = None,
+    insecure_no_auth: bool = False,
+    certfile: str | None = None,
+    keyfile: str | None = None,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
     """Serve streamable HTTP at ``http(s)://host:port/mcp`` (hypercorn's trio worker) until cancelled.
 
     ``task_status.started`` receives the URL actually bound (``port=0`` picks a free port).
@@ -239,20 +282,22 @@ async def serve_http(sup: Supervisor, host: str = DEFAULT_HOST, port: int = DEFA
 
     from actors.limits import install
 
-    guard = build_guard(sup, host, port, tokens=tokens, insecure_no_auth=insecure_no_auth,
-                        certfile=certfile, keyfile=keyfile)
+    guard = build_guard(
+        sup, host, port, tokens=tokens, insecure_no_auth=insecure_no_auth, certfile=certfile, keyfile=keyfile
+    )
     install(sup.front.server)
     allowed_hosts, allowed_origins = guard.rules.sdk_lists()
     app = sup.front.server.streamable_http_app(
         streamable_http_path=HTTP_PATH,
         host=host,
-        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=True,
-                                                     allowed_hosts=allowed_hosts, allowed_origins=allowed_origins),
+        transport_security=TransportSecuritySettings(
+            enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts, allowed_origins=allowed_origins
+        ),
         max_request_body_size=sup.settings.max_message_bytes,
         max_sessions=sup.settings.max_sessions,
         session_idle_timeout=sup.settings.session_idle_timeout,
         auth=guard.auth_settings,
-        token_verifier=guard.verifier,  # type: ignore[arg-type]
+        token_verifier=guard.verifier,
     )
     config = hypercorn.config.Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
@@ -272,21 +317,35 @@ async def serve_http(sup: Supervisor, host: str = DEFAULT_HOST, port: int = DEFA
         task_status.started(url)
 
 
-async def serve_stdio(sup: Supervisor, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+async def serve_stdio(
+    sup: Supervisor, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
     """Serve one client on this process's stdin/stdout until it closes stdin."""
     from actors.stdio_front import StdioFront, claim_stdio
 
     async with claim_stdio() as (receive, send):
-        front = StdioFront(sup.front, receive, send, max_message=sup.settings.max_message_bytes,
-                           fast_path=sup.settings.fast_path)
+        front = StdioFront(
+            sup.front,
+            receive,
+            send,
+            max_message=sup.settings.max_message_bytes,
+            fast_path=sup.settings.fast_path,
+        )
         task_status.started()
         await front.serve()
 
 
-async def serve_ws(sup: Supervisor, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *,
-                   tokens: Mapping[str, str] | None = None, insecure_no_auth: bool = False,
-                   certfile: str | None = None, keyfile: str | None = None,
-                   task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+async def serve_ws(
+    sup: Supervisor,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    *,
+    tokens: Mapping[str, str] | None = None,
+    insecure_no_auth: bool = False,
+    certfile: str | None = None,
+    keyfile: str | None = None,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
     """Serve MCP over websocket at ``ws(s)://host:port/`` until cancelled.
 
     Raises:
@@ -295,22 +354,48 @@ async def serve_ws(sup: Supervisor, host: str = DEFAULT_HOST, port: int = DEFAUL
     from actors.limits import install
     from actors.ws import serve_websocket_front
 
-    guard = build_guard(sup, host, port, tokens=tokens, insecure_no_auth=insecure_no_auth,
-                        certfile=certfile, keyfile=keyfile, scheme="ws", path="/")
+    guard = build_guard(
+        sup,
+        host,
+        port,
+        tokens=tokens,
+        insecure_no_auth=insecure_no_auth,
+        certfile=certfile,
+        keyfile=keyfile,
+        scheme="ws",
+        path="/",
+    )
     install(sup.front.server)
     scheme = "wss" if guard.tls else "ws"
     async with trio.open_nursery() as nursery:
-        bound = await nursery.start(lambda task_status: serve_websocket_front(
-            sup.front, host, port, max_message=sup.settings.max_message_bytes, gate=guard.gate(),
-            ssl_context=guard.tls, max_sessions=sup.settings.max_sessions,
-            idle_timeout=sup.settings.session_idle_timeout, task_status=task_status))
+        bound = await nursery.start(
+            lambda task_status: serve_websocket_front(
+                sup.front,
+                host,
+                port,
+                max_message=sup.settings.max_message_bytes,
+                gate=guard.gate(),
+                ssl_context=guard.tls,
+                max_sessions=sup.settings.max_sessions,
+                idle_timeout=sup.settings.session_idle_timeout,
+                task_status=task_status,
+            )
+        )
         task_status.started(f"{scheme}://{host}:{bound}/")
 
 
-async def serve(sup: Supervisor, transport: str = "stdio", *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
-                tokens: Mapping[str, str] | None = None, insecure_no_auth: bool = False,
-                certfile: str | None = None, keyfile: str | None = None,
-                task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+async def serve(
+    sup: Supervisor,
+    transport: str = "stdio",
+    *,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    tokens: Mapping[str, str] | None = None,
+    insecure_no_auth: bool = False,
+    certfile: str | None = None,
+    keyfile: str | None = None,
+    task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
+) -> None:
     """Put ``sup`` behind a front. stdio returns at EOF; http and ws run until cancelled.
 
     Args:
@@ -319,8 +404,12 @@ async def serve(sup: Supervisor, transport: str = "stdio", *, host: str = DEFAUL
         insecure_no_auth: allow a non-loopback ``host`` with no token (warns).
         certfile, keyfile: serve TLS (https / wss).
     """
-    net: dict[str, Any] = {"tokens": tokens, "insecure_no_auth": insecure_no_auth, "certfile": certfile,
-                           "keyfile": keyfile}
+    net: dict[str, Any] = {
+        "tokens": tokens,
+        "insecure_no_auth": insecure_no_auth,
+        "certfile": certfile,
+        "keyfile": keyfile,
+    }
     if transport == "stdio":
         await serve_stdio(sup, task_status=task_status)
     elif transport == "http":

@@ -69,7 +69,9 @@ STOP_MARGIN_S: Final = 1.0
 """Extra wait, beyond a server's own stop sequence (3 x shutdownGrace), for its old
 process to be reaped before the changed one starts."""
 
-LIVE_SETTINGS: Final = ("namespacing", "startup_wait", "log_level", "env_mode", "server_defaults", "auth_tokens")
+LIVE_SETTINGS: Final = (
+    "namespacing", "startup_wait", "log_level", "env_mode", "server_defaults", "auth_tokens",
+)
 """Settings a reload applies (server knobs through each server's fingerprint)."""
 
 RESTART_SETTINGS: Final = {

@@ -153,8 +153,8 @@ def run(args: argparse.Namespace) -> int:
     if args.transport != "stdio":
         try:  # before any server starts: a refused bind costs nothing
             tls_context(args.certfile, args.keyfile)
-            check_bind(args.host, guarded=bool(args.tokens or config.settings.auth_tokens or config.settings.auth),
-                       insecure_no_auth=False)
+            guarded = bool(args.tokens or config.settings.auth_tokens or config.settings.auth)
+            check_bind(args.host, guarded=guarded, insecure_no_auth=False)
         except UnsafeBind as exc:
             if not args.insecure_no_auth:
                 print(f"mcpvisor: {exc}", file=sys.stderr)

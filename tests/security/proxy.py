@@ -27,9 +27,16 @@ START_BOUND_S: Final = 60.0
 STOP_BOUND_S: Final = 15.0
 """SIGTERM to exit, children included (their stop sequence is 2 s + 2 s)."""
 
-INIT: Final = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-               "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                          "clientInfo": {"name": "security-test", "version": "1"}}}
+INIT: Final = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "security-test", "version": "1"},
+    },
+}
 HTTP_HEADERS: Final = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 _BANNER = re.compile(r"serving ((?:https?|wss?)://\S+?:(\d+)\S*);")
@@ -41,19 +48,37 @@ class Proxy:
     url: str
     port: int
     log: list[str] = field(default_factory=list)
+    grew: trio.Event = field(default_factory=trio.Event)
+    """Set (and replaced) whenever a log line arrives."""
 
     def text(self) -> str:
         return "\n".join(self.log)
+
+    async def wait_log(self, needle: str, *, after: int = 0) -> str:
+        """The first log line from index ``after`` on that contains ``needle`` (waits for it)."""
+        while True:
+            for line in self.log[after:]:
+                if needle in line:
+                    return line
+            await self.grew.wait()
 
 
 def serve_args(config: Path, *extra: str) -> list[str]:
     return [PY, "-m", "supervisor", "serve", "--config", str(config), "--log-level", "debug", *extra]
 
 
-def run_serve(config: Path, *extra: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_serve(
+    config: Path, *extra: str, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run ``mcpvisor serve`` expecting it to refuse to start (bounded)."""
-    return subprocess.run(serve_args(config, *extra), env={**os.environ, **(env or {})}, capture_output=True,
-                          text=True, timeout=START_BOUND_S, check=False)
+    return subprocess.run(
+        serve_args(config, *extra),
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=START_BOUND_S,
+        check=False,
+    )
 
 
 def write(path: Path, doc: Mapping[str, Any]) -> Path:
@@ -62,12 +87,19 @@ def write(path: Path, doc: Mapping[str, Any]) -> Path:
 
 
 @asynccontextmanager
-async def running_proxy(config: Path, *extra: str, env: Mapping[str, str] | None = None) -> AsyncIterator[Proxy]:
+async def running_proxy(
+    config: Path, *extra: str, env: Mapping[str, str] | None = None
+) -> AsyncIterator[Proxy]:
     """Start ``mcpvisor serve --config CONFIG EXTRA...`` and yield it once it serves."""
-    process = await trio.lowlevel.open_process(serve_args(config, *extra), env={**os.environ, **(env or {})},
-                                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                               stderr=subprocess.PIPE)
+    process = await trio.lowlevel.open_process(
+        serve_args(config, *extra),
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     log: list[str] = []
+    proxies: list[Proxy] = []
     found: list[re.Match[str]] = []
     serving = trio.Event()
     ended = trio.Event()
@@ -85,6 +117,9 @@ async def running_proxy(config: Path, *extra: str, env: Mapping[str, str] | None
                     if m and not serving.is_set():
                         found.append(m)
                         serving.set()
+                if proxies:
+                    proxies[0].grew.set()
+                    proxies[0].grew = trio.Event()
         finally:
             if buf:
                 log.append(buf.decode(errors="replace"))
@@ -98,7 +133,8 @@ async def running_proxy(config: Path, *extra: str, env: Mapping[str, str] | None
                 await serving.wait()
             assert found, "the proxy exited before serving:\n" + "\n".join(log)
             m = found[0]
-            yield Proxy(process, m[1], int(m[2]), log)
+            proxies.append(Proxy(process, m[1], int(m[2]), log))
+            yield proxies[0]
         finally:
             if process.returncode is None:
                 process.send_signal(signal.SIGTERM)

@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from tests.helpers import REAL_IO_BOUND_S, flaky
-from tests.security.proxy import running_proxy, run_serve, write
+from tests.security.proxy import run_serve, running_proxy, write
 
 pytestmark = pytest.mark.slow
 
@@ -22,12 +22,14 @@ TOKEN = "s3cr3t-token-0123456789abcdef"
 
 @pytest.mark.parametrize("transport", ["http", "ws"])
 def test_a_non_loopback_bind_without_a_token_stops_with_exit_2_and_says_how_to_set_one(
-        tmp_path: Path, transport: str) -> None:
+    tmp_path: Path, transport: str
+) -> None:
     """Binding every interface with nothing guarding it must not start (a regression would
     serve every tool to the network: issue 12, point 1)."""
     config = write(tmp_path / "mcpvisor.json", {"mcpServers": {"fl": flaky()}})
-    done = run_serve(config, "--transport", transport, "--host", "0.0.0.0", "--port", "0",
-                     env={"MCPVISOR_TOKEN": ""})
+    done = run_serve(
+        config, "--transport", transport, "--host", "0.0.0.0", "--port", "0", env={"MCPVISOR_TOKEN": ""}
+    )
     assert done.returncode == 2, done.stderr
     assert "without a token" in done.stderr
     for how in ("settings.authToken", "$MCPVISOR_TOKEN", "--token-file", "--insecure-no-auth"):
@@ -51,6 +53,17 @@ async def test_insecure_no_auth_serves_beyond_loopback_and_warns_at_start(tmp_pa
     every start says so in the log."""
     config = write(tmp_path / "mcpvisor.json", {"mcpServers": {}})
     with trio.fail_after(REAL_IO_BOUND_S):
-        async with running_proxy(config, "--transport", "ws", "--host", "0.0.0.0", "--port", "0",
-                                 "--insecure-no-auth", env={"MCPVISOR_TOKEN": ""}) as proxy:
-            assert any("WITHOUT authentication" in line and "WARNING" in line for line in proxy.log), proxy.text()
+        async with running_proxy(
+            config,
+            "--transport",
+            "ws",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "0",
+            "--insecure-no-auth",
+            env={"MCPVISOR_TOKEN": ""},
+        ) as proxy:
+            assert any("WITHOUT authentication" in line and "WARNING" in line for line in proxy.log), (
+                proxy.text()
+            )

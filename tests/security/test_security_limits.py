@@ -56,13 +56,18 @@ async def initialize_many(url: str, count: int) -> list[int]:
 
 
 async def test_past_the_session_cap_new_sessions_get_503_memory_stays_and_old_ones_still_answer(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """With ``maxSessions`` sessions open, 1,000 more are refused with 503, the proxy's RSS
     does not grow with them, and a session opened before still gets answers."""
-    config = write(tmp_path / "mcpvisor.json", {"mcpServers": {"fl": flaky()}, "settings": {"exposure": "all"}})
+    config = write(
+        tmp_path / "mcpvisor.json", {"mcpServers": {"fl": flaky()}, "settings": {"exposure": "all"}}
+    )
     with trio.fail_after(REAL_IO_BOUND_S * 3):
-        async with running_proxy(config, "--transport", "http", "--port", "0", "--log-level", "info") as proxy, \
-                Client(proxy.url, mode="legacy", cache=None) as client:
+        async with (
+            running_proxy(config, "--transport", "http", "--port", "0", "--log-level", "info") as proxy,
+            Client(proxy.url, mode="legacy", cache=None) as client,
+        ):
             assert text_of(await client.call_tool("fl_echo", {"text": "first"})) == "echo: first"
             pid = proxy.process.pid
             baseline = rss(pid)
@@ -74,31 +79,48 @@ async def test_past_the_session_cap_new_sessions_get_503_memory_stays_and_old_on
             assert refused == [503] * PAST_CAP
             assert text_of(await client.call_tool("fl_echo", {"text": "still"})) == "echo: still"
             mib = 1024 * 1024
-            print(f"\nRSS: {baseline / mib:.1f} MiB with 1 session, {at_cap / mib:.1f} MiB at the cap "
-                  f"({CAP} sessions), {past_cap / mib:.1f} MiB after {PAST_CAP} more refused")
+            print(
+                f"\nRSS: {baseline / mib:.1f} MiB with 1 session, {at_cap / mib:.1f} MiB at the cap "
+                f"({CAP} sessions), {past_cap / mib:.1f} MiB after {PAST_CAP} more refused"
+            )
             assert past_cap - at_cap < PAST_CAP_GROWTH_BOUND
 
 
 async def test_a_session_over_64_requests_in_flight_gets_an_error_for_each_extra_one_not_a_hang(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """80 slow calls at once on one websocket session: 64 run, the other 16 are answered at
     once with a JSON-RPC error that names the limit (a regression would queue or hang them)."""
-    config = write(tmp_path / "mcpvisor.json", {"mcpServers": {"fl": flaky()}, "settings": {"exposure": "all"}})
+    config = write(
+        tmp_path / "mcpvisor.json", {"mcpServers": {"fl": flaky()}, "settings": {"exposure": "all"}}
+    )
     with trio.fail_after(REAL_IO_BOUND_S):
-        async with running_proxy(config, "--transport", "ws", "--port", "0") as proxy, \
-                open_websocket_url(proxy.url, subprotocols=["mcp"], message_queue_size=256) as ws:
+        async with (
+            running_proxy(config, "--transport", "ws", "--port", "0") as proxy,
+            open_websocket_url(proxy.url, subprotocols=["mcp"], message_queue_size=256) as ws,
+        ):
             await ws.send_message(json.dumps(INIT))
             assert "result" in json.loads(await ws.get_message())
             await ws.send_message(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
             for i in range(IN_FLIGHT + EXTRA):
-                await ws.send_message(json.dumps({"jsonrpc": "2.0", "id": 100 + i, "method": "tools/call",
-                                                  "params": {"name": "fl_sleep", "arguments": {"seconds": 600}}}))
+                await ws.send_message(
+                    json.dumps(
+                        {
+                            "jsonrpc": "2.0",
+                            "id": 100 + i,
+                            "method": "tools/call",
+                            "params": {"name": "fl_sleep", "arguments": {"seconds": 600}},
+                        }
+                    )
+                )
             errors = []
             while len(errors) < EXTRA:
                 reply = json.loads(await ws.get_message())
                 assert "error" in reply, reply  # nothing else can answer: every call sleeps 10 minutes
                 errors.append(reply["error"])
-            assert all(e["code"] == -32000 and "in flight" in e["message"] and "64" in e["message"] for e in errors)
+            assert all(
+                e["code"] == -32000 and "in flight" in e["message"] and "64" in e["message"] for e in errors
+            )
 
 
 async def test_an_idle_websocket_session_is_closed_after_the_idle_timeout(tmp_path: Path) -> None:
@@ -106,8 +128,10 @@ async def test_an_idle_websocket_session_is_closed_after_the_idle_timeout(tmp_pa
     by the proxy (code 1001), so abandoned connections do not pile up."""
     config = write(tmp_path / "mcpvisor.json", {"mcpServers": {}, "settings": {"sessionIdleTimeout": "1s"}})
     with trio.fail_after(REAL_IO_BOUND_S):
-        async with running_proxy(config, "--transport", "ws", "--port", "0") as proxy, \
-                open_websocket_url(proxy.url, subprotocols=["mcp"]) as ws:
+        async with (
+            running_proxy(config, "--transport", "ws", "--port", "0") as proxy,
+            open_websocket_url(proxy.url, subprotocols=["mcp"]) as ws,
+        ):
             await ws.send_message(json.dumps(INIT))
             assert "result" in json.loads(await ws.get_message())
             with pytest.raises(ConnectionClosed) as closed:

@@ -35,29 +35,52 @@ SECRETS: Final = (TOKEN, ENV_TOKEN, ENV_VALUE, HEADER_VALUE, API_KEY)
 async def test_a_debug_log_of_a_run_whose_config_holds_secrets_contains_none_of_them(tmp_path: Path) -> None:
     """Refused and accepted requests, an unreachable upstream sent its headers, a call and the
     status tool: the debug log and every answer are free of the planted values."""
-    config = write(tmp_path / "mcpvisor.json", {
-        "mcpServers": {
-            "fl": flaky(env={"PLANTED_KEY": ENV_VALUE}),
-            "remote": {"type": "http", "url": "http://127.0.0.1:9/mcp",
-                       "headers": {"Authorization": f"Bearer {HEADER_VALUE}", "X-Api-Key": "${API_KEY}"}},
+    config = write(
+        tmp_path / "mcpvisor.json",
+        {
+            "mcpServers": {
+                "fl": flaky(env={"PLANTED_KEY": ENV_VALUE}),
+                "remote": {
+                    "type": "http",
+                    "url": "http://127.0.0.1:9/mcp",
+                    "headers": {"Authorization": f"Bearer {HEADER_VALUE}", "X-Api-Key": "${API_KEY}"},
+                },
+            },
+            "settings": {"exposure": "all", "authTokens": {"ci": TOKEN}, "startupWait": "5s"},
         },
-        "settings": {"exposure": "all", "authTokens": {"ci": TOKEN}, "startupWait": "5s"},
-    })
+    )
     log_file = tmp_path / "proxy.log"
     answers: list[str] = []
     with trio.fail_after(REAL_IO_BOUND_S):
-        async with running_proxy(config, "--transport", "http", "--port", "0", "--log-file", str(log_file),
-                                 env={"MCPVISOR_TOKEN": ENV_TOKEN, "API_KEY": API_KEY}) as proxy:
+        async with running_proxy(
+            config,
+            "--transport",
+            "http",
+            "--port",
+            "0",
+            "--log-file",
+            str(log_file),
+            env={"MCPVISOR_TOKEN": ENV_TOKEN, "API_KEY": API_KEY},
+        ) as proxy:
             async with httpx2.AsyncClient() as http:
                 for header in (f"Bearer {TOKEN[:-1]}", f"Bearer {TOKEN}x", f"Basic {TOKEN}", ""):
-                    r = await http.post(proxy.url, json=INIT, headers={**HTTP_HEADERS, "Authorization": header})
+                    r = await http.post(
+                        proxy.url, json=INIT, headers={**HTTP_HEADERS, "Authorization": header}
+                    )
                     assert r.status_code == 401
                     answers.append(r.text + json.dumps(dict(r.headers)))
-            async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {ENV_TOKEN}"}) as authed, \
-                    Client(streamable_http_client(proxy.url, http_client=authed), mode="legacy",
-                           cache=None) as client:
+            async with (
+                httpx2.AsyncClient(headers={"Authorization": f"Bearer {ENV_TOKEN}"}) as authed,
+                Client(
+                    streamable_http_client(proxy.url, http_client=authed), mode="legacy", cache=None
+                ) as client,
+            ):
                 assert text_of(await client.call_tool("fl_echo", {"text": "x"})) == "echo: x"
-                for name, args in (("get-server-status", {}), ("remote_anything", {}), ("fl_crash", {"status": 3})):
+                for name, args in (
+                    ("get-server-status", {}),
+                    ("remote_anything", {}),
+                    ("fl_crash", {"status": 3}),
+                ):
                     try:
                         answers.append((await client.call_tool(name, args)).model_dump_json())
                     except MCPError as exc:  # the crash: an error that names the server, nothing else

@@ -50,9 +50,15 @@ async def local_issuer(key: rsa.RSAPrivateKey) -> AsyncIterator[str]:
     issuer: list[str] = []
 
     async def metadata(request: Request) -> JSONResponse:
-        return JSONResponse({"issuer": issuer[0], "jwks_uri": issuer[0] + "/jwks",
-                             "authorization_endpoint": issuer[0] + "/authorize",
-                             "token_endpoint": issuer[0] + "/token", "response_types_supported": ["code"]})
+        return JSONResponse(
+            {
+                "issuer": issuer[0],
+                "jwks_uri": issuer[0] + "/jwks",
+                "authorization_endpoint": issuer[0] + "/authorize",
+                "token_endpoint": issuer[0] + "/token",
+                "response_types_supported": ["code"],
+            }
+        )
 
     async def jwks(request: Request) -> JSONResponse:
         return JSONResponse({"keys": [jwk]})
@@ -71,8 +77,16 @@ async def local_issuer(key: rsa.RSAPrivateKey) -> AsyncIterator[str]:
 
 def token(key: rsa.RSAPrivateKey, issuer: str, **claims: Any) -> str:
     now = int(time.time())
-    body = {"iss": issuer, "aud": AUDIENCE, "sub": "user-1", "client_id": "agent", "iat": now, "exp": now + 300,
-            "scope": SCOPE, **claims}
+    body = {
+        "iss": issuer,
+        "aud": AUDIENCE,
+        "sub": "user-1",
+        "client_id": "agent",
+        "iat": now,
+        "exp": now + 300,
+        "scope": SCOPE,
+        **claims,
+    }
     return jwt.encode(body, key, algorithm="RS256", headers={"kid": KID})
 
 
@@ -83,23 +97,33 @@ async def test_jwt_access_tokens_good_expired_wrong_audience_wrong_signature(tmp
     key, other_key = new_key(), new_key()
     with trio.fail_after(REAL_IO_BOUND_S):
         async with local_issuer(key) as issuer:
-            config = write(tmp_path / "mcpvisor.json", {
-                "mcpServers": {"fl": flaky()},
-                "settings": {"auth": {"issuer": issuer, "audience": AUDIENCE, "requiredScopes": [SCOPE]}},
-            })
-            async with running_proxy(config, "--transport", "http", "--port", "0") as proxy, \
-                    httpx2.AsyncClient() as http:
+            config = write(
+                tmp_path / "mcpvisor.json",
+                {
+                    "mcpServers": {"fl": flaky()},
+                    "settings": {"auth": {"issuer": issuer, "audience": AUDIENCE, "requiredScopes": [SCOPE]}},
+                },
+            )
+            async with (
+                running_proxy(config, "--transport", "http", "--port", "0") as proxy,
+                httpx2.AsyncClient() as http,
+            ):
+
                 async def status(bearer: str) -> httpx2.Response:
-                    return await http.post(proxy.url, json=INIT,
-                                           headers={**HTTP_HEADERS, "Authorization": f"Bearer {bearer}"})
+                    return await http.post(
+                        proxy.url, json=INIT, headers={**HTTP_HEADERS, "Authorization": f"Bearer {bearer}"}
+                    )
 
                 good = await status(token(key, issuer))
-                assert good.status_code == 200 and good.headers.get("mcp-session-id")
+                assert good.status_code == 200
+                assert good.headers.get("mcp-session-id")
                 now = int(time.time())
-                for bad in (token(key, issuer, exp=now - 3600, iat=now - 7200),   # expired
-                            token(key, issuer, aud="https://elsewhere.example/mcp"),  # wrong audience
-                            token(other_key, issuer),                             # wrong signature
-                            token(key, "http://127.0.0.1:1")):                    # wrong issuer
+                for bad in (
+                    token(key, issuer, exp=now - 3600, iat=now - 7200),  # expired
+                    token(key, issuer, aud="https://elsewhere.example/mcp"),  # wrong audience
+                    token(other_key, issuer),  # wrong signature
+                    token(key, "http://127.0.0.1:1"),
+                ):  # wrong issuer
                     refused = await status(bad)
                     assert refused.status_code == 401
                     assert refused.headers["www-authenticate"].startswith("Bearer")
@@ -107,7 +131,10 @@ async def test_jwt_access_tokens_good_expired_wrong_audience_wrong_signature(tmp
                 anonymous = await http.post(proxy.url, json=INIT, headers=HTTP_HEADERS)
                 assert anonymous.status_code == 401
                 challenge = anonymous.headers["www-authenticate"]
-                assert 'resource_metadata="http://127.0.0.1/.well-known/oauth-protected-resource/mcp"' in challenge
+                assert (
+                    'resource_metadata="http://127.0.0.1/.well-known/oauth-protected-resource/mcp"'
+                    in challenge
+                )
                 base = proxy.url.removesuffix("/mcp")
                 prm = (await http.get(base + "/.well-known/oauth-protected-resource/mcp")).json()
                 assert prm["resource"] == AUDIENCE

@@ -43,10 +43,13 @@ def machine_address() -> str | None:
 
 
 def guarded_config(tmp_path: Path) -> Path:
-    return write(tmp_path / "mcpvisor.json", {
-        "mcpServers": {"fl": flaky()},
-        "settings": {"exposure": "all", "authTokens": {"ci": "${CI_TOKEN}", "laptop": LAPTOP_TOKEN}},
-    })
+    return write(
+        tmp_path / "mcpvisor.json",
+        {
+            "mcpServers": {"fl": flaky()},
+            "settings": {"exposure": "all", "authTokens": {"ci": "${CI_TOKEN}", "laptop": LAPTOP_TOKEN}},
+        },
+    )
 
 
 async def test_bound_beyond_loopback_only_the_token_gets_a_session(tmp_path: Path) -> None:
@@ -55,12 +58,24 @@ async def test_bound_beyond_loopback_only_the_token_gets_a_session(tmp_path: Pat
     Host names the machine's address (it used to get 421), and a real SDK client works."""
     config = guarded_config(tmp_path)
     with trio.fail_after(REAL_IO_BOUND_S):
-        async with running_proxy(config, "--transport", "http", "--host", "0.0.0.0", "--port", "0",
-                                 env={"CI_TOKEN": CI_TOKEN, "MCPVISOR_TOKEN": ""}) as proxy:
+        async with running_proxy(
+            config,
+            "--transport",
+            "http",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "0",
+            env={"CI_TOKEN": CI_TOKEN, "MCPVISOR_TOKEN": ""},
+        ) as proxy:
             url = f"http://127.0.0.1:{proxy.port}/mcp"
             async with httpx2.AsyncClient() as http:
-                for extra in ({}, {"Authorization": "Bearer wrong-token-0123456789abcdef"},
-                              {"Host": f"127.0.0.1:{proxy.port}"}, {"Authorization": f"Basic {CI_TOKEN}"}):
+                for extra in (
+                    {},
+                    {"Authorization": "Bearer wrong-token-0123456789abcdef"},
+                    {"Host": f"127.0.0.1:{proxy.port}"},
+                    {"Authorization": f"Basic {CI_TOKEN}"},
+                ):
                     refused = await http.post(url, json=INIT, headers={**HTTP_HEADERS, **extra})
                     assert refused.status_code == 401, extra
                     assert refused.headers["www-authenticate"].startswith("Bearer")
@@ -68,15 +83,23 @@ async def test_bound_beyond_loopback_only_the_token_gets_a_session(tmp_path: Pat
                 address = machine_address()
                 hosts = [f"127.0.0.1:{proxy.port}"] + ([f"{address}:{proxy.port}"] if address else [])
                 for host in hosts:
-                    ok = await http.post(url, json=INIT, headers={**HTTP_HEADERS, "Host": host,
-                                                                  "Authorization": f"Bearer {CI_TOKEN}"})
+                    ok = await http.post(
+                        url,
+                        json=INIT,
+                        headers={**HTTP_HEADERS, "Host": host, "Authorization": f"Bearer {CI_TOKEN}"},
+                    )
                     assert ok.status_code == 200, (host, ok.text)
                     assert ok.headers.get("mcp-session-id")
-                foreign = await http.post(url, json=INIT, headers={**HTTP_HEADERS, "Host": "evil.example",
-                                                                   "Authorization": f"Bearer {CI_TOKEN}"})
+                foreign = await http.post(
+                    url,
+                    json=INIT,
+                    headers={**HTTP_HEADERS, "Host": "evil.example", "Authorization": f"Bearer {CI_TOKEN}"},
+                )
                 assert foreign.status_code == 421  # DNS rebinding: a name that is not this machine
-            async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {LAPTOP_TOKEN}"}) as authed, \
-                    Client(streamable_http_client(url, http_client=authed), mode="legacy", cache=None) as client:
+            async with (
+                httpx2.AsyncClient(headers={"Authorization": f"Bearer {LAPTOP_TOKEN}"}) as authed,
+                Client(streamable_http_client(url, http_client=authed), mode="legacy", cache=None) as client,
+            ):
                 assert text_of(await client.call_tool("fl_echo", {"text": "hi"})) == "echo: hi"
     assert not any(secret in proxy.text() for secret in (CI_TOKEN, LAPTOP_TOKEN)), proxy.text()
 
@@ -86,29 +109,39 @@ async def test_a_token_removed_by_a_hot_reload_is_refused_at_once(tmp_path: Path
     the other named token keeps working."""
     config = guarded_config(tmp_path)
     with trio.fail_after(REAL_IO_BOUND_S):
-        async with running_proxy(config, "--transport", "http", "--port", "0",
-                                 env={"CI_TOKEN": CI_TOKEN, "MCPVISOR_TOKEN": ""}) as proxy:
+        async with running_proxy(
+            config, "--transport", "http", "--port", "0", env={"CI_TOKEN": CI_TOKEN, "MCPVISOR_TOKEN": ""}
+        ) as proxy:
             async with httpx2.AsyncClient() as http:
+
                 async def status(token: str) -> int:
-                    r = await http.post(proxy.url, json=INIT, headers={**HTTP_HEADERS,
-                                                                       "Authorization": f"Bearer {token}"})
+                    r = await http.post(
+                        proxy.url, json=INIT, headers={**HTTP_HEADERS, "Authorization": f"Bearer {token}"}
+                    )
                     return r.status_code
 
                 assert await status(LAPTOP_TOKEN) == 200
                 doc = json.loads(config.read_text())
                 del doc["settings"]["authTokens"]["laptop"]
+                seen = len(proxy.log)
                 config.write_text(json.dumps(doc))
                 proxy.process.send_signal(signal.SIGHUP)
-                while await status(LAPTOP_TOKEN) != 401:  # the reload is asynchronous; bounded above
-                    await trio.sleep(0.05)
+                await proxy.wait_log("config reloaded", after=seen)
+                assert await status(LAPTOP_TOKEN) == 401
                 assert await status(CI_TOKEN) == 200
 
 
 async def raw_handshake(port: int, headers: dict[str, str]) -> tuple[int, str]:
     """Send a websocket upgrade request by hand; the status and the raw response head."""
-    fields = {"Host": f"127.0.0.1:{port}", "Upgrade": "websocket", "Connection": "Upgrade",
-              "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version": "13",
-              "Sec-WebSocket-Protocol": "mcp", **headers}
+    fields = {
+        "Host": f"127.0.0.1:{port}",
+        "Upgrade": "websocket",
+        "Connection": "Upgrade",
+        "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+        "Sec-WebSocket-Version": "13",
+        "Sec-WebSocket-Protocol": "mcp",
+        **headers,
+    }
     request = "GET / HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields.items()) + "\r\n"
     async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
         await stream.send_all(request.encode())
@@ -142,8 +175,16 @@ async def test_the_websocket_front_checks_token_host_and_origin_like_the_http_fr
     page on a foreign origin is refused with 403 even with the token; a foreign Host 421."""
     config = guarded_config(tmp_path)
     with trio.fail_after(REAL_IO_BOUND_S):
-        async with running_proxy(config, "--transport", "ws", "--host", "0.0.0.0", "--port", "0",
-                                 env={"CI_TOKEN": CI_TOKEN, "MCPVISOR_TOKEN": ""}) as proxy:
+        async with running_proxy(
+            config,
+            "--transport",
+            "ws",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "0",
+            env={"CI_TOKEN": CI_TOKEN, "MCPVISOR_TOKEN": ""},
+        ) as proxy:
             url = f"ws://127.0.0.1:{proxy.port}/"
             bearer = {"Authorization": f"Bearer {CI_TOKEN}"}
             assert await ws_handshake(url, {}) == 401
@@ -159,11 +200,14 @@ async def test_the_websocket_front_checks_token_host_and_origin_like_the_http_fr
 
 
 async def test_on_loopback_without_a_token_a_foreign_origin_is_refused_and_a_cli_client_is_not(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """The websocket front on loopback: any web page the user visits could open
     ws://127.0.0.1 (browsers apply no CORS to websockets); only a foreign Origin is refused."""
-    config = write(tmp_path / "mcpvisor.json", {"mcpServers": {}, "settings": {"allowedOrigins": [
-        "https://app.example"]}})
+    config = write(
+        tmp_path / "mcpvisor.json",
+        {"mcpServers": {}, "settings": {"allowedOrigins": ["https://app.example"]}},
+    )
     env = {k: v for k, v in os.environ.items() if k != "MCPVISOR_TOKEN"}
     with trio.fail_after(REAL_IO_BOUND_S):
         async with running_proxy(config, "--transport", "ws", "--port", "0", env=env) as proxy:
