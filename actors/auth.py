@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 from urllib.parse import urlsplit
 
 from mcp.server.auth.provider import AccessToken
+
+logger = logging.getLogger(__name__)
 
 LOOPBACK_NAMES: Final = ("127.0.0.1", "localhost", "[::1]")
 """Names a loopback-bound front answers to (the SDK's own DNS-rebinding defaults)."""
@@ -126,6 +129,7 @@ class StaticTokens:
         name = self.match(token)
         if name is None:
             return None
+        logger.debug("bearer token %r accepted", name)  # its name, never its value
         return AccessToken(token=token, client_id=name, scopes=list(self._scopes))
 
 

@@ -67,3 +67,30 @@ async def test_insecure_no_auth_serves_beyond_loopback_and_warns_at_start(tmp_pa
             assert any("WITHOUT authentication" in line and "WARNING" in line for line in proxy.log), (
                 proxy.text()
             )
+
+
+async def test_a_private_token_file_guards_the_front(tmp_path: Path) -> None:
+    """``--token-file`` with mode 600: its token opens a websocket session, nothing else does."""
+    config = write(tmp_path / "mcpvisor.json", {"mcpServers": {}})
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)
+    from tests.security.test_security_tokens import ws_handshake
+
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with running_proxy(
+            config,
+            "--transport",
+            "ws",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "0",
+            "--token-file",
+            str(token_file),
+            env={"MCPVISOR_TOKEN": ""},
+        ) as proxy:
+            url = f"ws://127.0.0.1:{proxy.port}/"
+            assert await ws_handshake(url, {}) == 401
+            assert await ws_handshake(url, {"Authorization": f"Bearer {TOKEN}"}) == 101
+    assert TOKEN not in proxy.text()
