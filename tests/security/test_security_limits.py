@@ -140,3 +140,22 @@ async def test_an_idle_websocket_session_is_closed_after_the_idle_timeout(tmp_pa
             # trio-websocket 0.12 leaves the TCP stream open when the peer closed first
             # (aclose returns early once a close reason is set): close it for the leak check.
             await ws._stream.aclose()
+
+
+async def test_the_websocket_front_refuses_a_session_past_the_cap_with_503_and_keeps_the_open_one(
+    tmp_path: Path,
+) -> None:
+    """``maxSessions`` on the websocket front: one more handshake gets 503 and the open
+    session keeps answering."""
+    from tests.security.test_security_tokens import raw_handshake
+
+    config = write(tmp_path / "mcpvisor.json", {"mcpServers": {}, "settings": {"maxSessions": 1}})
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with running_proxy(config, "--transport", "ws", "--port", "0") as proxy:
+            async with open_websocket_url(proxy.url, subprotocols=["mcp"]) as ws:
+                await ws.send_message(json.dumps(INIT))
+                assert "result" in json.loads(await ws.get_message())
+                status, _ = await raw_handshake(proxy.port, {})
+                assert status == 503
+                await ws.send_message(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "ping"}))
+                assert json.loads(await ws.get_message())["id"] == 2
