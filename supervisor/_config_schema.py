@@ -20,6 +20,7 @@ from msgspec import UNSET, UnsetType
 __all__ = [
     "DURATION_KEYS",
     "KNOB_KEYS",
+    "AuthEntry",
     "ExposedToolEntry",
     "ServerEntry",
     "SettingsEntry",
@@ -113,6 +114,15 @@ class ServerEntry(_Knobs, forbid_unknown_fields=True, rename="camel"):
     headers_helper: Any = UNSET
 
 
+class AuthEntry(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
+    """`settings.auth` as written: the OAuth issuer whose access tokens are accepted."""
+
+    issuer: str
+    audience: str | list[str]
+    required_scopes: list[str] = msgspec.field(default_factory=list)
+    jwks_uri: str | UnsetType = UNSET
+
+
 class SettingsEntry(_Knobs, forbid_unknown_fields=True, rename="camel"):
     """The `settings` object as written."""
 
@@ -125,6 +135,13 @@ class SettingsEntry(_Knobs, forbid_unknown_fields=True, rename="camel"):
     fast_path: bool | UnsetType = UNSET
     state_dir: str | UnsetType | None = UNSET
     log_level: str | UnsetType = UNSET
+    auth_token: str | UnsetType | None = UNSET
+    auth_tokens: dict[str, str] | UnsetType = UNSET
+    auth: AuthEntry | UnsetType | None = UNSET
+    allowed_hosts: list[str] | UnsetType = UNSET
+    allowed_origins: list[str] | UnsetType = UNSET
+    max_sessions: int | UnsetType = UNSET
+    session_idle_timeout: Duration | UnsetType = UNSET
 
 
 class ToolRefEntry(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
@@ -143,7 +160,10 @@ class ToolsetEntry(msgspec.Struct, forbid_unknown_fields=True):
 
 
 KNOB_KEYS: Final = tuple(f.encode_name for f in msgspec.structs.fields(_Knobs))
-DURATION_KEYS: Final = (frozenset(KNOB_KEYS) - {"maxMissedPings", "circuitFailures"}) | {"startupWait"}
+DURATION_KEYS: Final = (frozenset(KNOB_KEYS) - {"maxMissedPings", "circuitFailures"}) | {
+    "startupWait",
+    "sessionIdleTimeout",
+}
 
 
 def field_names(struct: type[msgspec.Struct]) -> tuple[str, ...]:

@@ -19,7 +19,7 @@ from typing import Any, Final
 from supervisor._config_schema import KNOB_KEYS, ServerEntry, field_names
 
 DEFAULT_HOST: Final = "127.0.0.1"
-"""Loopback only by default: the HTTP/WS fronts are unauthenticated."""
+"""Loopback only by default: without a token the HTTP/WS fronts are open to this machine only."""
 DEFAULT_PORT: Final = 8848
 TRANSPORTS: Final = ("stdio", "http", "sse", "ws", "stdio-docker")
 
@@ -50,6 +50,19 @@ STARTUP_WAIT_MAX_S: Final = 10 * MINUTE
 MIN_MESSAGE_BYTES: Final = 1024
 MAX_MESSAGE_BYTES: Final = 1 << 30
 """`maxMessageBytes` bounds: below 1 KiB not even a tools/list fits; above 1 GiB is unbounded memory."""
+
+DEFAULT_MAX_SESSIONS: Final = 1000
+"""`settings.maxSessions` (issue 12): the SDK's 10,000 let one client hold ~420 MB of
+sessions (42 KB each, measured); 1,000 is still far more than the clients of one proxy."""
+MAX_SESSIONS_HIGH: Final = 100_000
+DEFAULT_SESSION_IDLE_S: Final = 10 * MINUTE
+"""`settings.sessionIdleTimeout` (issue 12): an abandoned session is reaped after this
+(the SDK's default is 30 minutes)."""
+SESSION_IDLE_MIN_S: Final = 1.0
+SESSION_IDLE_MAX_S: Final = DAY
+MIN_TOKEN_CHARS: Final = 16
+"""A shared token shorter than this is refused: it could be guessed over the network
+(`openssl rand -hex 32` makes a good one)."""
 
 HTTP_ALIASES: Final = frozenset({"streamable-http", "streamableHttp", "streamable_http"})
 """Other clients' names for streamable HTTP (Cline, Cursor), accepted as "http"."""
@@ -209,6 +222,17 @@ def _plain(value: Any) -> Any:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class OAuthSettings:
+    """`settings.auth`: accept OAuth 2.1 access tokens (JWTs) from this issuer."""
+
+    issuer: str
+    audience: tuple[str, ...]
+    required_scopes: tuple[str, ...] = ()
+    jwks_uri: str | None = None
+    """Where the issuer's keys are; None: found from its authorization server metadata."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
     """The `settings` object, resolved.
 
@@ -227,6 +251,13 @@ class Settings:
     state_dir: str | None = None
     log_level: str = "info"
     server_defaults: Mapping[str, Any] = field(default_factory=_empty)
+    auth_tokens: Mapping[str, str] = field(default_factory=_empty, repr=False)
+    """Shared bearer tokens by name: `authTokens`, and `authToken` under the name "default"."""
+    auth: OAuthSettings | None = None
+    allowed_hosts: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
+    max_sessions: int = DEFAULT_MAX_SESSIONS
+    session_idle_timeout: float = DEFAULT_SESSION_IDLE_S
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,58 +1,312 @@
 """Put a `Supervisor` behind a front: stdio, streamable HTTP or websocket.
 
-Owns the fronts' lifetimes: `serve` returns when a stdio client closes its end, and
-runs until cancelled for the network fronts.
+Owns the fronts' lifetimes (`serve` returns when a stdio client closes its end, and
+runs until cancelled for the network fronts) and their security (DESIGN.md "Security
+of the network fronts"): building the token verifier, the Host/Origin rules
+(`actors.auth`), the session limits and TLS from ``settings`` and the command line,
+and refusing to open a non-loopback bind that nothing guards.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import ssl
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Final
 
 import trio
+from pydantic import AnyHttpUrl
 
-from supervisor.config import DEFAULT_HOST, DEFAULT_PORT
+from actors.auth import ChainVerifier, Gate, HostRules, StaticTokens, Verifier, host_rules, is_loopback
+from supervisor._config_types import MIN_TOKEN_CHARS
+from supervisor.config import DEFAULT_HOST, DEFAULT_PORT, Settings
 from supervisor.tree import Supervisor
 
 logger = logging.getLogger(__name__)
 
 HTTP_PATH: Final = "/mcp"
-LOOPBACK: Final = frozenset({"127.0.0.1", "localhost", "::1"})
+TOKEN_ENV: Final = "MCPVISOR_TOKEN"
+"""A shared token from the environment (DESIGN.md), named "env" in logs."""
+TOKEN_FILE_NAME: Final = "token-file"
+"""The name `--token-file`'s token goes by in logs."""
+STATIC_ISSUER_PLACEHOLDER: Final = "https://mcpvisor.invalid/"
+"""The SDK's `AuthSettings` requires an issuer even for a resource server that only
+checks shared tokens; with no resource URL nothing ever shows or uses it (RFC 2606 name)."""
+
+HOW_TO_SET_A_TOKEN: Final = (
+    'set a token: settings.authToken in the config ("${MY_TOKEN}" reads it from the environment), '
+    f"${TOKEN_ENV}, or --token-file PATH (a file only you can read: "
+    "`openssl rand -hex 32 > ~/.mcpvisor-token && chmod 600 ~/.mcpvisor-token`); "
+    "clients then send `Authorization: Bearer TOKEN`. On a trusted network, --insecure-no-auth "
+    "serves without one."
+)
 
 
-def _transport_security(host: str) -> Any:
-    """DNS-rebinding protection stays on: only this host's names and loopback are accepted."""
-    from mcp.server.transport_security import TransportSecuritySettings
-
-    hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
-    origins = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
-    if host not in LOOPBACK and host not in ("0.0.0.0", "::"):
-        hosts.append(f"{host}:*")
-        origins.append(f"http://{host}:*")
-    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts,
-                                     allowed_origins=origins)
+class UnsafeBind(Exception):
+    """A network front would be reachable beyond this machine with nothing guarding it."""
 
 
-async def serve_http(sup: Supervisor, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *,
-                     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
-    """Serve streamable HTTP at ``http://host:port/mcp`` (hypercorn's trio worker) until cancelled.
+class TokenFileError(Exception):
+    """``--token-file`` cannot be used (missing, unreadable, readable by others, empty)."""
+
+
+# --------------------------------------------------------------------------------------
+# what guards a front
+# --------------------------------------------------------------------------------------
+
+
+def read_token_file(path: str | os.PathLike[str]) -> str:
+    """The token in ``path`` (surrounding whitespace stripped).
+
+    Raises:
+        TokenFileError: the file is missing or unreadable, group or others may read or
+            write it (ssh's rule for a private key), or it is empty.
+    """
+    p = Path(path)
+    try:
+        mode = p.stat().st_mode
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise TokenFileError(
+                f"{p}: readable or writable by group or others (mode {stat.S_IMODE(mode):o}); "
+                f"run `chmod 600 {p}` (a token must be private, like an ssh key)"
+            )
+        token = p.read_text(encoding="utf-8").strip()
+    except OSError as err:
+        raise TokenFileError(f"{p}: cannot read: {err.strerror or err}") from None
+    except UnicodeDecodeError:
+        raise TokenFileError(f"{p}: not a text file") from None
+    if not token:
+        raise TokenFileError(f"{p}: empty; put a token in it (`openssl rand -hex 32`)")
+    return token
+
+
+def start_tokens(env: Mapping[str, str] | None = None, token_file: str | None = None) -> Mapping[str, str]:
+    """The tokens given at start outside the config: ``$MCPVISOR_TOKEN`` ("env") and
+    ``--token-file`` ("token-file"). Raises `TokenFileError` for a bad file."""
+    env = os.environ if env is None else env
+    tokens: dict[str, str] = {}
+    if env.get(TOKEN_ENV, "").strip():
+        tokens["env"] = env[TOKEN_ENV].strip()
+    if token_file:
+        tokens[TOKEN_FILE_NAME] = read_token_file(token_file)
+    for name, token in tokens.items():
+        where = f"${TOKEN_ENV}" if name == "env" else str(token_file)
+        if len(token) < MIN_TOKEN_CHARS:
+            raise TokenFileError(
+                f"{where}: the token is shorter than {MIN_TOKEN_CHARS} characters "
+                "(make one with `openssl rand -hex 32`)"
+            )
+        if not all("!" <= c <= "~" for c in token):
+            raise TokenFileError(f"{where}: the token may hold only printable ASCII, no spaces")
+    return MappingProxyType(tokens)
+
+
+def check_bind(host: str, *, guarded: bool, insecure_no_auth: bool) -> None:
+    """Refuse a non-loopback bind without a token (unless ``insecure_no_auth``; then warn).
+
+    Raises:
+        UnsafeBind: with a message that says how to set a token.
+    """
+    if is_loopback(host) or guarded:
+        return
+    if insecure_no_auth:
+        logger.warning(
+            "serving on %s WITHOUT authentication (--insecure-no-auth): anyone who can reach "
+            "this port can call every tool of every server",
+            host,
+        )
+        return
+    raise UnsafeBind(
+        f"refusing to serve on {host} without a token: anyone who can reach it could call "
+        f"every tool of every configured server. To serve beyond this machine, {HOW_TO_SET_A_TOKEN}"
+    )
+
+
+def machine_addresses() -> list[str]:
+    """This machine's interface addresses and names: what a client on the network calls it."""
+    names = [socket.gethostname(), socket.getfqdn()]
+    try:
+        import psutil
+
+        for addrs in psutil.net_if_addrs().values():
+            for addr in addrs:
+                if addr.family in (socket.AF_INET, socket.AF_INET6):
+                    names.append(addr.address.split("%", 1)[0])
+    except Exception:  # no interface list: the bind address and allowedHosts still apply
+        logger.debug("could not list this machine's addresses", exc_info=True)
+    return [n for n in names if n]
+
+
+def tls_context(certfile: str | None, keyfile: str | None) -> ssl.SSLContext | None:
+    """A server TLS context from ``--certfile``/``--keyfile``, or None for plain text."""
+    if not certfile and not keyfile:
+        return None
+    if not certfile:
+        raise ValueError("--keyfile needs --certfile")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(certfile, keyfile)
+    return context
+
+
+@dataclass(frozen=True)
+class Guard:
+    """Everything that decides who a network front lets in, built once at start."""
+
+    rules: HostRules
+    verifier: Verifier | None = None
+    auth_settings: Any = None
+    """The SDK's `AuthSettings` (None: an open front)."""
+    required_scopes: tuple[str, ...] = ()
+    resource_metadata_url: str | None = None
+    tls: ssl.SSLContext | None = None
+    token_names: tuple[str, ...] = field(default=())
+
+    def gate(self) -> Gate:
+        return Gate(
+            self.rules,
+            self.verifier,
+            required_scopes=self.required_scopes,
+            resource_metadata_url=self.resource_metadata_url,
+        )
+
+
+def build_guard(
+    sup: Supervisor,
+    host: str,
+    port: int,
+    *,
+    tokens: Mapping[str, str] | None = None,
+    insecure_no_auth: bool = False,
+    certfile: str | None = None,
+    keyfile: str | None = None,
+    scheme: str = "http",
+    path: str = HTTP_PATH,
+) -> Guard:
+    """Build the guard of a front bound to ``host:port`` from ``sup.settings`` and the start tokens.
+
+    The shared tokens are read from ``sup.settings`` at every check, so a hot reload that
+    removes one locks its client out at once; whether the front needs a token at all is
+    decided here, at start.
+
+    Raises:
+        UnsafeBind: non-loopback ``host`` and no token (see `check_bind`).
+    """
+    settings: Settings = sup.settings
+    fixed = dict(tokens or {})
+
+    def current() -> Mapping[str, str]:
+        return {**fixed, **sup.settings.auth_tokens}
+
+    static = StaticTokens(current, scopes=list(settings.auth.required_scopes) if settings.auth else [])
+    verifiers: list[Verifier] = [static] if current() else []
+    auth_settings = None
+    resource_metadata_url = None
+    required: tuple[str, ...] = ()
+    tls = tls_context(certfile, keyfile)
+    if settings.auth is not None:
+        from mcp.server.auth.routes import build_resource_metadata_url
+        from mcp.server.auth.settings import AuthSettings
+
+        from actors.oauth import JwtVerifier, resource_url
+
+        scheme = scheme + ("s" if tls else "")
+        resource = resource_url(settings.auth.audience, f"{scheme}://{host}:{port}{path}")
+        verifiers.append(
+            JwtVerifier(settings.auth.issuer, settings.auth.audience, jwks_uri=settings.auth.jwks_uri)
+        )
+        required = settings.auth.required_scopes
+        resource_server_url = AnyHttpUrl(resource)
+        # The verifier checks the audience itself (PyJWT), so the SDK need not compare resources.
+        auth_settings = AuthSettings(
+            issuer_url=AnyHttpUrl(settings.auth.issuer),
+            resource_server_url=resource_server_url,
+            required_scopes=list(required) or None,
+            validate_token_resource=False,
+        )
+        resource_metadata_url = str(build_resource_metadata_url(resource_server_url))
+    elif verifiers:
+        from mcp.server.auth.settings import AuthSettings
+
+        placeholder = AnyHttpUrl(STATIC_ISSUER_PLACEHOLDER)
+        auth_settings = AuthSettings(issuer_url=placeholder, resource_server_url=None)
+    check_bind(host, guarded=bool(verifiers), insecure_no_auth=insecure_no_auth)
+    rules = host_rules(
+        host,
+        machine_addresses=() if is_loopback(host) else machine_addresses(),
+        allowed_hosts=settings.allowed_hosts,
+        allowed_origins=settings.allowed_origins,
+    )
+    verifier: Verifier | None = None
+    if len(verifiers) == 1:
+        verifier = verifiers[0]
+    elif verifiers:
+        verifier = ChainVerifier(verifiers)
+    names = tuple(current()) + (("oauth",) if settings.auth else ())
+    if names:
+        logger.info("clients must send a bearer token (accepted: %s)", ", ".join(names))
+    return Guard(rules, verifier, auth_settings, required, resource_metadata_url, tls, names)
+
+
+# --------------------------------------------------------------------------------------
+# the fronts
+# --------------------------------------------------------------------------------------
+
+
+async def serve_http(
+    sup: Supervisor,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    *,
+    tokens: Mapping[str, str] | None = None,
+    insecure_no_auth: bool = False,
+    certfile: str | None = None,
+    keyfile: str | None = None,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve streamable HTTP at ``http(s)://host:port/mcp`` (hypercorn's trio worker) until cancelled.
 
     ``task_status.started`` receives the URL actually bound (``port=0`` picks a free port).
+
+    Raises:
+        UnsafeBind: before binding, for a non-loopback ``host`` with no token.
     """
     import hypercorn.config
     import hypercorn.trio
+    from mcp.server.transport_security import TransportSecuritySettings
 
+    from actors.limits import install
+
+    guard = build_guard(
+        sup, host, port, tokens=tokens, insecure_no_auth=insecure_no_auth, certfile=certfile, keyfile=keyfile
+    )
+    install(sup.front.server)
+    allowed_hosts, allowed_origins = guard.rules.sdk_lists()
     app = sup.front.server.streamable_http_app(
         streamable_http_path=HTTP_PATH,
         host=host,
-        transport_security=_transport_security(host),
+        transport_security=TransportSecuritySettings(
+            enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts, allowed_origins=allowed_origins
+        ),
         max_request_body_size=sup.settings.max_message_bytes,
+        max_sessions=sup.settings.max_sessions,
+        session_idle_timeout=sup.settings.session_idle_timeout,
+        auth=guard.auth_settings,
+        token_verifier=guard.verifier,
     )
     config = hypercorn.config.Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.accesslog = None
     config.errorlog = logging.getLogger("hypercorn.error")
     config.graceful_timeout = 2.0
+    if certfile:
+        config.certfile = certfile
+        config.keyfile = keyfile
 
     async def started(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
         await hypercorn.trio.serve(app, config, task_status=task_status)  # type: ignore[arg-type]
@@ -63,36 +317,104 @@ async def serve_http(sup: Supervisor, host: str = DEFAULT_HOST, port: int = DEFA
         task_status.started(url)
 
 
-async def serve_stdio(sup: Supervisor, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+async def serve_stdio(
+    sup: Supervisor, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
     """Serve one client on this process's stdin/stdout until it closes stdin."""
     from actors.stdio_front import StdioFront, claim_stdio
 
     async with claim_stdio() as (receive, send):
-        front = StdioFront(sup.front, receive, send, max_message=sup.settings.max_message_bytes,
-                           fast_path=sup.settings.fast_path)
+        front = StdioFront(
+            sup.front,
+            receive,
+            send,
+            max_message=sup.settings.max_message_bytes,
+            fast_path=sup.settings.fast_path,
+        )
         task_status.started()
         await front.serve()
 
 
-async def serve_ws(sup: Supervisor, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *,
-                   task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
-    """Serve MCP over websocket at ``ws://host:port/`` until cancelled."""
+async def serve_ws(
+    sup: Supervisor,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    *,
+    tokens: Mapping[str, str] | None = None,
+    insecure_no_auth: bool = False,
+    certfile: str | None = None,
+    keyfile: str | None = None,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve MCP over websocket at ``ws(s)://host:port/`` until cancelled.
+
+    Raises:
+        UnsafeBind: before binding, for a non-loopback ``host`` with no token.
+    """
+    from actors.limits import install
     from actors.ws import serve_websocket_front
 
+    guard = build_guard(
+        sup,
+        host,
+        port,
+        tokens=tokens,
+        insecure_no_auth=insecure_no_auth,
+        certfile=certfile,
+        keyfile=keyfile,
+        scheme="ws",
+        path="/",
+    )
+    install(sup.front.server)
+    scheme = "wss" if guard.tls else "ws"
     async with trio.open_nursery() as nursery:
-        bound = await nursery.start(lambda task_status: serve_websocket_front(
-            sup.front, host, port, max_message=sup.settings.max_message_bytes, task_status=task_status))
-        task_status.started(f"ws://{host}:{bound}/")
+        bound = await nursery.start(
+            lambda task_status: serve_websocket_front(
+                sup.front,
+                host,
+                port,
+                max_message=sup.settings.max_message_bytes,
+                gate=guard.gate(),
+                ssl_context=guard.tls,
+                max_sessions=sup.settings.max_sessions,
+                idle_timeout=sup.settings.session_idle_timeout,
+                task_status=task_status,
+            )
+        )
+        task_status.started(f"{scheme}://{host}:{bound}/")
 
 
-async def serve(sup: Supervisor, transport: str = "stdio", *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
-                task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
-    """Put ``sup`` behind a front. stdio returns at EOF; http and ws run until cancelled."""
+async def serve(
+    sup: Supervisor,
+    transport: str = "stdio",
+    *,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    tokens: Mapping[str, str] | None = None,
+    insecure_no_auth: bool = False,
+    certfile: str | None = None,
+    keyfile: str | None = None,
+    task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Put ``sup`` behind a front. stdio returns at EOF; http and ws run until cancelled.
+
+    Args:
+        tokens: bearer tokens given at start besides ``settings.authToken(s)`` (name -> token;
+            see `start_tokens`).
+        insecure_no_auth: allow a non-loopback ``host`` with no token (warns).
+        certfile, keyfile: serve TLS (https / wss).
+    """
+    net: dict[str, Any] = {
+        "tokens": tokens,
+        "insecure_no_auth": insecure_no_auth,
+        "certfile": certfile,
+        "keyfile": keyfile,
+    }
     if transport == "stdio":
         await serve_stdio(sup, task_status=task_status)
     elif transport == "http":
-        await serve_http(sup, host, port, task_status=task_status)
+        await serve_http(sup, host, port, **net, task_status=task_status)
     elif transport == "ws":
-        await serve_ws(sup, host, port, task_status=task_status)
+        await serve_ws(sup, host, port, **net, task_status=task_status)
     else:
         raise ValueError(f"unknown transport {transport!r} (stdio, http or ws)")

@@ -69,7 +69,9 @@ STOP_MARGIN_S: Final = 1.0
 """Extra wait, beyond a server's own stop sequence (3 x shutdownGrace), for its old
 process to be reaped before the changed one starts."""
 
-LIVE_SETTINGS: Final = ("namespacing", "startup_wait", "log_level", "env_mode", "server_defaults")
+LIVE_SETTINGS: Final = (
+    "namespacing", "startup_wait", "log_level", "env_mode", "server_defaults", "auth_tokens",
+)
 """Settings a reload applies (server knobs through each server's fingerprint)."""
 
 RESTART_SETTINGS: Final = {
@@ -78,6 +80,11 @@ RESTART_SETTINGS: Final = {
     "max_message_bytes": "maxMessageBytes",
     "state_dir": "stateDir",
     "pin_schemas": "pinSchemas",
+    "auth": "auth",
+    "allowed_hosts": "allowedHosts",
+    "allowed_origins": "allowedOrigins",
+    "max_sessions": "maxSessions",
+    "session_idle_timeout": "sessionIdleTimeout",
 }
 """Settings whose change needs a proxy restart (attribute -> key in the file): the
 fronts and the exposure were built with them."""

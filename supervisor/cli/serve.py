@@ -20,6 +20,8 @@ examples:
   mcpvisor serve --demo --transport http         # the bundled demo servers at http://127.0.0.1:8848/mcp
   mcpvisor serve --config ~/mcp.json --toolset dev
   claude mcp add mcpvisor -- mcpvisor serve      # use it from Claude Code
+  mcpvisor serve --transport http --host 0.0.0.0 --token-file ~/.mcpvisor-token \
+      --certfile cert.pem --keyfile key.pem      # beyond this machine: a token (and TLS)
 
 config lookup order: --config, $MCPVISOR_CONFIG, ./mcpvisor.json, ./.mcp.json, the user config dir
 """
@@ -34,6 +36,13 @@ def register(sub: Any) -> None:
                    help="how clients connect (default: stdio)")
     p.add_argument("--host", default=DEFAULT_HOST, help=f"address for http/ws (default: {DEFAULT_HOST})")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port for http/ws (default: {DEFAULT_PORT})")
+    p.add_argument("--token-file", metavar="PATH",
+                   help="bearer token clients must send (a file only you can read; also settings.authToken, "
+                        "$MCPVISOR_TOKEN)")
+    p.add_argument("--insecure-no-auth", action="store_true",
+                   help="allow a non-loopback --host without a token (trusted networks only; warns)")
+    p.add_argument("--certfile", metavar="PATH", help="TLS certificate (PEM) for https/wss")
+    p.add_argument("--keyfile", metavar="PATH", help="TLS private key (PEM) for --certfile")
     p.add_argument("--toolset", metavar="NAME", help="equip this toolset at start")
     p.add_argument("--state-dir", metavar="DIR", help="where toolsets are kept (default: $MCPVISOR_STATE_DIR "
                                                       "or ~/.local/state/mcpvisor)")
@@ -43,10 +52,41 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
+REDACTED: Final = "[redacted]"
+MIN_SECRET_CHARS: Final = 6
+"""Env and header values shorter than this are not scrubbed from log lines: a ``"1"`` or
+``"true"`` is no secret, and scrubbing it would garble every line holding that digit."""
+
+
+def secrets_of(config: Any, extra: Any = ()) -> list[str]:
+    """Every value a log line must never show: tokens, servers' env and header values."""
+    found: set[str] = set(extra)
+    found.update(config.settings.auth_tokens.values())
+    for spec in config.servers.values():
+        for mapping in (getattr(spec, "env", None) or {}, getattr(spec, "headers", None) or {}):
+            for value in mapping.values():
+                found.add(value)
+                found.update(value.split())  # "Bearer abc": the credential on its own too
+    return sorted((s for s in found if len(s) >= MIN_SECRET_CHARS), key=len, reverse=True)
+
+
 class _Format(logging.Formatter):
-    """``HH:MM:SS LEVEL [server] line`` for upstream stderr, ``mcpvisor:`` for our own."""
+    """``HH:MM:SS LEVEL [server] line`` for upstream stderr, ``mcpvisor:`` for our own.
+
+    Scrubs `secrets` from every line, whoever wrote it (an upstream's stderr, the SDK,
+    hypercorn): no token, header or env value reaches a log (issue 12).
+    """
+
+    secrets: tuple[str, ...] = ()
 
     def format(self, record: logging.LogRecord) -> str:
+        text = self._format(record)
+        for secret in self.secrets:
+            if secret in text:
+                text = text.replace(secret, REDACTED)
+        return text
+
+    def _format(self, record: logging.LogRecord) -> str:
         name = record.name
         if name.startswith("mcpvisor.upstream."):
             who = f"[{name[len('mcpvisor.upstream.'):]}]"
@@ -58,7 +98,8 @@ class _Format(logging.Formatter):
         return text
 
 
-def setup_logging(level: str, log_file: str | None) -> None:
+def setup_logging(level: str, log_file: str | None, secrets: Any = ()) -> None:
+    _Format.secrets = tuple(secrets)
     root = logging.getLogger()
     root.handlers.clear()
     handler: logging.Handler = logging.StreamHandler(sys.stderr)
@@ -90,6 +131,7 @@ def resolve_config(args: argparse.Namespace) -> tuple[Path, str]:
 def run(args: argparse.Namespace) -> int:
     import trio
 
+    from supervisor._serve import TokenFileError, UnsafeBind, check_bind, start_tokens, tls_context
     from supervisor.config import ConfigError, load_config
 
     try:
@@ -101,7 +143,25 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"mcpvisor: invalid config:\n{exc}", file=sys.stderr)
         return EXIT_USAGE
-    setup_logging(args.log_level or config.settings.log_level, args.log_file)
+    try:
+        args.tokens = start_tokens(token_file=args.token_file)
+    except TokenFileError as exc:
+        print(f"mcpvisor: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    setup_logging(args.log_level or config.settings.log_level, args.log_file,
+                  secrets_of(config, args.tokens.values()))
+    if args.transport != "stdio":
+        try:  # before any server starts: a refused bind costs nothing
+            tls_context(args.certfile, args.keyfile)
+            guarded = bool(args.tokens or config.settings.auth_tokens or config.settings.auth)
+            check_bind(args.host, guarded=guarded, insecure_no_auth=False)
+        except UnsafeBind as exc:
+            if not args.insecure_no_auth:
+                print(f"mcpvisor: {exc}", file=sys.stderr)
+                return EXIT_USAGE
+        except (OSError, ValueError) as exc:
+            print(f"mcpvisor: cannot use --certfile/--keyfile: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     logger.info("config: %s (%s)", path, why)
     for warning in config.warnings:
         logger.warning("%s", warning)
@@ -159,6 +219,8 @@ async def _main(args: argparse.Namespace, config: Any) -> None:
                 nursery.start_soon(stdio)
                 nursery.start_soon(banner, "MCP over stdio")
             else:
-                url = await nursery.start(lambda task_status: serve(sup, args.transport, host=args.host,
-                                                                   port=args.port, task_status=task_status))
+                url = await nursery.start(lambda task_status: serve(
+                    sup, args.transport, host=args.host, port=args.port, tokens=args.tokens,
+                    insecure_no_auth=args.insecure_no_auth, certfile=args.certfile, keyfile=args.keyfile,
+                    task_status=task_status))
                 nursery.start_soon(banner, url)
