@@ -131,12 +131,24 @@ async def test_an_oversized_line_is_refused_and_the_next_line_is_served(autojump
             assert (await p.client.receive())["id"] == 2
 
 
+@pytest.mark.xfail(reason="the fast path opens when the front *reads* notifications/initialized, not when the "
+                          "SDK has answered initialize: a quick upstream's answer to a pipelined call overtakes a "
+                          "slow initialize reply (over real pipes the SDK usually wins the race; on memory streams "
+                          "trio's scheduler decides it either way)", strict=True)
 async def test_a_pipelined_call_never_overtakes_the_initialize_reply(autojump_clock: Clock) -> None:
     """HOTPATH "Init-gate bug": initialize, notifications/initialized and a tools/call in
-    one write: the initialize reply is the first line out, and the call is still served.
-    A regression shows as the call's reply (or the upstream's request) coming first."""
+    one write, the SDK slow to answer initialize (one virtual second, as on a loaded
+    machine) and the upstream quick: the initialize reply is still the first line out,
+    and the call is served. A regression shows as the call's reply coming first."""
+
+    async def slow_initialize(ctx: Any, call_next: Any) -> Any:
+        if ctx.method == "initialize":
+            await trio.sleep(1)
+        return await call_next(ctx)
+
     with trio.fail_after(BOUND_S):
         async with open_memory_proxy() as p:
+            p.front.server.middleware.append(slow_initialize)
             burst = [
                 {"jsonrpc": "2.0", "id": 1, "method": "initialize",
                  "params": {"protocolVersion": "2025-11-25", "capabilities": {},
@@ -145,10 +157,10 @@ async def test_a_pipelined_call_never_overtakes_the_initialize_reply(autojump_cl
                 call(2, text="x"),
             ]
             await p.client.send(b"\n".join(json.dumps(m).encode() for m in burst))
-            first = await p.client.receive()
-            assert first["id"] == 1 and "result" in first
             request = await p.server.receive()
             await p.server.answer(request, text_result("x"))
+            first = await p.client.receive()
+            assert first["id"] == 1 and "result" in first
             assert "result" in await p.client.receive_id(2)
 
 
