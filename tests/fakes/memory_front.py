@@ -132,7 +132,8 @@ class MemoryUpstream:
 
     name: str
     link: StdioLink
-    spec: Any = field(default_factory=lambda: SimpleNamespace(timeout=CALL_TIMEOUT_S, max_call_time=MAX_CALL_TIME_S))
+    spec: Any = field(default_factory=lambda: SimpleNamespace(timeout=CALL_TIMEOUT_S,
+                                                              max_call_time=MAX_CALL_TIME_S))
     state: Any = field(default_factory=lambda: SimpleNamespace(value="ready"))
 
     async def request(self, method: str, params: Mapping[str, Any] | None, *, origin: Any = None,
@@ -144,10 +145,13 @@ class MemoryUpstream:
 class MemoryBackend:
     """The supervisor as `Front` sees it: one upstream, a fixed snapshot."""
 
-    def __init__(self, upstream: MemoryUpstream, tools: Sequence[str], retry_safe: Sequence[str] = ()) -> None:
-        routes = {f"{upstream.name}_{t}": ToolRoute(f"{upstream.name}_{t}", upstream.name, t, t in retry_safe,
-                                                    {"name": f"{upstream.name}_{t}", "inputSchema": {"type": "object"}})
-                  for t in tools}
+    def __init__(self, upstream: MemoryUpstream, tools: Sequence[str],
+                 retry_safe: Sequence[str] = ()) -> None:
+        routes: dict[str, ToolRoute] = {}
+        for t in tools:
+            exposed = f"{upstream.name}_{t}"
+            routes[exposed] = ToolRoute(exposed, upstream.name, t, t in retry_safe,
+                                        {"name": exposed, "inputSchema": {"type": "object"}})
         self.router = SimpleNamespace(snapshot=Snapshot(tools=routes,
                                                         tools_list=tuple(r.wire for r in routes.values())))
         self.upstreams: dict[str, MemoryUpstream] = {upstream.name: upstream}

@@ -15,8 +15,12 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY, \
-    SERVER_INFO_META_KEY
+from mcp_types import (
+    CLIENT_CAPABILITIES_META_KEY,
+    CLIENT_INFO_META_KEY,
+    PROTOCOL_VERSION_META_KEY,
+    SERVER_INFO_META_KEY,
+)
 
 from tests.fakes.memory_front import CALL_TIMEOUT_S, MAX_CALL_TIME_S, open_memory_proxy
 
@@ -58,14 +62,18 @@ async def test_a_call_reaches_its_upstream_under_a_proxy_id_and_returns_under_th
             sent["params"]["inputResponses"] = {"k": {"action": "accept"}}
             await p.client.send(sent)
             request = await p.server.receive()
-            assert p.stdio.fast_path is not None and p.stdio.fast_path.owns("client-7")  # not the SDK's path
-            assert request["method"] == "tools/call" and request["id"].startswith("mv-")
-            assert request["params"] == {"name": "echo", "arguments": {"text": "hi", "nested": {"n": [1, 2.5, None]}},
+            assert p.stdio.fast_path is not None
+            assert p.stdio.fast_path.owns("client-7")
+            assert request["method"] == "tools/call"
+            assert request["id"].startswith("mv-")
+            assert request["params"] == {"name": "echo",
+                                         "arguments": {"text": "hi", "nested": {"n": [1, 2.5, None]}},
                                          "inputResponses": {"k": {"action": "accept"}}}
             await p.server.answer(request, result("echo: hi", structuredContent={"n": 1}))
             reply = await p.client.receive_id("client-7")
             assert reply == {"jsonrpc": "2.0", "id": "client-7",
-                             "result": {"content": [{"type": "text", "text": "echo: hi"}], "structuredContent": {"n": 1}}}
+                             "result": {"content": [{"type": "text", "text": "echo: hi"}],
+                                        "structuredContent": {"n": 1}}}
             assert p.backend.notes == [("s", "echo", None)]
 
 
@@ -87,10 +95,12 @@ async def test_two_calls_in_flight_get_their_own_answers_in_the_order_the_upstre
             assert first["id"] != second["id"]
             await p.server.answer(second, result("answer two"))
             reply = await p.client.receive()
-            assert reply["id"] == 2 and text(reply) == "answer two"
+            assert reply["id"] == 2
+            assert text(reply) == "answer two"
             await p.server.answer(first, result("answer one"))
             reply = await p.client.receive()
-            assert reply["id"] == 1 and text(reply) == "answer one"
+            assert reply["id"] == 1
+            assert text(reply) == "answer one"
 
 
 async def test_a_call_whose_upstream_dies_fails_at_that_instant(autojump_clock: Clock) -> None:
@@ -108,11 +118,14 @@ async def test_a_call_whose_upstream_dies_fails_at_that_instant(autojump_clock: 
             reply = await p.client.receive_id(1)
             assert trio.current_time() == died_at
             assert reply["error"]["code"] == -32000
-            assert reply["error"]["message"] == "server s stopped while handling the request (exited with status 3)"
+            assert reply["error"]["message"] == ("server s stopped while handling the request "
+                                                 "(exited with status 3)")
             assert p.backend.notes[-1][2] is not None
 
 
-async def test_a_call_that_times_out_is_cancelled_upstream_and_fails_for_the_client(autojump_clock: Clock) -> None:
+async def test_a_call_that_times_out_is_cancelled_upstream_and_fails_for_the_client(
+    autojump_clock: Clock,
+) -> None:
     """No answer and no progress for the upstream's timeout: at exactly that virtual
     time the client gets -32001 naming the limit, and the upstream gets
     ``notifications/cancelled`` for the proxy's id; a late answer is not forwarded (the
@@ -127,7 +140,8 @@ async def test_a_call_that_times_out_is_cancelled_upstream_and_fails_for_the_cli
             reply = await p.client.receive_id(1)
             assert trio.current_time() - start == CALL_TIMEOUT_S
             assert reply["error"]["code"] == -32001
-            assert reply["error"]["message"] == f"server s timed out: no answer or progress within {CALL_TIMEOUT_S:g}s"
+            assert reply["error"]["message"] == ("server s timed out: no answer or progress within "
+                                                 f"{CALL_TIMEOUT_S:g}s")
             cancel = await p.server.receive()
             assert cancel["method"] == "notifications/cancelled"
             assert cancel["params"]["requestId"] == request["id"]
@@ -136,7 +150,8 @@ async def test_a_call_that_times_out_is_cancelled_upstream_and_fails_for_the_cli
             second = await p.server.receive()
             await p.server.answer(second, result("on time"))
             reply = await p.client.receive()
-            assert reply["id"] == 2 and text(reply) == "on time"
+            assert reply["id"] == 2
+            assert text(reply) == "on time"
 
 
 async def test_progress_restarts_the_inactivity_timeout(autojump_clock: Clock) -> None:
@@ -196,9 +211,10 @@ async def test_progress_does_not_outlast_the_hard_cap(autojump_clock: Clock) -> 
     assert reply["error"]["code"] == -32001
 
 
-@pytest.mark.xfail(reason="fast path names the wrong hard limit: StdioLink.run_deadlines computes it from the "
-                          "last progress (p.deadline - p.timeout), not from the call's start, so a 100 s cap "
-                          "reads 'the hard limit of 10s' (the SDK path says 100s)", strict=True)
+@pytest.mark.xfail(reason="fast path names the wrong hard limit: StdioLink.run_deadlines computes it "
+                          "from the last progress (p.deadline - p.timeout), not from the call's start, "
+                          "so a 100 s cap reads 'the hard limit of 10s' (the SDK path says 100s)",
+                   strict=True)
 async def test_the_hard_cap_error_names_the_configured_limit(autojump_clock: Clock) -> None:
     """The hard-cap error names ``max_call_time`` (the user's setting), as the SDK path's
     does. A regression shows as another number in the message."""
@@ -232,7 +248,8 @@ async def test_a_client_cancel_reaches_the_upstream_and_the_call_is_never_answer
             second = await p.server.receive()
             await p.server.answer(second, result("served"))
             reply = await p.client.receive()
-            assert reply["id"] == 2 and text(reply) == "served"
+            assert reply["id"] == 2
+            assert text(reply) == "served"
 
 
 async def test_a_2026_client_calling_a_handshake_era_upstream(autojump_clock: Clock) -> None:
@@ -249,7 +266,8 @@ async def test_a_2026_client_calling_a_handshake_era_upstream(autojump_clock: Cl
             await p.client.send(call(1, "s_echo", {"text": "x"}, meta=meta))  # no handshake in this era
             request = await p.server.receive()
             assert request["params"]["_meta"] == {"trace": "abc"}
-            await p.server.answer(request, result("x", _meta={SERVER_INFO_META_KEY: {"name": "upstream"}, "k": 1}))
+            stamped = {SERVER_INFO_META_KEY: {"name": "upstream"}, "k": 1}
+            await p.server.answer(request, result("x", _meta=stamped))
             reply = await p.client.receive_id(1)
             assert reply["result"]["resultType"] == "complete"
             assert reply["result"]["_meta"]["k"] == 1
@@ -293,12 +311,14 @@ async def test_input_required_from_a_2026_upstream_is_asked_of_a_handshake_era_c
             await p.server.answer(request, {"resultType": "input_required", "inputRequests": {"who": ask},
                                             "requestState": "s1"})
             asked = await p.client.receive()
-            assert asked["method"] == "elicitation/create" and asked["params"]["message"] == "who?"
-            await p.client.send({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept",
-                                                                                   "content": {"name": "Ada"}}})
+            assert asked["method"] == "elicitation/create"
+            assert asked["params"]["message"] == "who?"
+            answer = {"action": "accept", "content": {"name": "Ada"}}
+            await p.client.send({"jsonrpc": "2.0", "id": asked["id"], "result": answer})
             retry = await p.server.receive()
-            assert retry["method"] == "tools/call" and retry["id"] != request["id"]
-            assert retry["params"]["inputResponses"] == {"who": {"action": "accept", "content": {"name": "Ada"}}}
+            assert retry["method"] == "tools/call"
+            assert retry["id"] != request["id"]
+            assert retry["params"]["inputResponses"] == {"who": answer}
             assert retry["params"]["requestState"] == "s1"
             assert retry["params"]["arguments"] == {"q": 1}
             await p.server.answer(retry, result("hello Ada", resultType="complete"))

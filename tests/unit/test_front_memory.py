@@ -53,7 +53,8 @@ async def nothing_more_than(client: RawClient, request_id: int) -> None:
     """Assert the client has no unread message: the next one is the answer to a ping sent now."""
     await client.send({"jsonrpc": "2.0", "id": request_id, "method": "ping"})
     msg = await client.receive()
-    assert msg.get("id") == request_id and "result" in msg, f"unexpected extra message: {msg}"
+    assert msg.get("id") == request_id, f"unexpected extra message: {msg}"
+    assert "result" in msg, msg
 
 
 async def test_a_list_change_reaches_every_client_exactly_once(autojump_clock: Clock) -> None:
@@ -68,7 +69,8 @@ async def test_a_list_change_reaches_every_client_exactly_once(autojump_clock: C
             await trio.testing.wait_all_tasks_blocked()
             p.front.announce(p.backend.router.snapshot, Changes(tools=True))
             for c in clients:
-                assert await next_notification(c) == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+                assert await next_notification(c) == {"jsonrpc": "2.0",
+                                                      "method": "notifications/tools/list_changed"}
             await trio.testing.wait_all_tasks_blocked()
             for c in clients:
                 await nothing_more_than(c, 99)
@@ -85,7 +87,8 @@ async def test_log_messages_respect_each_clients_level(autojump_clock: Clock) ->
             for c in (quiet, chatty, unset):
                 await c.handshake()
             for c, level in ((quiet, "error"), (chatty, "debug")):
-                await c.send({"jsonrpc": "2.0", "id": 5, "method": "logging/setLevel", "params": {"level": level}})
+                await c.send({"jsonrpc": "2.0", "id": 5, "method": "logging/setLevel",
+                              "params": {"level": level}})
                 assert "result" in await c.receive_id(5)
             assert p.front.log_level == "debug"
             p.front.log_message("s", {"level": "warning", "logger": "db", "data": "disk almost full"})

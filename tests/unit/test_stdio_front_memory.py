@@ -49,7 +49,8 @@ async def test_a_call_is_routed_either_way_and_answered_under_the_clients_id(
             await p.client.send(call(41, text="hi"))
             request = await p.server.receive()
             assert request["id"].startswith("mv-")
-            assert request["params"]["name"] == "echo" and request["params"]["arguments"] == {"text": "hi"}
+            assert request["params"]["name"] == "echo"
+            assert request["params"]["arguments"] == {"text": "hi"}
             await p.server.answer(request, text_result("echo: hi"))
             reply = await p.client.receive_id(41)
             assert reply["result"]["content"] == [{"type": "text", "text": "echo: hi"}]
@@ -68,28 +69,35 @@ async def test_malformed_lines_get_json_rpc_errors_and_the_front_keeps_serving(a
             await c.handshake()
             await c.send(b"{this is not json")
             reply = await c.receive()
-            assert reply["id"] is None and reply["error"]["code"] == -32700
+            assert reply["id"] is None
+            assert reply["error"]["code"] == -32700
             await c.send(b'[{"jsonrpc": "2.0", "id": 5, "method": "ping"}]')
             reply = await c.receive()
-            assert reply["id"] is None and reply["error"]["code"] == -32600
+            assert reply["id"] is None
+            assert reply["error"]["code"] == -32600
             await c.send({"jsonrpc": "2.0", "id": None, "method": "ping"})
             reply = await c.receive()
-            assert reply["id"] is None and reply["error"]["code"] == -32600
+            assert reply["id"] is None
+            assert reply["error"]["code"] == -32600
             await c.send({"jsonrpc": "1.0", "id": 6, "method": "ping"})
             reply = await c.receive()
-            assert reply["id"] == 6 and reply["error"]["code"] == -32600
+            assert reply["id"] == 6
+            assert reply["error"]["code"] == -32600
             await c.send({"jsonrpc": "2.0", "id": 7})
             reply = await c.receive()
-            assert reply["id"] == 7 and reply["error"]["code"] == -32600
+            assert reply["id"] == 7
+            assert reply["error"]["code"] == -32600
             await c.send({"jsonrpc": "2.0", "method": "notifications/whatever", "params": 12})
             await c.send({"jsonrpc": "2.0", "id": 8, "method": "no/such/method"})
             reply = await c.receive()
-            assert reply["id"] == 8 and reply["error"]["code"] == -32601, reply
+            assert reply["id"] == 8, reply
+            assert reply["error"]["code"] == -32601, reply
             await c.send(call(9, text="still here"))
             request = await p.server.receive()
             await p.server.answer(request, text_result("echo: still here"))
             reply = await c.receive()
-            assert reply["id"] == 9 and reply["result"]["content"][0]["text"] == "echo: still here"
+            assert reply["id"] == 9
+            assert reply["result"]["content"][0]["text"] == "echo: still here"
 
 
 async def test_an_id_in_flight_cannot_be_reused(autojump_clock: Clock) -> None:
@@ -103,11 +111,13 @@ async def test_an_id_in_flight_cannot_be_reused(autojump_clock: Clock) -> None:
             request = await p.server.receive()
             await p.client.send(call(8, "s_echo"))
             reused = await p.client.receive()
-            assert reused["id"] == 8 and reused["error"]["code"] == -32600
+            assert reused["id"] == 8
+            assert reused["error"]["code"] == -32600
             assert "already in use" in reused["error"]["message"]
             await p.server.answer(request, text_result("first"))
             first = await p.client.receive()
-            assert first["id"] == 8 and first["result"]["content"][0]["text"] == "first"
+            assert first["id"] == 8
+            assert first["result"]["content"][0]["text"] == "first"
             await p.client.send(call(8, "s_echo"))  # free again once answered
             again = await p.server.receive()
             assert again["params"]["name"] == "echo"
@@ -123,7 +133,8 @@ async def test_an_oversized_line_is_refused_and_the_next_line_is_served(autojump
             huge = json.dumps(call(1, text="x" * (2 * MAX_MESSAGE))).encode()
             await p.client.send(huge + b"\n" + json.dumps(call(2, text="small")).encode())
             reply = await p.client.receive()
-            assert reply["id"] is None and reply["error"]["code"] == -32600
+            assert reply["id"] is None
+            assert reply["error"]["code"] == -32600
             assert f"limit of {MAX_MESSAGE} bytes" in reply["error"]["message"]
             request = await p.server.receive()
             assert request["params"]["arguments"] == {"text": "small"}
@@ -131,10 +142,11 @@ async def test_an_oversized_line_is_refused_and_the_next_line_is_served(autojump
             assert (await p.client.receive())["id"] == 2
 
 
-@pytest.mark.xfail(reason="the fast path opens when the front *reads* notifications/initialized, not when the "
-                          "SDK has answered initialize: a quick upstream's answer to a pipelined call overtakes a "
-                          "slow initialize reply (over real pipes the SDK usually wins the race; on memory streams "
-                          "trio's scheduler decides it either way)", strict=True)
+@pytest.mark.xfail(reason="the fast path opens when the front *reads* notifications/initialized, not "
+                          "when the SDK has answered initialize: a quick upstream's answer to a pipelined "
+                          "call overtakes a slow initialize reply (over real pipes the SDK usually wins "
+                          "the race; on memory streams trio's scheduler decides it either way)",
+                   strict=True)
 async def test_a_pipelined_call_never_overtakes_the_initialize_reply(autojump_clock: Clock) -> None:
     """HOTPATH "Init-gate bug": initialize, notifications/initialized and a tools/call in
     one write, the SDK slow to answer initialize (one virtual second, as on a loaded
@@ -160,7 +172,8 @@ async def test_a_pipelined_call_never_overtakes_the_initialize_reply(autojump_cl
             request = await p.server.receive()
             await p.server.answer(request, text_result("x"))
             first = await p.client.receive()
-            assert first["id"] == 1 and "result" in first
+            assert first["id"] == 1
+            assert "result" in first
             assert "result" in await p.client.receive_id(2)
 
 
@@ -176,7 +189,8 @@ async def test_a_call_before_the_handshake_is_not_taken_by_the_fast_path(autojum
             await p.client.receive_id(1)
             await p.client.send(call(2, "s_work"))
             await p.server.receive()
-            assert p.stdio.fast_path is not None and not p.stdio.fast_path.owns(2)
+            assert p.stdio.fast_path is not None
+            assert not p.stdio.fast_path.owns(2)
             await p.client.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
             await p.client.send(call(3, "s_work"))
             await p.server.receive()
