@@ -324,3 +324,48 @@ async def test_input_required_from_a_2026_upstream_is_asked_of_a_handshake_era_c
             await p.server.answer(retry, result("hello Ada", resultType="complete"))
             reply = await p.client.receive_id(1)
             assert reply["result"] == {"content": [{"type": "text", "text": "hello Ada"}]}
+
+
+async def test_an_upstreams_mid_call_request_is_asked_of_the_calling_client(autojump_clock: Clock) -> None:
+    """During a fast-path call, the upstream's ``sampling/createMessage`` goes to the
+    client that made the call (it declared sampling) under a proxy-minted ``mvs-`` id,
+    and the client's answer returns to the upstream under the upstream's own id. A
+    regression shows as the upstream's id leaking to the client, or no answer upstream."""
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy() as p:
+            await p.client.handshake(capabilities={"sampling": {}})
+            await p.client.send(call(1, "s_work"))
+            request = await p.server.receive()
+            await p.server.send({"jsonrpc": "2.0", "id": 77, "method": "sampling/createMessage",
+                                 "params": {"messages": [], "maxTokens": 5}})
+            asked = await p.client.receive()
+            assert asked["method"] == "sampling/createMessage"
+            assert asked["id"].startswith("mvs-")
+            sampled = {"role": "assistant", "content": {"type": "text", "text": "ok"}, "model": "m"}
+            await p.client.send({"jsonrpc": "2.0", "id": asked["id"], "result": sampled})
+            answer = await p.server.receive()
+            assert answer == {"jsonrpc": "2.0", "id": 77, "result": sampled}
+            await p.server.answer(request, result("done"))
+            assert text(await p.client.receive_id(1)) == "done"
+
+
+async def test_a_2026_client_is_not_sent_server_requests(autojump_clock: Clock) -> None:
+    """Era adaptation: a 2026-07-28 client has no server-to-client requests, so a
+    handshake-era upstream's ``sampling/createMessage`` during its call is refused to the
+    upstream (-32601, saying why) and nothing reaches the client; the call still ends
+    normally. A regression shows as a request frame the client cannot take."""
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy() as p:
+            meta = {PROTOCOL_VERSION_META_KEY: MODERN, CLIENT_CAPABILITIES_META_KEY: {"sampling": {}}}
+            await p.client.send(call(1, "s_work", meta=meta))
+            request = await p.server.receive()
+            await p.server.send({"jsonrpc": "2.0", "id": 77, "method": "sampling/createMessage",
+                                 "params": {"messages": [], "maxTokens": 5}})
+            refusal = await p.server.receive()
+            assert refusal["id"] == 77
+            assert refusal["error"]["code"] == -32601
+            assert "2026-07-28" in refusal["error"]["message"]
+            await p.server.answer(request, result("done"))
+            reply = await p.client.receive()
+            assert reply["id"] == 1
+            assert text(reply) == "done"
