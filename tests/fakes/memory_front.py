@@ -135,9 +135,14 @@ class MemoryUpstream:
     spec: Any = field(default_factory=lambda: SimpleNamespace(timeout=CALL_TIMEOUT_S,
                                                               max_call_time=MAX_CALL_TIME_S))
     state: Any = field(default_factory=lambda: SimpleNamespace(value="ready"))
+    relinked: trio.Event = field(default_factory=trio.Event)
 
     async def request(self, method: str, params: Mapping[str, Any] | None, *, origin: Any = None,
                       retry_safe: bool = False) -> dict[str, Any]:
+        """Forward on the live link; while it is dead, wait for the next one (as the actor
+        waits through a restart)."""
+        while self.link.close_reason is not None:
+            await self.relinked.wait()
         return await self.link.request(method, params, origin=origin, timeout=self.spec.timeout,
                                        max_time=self.spec.max_call_time)
 
@@ -234,22 +239,63 @@ class MemoryProxy:
     stdio: StdioFront
     nursery: trio.Nursery
     served: trio.Event
+    upstream: MemoryUpstream
+    links: list[StdioLink]
 
-    async def connect(self, send: trio.abc.SendStream | None = None) -> RawClient:
-        """Another client connection to the same front (as a second Claude window would);
-        ``send`` replaces the front's output stream (a client that stops reading)."""
-        client, stdio = connect_client(self.front, fast_path=self.stdio.fast_path is not None, send=send)
+    async def connect(self) -> RawClient:
+        """Another client connection to the same front (as a second Claude window would)."""
+        client, stdio = connect_client(self.front, fast_path=self.stdio.fast_path is not None)
         self.nursery.start_soon(stdio.serve)
         return client
 
+    def restart(self) -> ScriptedServer:
+        """The upstream's next process: a new link replaces the dead one."""
+        link, server = new_link(self.link.protocol_version)
+        start_link(link, self.nursery)
+        self.links.append(link)
+        self.link = self.upstream.link = link
+        self.server = server
+        self.upstream.relinked.set()
+        self.upstream.relinked = trio.Event()
+        return server
 
-def connect_client(front: Front, *, fast_path: bool, send: trio.abc.SendStream | None = None,
-                   ) -> tuple[RawClient, StdioFront]:
+
+def connect_client(front: Front, *, fast_path: bool) -> tuple[RawClient, StdioFront]:
     """A client and the stdio front serving it, on two one-way memory streams."""
     up_send, up_recv = trio.testing.memory_stream_one_way_pair()
     down_send, down_recv = trio.testing.memory_stream_one_way_pair()
-    stdio = StdioFront(front, up_recv, send or down_send, max_message=MAX_MESSAGE, fast_path=fast_path)
+    stdio = StdioFront(front, up_recv, down_send, max_message=MAX_MESSAGE, fast_path=fast_path)
     return RawClient(up_send, down_recv), stdio
+
+
+def new_link(protocol_version: str) -> tuple[StdioLink, ScriptedServer]:
+    """A production `StdioLink` to a scripted "process" whose handshake is taken as done."""
+    to_child_send, to_child_recv = trio.testing.memory_stream_one_way_pair()
+    from_child_send, from_child_recv = trio.testing.memory_stream_one_way_pair()
+    proc = FakeProc(to_child_send, from_child_recv)
+    link = StdioLink("s", LinkEvents(), proc, max_message=MAX_MESSAGE, stderr=StderrLog("s"))  # type: ignore[arg-type]
+    link.protocol_version = protocol_version
+    if link.modern:
+        # What `Link._adopt` keeps after a 2026-07-28 discover: the envelope every request carries.
+        link._envelope = {PROTOCOL_VERSION_META_KEY: protocol_version,
+                          CLIENT_INFO_META_KEY: {"name": "mcpvisor", "version": "0"},
+                          CLIENT_CAPABILITIES_META_KEY: {}}
+    return link, ScriptedServer(to_child_recv, from_child_send, proc)
+
+
+def start_link(link: StdioLink, nursery: trio.Nursery) -> None:
+    """The link's reader and deadline wheel, as `open_stdio_link` runs them."""
+    link._nursery = nursery
+    nursery.start_soon(link.pump_stdout)
+    nursery.start_soon(link.run_deadlines)
+
+
+def close_link(link: StdioLink) -> None:
+    """No SDK session was opened on the link (its handshake is taken as done): close the
+    streams one would have owned, as `open_stdio_link` does."""
+    link._session_in.close()
+    link._session_out.close()
+    link._from_session.close()
 
 
 @asynccontextmanager
@@ -261,16 +307,7 @@ async def open_memory_proxy(*, tools: Sequence[str] = ("echo", "work"), retry_sa
     The upstream's handshake is taken as done (``upstream_version`` is what it negotiated);
     its tools are exposed as ``s_<tool>``.
     """
-    to_child_send, to_child_recv = trio.testing.memory_stream_one_way_pair()
-    from_child_send, from_child_recv = trio.testing.memory_stream_one_way_pair()
-    proc = FakeProc(to_child_send, from_child_recv)
-    link = StdioLink("s", LinkEvents(), proc, max_message=MAX_MESSAGE, stderr=StderrLog("s"))  # type: ignore[arg-type]
-    link.protocol_version = upstream_version
-    if link.modern:
-        # What `Link._adopt` keeps after a 2026-07-28 discover: the envelope every request carries.
-        link._envelope = {PROTOCOL_VERSION_META_KEY: upstream_version,
-                          CLIENT_INFO_META_KEY: {"name": "mcpvisor", "version": "0"},
-                          CLIENT_CAPABILITIES_META_KEY: {}}
+    link, server = new_link(upstream_version)
     upstream = MemoryUpstream("s", link)
     backend = MemoryBackend(upstream, tools, retry_safe)
     front = Front(backend)  # type: ignore[arg-type]
@@ -281,19 +318,14 @@ async def open_memory_proxy(*, tools: Sequence[str] = ("echo", "work"), retry_sa
         await stdio.serve()
         served.set()
 
+    links = [link]
     try:
         async with trio.open_nursery() as nursery:
-            link._nursery = nursery
-            nursery.start_soon(link.pump_stdout)
-            nursery.start_soon(link.run_deadlines)
+            start_link(link, nursery)
             await nursery.start(front.run)
             nursery.start_soon(serve)
-            yield MemoryProxy(front, backend, link, ScriptedServer(to_child_recv, from_child_send, proc),
-                              client, stdio, nursery, served)
+            yield MemoryProxy(front, backend, link, server, client, stdio, nursery, served, upstream, links)
             nursery.cancel_scope.cancel()
     finally:
-        # No SDK session was opened on this link (its handshake is taken as done): close
-        # the streams one would have owned, as open_stdio_link does.
-        link._session_in.close()
-        link._session_out.close()
-        link._from_session.close()
+        for each in links:
+            close_link(each)
