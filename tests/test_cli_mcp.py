@@ -578,5 +578,4 @@ def test_add_asks_for_what_is_missing_on_a_terminal(cli: Cli) -> None:
     assert cli.doc()["mcpServers"]["asked"] == {
         "command": "python",
         "args": ["-m", "my_server", "--flag"],
-        "env": {},
-    }
+    }  # an empty env is not written (issue 15)
