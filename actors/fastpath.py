@@ -46,7 +46,7 @@ from actors.link import StdioLink
 from actors.messages import Reply
 
 if TYPE_CHECKING:
-    from actors.catalog import ToolRoute
+    from actors.core.catalog import ToolRoute
     from actors.front import Backend
 
 logger = logging.getLogger(__name__)

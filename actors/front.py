@@ -44,10 +44,11 @@ from mcp_types import SERVER_INFO_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from actors import wire
-from actors.catalog import Snapshot
+from actors.core.catalog import Snapshot
+from actors.core.registry import Changes
 from actors.errors import BridgeUnsupported, ProxyError, UpstreamError, error_data
 from actors.link import CallOrigin
-from actors.router import Changes, Router
+from actors.router import Router
 from actors.upstream import Upstream
 
 logger = logging.getLogger(__name__)

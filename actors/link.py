@@ -36,11 +36,16 @@ from mcp.client._probe import negotiate_auto
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
-from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, LOG_LEVEL_META_KEY, PROTOCOL_VERSION_META_KEY
+from mcp_types import (
+    CLIENT_CAPABILITIES_META_KEY,
+    CLIENT_INFO_META_KEY,
+    LOG_LEVEL_META_KEY,
+    PROTOCOL_VERSION_META_KEY,
+)
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from msgspec import UNSET
 
-from actors import wire
+from actors import __version__, wire
 from actors.errors import CallTimeout, ProxyError, TooManyRequests, UpstreamDied, UpstreamError
 from actors.framing import FrameWriter, LineReader, OversizedLine, StreamBroken
 from actors.process import Reaper, StderrLog, describe_exit, spawn, stop_process
@@ -83,8 +88,6 @@ STATE_ONLY_BACKOFF_S: Final = (0.05, 0.1, 0.2, 0.25)
 
 
 def client_info() -> types.Implementation:
-    from supervisor import __version__
-
     return types.Implementation(name=CLIENT_NAME, version=__version__)
 
 

@@ -46,12 +46,13 @@ import trio
 from mcp.shared.exceptions import MCPError
 
 from actors import wire
-from actors.catalog import UpstreamLists
+from actors.core.catalog import UpstreamLists
+from actors.core.policy import Backoff, CircuitState, OpenCircuit, PolicyConfig, RestartPolicy, WaitUntil
+from actors.core.registration import UpstreamDown, UpstreamListed, UpstreamUp
 from actors.errors import CallTimeout, ProxyError, UpstreamDied, UpstreamUnavailable
 from actors.link import CallOrigin, Link, LinkEvents, open_sdk_link, open_stdio_link
-from actors.messages import EventBus, StateChanged, UpstreamDown, UpstreamListed, UpstreamUp
+from actors.messages import EventBus, StateChanged
 from actors.process import Reaper, SpawnError, describe_exit
-from supervisor.policy import Backoff, CircuitState, OpenCircuit, PolicyConfig, RestartPolicy, WaitUntil
 
 logger = logging.getLogger(__name__)
 

@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
+from actors.core.registry import RegistryCore, diff
 from actors.messages import Reply
-from actors.router import RegistryCore, diff
 from actors.upstream import RouterPort
 from supervisor.config import Config, ConfigError, ServerSpec, Settings, load_config, parse_config
 
@@ -237,11 +237,11 @@ def _redeclare(core: RegistryCore, config: Config) -> None:
     """The config file's (read-only) toolsets, as the new file declares them.
 
     An equipped toolset keeps the definition it was equipped with until it is equipped
-    again (actors/toolsets.py: ``equipped`` is a copy).
+    again (actors/core/toolsets.py: ``equipped`` is a copy).
     """
     exposure = core.exposure
     if hasattr(exposure, "declared"):
-        from actors.toolsets import declared_toolset
+        from supervisor.config import declared_toolset
 
         exposure.declared = {name: declared_toolset(decl) for name, decl in config.toolsets.items()}
 

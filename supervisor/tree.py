@@ -12,8 +12,8 @@ Owns the `Supervisor` object an embedding program (or the CLI) holds:
   start at most ``settings.startupWait``; what arrives later reaches clients by
   ``list_changed``;
 * the exposure (``settings.exposure``, ``$MCPVISOR_EXPOSURE``): the toolsets and
-  configuration mode of `actors.toolsets`, restored from the state directory before
-  the router starts, and the management tools of `actors.menu`.
+  configuration mode of `actors.core.toolsets`, restored from the state directory before
+  the router starts, and the management tools of `supervisor.menu`.
 """
 
 from __future__ import annotations
@@ -29,20 +29,29 @@ from typing import Any, Final
 
 import trio
 
-from actors.catalog import Snapshot
+from actors.core.catalog import Snapshot
+from actors.core.model import SavedState
+from actors.core.registry import Changes, RegistryCore, ServerFilter
+from actors.core.toolsets import MODES, ToolsetError, ToolsetExposure
 from actors.errors import ProxyError
 from actors.front import Front, strip_upstream_stamps, unknown_tool_result
 from actors.link import CallOrigin
-from actors.menu import DEFINITIONS, Menu
 from actors.messages import CallFinished, Event, EventBus, ListChanged
 from actors.process import Reaper, open_reaper
-from actors.router import Changes, RegistryCore, Router, ServerFilter
-from actors.toolsets import MODES, ToolsetError, ToolsetExposure, declared_toolset
+from actors.router import Router
 from actors.upstream import Hooks, State, Upstream, UpstreamStatus
-from supervisor.config import Config, ConfigError, ServerSpec, Settings, load_config, parse_config
+from supervisor.config import (
+    Config,
+    ConfigError,
+    ServerSpec,
+    Settings,
+    declared_toolset,
+    load_config,
+    parse_config,
+)
+from supervisor.menu import DEFINITIONS, Menu
 from supervisor.state import STATE_DIR_ENV, CorruptState, StateStore
 from supervisor.state import state_dir as user_state_dir
-from supervisor.state import State as SavedState
 
 logger = logging.getLogger(__name__)
 
@@ -228,7 +237,7 @@ class Supervisor:
             The ``get-active-toolset`` report: each tool's state, the names clients see.
 
         Raises:
-            actors.toolsets.ToolsetError: unknown toolset (``data["toolsets"]`` lists
+            actors.core.toolsets.ToolsetError: unknown toolset (``data["toolsets"]`` lists
                 those that exist), a schema change refused by ``pinSchemas``, or the
                 state directory cannot be written.
         """
@@ -238,7 +247,7 @@ class Supervisor:
         """Unequip the current toolset: back to the menu (``all`` exposure: every tool).
 
         Raises:
-            actors.toolsets.ToolsetError: nothing is equipped, or the state cannot be written.
+            actors.core.toolsets.ToolsetError: nothing is equipped, or the state cannot be written.
         """
         return await self.menu.unequip()
 
@@ -352,7 +361,7 @@ async def open_supervisor(
 
     Raises:
         ConfigError: ``settings.exposure`` / ``$MCPVISOR_EXPOSURE`` is not usable.
-        actors.toolsets.ToolsetError: ``toolset`` does not exist.
+        actors.core.toolsets.ToolsetError: ``toolset`` does not exist.
         (Both before anything is started.)
 
     Leaving the block stops everything: each server's process group is stopped

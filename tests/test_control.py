@@ -125,7 +125,7 @@ async def test_equip_unequip_reload_answer_ok_or_say_why_not(tmp_path: Path) -> 
             assert info.value.reply is not None and info.value.reply["errorType"] == "LookupError"
             with pytest.raises(ControlError, match='equip needs "name"'):
                 await ask(path, "equip")
-            with pytest.raises(ControlError, match=r"toolsets arrive with actors/menu\.py"):
+            with pytest.raises(ControlError, match=r"toolsets arrive with supervisor/menu\.py"):
                 await ask(path, "unequip")
             assert (await ask(path, "reload"))["result"] == {"changed": []}
             assert (await ask(path, "ping"))["pid"] == os.getpid()

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import trio
 
-from actors.menu import DEFINITIONS, _status_dict
-from actors.messages import UpstreamDown
-from actors.toolsets import CONFIG_TOOLS, ENTER_CONFIG, EXIT_CONFIG, MANAGEMENT_TOOLS
+from actors.core.registration import UpstreamDown
+from actors.core.toolsets import CONFIG_TOOLS, ENTER_CONFIG, EXIT_CONFIG, MANAGEMENT_TOOLS
+from supervisor.menu import DEFINITIONS, _status_dict
 from tests.test_registry_router import BOUND_S, Harness, open_harness
 
 

@@ -30,7 +30,7 @@ import trio
 from mcp import Client
 from mcp.client.subscriptions import ToolsListChanged
 
-from actors.toolsets import CONFIG_TOOLS, ENTER_CONFIG, EXIT_CONFIG
+from actors.core.toolsets import CONFIG_TOOLS, ENTER_CONFIG, EXIT_CONFIG
 from supervisor import serve_http
 from supervisor.config import ConfigError, Settings
 from supervisor.tree import effective_settings, open_supervisor

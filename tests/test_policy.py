@@ -1,4 +1,4 @@
-"""The restart policy of one upstream (supervisor/policy.py), driven with a fake clock.
+"""The restart policy of one upstream (actors/core/policy.py), driven with a fake clock.
 
 The policy is sans-IO, so these are plain synchronous tests: time is a number we pass
 in, jitter comes from a seeded ``random.Random``. No sleeps, no real time. Scenario ids
@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from supervisor.policy import (
+from actors.core.policy import (
     Backoff,
     CircuitState,
     IntensityWindow,

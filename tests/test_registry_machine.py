@@ -27,20 +27,20 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from actors.catalog import UpstreamLists
-from actors.messages import UpstreamDown, UpstreamListed, UpstreamUp
-from actors.router import RegistryCore
-from actors.toolsets import (
+from actors.core.catalog import UpstreamLists
+from actors.core.model import Note, SavedState, ToolEntry, Toolset
+from actors.core.registration import UpstreamDown, UpstreamListed, UpstreamUp
+from actors.core.registry import RegistryCore
+from actors.core.toolsets import (
     CONFIG_TOOLS,
     ENTER_CONFIG,
     EXIT_CONFIG,
-    ExposureCall,
     ToolsetError,
     ToolsetExposure,
     pin_of,
     ref_id,
 )
-from supervisor.state import Note, State, ToolEntry, Toolset
+from actors.router import ExposureCall
 
 SERVERS = ("a", "b")
 TOOLS = ("t0", "t-2", "t_2")  # t-2 and t_2 flatten alike: collisions happen
@@ -69,7 +69,7 @@ class RegistryMachine(RuleBasedStateMachine):
         self.ex = ToolsetExposure(self.mode, pin_schemas=self.pin)
         self.core = RegistryCore(list(SERVERS), exposure=self.ex)
         self.up: dict[str, dict[str, int]] = {}  # model: servers in the catalog and their tools
-        self.state = State(equipped=None, toolsets={}, annotations={})  # model: the state file
+        self.state = SavedState(equipped=None, toolsets={}, annotations={})  # model: the state file
         self.equipped: str | None = None
         self.configuring = self.mode == "menu"
         self.last = self.core.snapshot.tools_list
@@ -174,7 +174,7 @@ class RegistryMachine(RuleBasedStateMachine):
     def delete(self, data: st.DataObject) -> None:
         name = data.draw(st.sampled_from(sorted(self.state.toolsets)))
         s = self.state
-        self.state = State(equipped=None if s.equipped == name else s.equipped,
+        self.state = SavedState(equipped=None if s.equipped == name else s.equipped,
                            toolsets={k: v for k, v in s.toolsets.items() if k != name},
                            annotations={k: v for k, v in s.annotations.items() if k != name})
         new = self.state
@@ -269,7 +269,7 @@ class RegistryMachine(RuleBasedStateMachine):
     @invariant()
     def what_clients_see_is_a_pure_function_of_the_state(self) -> None:
         fresh_ex = ToolsetExposure(self.mode, pin_schemas=self.pin)
-        fresh_ex.sync(State(equipped=None, toolsets=dict(self.ex.saved), annotations=dict(self.ex.annotations)))
+        fresh_ex.sync(SavedState(equipped=None, toolsets=dict(self.ex.saved), annotations=dict(self.ex.annotations)))
         fresh_ex.equipped = self.ex.equipped
         fresh_ex.configuring = self.ex.configuring
         fresh = RegistryCore(list(SERVERS), exposure=fresh_ex)

@@ -24,14 +24,16 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.catalog import Snapshot, UpstreamLists
-from actors.menu import DEFINITIONS, Menu
-from actors.messages import UpstreamDown, UpstreamListed, UpstreamUp
-from actors.router import Changes, RegistryCore, Router
-from actors.toolsets import ENTER_CONFIG, PENDING, ToolsetError, ToolsetExposure, declared_toolset
+from actors.core.catalog import Snapshot, UpstreamLists
+from actors.core.model import SavedState
+from actors.core.registration import UpstreamDown, UpstreamListed, UpstreamUp
+from actors.core.registry import Changes, RegistryCore
+from actors.core.toolsets import ENTER_CONFIG, PENDING, ToolsetError, ToolsetExposure
+from actors.router import Router
 from supervisor._atomic import LockTimeout
-from supervisor.config import ToolRef, ToolsetDecl
-from supervisor.state import State, StateStore
+from supervisor.config import ToolRef, ToolsetDecl, declared_toolset
+from supervisor.menu import DEFINITIONS, Menu
+from supervisor.state import StateStore
 
 BOUND_S: Final = 120.0
 """Per-test bound. Everything is in-process, but each state write fsyncs the file and its
@@ -297,13 +299,13 @@ class MemoryStore:
         import threading
 
         self.path = Path("/nonexistent/state.json")
-        self.state = State(equipped=None, toolsets={}, annotations={})
+        self.state = SavedState(equipped=None, toolsets={}, annotations={})
         self._lock = threading.Lock()
 
-    def load(self) -> State:
+    def load(self) -> SavedState:
         return self.state
 
-    def update(self, fn: Any) -> State:
+    def update(self, fn: Any) -> SavedState:
         with self._lock:
             self.state = fn(self.state)
             return self.state

@@ -31,7 +31,8 @@ import pytest
 import trio
 import trio.testing
 
-from actors.messages import ListChanged, UpstreamState
+from actors.core.registration import UpstreamState
+from actors.messages import ListChanged
 from actors.upstream import State
 from supervisor.config import Settings, parse_config
 from supervisor.reload import plan_reload

@@ -20,16 +20,12 @@ from typing import TYPE_CHECKING, Any
 import platformdirs
 import pytest
 
+from actors.core.model import Note, PinnedSchema, SavedState, ToolEntry, Toolset
 from supervisor._atomic import LockTimeout, dump_json
 from supervisor.state import (
     CorruptState,
-    Note,
-    PinnedSchema,
-    State,
     StateError,
     StateStore,
-    ToolEntry,
-    Toolset,
     ToolsetExists,
     UnknownToolset,
     now_iso,
@@ -157,7 +153,7 @@ def test_missing_file_is_empty_state(tmp_path: Path) -> None:
     """A fresh directory (even one that does not exist) reads as an empty state, unwritten."""
     store = StateStore(tmp_path / "nope")
     assert store.path == tmp_path / "nope" / "state.json"
-    assert store.load() == State(equipped=None, toolsets={}, annotations={})
+    assert store.load() == SavedState(equipped=None, toolsets={}, annotations={})
     assert not (tmp_path / "nope").exists()
 
 
@@ -244,7 +240,7 @@ def test_delete_clears_equipped_and_annotations(tmp_path: Path) -> None:
 
     store.set_equipped("ops")
     store.delete_toolset("ops")
-    assert store.load() == State(equipped=None, toolsets={}, annotations={})
+    assert store.load() == SavedState(equipped=None, toolsets={}, annotations={})
 
 
 def test_delete_unknown_lists_known(tmp_path: Path) -> None:
@@ -267,7 +263,7 @@ def test_read_only_toolsets_are_not_stored(tmp_path: Path) -> None:
     with pytest.raises(StateError, match="read-only"):
         store.save_toolset(config_toolset)
     with pytest.raises(StateError, match="read-only"):
-        store.update(lambda s: State(s.equipped, {"cfg": config_toolset}, s.annotations))
+        store.update(lambda s: SavedState(s.equipped, {"cfg": config_toolset}, s.annotations))
     assert not store.path.exists()
     # ...but it may be equipped and annotated: those live here.
     store.set_equipped("cfg")
@@ -283,7 +279,7 @@ def test_failing_update_writes_nothing(tmp_path: Path, monkeypatch: pytest.Monke
     store.path.chmod(0o600)
     before = store.path.read_bytes()
 
-    def boom(state: State) -> State:
+    def boom(state: SavedState) -> SavedState:
         raise RuntimeError("halfway")
 
     with pytest.raises(RuntimeError, match="halfway"):
@@ -408,7 +404,8 @@ def test_unknown_keys_from_a_newer_version_are_preserved(tmp_path: Path) -> None
 ADD_TOOLSETS = """
 import sys
 from pathlib import Path
-from supervisor.state import StateStore, Toolset, ToolEntry, Note
+from actors.core.model import Note, ToolEntry, Toolset
+from supervisor.state import StateStore
 store = StateStore(Path(sys.argv[1]), lock_timeout=30.0)
 tag, count = sys.argv[2], int(sys.argv[3])
 print("ready", flush=True)

@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from actors.catalog import MAX_NAME, UpstreamLists
-from actors.messages import UpstreamDown, UpstreamListed, UpstreamUp
-from actors.router import RegistryCore
-from actors.toolsets import (
+from actors.core.catalog import MAX_NAME, UpstreamLists
+from actors.core.model import Note, SavedState, ToolEntry, Toolset
+from actors.core.registration import UpstreamDown, UpstreamListed, UpstreamUp
+from actors.core.registry import RegistryCore
+from actors.core.toolsets import (
     CONFIG_TOOLS,
     ENTER_CONFIG,
     EXIT_CONFIG,
@@ -25,17 +26,15 @@ from actors.toolsets import (
     PENDING,
     REFUSED,
     SCHEMA_CHANGED,
-    ExposureCall,
     ToolsetError,
     ToolsetExposure,
-    declared_toolset,
     describe_changes,
     estimate_tokens,
     pin_of,
     ref_id,
 )
-from supervisor.config import ToolRef, ToolsetDecl
-from supervisor.state import Note, State, ToolEntry, Toolset
+from actors.router import ExposureCall
+from supervisor.config import ToolRef, ToolsetDecl, declared_toolset
 
 NAME_OK = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
 
@@ -290,7 +289,7 @@ def test_notes_are_appended_to_the_description() -> None:
     ts = toolset("dev", entry("a.echo"))
 
     def annotate(ex: ToolsetExposure, c: RegistryCore) -> None:
-        ex.sync(State(equipped="dev", toolsets={"dev": ts},
+        ex.sync(SavedState(equipped="dev", toolsets={"dev": ts},
                       annotations={"dev": {"a.echo": (Note("tip", "Say hello first."),)}}))
         ex.equip(ts)
 
@@ -314,7 +313,7 @@ def test_declared_toolsets_resolve_by_name_and_by_ref_id() -> None:
 def test_restore_equips_the_saved_toolset_in_normal_mode() -> None:
     core, ex = make()
     ts = toolset("dev", entry("a.echo"))
-    ex.restore(State(equipped="dev", toolsets={"dev": ts}, annotations={}))
+    ex.restore(SavedState(equipped="dev", toolsets={"dev": ts}, annotations={}))
     core.rebuild()
     assert not ex.configuring and ex.equipped == ts
     assert names(core) == [ENTER_CONFIG]

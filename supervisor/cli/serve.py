@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     logger.info("config: %s (%s)", path, why)
     for warning in config.warnings:
         logger.warning("%s", warning)
-    from actors.toolsets import ToolsetError
+    from actors.core.toolsets import ToolsetError
 
     try:
         trio.run(_main, args, config)

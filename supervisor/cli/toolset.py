@@ -24,8 +24,8 @@ from supervisor.cli import _output as out
 from supervisor.cli.config_cmd import CommandError, config_option, load_lenient, locate, reporting, usage
 
 if TYPE_CHECKING:
+    from actors.core.model import SavedState, Toolset
     from supervisor.config import Config
-    from supervisor.state import State, Toolset
 
 CONTROL_TIMEOUT_S: Final = 10.0
 """Bound on one request to a running proxy's control socket (an equip is one router step
@@ -202,7 +202,7 @@ class _Context:
         self.store = StateStore(self.state_dir)
 
     def declared(self) -> dict[str, Toolset]:
-        from supervisor.state import ToolEntry, Toolset
+        from actors.core.model import ToolEntry, Toolset
 
         if self.config is None:
             return {}
@@ -221,7 +221,7 @@ class _Context:
             for name, decl in self.config.toolsets.items()
         }
 
-    def every(self, state: State) -> dict[str, Toolset]:
+    def every(self, state: SavedState) -> dict[str, Toolset]:
         found = self.declared()
         for name, ts in state.toolsets.items():
             found.setdefault(name, ts)
@@ -383,8 +383,9 @@ def _check_tools(ctx: _Context, refs: Sequence[str], timeout: float) -> dict[str
 
 @_fails
 def run_create(args: argparse.Namespace) -> int:
+    from actors.core.model import ToolEntry, Toolset
     from supervisor._config_types import NAME_RE
-    from supervisor.state import ToolEntry, Toolset, ToolsetExists, now_iso
+    from supervisor.state import ToolsetExists, now_iso
 
     ctx = _Context(args)
     if not NAME_RE.match(args.name):
@@ -408,7 +409,7 @@ def run_create(args: argparse.Namespace) -> int:
             out.note("note: no config found, so the tools were not checked")
         entries = [ToolEntry(ref, None, None, None) for ref in refs]
     else:
-        from actors.toolsets import pin_of, ref_id
+        from actors.core.toolsets import pin_of, ref_id
 
         tools = _check_tools(ctx, refs, args.timeout)
         for ref in refs:

@@ -10,8 +10,6 @@ Owns, as plain synchronous code the router's core calls (STYLE rule 2):
   state: exposed, schema changed, refused (``pinSchemas: refuse``), pending on a
   server that is not up, or missing upstream.
 * refIds (`ref_id`) and schema pins (`pin_of`, `describe_changes`).
-* `ExposureCall`: a mutation of the exposure run inside the router, in mailbox order,
-  that either applies fully or leaves the previous state.
 * The token estimate of a tools list (`estimate_tokens`).
 
 What clients see (DESIGN.md "Exposure modes"):
@@ -37,17 +35,13 @@ import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final
 
-from actors.catalog import Candidate, exposed_tool
-from actors.messages import Reply
-from supervisor.state import Note, PinnedSchema, State, ToolEntry, Toolset
+from actors.core.catalog import Candidate, exposed_tool
+from actors.core.model import Note, PinnedSchema, SavedState, ToolEntry, Toolset
 
 if TYPE_CHECKING:
-    from actors.router import Changes, RegistryCore
-    from supervisor.config import ToolsetDecl
-
-T = TypeVar("T")
+    from actors.core.registry import RegistryCore
 
 MODES: Final = ("menu", "all")
 """The exposures this module implements; ``discovery`` arrives in a later release."""
@@ -376,21 +370,13 @@ def _resolve_entry(entry: ToolEntry, cat: Catalog, core: RegistryCore, pin_schem
     return EntryStatus(entry, state, hit.server, hit.namespaced, detail, tuple(changes), hit=hit)
 
 
-def declared_toolset(decl: ToolsetDecl) -> Toolset:
-    """A toolset of the config file, as a read-only `Toolset`."""
-    entries = tuple(ToolEntry(namespaced_name=ref.namespaced_name or "", ref_id=ref.ref_id, alias=ref.alias,
-                              pinned=None) for ref in decl.tools)
-    return Toolset(name=decl.name, tools=entries, description=decl.description, created_at="", updated_at="",
-                   read_only=True)
-
-
 # --------------------------------------------------------------------------------------
 # the exposure
 # --------------------------------------------------------------------------------------
 
 
 def placeholder_definitions() -> dict[str, Mapping[str, Any]]:
-    """Bare definitions of the management tools (the real ones live in `actors.menu`)."""
+    """Bare definitions of the management tools (the real ones live in `supervisor.menu`)."""
     return {name: {"name": name, "inputSchema": {"type": "object"}} for name in MANAGEMENT_TOOLS}
 
 
@@ -466,7 +452,7 @@ class ToolsetExposure:
         return [s.candidate for s in self.resolve(core) if s.exposed and s.candidate is not None], local
 
     # --- writes (inside the router; each either applies fully or raises first) -------
-    def restore(self, state: State, equip: str | None = None) -> None:
+    def restore(self, state: SavedState, equip: str | None = None) -> None:
         """Start-up: take the state directory's toolsets and notes, and equip ``equip``
         (default: the one the state says was equipped) if it exists; normal mode then."""
         self.sync(state)
@@ -474,7 +460,7 @@ class ToolsetExposure:
         self.equipped = self.find(name) if name else None
         self.configuring = self.mode == "menu" and self.equipped is None
 
-    def sync(self, state: State) -> None:
+    def sync(self, state: SavedState) -> None:
         """Take the saved toolsets and notes of a freshly read or written state."""
         self.saved = dict(state.toolsets)
         self.annotations = {k: dict(v) for k, v in state.annotations.items()}
@@ -522,31 +508,6 @@ class ToolsetExposure:
 
     def rollback(self, saved: tuple[Any, ...]) -> None:
         self.saved, self.annotations, self.equipped, self.configuring = saved
-
-
-class ExposureCall(Generic[T]):
-    """A change of the router's `ToolsetExposure`, run inside the router (`Router.ask`).
-
-    ``fn(exposure, core)`` runs in mailbox order; the core is rebuilt once after it, so
-    the change is announced at most once. If ``fn`` raises, the exposure is put back
-    as it was and nothing is announced: the call applies fully or not at all.
-    """
-
-    def __init__(self, fn: Callable[[ToolsetExposure, RegistryCore], T]) -> None:
-        self.fn = fn
-        self.reply: Reply[T] = Reply()
-
-    def run(self, core: RegistryCore) -> tuple[T, Changes]:
-        exposure = core.exposure
-        if not isinstance(exposure, ToolsetExposure):
-            raise ToolsetError("no_toolsets", "this proxy's exposure does not support toolsets")
-        saved = exposure.checkpoint()
-        try:
-            answer = self.fn(exposure, core)
-        except BaseException:
-            exposure.rollback(saved)
-            raise
-        return answer, core.rebuild()
 
 
 def full_list(core: RegistryCore, definitions: Mapping[str, Mapping[str, Any]]) -> list[Mapping[str, Any]]:

@@ -32,8 +32,9 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import trio
 
 from actors import wire
-from actors.catalog import assign_names
-from actors.toolsets import (
+from actors.core.catalog import assign_names
+from actors.core.model import Note, SavedState, ToolEntry, Toolset
+from actors.core.toolsets import (
     ANNOTATE,
     BUILD,
     CONFIG_TOOLS,
@@ -53,7 +54,6 @@ from actors.toolsets import (
     SERVER_STATUS,
     UNEQUIP,
     Catalog,
-    ExposureCall,
     ToolsetError,
     ToolsetExposure,
     estimate_tokens,
@@ -61,23 +61,14 @@ from actors.toolsets import (
     one_line,
     pin_of,
 )
+from actors.router import ExposureCall
 from supervisor._atomic import LockTimeout
 from supervisor._config_types import NAME_RE, NAME_RULE
-from supervisor.state import (
-    CorruptState,
-    Note,
-    State,
-    StateError,
-    StateStore,
-    ToolEntry,
-    Toolset,
-    ToolsetExists,
-    UnknownToolset,
-    now_iso,
-)
+from supervisor.state import CorruptState, StateError, StateStore, ToolsetExists, UnknownToolset, now_iso
 
 if TYPE_CHECKING:
-    from actors.router import RegistryCore, Router
+    from actors.core.registry import RegistryCore
+    from actors.router import Router
     from actors.upstream import Upstream, UpstreamStatus
 
 COMMIT_TIMEOUT_S: Final = 30.0
@@ -333,7 +324,7 @@ class Menu:
             reason = f"{reason + '; ' if reason else ''}next try in {wait:.0f}s"
         return up.state.value, reason
 
-    async def _load(self) -> State:
+    async def _load(self) -> SavedState:
         try:
             return await trio.to_thread.run_sync(self.backend.store.load)
         except CorruptState as exc:
@@ -341,8 +332,8 @@ class Menu:
         except OSError as exc:
             raise ToolsetError("state_unreadable", f"cannot read {self.backend.store.path}: {exc}") from None
 
-    async def _commit(self, change: Callable[[State], State],
-                      apply: Callable[[ToolsetExposure, RegistryCore, State], Any]) -> Any:
+    async def _commit(self, change: Callable[[SavedState], SavedState],
+                      apply: Callable[[ToolsetExposure, RegistryCore, SavedState], Any]) -> Any:
         """Write the state file, then apply in the router; both or neither."""
         store = self.backend.store
         with trio.CancelScope(shield=True):  # a cancelled caller must not leave the file changed alone
@@ -405,12 +396,12 @@ class Menu:
                                    changed=[{"namespacedName": s.namespaced, "changes": list(s.changes)}
                                             for s in refused])
 
-            def change(s: State) -> State:
+            def change(s: SavedState) -> SavedState:
                 if name not in declared and name not in s.toolsets:
                     raise UnknownToolset(name, sorted(s.toolsets))
                 return dataclasses.replace(s, equipped=name)
 
-            def apply(ex: ToolsetExposure, core: RegistryCore, new: State) -> None:
+            def apply(ex: ToolsetExposure, core: RegistryCore, new: SavedState) -> None:
                 ex.sync(new)
                 ex.equip(ex.declared.get(name) or new.toolsets[name])
 
@@ -431,7 +422,7 @@ class Menu:
                 raise ToolsetError("nothing_equipped", "No toolset is equipped.", toolsets=self._known())
             name = ex.equipped.name
 
-            def apply(ex: ToolsetExposure, core: RegistryCore, new: State) -> None:
+            def apply(ex: ToolsetExposure, core: RegistryCore, new: SavedState) -> None:
                 ex.sync(new)
                 ex.unequip()
 
@@ -458,13 +449,13 @@ class Menu:
             toolset = Toolset(name=name, tools=tuple(entries), description=description, created_at=now,
                               updated_at=now)
 
-            def change(s: State) -> State:
+            def change(s: SavedState) -> SavedState:
                 if name in s.toolsets:
                     raise ToolsetExists(name)
                 return dataclasses.replace(s, toolsets={**s.toolsets, name: toolset},
                                            equipped=name if auto_equip else s.equipped)
 
-            def apply(ex: ToolsetExposure, core: RegistryCore, new: State) -> None:
+            def apply(ex: ToolsetExposure, core: RegistryCore, new: SavedState) -> None:
                 ex.sync(new)
                 if auto_equip:
                     ex.equip(new.toolsets[name])
@@ -563,14 +554,14 @@ class Menu:
                 raise ToolsetError("read_only", f"{name!r} is declared in the config file and is read-only; "
                                    "remove it there.", toolsets=self._known())
 
-            def apply(ex: ToolsetExposure, core: RegistryCore, new: State) -> bool:
+            def apply(ex: ToolsetExposure, core: RegistryCore, new: SavedState) -> bool:
                 ex.sync(new)
                 return ex.drop(name)
 
-            def change(s: State) -> State:
+            def change(s: SavedState) -> SavedState:
                 if name not in s.toolsets:
                     raise UnknownToolset(name, sorted(s.toolsets))
-                return State(equipped=None if s.equipped == name else s.equipped,
+                return SavedState(equipped=None if s.equipped == name else s.equipped,
                              toolsets={k: v for k, v in s.toolsets.items() if k != name},
                              annotations={k: v for k, v in s.annotations.items() if k != name})
 
@@ -606,7 +597,7 @@ class Menu:
             key = match.namespaced
             before = {n.name for n in ex.notes_for(toolset.name).get(key, ())}
 
-            def change(s: State) -> State:
+            def change(s: SavedState) -> SavedState:
                 per = dict(s.annotations.get(toolset.name, {}))
                 merged = list(per.get(key, ()))
                 for note in parsed:
