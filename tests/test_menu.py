@@ -17,7 +17,8 @@ import trio
 
 from actors.core.registration import UpstreamDown
 from actors.core.toolsets import CONFIG_TOOLS, ENTER_CONFIG, EXIT_CONFIG, MANAGEMENT_TOOLS
-from supervisor.menu import DEFINITIONS, _status_dict
+from supervisor.menu import DEFINITIONS
+from supervisor.menu.render import status_dict
 from tests.test_registry_router import BOUND_S, Harness, open_harness
 
 
@@ -301,7 +302,7 @@ def test_status_dict_converts_any_status_record() -> None:
         retry_at: float | None
         tool_count: int
 
-    assert _status_dict(Status("a", 90.0, None, 3), 100.0) == {
+    assert status_dict(Status("a", 90.0, None, 3), 100.0) == {
         "name": "a", "sinceSecondsAgo": 10.0, "retryInSeconds": None, "toolCount": 3}
 
 

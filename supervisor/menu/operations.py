@@ -2,12 +2,9 @@
 
 Owns:
 
-* `DEFINITIONS`: the management tools as clients list them (names and arguments
-  compatible with HyperTool's, DESIGN.md "Exposure modes");
-* `Menu`: their handlers, and the operations the embedding API shares with them
-  (`Menu.equip`, `Menu.unequip`, ...). Every answer is readable text plus the same
-  data as ``structuredContent``; every failure is an ``isError`` result saying what
-  exists instead.
+* `MenuOperations`: the operations the management tools and the embedding API share
+  (`equip`, `unequip`, `build`, `delete`, `annotate`, configuration mode) and the
+  reports they answer with (`active_report`, `available`).
 
 Order of a change (build, equip, unequip, delete, annotate), one at a time under a
 FIFO lock so concurrent requests apply in arrival order:
@@ -26,33 +23,20 @@ the file changed and the router not.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import trio
 
-from actors import wire
 from actors.core.catalog import assign_names
 from actors.core.model import Note, SavedState, ToolEntry, Toolset
 from actors.core.toolsets import (
-    ANNOTATE,
-    BUILD,
-    CONFIG_TOOLS,
-    DELETE,
-    ENTER_CONFIG,
-    EQUIP,
-    EXIT_CONFIG,
     EXPOSED,
-    GET_ACTIVE,
-    LIST_AVAILABLE,
-    LIST_SAVED,
     MANAGEMENT_TOOLS,
     MISSING,
     PENDING,
     REFUSED,
     SCHEMA_CHANGED,
-    SERVER_STATUS,
-    UNEQUIP,
     Catalog,
     ToolsetError,
     ToolsetExposure,
@@ -63,7 +47,9 @@ from actors.core.toolsets import (
 )
 from actors.router import ExposureCall
 from supervisor._atomic import LockTimeout
-from supervisor._config_types import NAME_RE, NAME_RULE
+from supervisor._config_types import NAME_RE
+from supervisor.menu.checks import check_name, unknown_toolset
+from supervisor.menu.definitions import MAX_NOTE_CHARS, MAX_TOOLS_PER_TOOLSET, NAME_HELP
 from supervisor.state import CorruptState, StateError, StateStore, ToolsetExists, UnknownToolset, now_iso
 
 if TYPE_CHECKING:
@@ -71,145 +57,11 @@ if TYPE_CHECKING:
     from actors.router import Router
     from actors.upstream import Upstream, UpstreamStatus
 
+
 COMMIT_TIMEOUT_S: Final = 30.0
 """Bound on the router applying a change once the state file has it (shielded from
 cancellation, STYLE rule 16): the router applies in microseconds behind at most a
 mailbox of upstream events; 30 s means it is gone (shutting down)."""
-
-MAX_TOOLS_PER_TOOLSET: Final = 500
-"""More is not a toolset; HyperTool caps at 100, a catalog of 20 servers has ~500."""
-
-MAX_NOTE_CHARS: Final = 2000
-"""A note is appended to a description every client reads: keep it a note."""
-
-NAME_HELP: Final = NAME_RULE.split(" (")[0]
-
-_OBJ: Final = {"type": "object"}
-
-
-def _schema(properties: Mapping[str, Any], required: Sequence[str] = ()) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": "object", "properties": dict(properties), "additionalProperties": False}
-    if required:
-        out["required"] = list(required)
-    return out
-
-
-_TOOL_REF: Final = {
-    "type": "object",
-    "properties": {
-        "namespacedName": {"type": "string", "description": "The tool as server.tool, e.g. 'git.status'."},
-        "refId": {"type": "string", "description": "The tool's refId from list-available-tools."},
-    },
-    "additionalProperties": False,
-}
-
-DEFINITIONS: Final[Mapping[str, Mapping[str, Any]]] = {
-    d["name"]: d for d in (
-        {
-            "name": LIST_AVAILABLE,
-            "annotations": {"readOnlyHint": True},
-            "description": (
-                "List every tool the proxy's servers offer, grouped by server, with namespaced names "
-                "(server.tool), one-line descriptions, each server's state and each tool's refId. "
-                "Use the namespaced names or refIds with build-toolset."),
-            "inputSchema": _schema({"server": {"type": "string", "description": "Only this server's tools."}}),
-        },
-        {
-            "name": BUILD,
-            "description": (
-                "Build and save a toolset: a named set of tools from any servers. Give each tool as "
-                "{namespacedName: 'server.tool'} or {refId}, optionally with an alias (the name clients see). "
-                "With autoEquip: true it is equipped at once and configuration mode ends. Example: "
-                "{name: 'dev', tools: [{namespacedName: 'git.status'}, {namespacedName: 'git.diff'}], "
-                "autoEquip: true}."),
-            "inputSchema": _schema({
-                "name": {"type": "string", "description": f"Toolset name: {NAME_HELP}."},
-                "tools": {"type": "array", "minItems": 1, "items": {
-                    "type": "object",
-                    "properties": {
-                        **_TOOL_REF["properties"],
-                        "alias": {"type": "string", "description": "Expose the tool under this name "
-                                                                   f"({NAME_HELP})."},
-                    },
-                    "additionalProperties": False,
-                }},
-                "description": {"type": "string", "description": "What the toolset is for."},
-                "autoEquip": {"type": "boolean", "description": "Equip it now (default false)."},
-            }, ["name", "tools"]),
-        },
-        {
-            "name": LIST_SAVED,
-            "annotations": {"readOnlyHint": True},
-            "description": "List the toolsets: those saved at run time and those declared in the config "
-                           "file (read-only), with their tools and which one is equipped.",
-            "inputSchema": _schema({}),
-        },
-        {
-            "name": EQUIP,
-            "description": (
-                "Equip a toolset: clients then see exactly its tools (under flattened names, server_tool) "
-                "and configuration mode ends. Tools of servers that are not up yet are reported as pending "
-                "and appear when their server comes up. With settings.exposure 'all', equipping narrows the "
-                "list to the toolset's tools plus these management tools."),
-            "inputSchema": _schema({"name": {"type": "string", "description": "The toolset to equip."}},
-                                   ["name"]),
-        },
-        {
-            "name": DELETE,
-            "description": "Delete a saved toolset (unequipping it if it is equipped). Toolsets declared in "
-                           "the config file are read-only.",
-            "inputSchema": _schema({"name": {"type": "string", "description": "The toolset to delete."}},
-                                   ["name"]),
-        },
-        {
-            "name": UNEQUIP,
-            "description": "Unequip the current toolset and return to the menu (with settings.exposure "
-                           "'all': back to every tool).",
-            "inputSchema": _schema({}),
-        },
-        {
-            "name": GET_ACTIVE,
-            "annotations": {"readOnlyHint": True},
-            "description": (
-                "Show the equipped toolset: each tool's state (exposed, pending on a server that is not up, "
-                "missing upstream, schema changed since the toolset was built), the names clients see, "
-                "and an estimate of the tokens the listed tools cost a client against listing every tool."),
-            "inputSchema": _schema({}),
-        },
-        {
-            "name": ANNOTATE,
-            "description": (
-                "Add notes to a tool of the equipped toolset; they are appended to the tool's description "
-                "from now on and kept across restarts. A note with an existing name replaces it. Example: "
-                "{toolRef: {namespacedName: 'git.commit'}, notes: [{name: 'style', note: 'Use imperative "
-                "mood'}]}."),
-            "inputSchema": _schema({
-                "toolRef": _TOOL_REF,
-                "notes": {"type": "array", "minItems": 1, "items": _schema(
-                    {"name": {"type": "string"}, "note": {"type": "string"}}, ["name", "note"])},
-            }, ["toolRef", "notes"]),
-        },
-        {
-            "name": SERVER_STATUS,
-            "annotations": {"readOnlyHint": True},
-            "description": "Each server's state, uptime, restarts, circuit breaker, last error and tool count.",
-            "inputSchema": _schema({}),
-        },
-        {
-            "name": EXIT_CONFIG,
-            "description": "Leave configuration mode: the management tools are hidden and the equipped "
-                           "toolset's tools are shown (only enter-configuration-mode if none is equipped).",
-            "inputSchema": _schema({}),
-        },
-        {
-            "name": ENTER_CONFIG,
-            "description": "Enter configuration mode to build, equip or change toolsets; the toolset's tools "
-                           "are hidden until you leave it (equipping a toolset leaves it by itself).",
-            "inputSchema": _schema({}),
-        },
-    )
-}
-assert tuple(DEFINITIONS) == MANAGEMENT_TOOLS
 
 
 class MenuBackend(Protocol):
@@ -222,73 +74,13 @@ class MenuBackend(Protocol):
     def status(self) -> list[UpstreamStatus]: ...
 
 
-def ok(text: str, data: dict[str, Any]) -> dict[str, Any]:
-    """A ``CallToolResult``: readable text plus the same data as ``structuredContent``."""
-    return {"content": [{"type": "text", "text": text}], "structuredContent": data}
-
-
-def failed(error: ToolsetError) -> dict[str, Any]:
-    text = error.message
-    for key, label in (("toolsets", "Toolsets"), ("didYouMean", "Did you mean"), ("servers", "Servers"),
-                       ("tools", "Its tools"), ("rule", "Rule")):
-        value = error.data.get(key)
-        if isinstance(value, str):
-            value = [value]
-        if not value or not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            continue
-        if not all(v in text for v in value):  # say what exists, once
-            text += f"\n{label}: {', '.join(value)}"
-    return wire.tool_error_result(text, error.as_dict())
-
-
-def _unknown_toolset(name: str, known: Sequence[str]) -> ToolsetError:
-    listed = ", ".join(known) if known else "none yet (build one with build-toolset)"
-    return ToolsetError("unknown_toolset", f"No toolset named {name!r}. Toolsets: {listed}.",
-                        toolsets=list(known))
-
-
-def _args(arguments: Mapping[str, Any], allowed: Sequence[str], required: Sequence[str] = ()) -> None:
-    extra = [k for k in arguments if k not in allowed]
-    if extra:
-        raise ToolsetError("invalid_arguments", f"Unknown argument(s) {', '.join(map(repr, extra))}; this tool "
-                           f"takes {', '.join(allowed) if allowed else 'no arguments'}.", accepted=list(allowed))
-    missing = [k for k in required if k not in arguments]
-    if missing:
-        raise ToolsetError("invalid_arguments", f"Missing argument(s) {', '.join(map(repr, missing))}.",
-                           accepted=list(allowed))
-
-
-def _string(arguments: Mapping[str, Any], key: str) -> str:
-    value = arguments.get(key)
-    if not isinstance(value, str) or not value:
-        raise ToolsetError("invalid_arguments", f"{key!r} must be a non-empty string.")
-    return value
-
-
-def _check_name(name: str, what: str = "toolset name") -> None:
-    if not NAME_RE.match(name):
-        raise ToolsetError("invalid_name", f"Invalid {what} {name!r}: {NAME_HELP}.", rule=NAME_HELP)
-
-
-class Menu:
-    """The management tools' handlers over a supervisor's router and state directory."""
+class MenuOperations:
+    """The management operations over a supervisor's router and state directory, shared
+    by the tools (`supervisor.menu.handlers.Menu`) and the embedding API."""
 
     def __init__(self, backend: MenuBackend) -> None:
         self.backend = backend
         self._lock = trio.Lock()  # FIFO: changes apply in the order they were asked for
-        self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]] = {
-            LIST_AVAILABLE: self._list_available,
-            BUILD: self._build,
-            LIST_SAVED: self._list_saved,
-            EQUIP: self._equip,
-            DELETE: self._delete,
-            UNEQUIP: self._unequip,
-            GET_ACTIVE: self._get_active,
-            ANNOTATE: self._annotate,
-            SERVER_STATUS: self._server_status,
-            EXIT_CONFIG: self._exit_config,
-            ENTER_CONFIG: self._enter_config,
-        }
 
     # --- plumbing ----------------------------------------------------------------------
     @property
@@ -301,17 +93,6 @@ class Menu:
         if not isinstance(exposure, ToolsetExposure):
             raise ToolsetError("no_toolsets", "This proxy's exposure does not support toolsets.")
         return exposure
-
-    async def call(self, name: str, arguments: Mapping[str, Any] | None) -> dict[str, Any]:
-        """Run management tool ``name``; always a ``CallToolResult`` (``isError`` on failure)."""
-        handler = self._handlers.get(name)
-        if handler is None:
-            return failed(ToolsetError("unknown_tool", f"{name!r} is not a management tool.",
-                                       didYouMean=list(MANAGEMENT_TOOLS)))
-        try:
-            return await handler(dict(arguments or {}))
-        except ToolsetError as exc:
-            return failed(exc)
 
     def server_state(self, server: str) -> tuple[str, str | None]:
         """A server's state and why, for pending reports."""
@@ -341,7 +122,7 @@ class Menu:
                 # Bounded by the file lock's own timeout (supervisor._atomic.DEFAULT_LOCK_TIMEOUT_S).
                 new = await trio.to_thread.run_sync(store.update, change)
             except UnknownToolset as exc:
-                raise _unknown_toolset(exc.name, self._known(exc.known)) from None
+                raise unknown_toolset(exc.name, self._known(exc.known)) from None
             except ToolsetExists as exc:
                 raise ToolsetError("toolset_exists", f"A toolset named {exc.name!r} already exists; delete it "
                                    "first or choose another name.", toolsets=self._known()) from None
@@ -385,7 +166,7 @@ class Menu:
             state = await self._load()
             toolset = ex.declared.get(name) or state.toolsets.get(name)
             if toolset is None:
-                raise _unknown_toolset(name, self._known(list(state.toolsets)))
+                raise unknown_toolset(name, self._known(list(state.toolsets)))
             statuses = ex.resolve(self.core, toolset)
             refused = [s for s in statuses if s.state == REFUSED]
             if refused:
@@ -436,7 +217,7 @@ class Menu:
         Raises:
             ToolsetError: a bad name, an unknown tool (with close matches), a name taken.
         """
-        _check_name(name)
+        check_name(name)
         if description is not None and not isinstance(description, str):
             raise ToolsetError("invalid_arguments", "'description' must be a string.")
         async with self._lock:
@@ -714,182 +495,3 @@ class Menu:
             servers.append({"name": name, "state": state, "reason": reason, "toolCount": len(tools),
                             "tools": tools})
         return {"servers": servers, "toolCount": sum(s["toolCount"] for s in servers)}
-
-    # --- handlers ------------------------------------------------------------------------
-    async def _list_available(self, args: dict[str, Any]) -> dict[str, Any]:
-        _args(args, ("server",))
-        server = args.get("server")
-        if server is not None and not isinstance(server, str):
-            raise ToolsetError("invalid_arguments", "'server' must be a string.")
-        data = self.available(server or None)
-        lines = [f"{data['toolCount']} tools from {len(data['servers'])} server(s). Use the namespaced names "
-                 "(or refIds) with build-toolset."]
-        for s in data["servers"]:
-            head = f"\n## {s['name']} ({s['state']}" + (f": {s['reason']}" if s["reason"] else "")
-            lines.append(head + f"; {s['toolCount']} tools)")
-            for t in s["tools"]:
-                lines.append(f"- {t['namespacedName']}  [refId {t['refId']}]"
-                             + (f"  {t['description']}" if t["description"] else ""))
-        return ok("\n".join(lines), data)
-
-    async def _build(self, args: dict[str, Any]) -> dict[str, Any]:
-        _args(args, ("name", "tools", "description", "autoEquip"), ("name", "tools"))
-        auto = args.get("autoEquip", False)
-        if not isinstance(auto, bool):
-            raise ToolsetError("invalid_arguments", "'autoEquip' must be true or false.")
-        data = await self.build(_string(args, "name"), args.get("tools"), description=args.get("description"),
-                                auto_equip=auto)
-        ts = data["toolset"]
-        text = f"Saved toolset {ts['name']!r} with {ts['toolCount']} tools."
-        if data["warnings"]:
-            text += "\nWarnings:\n" + "\n".join(f"- {w}" for w in data["warnings"])
-        if data["equipped"]:
-            text += "\n" + _render_active(data["active"])
-        else:
-            text += f"\nEquip it with {EQUIP} {{name: {ts['name']!r}}}."
-        return ok(text, data)
-
-    async def _list_saved(self, args: dict[str, Any]) -> dict[str, Any]:
-        _args(args, ())
-        state = await self._load()
-        ex = self.exposure
-        toolsets = [self._describe(ts) for ts in ex.declared.values()]
-        toolsets += [self._describe(ts) for name, ts in state.toolsets.items() if name not in ex.declared]
-        equipped = ex.equipped.name if ex.equipped else None
-        for t in toolsets:
-            t["equipped"] = t["name"] == equipped
-        lines = [f"{len(toolsets)} toolset(s)" + (f"; equipped: {equipped}" if equipped else "; none equipped")]
-        for t in toolsets:
-            flags = ", ".join(f for f, on in (("equipped", t["equipped"]), ("read-only, from the config file",
-                                                                             t["readOnly"])) if on)
-            lines.append(f"- {t['name']} ({t['toolCount']} tools{', ' + flags if flags else ''})"
-                         + (f": {t['description']}" if t["description"] else ""))
-            lines.append("  " + ", ".join(x["namespacedName"] or f"refId {x['refId']}" for x in t["tools"]))
-        return ok("\n".join(lines), {"toolsets": toolsets, "equipped": equipped})
-
-    async def _equip(self, args: dict[str, Any]) -> dict[str, Any]:
-        _args(args, ("name",), ("name",))
-        data = await self.equip(_string(args, "name"))
-        return ok(f"Equipped {data['equipped']!r}.\n" + _render_active(data), data)
-
-    async def _delete(self, args: dict[str, Any]) -> dict[str, Any]:
-        _args(args, ("name",), ("name",))
-        data = await self.delete(_string(args, "name"))
-        text = f"Deleted toolset {data['deleted']!r}" + (" (it was equipped; now unequipped)."
-                                                         if data["wasEquipped"] else ".")
-        return ok(text, data)
-
-    async def _unequip(self, args: dict[str, Any]) -> dict[str, Any]:
-        _args(args, ())
-        data = await self.unequip()
-        return ok(f"Unequipped {data['unequipped']!r}. " + _render_mode(data), data)
-
-    async def _get_active(self, args: dict[str, Any]) -> dict[str, Any]:
-        _args(args, ())
-        data = self.active_report()
-        return ok(_render_active(data), data)
-
-    async def _annotate(self, args: dict[str, Any]) -> dict[str, Any]:
-        _args(args, ("toolRef", "notes"), ("toolRef", "notes"))
-        data = await self.annotate(args["toolRef"], args["notes"])
-        text = (f"Notes of {data['tool']['namespacedName']} in {data['toolset']!r} (appended to its description):\n"
-                + "\n".join(f"- {n['name']}: {n['note']}" for n in data["notes"]))
-        return ok(text, data)
-
-    async def _server_status(self, args: dict[str, Any]) -> dict[str, Any]:
-        _args(args, ())
-        now = trio.current_time()
-        servers = [_status_dict(s, now) for s in self.backend.status()]
-        lines = [f"{len(servers)} server(s):"]
-        for s in servers:
-            extra = []
-            if s.get("uptimeSeconds") is not None:
-                extra.append(f"up {s['uptimeSeconds']:.0f}s")
-            extra.append(f"{s.get('toolCount', 0)} tools")
-            extra.append(f"restarts {s.get('restarts', 0)}")
-            if s.get("circuit") and s["circuit"] != "closed":
-                extra.append(f"circuit {s['circuit']}")
-            if s.get("retryInSeconds") is not None:
-                extra.append(f"next try in {s['retryInSeconds']:.0f}s")
-            if s.get("reason"):
-                extra.append(f"reason: {s['reason']}")
-            if s.get("lastError") and s.get("lastError") != s.get("reason"):
-                extra.append(f"last error: {s['lastError']}")
-            lines.append(f"- {s['name']}: {s['state']} ({', '.join(extra)})")
-        return ok("\n".join(lines), {"servers": servers})
-
-    async def _exit_config(self, args: dict[str, Any]) -> dict[str, Any]:
-        _args(args, ())
-        data = await self.set_configuration_mode(False)
-        return ok("Left configuration mode. " + _render_mode(data), data)
-
-    async def _enter_config(self, args: dict[str, Any]) -> dict[str, Any]:
-        _args(args, ())
-        data = await self.set_configuration_mode(True)
-        return ok("Entered configuration mode. " + _render_mode(data), data)
-
-
-def _camel(key: str) -> str:
-    head, *rest = key.split("_")
-    return head + "".join(p.title() for p in rest)
-
-
-def _status_dict(status: Any, now: float) -> dict[str, Any]:
-    """An `UpstreamStatus` as JSON-able camelCase; trio-clock times become relative seconds."""
-    raw = dataclasses.asdict(status) if dataclasses.is_dataclass(status) else dict(vars(status))
-    out: dict[str, Any] = {}
-    for key, value in raw.items():
-        if key == "retry_at":
-            out["retryInSeconds"] = None if value is None else max(0.0, value - now)
-        elif key == "since":
-            out["sinceSecondsAgo"] = None if value is None else max(0.0, now - value)
-        elif key == "uptime":
-            out["uptimeSeconds"] = value
-        else:
-            out[_camel(key)] = getattr(value, "value", value)
-    return out
-
-
-def _render_mode(data: Mapping[str, Any]) -> str:
-    visible = data["visibleTools"]
-    where = "configuration mode" if data["configurationMode"] else "normal mode"
-    equipped = f"toolset {data['equipped']!r} equipped" if data["equipped"] else "no toolset equipped"
-    return (f"Now in {where}, {equipped}; clients see {len(visible)} tools: {', '.join(visible)}.")
-
-
-def _render_active(data: Mapping[str, Any]) -> str:
-    lines = []
-    if data["toolset"] is None:
-        lines.append("No toolset is equipped.")
-    else:
-        ts = data["toolset"]
-        c = data["counts"]
-        lines.append(f"Toolset {ts['name']!r}" + (" (read-only, from the config file)" if ts["readOnly"] else "")
-                     + f": {c[EXPOSED] + c[SCHEMA_CHANGED]} of {len(data['tools'])} tools exposed"
-                     + "".join(f", {c[k]} {k.replace('_', ' ')}" for k in (SCHEMA_CHANGED, REFUSED, PENDING, MISSING)
-                               if c[k]) + ".")
-        if not data["toolsetVisible"]:
-            lines.append("(configuration mode: its tools are hidden until exit-configuration-mode)")
-        for t in data["tools"]:
-            name = t["namespacedName"] or f"refId {t['refId']}"
-            line = f"- {name}"
-            if t["exposedAs"]:
-                line += f" -> {t['exposedAs']}"
-            line += f": {t['state'].replace('_', ' ')}"
-            if t["detail"] and t["state"] != EXPOSED:
-                line += f" ({t['detail']})"
-            lines.append(line)
-            for change in t["changes"]:
-                lines.append(f"    changed: {change}")
-            for n in t["notes"]:
-                lines.append(f"    note {n['name']}: {n['note']}")
-    lines.append(_render_mode(data))
-    tok = data["tokens"]
-    lines.append(f"Estimated tokens for the tools list: {tok['listed']} now, {tok['allTools']} with every tool "
-                 f"listed (saves ~{tok['saved']}; {tok['method']}).")
-    for p in data["problems"]:
-        lines.append(f"Note: {p}")
-    return "\n".join(lines)
-
-
-__all__ = ["CONFIG_TOOLS", "DEFINITIONS", "Menu", "MenuBackend", "failed", "ok"]
