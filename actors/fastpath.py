@@ -42,7 +42,8 @@ from msgspec import UNSET, Raw
 from actors import wire
 from actors.errors import BridgeUnsupported, ProxyError, UpstreamDied, UpstreamError, error_data
 from actors.framing import FrameWriter, StreamBroken
-from actors.link import StdioLink
+from actors.link.input_required import drive_input_required
+from actors.link.stdio import StdioLink
 from actors.messages import Reply
 
 if TYPE_CHECKING:
@@ -165,7 +166,7 @@ class FastPath:
         key = id(link)
         raw = self._envelopes.get(key)
         if raw is None:
-            raw = Raw(wire.encode(link._envelope or {}))
+            raw = Raw(wire.encode(link.envelope_meta))
             self._envelopes = {key: raw}  # one upstream era per link; keep only the latest
         return wire.decode_raw_map(raw)
 
@@ -305,7 +306,7 @@ class FastCall:
     async def _drive_input_required(self, first: dict[str, Any]) -> None:
         params = {k: msgspec.json.decode(v) for k, v in self.params.items()}
         try:
-            result = await self.link._drive_input_required("tools/call", params, first, self,
+            result = await drive_input_required(self.link, "tools/call", params, first, self,
                                                            self.route_timeout(), self.route_max_time())
         except ProxyError as exc:
             await self.fast.send(wire.error_frame(self.front_id, **_error_args(exc)))

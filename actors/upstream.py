@@ -776,7 +776,7 @@ class Upstream:
                 missed += 1
                 logger.warning("%s: ping %d/%d unanswered", self.name, missed, spec.max_missed_pings)
                 if missed >= spec.max_missed_pings:
-                    link._close(f"hung: {missed} pings unanswered within {spec.health_check_timeout:g}s")
+                    link.close(f"hung: {missed} pings unanswered within {spec.health_check_timeout:g}s")
                     return
             except ProxyError:
                 return  # the link is closing anyway, or the server does not do ping

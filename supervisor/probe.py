@@ -10,7 +10,7 @@ running proxy:
 * `probe_all`: every given server at once, under one process watchdog, reporting each
   result as it arrives.
 
-It uses the proxy's own connection code (`actors.link.open_stdio_link` /
+It uses the proxy's own connection code (`actors.link.stdio.open_stdio_link` /
 `open_sdk_link`), so a server that passes here starts under the proxy too. Whatever a
 probe starts is stopped and reaped before it returns, cancellation included.
 """

@@ -23,8 +23,8 @@ import psutil
 import pytest
 import trio
 
-from actors import link as link_module
 from actors.errors import CallTimeout, UpstreamDied, UpstreamUnavailable
+from actors.link import stdio as link_module
 from actors.messages import Event, ListChanged, StateChanged
 from supervisor.tree import Supervisor, open_supervisor
 from tests.helpers import REAL_IO_BOUND_S, flaky, read_record
