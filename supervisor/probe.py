@@ -290,10 +290,10 @@ def load_connection_code() -> None:
 
 async def _probe_stdio(run: _Run, reaper: Any) -> None:
     from actors.link import open_stdio_link
-    from actors.upstream import docker_argv
+    from actors.transports import stdio_argv
 
     spec = run.spec
-    argv = [spec.command or "", *spec.args] if spec.transport == "stdio" else docker_argv(spec)
+    argv = stdio_argv(spec)
 
     def spawned(link: Any) -> None:
         run.link = link

@@ -415,7 +415,7 @@ async def _replace(
     old.stop()
     with trio.move_on_after(3 * old.spec.shutdown_grace + STOP_MARGIN_S) as waited:
         while old.state is not State.STOPPED:
-            await old._changed.wait()
+            await old.wait_changed()
     if waited.cancelled_caught:
         logger.warning("%s: the old process is still stopping; starting the new one anyway", spec.name)
     assert sup._tree is not None

@@ -184,7 +184,7 @@ class Supervisor:
                 pending = [u for u in self.upstreams.values() if u.state not in SETTLED_STATES]
                 if not pending:
                     break
-                await pending[0]._changed.wait()
+                await pending[0].wait_changed()
         return [name for name, u in self.upstreams.items() if u.state not in READY_STATES and u.state is not State.IDLE]
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -166,7 +166,7 @@ async def test_a_reload_is_one_router_step(tmp_path: Path) -> None:
                 ["k"],
             )
             while old_c.state is not State.STOPPED:
-                await old_c._changed.wait()
+                await old_c.wait_changed()
             await settle(sup)
             assert changes.count == 1
             assert servers_of(sup) == {"a", "b", "k"}

@@ -286,6 +286,11 @@ class RestartPolicy:
         """The breaker state as of the last call (a healthy-uptime reset is applied lazily)."""
         return self._circuit
 
+    @property
+    def config(self) -> PolicyConfig:
+        """The numbers this policy runs with (an actor rebuilds it when they change)."""
+        return self._config
+
     def before_start(self, now: float) -> StartNow | WaitUntil:
         """Ask whether the server may be started now; records the start if so.
 

@@ -31,118 +31,28 @@ timeout runs in virtual time (tests/fakes).
 
 from __future__ import annotations
 
-import enum
 import logging
 import math
 import random
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
-import anyio
-import mcp_types as types
 import trio
-from mcp.shared.exceptions import MCPError
 
-from actors import wire
 from actors.core.catalog import UpstreamLists
 from actors.core.policy import Backoff, CircuitState, OpenCircuit, PolicyConfig, RestartPolicy, WaitUntil
-from actors.core.registration import UpstreamDown, UpstreamListed, UpstreamUp
-from actors.errors import CallTimeout, ProxyError, UpstreamDied, UpstreamUnavailable
+from actors.core.registration import UpstreamDown, UpstreamUp
+from actors.errors import CallTimeout, UpstreamDied, UpstreamUnavailable
 from actors.link import CallOrigin, Link, LinkEvents, open_sdk_link, open_stdio_link
 from actors.messages import EventBus, StateChanged
-from actors.process import Reaper, SpawnError, describe_exit
+from actors.process import Reaper
+from actors.transports import sdk_transport, stdio_argv
+from actors.upstream.failures import classify, with_stderr
+from actors.upstream.status import WAITABLE, Hooks, RouterPort, State, UpstreamStatus
+from actors.upstream.tasks import LinkTasks
 
 logger = logging.getLogger(__name__)
-
-LIST_KINDS: Final = ("tools", "resources", "templates", "prompts")
-
-RELIST_TIMEOUT_S: Final = 30.0
-"""Bound on re-listing after a list_changed notification."""
-
-OUR_STOP: Final = "stopped by mcpvisor"
-"""The close reason a link gets when we end it ourselves (actors.link); never a failure text."""
-
-WRITE_FAILED: Final = "cannot write to it"
-"""How actors.link words a close after a failed write (EPIPE); the exit status is better."""
-
-EXIT_STATUS_WAIT_S: Final = 1.0
-"""After a failed write, how long to wait for the exit status to explain it."""
-
-STDERR_TAIL_LINES: Final = 3
-"""Last stderr lines quoted in a failure reason (the link keeps more, for the log)."""
-
-
-class State(str, enum.Enum):
-    IDLE = "idle"
-    STARTING = "starting"
-    READY = "ready"
-    BACKING_OFF = "backing_off"
-    CIRCUIT_OPEN = "circuit_open"
-    HALF_OPEN = "half_open"
-    DISABLED = "disabled"
-    STOPPED = "stopped"
-
-
-WAITABLE: Final = frozenset({State.STARTING, State.BACKING_OFF, State.HALF_OPEN, State.IDLE, State.READY})
-"""States a call waits through (bounded by ``restartWait``) instead of failing at once.
-READY is here for the instant between a link dying and the actor recording it."""
-
-
-@dataclass(frozen=True, slots=True)
-class UpstreamStatus:
-    """What `mcpvisor status` and ``get-server-status`` show for one server.
-
-    Times (``since``, ``retry_at``) are on the Trio clock; ``uptime`` is seconds.
-    ``restarts`` counts failures that led to a restart (crashes, failed starts, hangs);
-    ``starts`` counts every start, whatever the reason.
-    """
-
-    name: str
-    transport: str
-    state: str
-    reason: str | None
-    since: float
-    uptime: float | None
-    restarts: int
-    circuit: str
-    retry_at: float | None
-    last_error: str | None
-    tool_count: int
-    pid: int | None
-    protocol_version: str | None
-    in_flight: int
-    description: str | None
-    starts: int = 0
-    consecutive_failures: int = 0
-
-
-class RouterPort(Protocol):
-    """What an upstream actor needs from the router (`actors.router.Router` has it)."""
-
-    async def send(self, message: object) -> None:
-        """Queue a registration message."""
-
-    async def submit(self, message: object) -> None:
-        """Queue a registration message and wait until it is applied and announced."""
-
-
-class Hooks:
-    """Supervisor-level services an upstream uses (logs to clients, fallback origins)."""
-
-    def log_message(self, server: str, params: dict[str, Any]) -> None:  # pragma: no cover - interface
-        pass
-
-    def resource_updated(self, server: str, uri: str) -> None:  # pragma: no cover - interface
-        pass
-
-    def fallback_origin(self, method: str) -> CallOrigin | None:  # pragma: no cover - interface
-        return None
-
-    def log_level(self) -> str | None:  # pragma: no cover - interface
-        """The most verbose level any client asked for (``logging/setLevel``), if any."""
-        return None
 
 
 class OpenLink(Protocol):
@@ -165,7 +75,7 @@ class _LinkEvents:
         self._up = upstream
 
     def list_changed(self, kind: str) -> None:
-        self._up._mark_dirty(kind)
+        self._up.mark_dirty(kind)
 
     def resource_updated(self, uri: str) -> None:
         self._up.hooks.resource_updated(self._up.name, uri)
@@ -181,44 +91,14 @@ class _LinkEvents:
         return self._up.hooks.log_level()
 
 
-def docker_argv(spec: Any) -> list[str]:
-    argv = ["docker", "run", "-i", "--rm", "--init"]
-    for key in spec.env:
-        argv += ["-e", key]
-    argv += list(spec.docker_args)
-    argv.append(spec.image)
-    argv += list(spec.args)
-    return argv
-
-
-def sdk_transport(spec: Any, max_message: int) -> Any:
-    """The SDK client transport for an http, sse or ws server."""
-    if spec.transport == "http":
-        from mcp.client.streamable_http import streamable_http_client
-        from mcp.shared._httpx_utils import create_mcp_http_client
-
-        client = create_mcp_http_client(headers=dict(spec.headers))
-        return streamable_http_client(spec.url, http_client=client)
-    if spec.transport == "sse":
-        from mcp.client.sse import sse_client
-
-        return sse_client(spec.url, headers=dict(spec.headers))
-    if spec.transport == "ws":
-        from actors.ws import websocket_client
-
-        return websocket_client(spec.url, headers=dict(spec.headers), max_message=max_message)
-    raise ValueError(f"unknown transport {spec.transport!r}")
-
-
 @asynccontextmanager
 async def open_real_link(up: Upstream, *, events: LinkEvents, protocol: str,
                          on_spawn: Callable[[Link], None]) -> AsyncIterator[Link]:
     """The production `OpenLink`: a child process for stdio, the SDK's transports otherwise."""
     spec = up.spec
     if spec.transport in ("stdio", "stdio-docker"):
-        argv = [spec.command, *spec.args] if spec.transport == "stdio" else docker_argv(spec)
         async with open_stdio_link(
-            up.name, argv, env=spec.env, cwd=spec.cwd, events=events, reaper=up.reaper,
+            up.name, stdio_argv(spec), env=spec.env, cwd=spec.cwd, events=events, reaper=up.reaper,
             protocol=protocol, max_message=up.max_message, shutdown_grace=spec.shutdown_grace,
             on_spawn=on_spawn,
         ) as link:
@@ -230,7 +110,7 @@ async def open_real_link(up: Upstream, *, events: LinkEvents, protocol: str,
         yield sdk_link
 
 
-class Upstream:
+class Upstream(LinkTasks):
     """Actor and handle for one server. Start with ``await nursery.start(up.run)``.
 
     The public methods (`request`, `wait_link`, `status`, `load`, `stop`, `disable`,
@@ -426,7 +306,7 @@ class Upstream:
         if self._desired != "run" or not self._loaded:
             return
         config = PolicyConfig.from_spec(self.spec)
-        if config != _policy_config(self.policy):
+        if config != self.policy.config:
             self.policy = RestartPolicy(config, rng=self._rng)
         self._restart_reason = reason
         if self.state is State.READY:
@@ -444,12 +324,6 @@ class Upstream:
         self._wake.set()
         if end_life and self._life is not None:
             self._life.cancel()
-
-    def _mark_dirty(self, kind: str) -> None:
-        self._dirty.add(kind)
-        if kind == "resources":
-            self._dirty.add("templates")
-        self._dirty_event.set()
 
     def _set_state(self, state: State, reason: str | None = None, *, retry_at: float | None = None) -> None:
         previous = self.state
@@ -600,7 +474,7 @@ class Upstream:
                         self._attempt = link
                         self._remember_era(link)
                         self.link = link
-                        lists = await self._list_all(link)
+                        lists = await self.list_all(link)
                         startup.deadline = math.inf
                         self.lists = lists
                         self._dirty.clear()
@@ -610,79 +484,18 @@ class Upstream:
                         self._set_state(State.READY, f"started in {trio.current_time() - started:.2f}s, "
                                                      f"{len(lists.tools)} tools")
                         self.first_attempt_done.set()
-                        failure = await self._serve(link)
+                        failure = await self.serve(link)
                         await self._record_failure(failure)
                 if startup.cancelled_caught and failure is None:
-                    failure = self._with_stderr(f"did not start within {spec.startup_timeout:g}s")
+                    failure = with_stderr(f"did not start within {spec.startup_timeout:g}s", self._attempt)
             except BaseException as exc:  # split in _classify; cancellation is re-raised there
-                failure = self._classify(exc)
+                failure = classify(exc, self._attempt, self.name)
             finally:
                 self._life = None
                 self.link = None
         if life.cancelled_caught and self._outcome is None:
             return None
         return failure
-
-    def _classify(self, exc: BaseException) -> str:
-        """The failure text for an exception out of a start or a life; re-raises
-        cancellation and anything that is not an `Exception` (STYLE rule 14)."""
-        if isinstance(exc, BaseExceptionGroup):
-            cancelled, rest = exc.split(trio.Cancelled)
-            if rest is None:
-                raise exc
-            if rest.split(Exception)[1] is not None:
-                raise exc  # KeyboardInterrupt, SystemExit: not ours to swallow
-            if cancelled is not None:
-                # Being cancelled wins (the text is logged, not counted).
-                logger.debug("%s: failure during cancellation: %s", self.name, _describe_exception(rest))
-                raise cancelled from None
-            leaf = _first_leaf(rest)
-        elif isinstance(exc, Exception):
-            leaf = exc
-        else:
-            raise exc
-        text = self._failure_text(leaf)
-        logger.debug("%s: start or connection failed: %s", self.name, text, exc_info=exc)
-        return text
-
-    def _failure_text(self, leaf: BaseException) -> str:
-        """Why a start or a connection failed, as precisely as the link can tell."""
-        link = self._attempt
-        closed = link.close_reason if link is not None else None
-        if closed and closed.startswith(WRITE_FAILED):
-            return self._exit_text() or closed  # EPIPE: the exit status says why
-        if closed and closed != OUR_STOP:
-            return closed
-        if isinstance(leaf, SpawnError):
-            return str(leaf)
-        connection_lost = isinstance(leaf, UpstreamDied | anyio.EndOfStream | anyio.BrokenResourceError
-                                     | anyio.ClosedResourceError | trio.BrokenResourceError) or (
-            isinstance(leaf, MCPError) and leaf.error.code == wire.CONNECTION_CLOSED)
-        if connection_lost:
-            exit_text = self._exit_text()
-            if exit_text is not None:
-                return exit_text
-        if isinstance(leaf, UpstreamDied):
-            return leaf.reason
-        if isinstance(leaf, MCPError):
-            return self._with_stderr(f"handshake failed: {leaf.error.message}")
-        if isinstance(leaf, ProxyError):
-            return leaf.message
-        return self._with_stderr(_describe_exception(leaf))
-
-    def _exit_text(self) -> str | None:
-        """"exited with status 2: <last stderr lines>" once the attempt's process is reaped."""
-        link = self._attempt
-        proc = getattr(link, "proc", None)
-        status = getattr(proc, "returncode", None)
-        if status is None:
-            return None
-        return self._with_stderr(describe_exit(status))
-
-    def _with_stderr(self, text: str) -> str:
-        stderr = getattr(self._attempt, "stderr", None)
-        tail = stderr.tail(STDERR_TAIL_LINES) if stderr is not None else ""
-        return f"{text}: {tail}" if tail else text
 
     def _protocol(self) -> str:
         spec = self.spec
@@ -694,164 +507,3 @@ class Upstream:
         if self.spec.protocol == "auto" and link.protocol_version:
             self._era_memory[self.spec.fingerprint()] = "legacy" if not link.modern else link.protocol_version
 
-    async def _list_all(self, link: Link) -> UpstreamLists:
-        lists = UpstreamLists()
-        for kind in LIST_KINDS:
-            lists = lists.replace(kind, await self._list(link, kind))
-        return lists
-
-    async def _list(self, link: Link, kind: str) -> tuple[dict[str, Any], ...]:
-        session = link.session
-        caps = link.capabilities
-        assert session is not None
-        if caps is None:
-            return ()
-        if kind == "tools" and caps.tools is None:
-            return ()
-        if kind in ("resources", "templates") and caps.resources is None:
-            return ()
-        if kind == "prompts" and caps.prompts is None:
-            return ()
-        items: list[dict[str, Any]] = []
-        cursor: str | None = None
-        for _page in range(1000):
-            params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
-            try:
-                if kind == "tools":
-                    result: Any = await session.list_tools(params=params)
-                    page = result.tools
-                elif kind == "resources":
-                    result = await session.list_resources(params=params)
-                    page = result.resources
-                elif kind == "templates":
-                    result = await session.list_resource_templates(params=params)
-                    page = result.resource_templates
-                else:
-                    result = await session.list_prompts(params=params)
-                    page = result.prompts
-            except MCPError as exc:
-                if exc.error.code == wire.METHOD_NOT_FOUND:
-                    return ()
-                raise
-            items.extend(x.model_dump(by_alias=True, mode="json", exclude_none=True) for x in page)
-            cursor = result.next_cursor
-            if not cursor:
-                break
-        return tuple(items)
-
-    async def _serve(self, link: Link) -> str:
-        """Run health pings and re-listing until the link ends; return why it ended."""
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._relister, link)
-            if link.modern:
-                nursery.start_soon(self._listen, link)
-            if not link.modern and self.spec.health_check_interval > 0:
-                nursery.start_soon(self._pinger, link)
-            await link.closed.wait()
-            nursery.cancel_scope.cancel()
-        reason = link.close_reason or "connection closed"
-        proc = getattr(link, "proc", None)
-        if reason.startswith(WRITE_FAILED) and proc is not None:
-            # A write hit a closed pipe: the process is exiting; its status is the reason.
-            with trio.move_on_after(EXIT_STATUS_WAIT_S):
-                await proc.wait()
-            reason = self._exit_text() or reason
-        return reason
-
-    async def _pinger(self, link: Link) -> None:
-        """Handshake-era liveness: ``maxMissedPings`` unanswered pings in a row = hung.
-
-        MCP ping: "with no answer in time, the sender MAY treat the connection as stale";
-        the link is closed, which fails its pending calls at once and restarts the server.
-        """
-        spec = self.spec
-        missed = 0
-        while True:
-            await trio.sleep(spec.health_check_interval)
-            try:
-                await link.request("ping", None, timeout=spec.health_check_timeout,
-                                   max_time=spec.health_check_timeout)
-                missed = 0
-            except CallTimeout:
-                missed += 1
-                logger.warning("%s: ping %d/%d unanswered", self.name, missed, spec.max_missed_pings)
-                if missed >= spec.max_missed_pings:
-                    link.close(f"hung: {missed} pings unanswered within {spec.health_check_timeout:g}s")
-                    return
-            except ProxyError:
-                return  # the link is closing anyway, or the server does not do ping
-
-    def listen_to(self, uri: str, wanted: bool) -> None:
-        """Follow (or stop following) updates of ``uri`` on a 2026-07-28 upstream, where
-        ``resources/subscribe`` is gone and updates ride the ``subscriptions/listen`` stream."""
-        if wanted == (uri in self._listen_uris):
-            return
-        if wanted:
-            self._listen_uris.add(uri)
-        else:
-            self._listen_uris.discard(uri)
-        self._listen_changed.set()
-
-    async def _listen(self, link: Link) -> None:
-        """2026-07-28 upstreams send list changes only on a ``subscriptions/listen`` stream
-        (SEP-2575): hold one open for the life of the link, reopened when the set of
-        followed resources changes. Its notifications arrive through the link's reader."""
-        while True:
-            changed = self._listen_changed = trio.Event()
-            wanted: dict[str, Any] = {"toolsListChanged": True, "promptsListChanged": True,
-                                      "resourcesListChanged": True}
-            if self._listen_uris:
-                wanted["resourceSubscriptions"] = sorted(self._listen_uris)
-            async with trio.open_nursery() as nursery:
-                async def reopen_on_change() -> None:
-                    await changed.wait()
-                    nursery.cancel_scope.cancel()
-
-                nursery.start_soon(reopen_on_change)
-                try:
-                    await link.request("subscriptions/listen", {"notifications": wanted},
-                                       timeout=math.inf, max_time=math.inf)
-                except ProxyError as exc:
-                    if isinstance(exc, UpstreamDied):
-                        return
-                    logger.info("%s: no subscriptions/listen stream (%s); list changes will not be seen",
-                                self.name, exc)
-                    return
-                nursery.cancel_scope.cancel()
-            if not changed.is_set():
-                await changed.wait()  # the server ended the stream on purpose: wait for a reason to reopen
-
-    async def _relister(self, link: Link) -> None:
-        while True:
-            await self._dirty_event.wait()
-            self._dirty_event = trio.Event()
-            kinds = [k for k in LIST_KINDS if k in self._dirty]
-            self._dirty.clear()
-            for kind in kinds:
-                try:
-                    with trio.fail_after(RELIST_TIMEOUT_S):
-                        items = await self._list(link, kind)
-                except (MCPError, ProxyError, trio.TooSlowError) as exc:
-                    logger.warning("%s: could not re-list %s: %s", self.name, kind, exc)
-                    continue
-                self.lists = self.lists.replace(kind, items)
-                await self.router.send(UpstreamListed(self.name, kind, items))
-
-
-def _policy_config(policy: RestartPolicy) -> PolicyConfig:
-    return policy._config
-
-
-def _first_leaf(exc: BaseException) -> BaseException:
-    """The first exception in a (nested) group that is not a cancellation."""
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            if not isinstance(inner, trio.Cancelled):
-                return _first_leaf(inner)
-    return exc
-
-
-def _describe_exception(exc: BaseException) -> str:
-    leaf = _first_leaf(exc)
-    text = str(leaf)
-    return f"{type(leaf).__name__}: {text}" if text else type(leaf).__name__
