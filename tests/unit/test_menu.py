@@ -19,7 +19,7 @@ from actors.core.registration import UpstreamDown
 from actors.core.toolsets import CONFIG_TOOLS, ENTER_CONFIG, EXIT_CONFIG, MANAGEMENT_TOOLS
 from supervisor.menu import DEFINITIONS
 from supervisor.menu.render import status_dict
-from tests.test_registry_router import BOUND_S, Harness, open_harness
+from tests.unit.test_registry_router import BOUND_S, Harness, open_harness
 
 
 def text(result: dict[str, Any]) -> str:

@@ -25,7 +25,7 @@ import pytest
 
 from supervisor.config import load_config
 
-SERVERS = Path(__file__).parent / "servers"
+SERVERS = Path(__file__).parents[1] / "servers"
 FLAKY = str(SERVERS / "flaky.py")
 PY = sys.executable
 STEP_BOUND_S = 60.0

@@ -273,7 +273,7 @@ async def test_a_running_proxy_follows_cli_edits(tmp_path: Path) -> None:
                 str(path),
                 "--",
                 sys.executable,
-                str(Path(__file__).parent / "servers" / "flaky.py"),
+                str(Path(__file__).parents[1] / "servers" / "flaky.py"),
                 cwd=tmp_path,
             )
             await changed.wait()
@@ -327,7 +327,7 @@ async def test_sighup_reloads_and_rereads_dotenv(tmp_path: Path) -> None:
             tools = await names(client)
             assert "a_echo" in tools
             assert "f_echo" not in tools
-            (tmp_path / ".env").write_text(f"FLAKY={Path(__file__).parent / 'servers' / 'flaky.py'}\n")
+            (tmp_path / ".env").write_text(f"FLAKY={Path(__file__).parents[1] / 'servers' / 'flaky.py'}\n")
             changed = rec.changed
             os.kill(proxy_pid(path), signal.SIGHUP)
             while "f_echo" not in await names(client):

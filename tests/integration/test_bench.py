@@ -27,7 +27,7 @@ from bench.drivers import resolve_tool
 from bench.report import compare
 from bench.stalls import StallWatch
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 RUN_LIMIT_S = 150.0
 """About 10 s on an idle 2-core machine; generous because the machine may be shared."""
 

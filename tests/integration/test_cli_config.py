@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_cli_mcp import Cli, cli  # noqa: F401 - the fixture
+from tests.integration.test_cli_mcp import Cli, cli  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.timeout(300)  # several CLI runs, each bounded by 60 s on a loaded machine
 

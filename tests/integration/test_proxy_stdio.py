@@ -5,7 +5,7 @@ server and the third-party `mcp-server-time` from PyPI. Every forwarding path of
 core issue is exercised through the real client, in both protocol eras, with the fast
 path on and off. The proxy runs in the test process behind the same stdio front
 `mcpvisor serve` uses (`tests.helpers.embedded_client`: pipes, not a second `import mcp`);
-tests/test_front_edges.py and tests/test_menu_e2e.py drive `mcpvisor serve` itself.
+tests/integration/test_front_edges.py and test_menu_e2e.py drive `mcpvisor serve` itself.
 """
 
 from __future__ import annotations

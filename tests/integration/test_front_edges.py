@@ -165,7 +165,7 @@ async def test_upstreams_get_the_proxys_environment_plus_their_env(tmp_path: Pat
         "import os, sys, runpy\n"
         "open(os.environ['ENV_OUT'], 'w').write(os.environ.get('PATH','') + '\\n' + os.environ.get('MY_KEY','') "
         "+ '\\n' + os.environ.get('FROM_CONFIG',''))\n"
-        f"sys.argv = [{str(Path(__file__).parent / 'servers' / 'flaky.py')!r}]\n"
+        f"sys.argv = [{str(Path(__file__).parents[1] / 'servers' / 'flaky.py')!r}]\n"
         "runpy.run_path(sys.argv[0], run_name='__main__')\n"
     )
     out = tmp_path / "env.txt"

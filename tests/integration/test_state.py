@@ -35,7 +35,7 @@ from supervisor.state import (
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PROCESS_TIMEOUT_S = 60.0
 """Bound on any helper process: generous for a loaded CI box, far under pytest-timeout."""
 

@@ -16,7 +16,7 @@ import trio
 from supervisor.config import ServerSpec, parse_config
 from supervisor.probe import probe_all, probe_server
 
-SERVERS = Path(__file__).parent / "servers"
+SERVERS = Path(__file__).parents[1] / "servers"
 BOUND_S = 60.0
 """Real subprocesses on a loaded 2-core machine: generous, but each test finishes fast when quiet."""
 

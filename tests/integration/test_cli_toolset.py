@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from tests.helpers import REAL_IO_BOUND_S, Recorder, flaky, proxy_client, write_config
-from tests.test_cli_mcp import Cli, cli  # noqa: F401 - the fixture
+from tests.integration.test_cli_mcp import Cli, cli  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.timeout(300)  # several CLI runs, each bounded by 60 s on a loaded machine
 

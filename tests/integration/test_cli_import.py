@@ -10,7 +10,7 @@ import pytest
 
 from supervisor.cli.importer import CLIENTS, CONFLICT_POLICIES
 from supervisor.config import load_config
-from tests.test_cli_mcp import Cli, cli  # noqa: F401 - the fixture
+from tests.integration.test_cli_mcp import Cli, cli  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.timeout(300)  # several CLI runs, each bounded by 60 s on a loaded machine
 
