@@ -38,6 +38,7 @@ from actors.core.registry import RegistryCore, diff
 from actors.messages import Reply
 from actors.upstream import RouterPort
 from supervisor.config import Config, ConfigError, ServerSpec, Settings, load_config, parse_config
+from supervisor.settings import with_env_overrides
 
 if TYPE_CHECKING:
     from actors.upstream import Upstream
@@ -147,7 +148,7 @@ def plan_reload(running: Mapping[str, ServerSpec], settings: Settings, new: Conf
     )
 
 
-def effective_settings(current: Settings, new: Settings) -> Settings:
+def live_settings(current: Settings, new: Settings) -> Settings:
     """The new settings where they apply live, the current ones where a restart is needed."""
     return dataclasses.replace(current, **{attr: getattr(new, attr) for attr in LIVE_SETTINGS})
 
@@ -329,8 +330,6 @@ async def apply_config(sup: Supervisor, config: Config) -> dict[str, Any]:
 
     Call it only under the supervisor's reload lock (`reload_supervisor` does).
     """
-    from supervisor.tree import effective_settings as with_env_overrides
-
     try:
         config = dataclasses.replace(config, settings=with_env_overrides(config.settings))
     except ConfigError as err:
@@ -340,7 +339,7 @@ async def apply_config(sup: Supervisor, config: Config) -> dict[str, Any]:
     plan = plan_reload(running, sup.settings, config)
     for key in plan.needs_restart:
         logger.warning('settings "%s" changed: restart the proxy to apply it', key)
-    settings = effective_settings(sup.settings, config.settings)
+    settings = live_settings(sup.settings, config.settings)
     if settings.log_level != sup.settings.log_level:
         logging.getLogger().setLevel(settings.log_level.upper())
     applied = dataclasses.replace(config, settings=settings)

@@ -2,8 +2,7 @@
 
 Owns:
 
-* :func:`state_dir` — where the state lives (``--state-dir``, else ``$MCPVISOR_STATE_DIR``,
-  else the user state dir, ``~/.local/state/mcpvisor`` on Linux).
+* Where the state lives is `supervisor.settings.state_dir`.
 * The JSON form in ``state.json`` of the records in `actors.core.model`
   (:class:`SavedState`, :class:`Toolset`, :class:`ToolEntry`, :class:`PinnedSchema`,
   :class:`Note`).
@@ -20,12 +19,9 @@ does not know (written by a newer one) are kept on every write.
 from __future__ import annotations
 
 import dataclasses
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
-
-import platformdirs
 
 from actors.core.model import Note, PinnedSchema, SavedState, ToolEntry, Toolset
 from supervisor._atomic import (
@@ -48,11 +44,8 @@ __all__ = [
     "ToolsetExists",
     "UnknownToolset",
     "now_iso",
-    "state_dir",
 ]
 
-APP_NAME: Final = "mcpvisor"
-STATE_DIR_ENV: Final = "MCPVISOR_STATE_DIR"
 STATE_FILE: Final = "state.json"
 
 STATE_VERSION: Final = 1
@@ -109,27 +102,6 @@ def now_iso() -> str:
     timing (which comes from trio's clock).
     """
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def state_dir(
-    explicit: str | os.PathLike[str] | None = None, *, env: Mapping[str, str] | None = None
-) -> Path:
-    """The state directory: ``explicit`` (``--state-dir``), else ``$MCPVISOR_STATE_DIR``,
-    else the platform's user state dir (``~/.local/state/mcpvisor`` on Linux).
-
-    An empty value counts as unset; ``~`` is expanded. The directory is not created here.
-
-    Args:
-        explicit: The ``--state-dir`` option, if given.
-        env: The environment to consult; default :data:`os.environ`.
-    """
-    if explicit is not None and os.fspath(explicit) != "":
-        return Path(explicit).expanduser()
-    value = (os.environ if env is None else env).get(STATE_DIR_ENV)
-    if value:
-        return Path(value).expanduser()
-    # appauthor=False: no "mcpvisor\mcpvisor" doubling on Windows.
-    return Path(platformdirs.user_state_dir(APP_NAME, appauthor=False))
 
 
 class StateStore:

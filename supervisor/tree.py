@@ -18,7 +18,6 @@ Owns the `Supervisor` object an embedding program (or the CLI) holds:
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import random
@@ -32,7 +31,7 @@ import trio
 from actors.core.catalog import Snapshot
 from actors.core.model import SavedState
 from actors.core.registry import Changes, RegistryCore, ServerFilter
-from actors.core.toolsets import MODES, ToolsetError, ToolsetExposure
+from actors.core.toolsets import ToolsetError, ToolsetExposure
 from actors.errors import ProxyError
 from actors.front import Front, strip_upstream_stamps, unknown_tool_result
 from actors.link import CallOrigin
@@ -42,16 +41,15 @@ from actors.router import Router
 from actors.upstream import Hooks, State, Upstream, UpstreamStatus
 from supervisor.config import (
     Config,
-    ConfigError,
     ServerSpec,
-    Settings,
     declared_toolset,
     load_config,
     parse_config,
 )
 from supervisor.menu import DEFINITIONS, Menu
-from supervisor.state import STATE_DIR_ENV, CorruptState, StateStore
-from supervisor.state import state_dir as user_state_dir
+from supervisor.settings import state_dir as resolve_state_dir
+from supervisor.settings import with_env_overrides
+from supervisor.state import CorruptState, StateStore
 
 logger = logging.getLogger(__name__)
 
@@ -72,39 +70,6 @@ def server_filter(spec: ServerSpec) -> ServerFilter:
     if spec.exposed_tools is not None:
         exposed = {t.original: t.exposed for t in spec.exposed_tools}
     return ServerFilter(exposed=exposed, hidden=frozenset(spec.hidden_tools))
-
-
-EXPOSURE_ENV: Final = "MCPVISOR_EXPOSURE"
-"""Overrides ``settings.exposure`` (issue: toolsets and configuration mode)."""
-
-
-def effective_settings(settings: Settings, env: Mapping[str, str] | None = None) -> Settings:
-    """``settings`` with ``$MCPVISOR_EXPOSURE`` applied and the exposure checked.
-
-    Raises:
-        ConfigError: the exposure is ``discovery`` (arrives in a later release) or unknown.
-    """
-    value = (os.environ if env is None else env).get(EXPOSURE_ENV, "").strip()
-    source = f"${EXPOSURE_ENV}" if value else "settings.exposure"
-    value = value or settings.exposure
-    if value == "discovery":
-        raise ConfigError(f'{source} is "discovery": lazy discovery (discover_tool, use_tool, load_mcp) arrives '
-                          'in a later release of mcpvisor; use "menu" (the default) or "all" for now')
-    if value not in MODES:
-        raise ConfigError(f"{source} is {value!r}; use one of: {', '.join(MODES)}")
-    return settings if value == settings.exposure else dataclasses.replace(settings, exposure=value)
-
-
-def resolve_state_dir(settings: Settings, explicit: str | os.PathLike[str] | None = None,
-                      env: Mapping[str, str] | None = None) -> Path:
-    """The state directory: ``explicit`` (``--state-dir``), ``$MCPVISOR_STATE_DIR``,
-    ``settings.stateDir``, else the user state dir (``~/.local/state/mcpvisor``)."""
-    env = os.environ if env is None else env
-    if explicit is not None and os.fspath(explicit):
-        return Path(explicit).expanduser()
-    if env.get(STATE_DIR_ENV):
-        return Path(env[STATE_DIR_ENV]).expanduser()
-    return user_state_dir(settings.state_dir, env={})
 
 
 class _Hooks(Hooks):
@@ -130,7 +95,7 @@ class Supervisor:
     def __init__(self, config: Config, *, reaper: Reaper | None, rng: random.Random | None = None,
                  state_dir: str | os.PathLike[str] | None = None) -> None:
         self.config = config
-        self.settings = effective_settings(config.settings)
+        self.settings = with_env_overrides(config.settings)
         self.event_bus = EventBus()
         self.reaper = reaper
         self._rng = rng or random.Random()
@@ -138,7 +103,7 @@ class Supervisor:
         self.front = Front(self, name="mcpvisor", version=_version(),
                            instructions="mcpvisor: one MCP server in front of several; tool names are prefixed "
                                         "with the name of the server that provides them.")
-        self.store = StateStore(resolve_state_dir(self.settings, state_dir))
+        self.store = StateStore(resolve_state_dir(state_dir, configured=self.settings.state_dir))
         self.toolsets = ToolsetExposure(
             self.settings.exposure,
             definitions=DEFINITIONS,
@@ -368,7 +333,7 @@ async def open_supervisor(
     (close stdin, SIGTERM, SIGKILL, bounded) and reaped; no task or process survives.
     """
     cfg = coerce_config(config)
-    store = StateStore(resolve_state_dir(effective_settings(cfg.settings), state_dir))
+    store = StateStore(resolve_state_dir(state_dir, configured=with_env_overrides(cfg.settings).state_dir))
     saved = await _load_state(store, cfg, toolset)
     async with open_reaper() as reaper, trio.open_nursery() as root:
         sup = Supervisor(cfg, reaper=reaper, rng=rng, state_dir=store.directory)

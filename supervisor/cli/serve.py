@@ -122,7 +122,7 @@ async def _main(args: argparse.Namespace, config: Any) -> None:
     import trio
 
     from supervisor._serve import serve
-    from supervisor.state import state_dir as user_state_dir
+    from supervisor.settings import state_dir as user_state_dir
     from supervisor.tree import open_supervisor
 
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:

@@ -229,16 +229,10 @@ class _Context:
 
 
 def _state_dir(explicit: str | None, settings: Any) -> Path:
-    """The proxy's own rule (`supervisor.tree.resolve_state_dir`), without importing the proxy."""
-    import os
+    """The proxy's own rule (`supervisor.settings.state_dir`)."""
+    from supervisor.settings import state_dir
 
-    from supervisor.state import STATE_DIR_ENV, state_dir
-
-    if explicit:
-        return Path(explicit).expanduser()
-    if os.environ.get(STATE_DIR_ENV):
-        return Path(os.environ[STATE_DIR_ENV]).expanduser()
-    return state_dir(settings.state_dir, env={})
+    return state_dir(explicit, configured=settings.state_dir)
 
 
 def _unknown(name: str, known: Sequence[str]) -> CommandError:
@@ -480,7 +474,7 @@ def _running(args: argparse.Namespace, state_dir: Path) -> list[Any]:
         from supervisor.control import list_running
     except ImportError:
         return []
-    from supervisor.state import state_dir as registration_dir
+    from supervisor.settings import state_dir as registration_dir
 
     found: dict[int, Any] = {}
     for directory in dict.fromkeys((state_dir, registration_dir(getattr(args, "state_dir", None)))):

@@ -33,7 +33,8 @@ from mcp.client.subscriptions import ToolsListChanged
 from actors.core.toolsets import CONFIG_TOOLS, ENTER_CONFIG, EXIT_CONFIG
 from supervisor import serve_http
 from supervisor.config import ConfigError, Settings
-from supervisor.tree import effective_settings, open_supervisor
+from supervisor.settings import with_env_overrides
+from supervisor.tree import open_supervisor
 from tests.helpers import PY, REAL_IO_BOUND_S, flaky, proxy_params, write_config
 
 pytestmark = pytest.mark.slow
@@ -182,12 +183,12 @@ async def test_two_http_clients_of_both_eras_receive_the_same_announcements(tmp_
 
 
 def test_mcpvisor_exposure_overrides_the_file_and_discovery_is_rejected() -> None:
-    assert effective_settings(Settings(), env={"MCPVISOR_EXPOSURE": "all"}).exposure == "all"
-    assert effective_settings(Settings(exposure="all"), env={}).exposure == "all"
+    assert with_env_overrides(Settings(), env={"MCPVISOR_EXPOSURE": "all"}).exposure == "all"
+    assert with_env_overrides(Settings(exposure="all"), env={}).exposure == "all"
     with pytest.raises(ConfigError, match="later release"):
-        effective_settings(Settings(exposure="discovery"), env={})
+        with_env_overrides(Settings(exposure="discovery"), env={})
     with pytest.raises(ConfigError, match=r"\$MCPVISOR_EXPOSURE is 'everything'; use one of: menu, all"):
-        effective_settings(Settings(), env={"MCPVISOR_EXPOSURE": "everything"})
+        with_env_overrides(Settings(), env={"MCPVISOR_EXPOSURE": "everything"})
 
 
 @pytest.mark.parametrize(("extra", "env", "message"), [

@@ -22,6 +22,7 @@ import pytest
 
 from actors.core.model import Note, PinnedSchema, SavedState, ToolEntry, Toolset
 from supervisor._atomic import LockTimeout, dump_json
+from supervisor.settings import state_dir
 from supervisor.state import (
     CorruptState,
     StateError,
@@ -29,7 +30,6 @@ from supervisor.state import (
     ToolsetExists,
     UnknownToolset,
     now_iso,
-    state_dir,
 )
 
 if TYPE_CHECKING:
