@@ -247,22 +247,6 @@ def _redeclare(core: RegistryCore, config: Config) -> None:
         exposure.declared = {name: declared_toolset(decl) for name, decl in config.toolsets.items()}
 
 
-@dataclass(slots=True)
-class _ReloadState:
-    """Per supervisor: reloads happen one at a time."""
-
-    lock: trio.Lock
-
-
-def _state(sup: Supervisor) -> _ReloadState:
-    found = vars(sup).get("_reload_state")
-    if found is None:
-        found = _ReloadState(trio.Lock())
-        vars(sup)["_reload_state"] = found
-    assert isinstance(found, _ReloadState)
-    return found
-
-
 async def reload_supervisor(sup: Supervisor, config: Config | None = None) -> dict[str, Any]:
     """Re-read the config file (or apply ``config``) and make the running setup follow it.
 
@@ -284,20 +268,14 @@ async def reload_supervisor(sup: Supervisor, config: Config | None = None) -> di
     the wait, not the reload. Reloads are applied one at a time, in call order.
     """
     done: Reply[dict[str, Any]] = Reply()
-    nursery = getattr(sup, "_tree", None)
-    if nursery is None:
-        return {"ok": False, "errors": ["the supervisor is not running"]}
-    try:
-        nursery.start_soon(_reload_task, sup, config, done)
-    except RuntimeError:  # the tree is closed: the supervisor is shutting down
+    if not sup.start_soon(_reload_task, sup, config, done):
         return {"ok": False, "errors": ["the supervisor is not running"]}
     return await done.wait()
 
 
 async def _reload_task(sup: Supervisor, config: Config | None, done: Reply[dict[str, Any]]) -> None:
-    state = _state(sup)
     try:
-        async with state.lock:
+        async with sup.reload_lock:
             try:
                 result = await _reload(sup, config)
             except Exception as exc:  # a bug, or the tree closing under us: keep the proxy up
@@ -379,7 +357,7 @@ def _held_upstream(
     sup: Supervisor, spec: ServerSpec, fresh: dict[str, Upstream], ports: list[_HeldPort]
 ) -> Upstream:
     """A new actor for ``spec`` whose messages to the router wait for the commit."""
-    up = sup._make_upstream(spec)
+    up = sup.make_upstream(spec)
     port = _HeldPort(sup.router)
     up.router = port
     ports.append(port)
@@ -391,8 +369,7 @@ async def _start(
     sup: Supervisor, spec: ServerSpec, fresh: dict[str, Upstream], ports: list[_HeldPort], deadline: float
 ) -> None:
     up = _held_upstream(sup, spec, fresh, ports)
-    assert sup._tree is not None
-    await sup._tree.start(up.run)
+    await sup.start_actor(up)
     with trio.move_on_at(deadline):
         await up.first_attempt_done.wait()
 
@@ -417,8 +394,7 @@ async def _replace(
             await old.wait_changed()
     if waited.cancelled_caught:
         logger.warning("%s: the old process is still stopping; starting the new one anyway", spec.name)
-    assert sup._tree is not None
-    await sup._tree.start(up.run)
+    await sup.start_actor(up)
     with trio.move_on_at(deadline):
         await up.first_attempt_done.wait()
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import random
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
@@ -123,6 +123,8 @@ class Supervisor:
         self._hooks = _Hooks(self)
         self._startup_done = trio.Event()
         self._tree: trio.Nursery | None = None
+        self.reload_lock = trio.Lock()
+        """Reloads are applied one at a time, in call order (`supervisor.reload`)."""
         self._root: trio.Nursery | None = None
 
     # --- the embedding API --------------------------------------------------------------
@@ -250,16 +252,32 @@ class Supervisor:
         self.event_bus.publish(ListChanged(changes.kinds(), snapshot.version))
 
     # --- lifecycle -------------------------------------------------------------------------
-    def _make_upstream(self, spec: ServerSpec) -> Upstream:
+    def make_upstream(self, spec: ServerSpec) -> Upstream:
+        """A new actor for ``spec`` wired to this tree (not started: `start_actor`)."""
         return Upstream(spec, router=self.router, events=self.event_bus, hooks=self._hooks, reaper=self.reaper,
                         max_message=self.settings.max_message_bytes, rng=self._rng, era_memory=self._era_memory)
 
     async def start_server(self, spec: ServerSpec) -> Upstream:
-        assert self._tree is not None
-        up = self._make_upstream(spec)
+        up = self.make_upstream(spec)
         self.upstreams[spec.name] = up
-        await self._tree.start(up.run)
+        await self.start_actor(up)
         return up
+
+    async def start_actor(self, up: Upstream) -> None:
+        """Run ``up`` as a child of the tree; returns once it has started."""
+        assert self._tree is not None, "the supervisor is not running"
+        await self._tree.start(up.run)
+
+    def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> bool:
+        """Run ``fn(*args)`` as a task of the tree; False when the tree is not running
+        (not started yet, or shutting down)."""
+        if self._tree is None:
+            return False
+        try:
+            self._tree.start_soon(fn, *args)
+        except RuntimeError:  # the tree is closed: the supervisor is shutting down
+            return False
+        return True
 
     async def _startup_gate(self) -> None:
         eager = [u for u in self.upstreams.values() if not u.spec.lazy]
