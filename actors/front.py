@@ -21,7 +21,7 @@ from __future__ import annotations
 import difflib
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -568,6 +568,3 @@ class Front:
                     await link.notify("notifications/roots/list_changed", None)
                 except Exception:
                     logger.debug("%s: could not forward roots/list_changed", up.name, exc_info=True)
-
-
-Handler = Callable[..., Awaitable[Any]]

@@ -69,14 +69,7 @@ class CallFinished(msgspec.Struct, frozen=True, tag=True):
     error: str | None = None
 
 
-class Notice(msgspec.Struct, frozen=True, tag=True):
-    """Something a user should know that is not a state change (collisions, config warnings)."""
-
-    text: str
-    server: str | None = None
-
-
-Event = StateChanged | ListChanged | CallFinished | Notice
+Event = StateChanged | ListChanged | CallFinished
 
 SUBSCRIBER_BACKLOG: Final = 1000
 """Events kept for a subscriber that is not reading; older ones are dropped (and counted)."""

@@ -13,8 +13,6 @@ This module owns:
   open, half open, and closed on probation after a trial) and the open period.
 * The decisions it hands back (:class:`StartNow`, :class:`WaitUntil`, :class:`Backoff`,
   :class:`OpenCircuit`) and its frozen :class:`PolicyStatistics` record.
-* :class:`IntensityWindow`: OTP's "at most MaxR restarts in MaxT seconds", for the
-  supervision tree.
 
 The actor's loop::
 
@@ -36,7 +34,6 @@ from __future__ import annotations
 import enum
 import math
 import random
-from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeAlias, cast
 
@@ -68,10 +65,6 @@ CIRCUIT_OPEN_GROWTH: Final = 2
 """Open-period growth per failed trial. DESIGN.md "doubling per failed trial"."""
 HALF_OPEN_MAX_TRIALS: Final = 1
 """Starts allowed while half open. RELIABILITY.md: "Half-open allows 1 probe"."""
-DEFAULT_INTENSITY: Final = 5
-"""Restarts allowed per :data:`DEFAULT_PERIOD_S`. RELIABILITY.md: OTP tuning example."""
-DEFAULT_PERIOD_S: Final = 30.0
-"""Window of :data:`DEFAULT_INTENSITY`. RELIABILITY.md: "intensity 5 in 30 s"."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -449,56 +442,3 @@ class RestartPolicy:
         self._retry_at = now + open_for
         self._open_reason = f"circuit open until retry at t={self._retry_at:.1f}: {reason}"
         return OpenCircuit(self._retry_at, open_for, reason)
-
-
-class IntensityWindow:
-    """OTP's restart intensity: at most ``max_restarts`` restarts within ``period`` seconds.
-
-    A restart exactly ``period`` seconds old still counts, as in OTP's
-    ``supervisor:add_restart/3`` (keeps restarts with ``R >= Now - Period``).
-    """
-
-    def __init__(self, max_restarts: int, period: float) -> None:
-        """Create an empty window.
-
-        Args:
-            max_restarts: OTP's MaxR (intensity); 0 allows no restart at all.
-            period: OTP's MaxT, in seconds.
-
-        Raises:
-            ValueError: for ``max_restarts < 0`` or a period that is not a finite
-                number > 0.
-        """
-        if max_restarts < 0:
-            raise ValueError(f"max_restarts must be >= 0, got {max_restarts!r}")
-        if not (math.isfinite(period) and period > 0):
-            raise ValueError(f"period must be a finite number of seconds > 0, got {period!r}")
-        self.max_restarts: Final = max_restarts
-        self.period: Final = period
-        self._restarts: deque[float] = deque()
-
-    def record(self, now: float) -> bool:
-        """Record a restart at ``now``.
-
-        Args:
-            now: the Trio clock.
-
-        Returns:
-            True while the restarts in the window, this one included, are at most
-            ``max_restarts``; False when the limit is exceeded (OTP: the supervisor
-            gives up). The restart is recorded either way.
-        """
-        self._prune(now)
-        self._restarts.append(now)
-        return len(self._restarts) <= self.max_restarts
-
-    def count(self, now: float) -> int:
-        """Return the number of restarts within ``period`` seconds before ``now``."""
-        self._prune(now)
-        return len(self._restarts)
-
-    def _prune(self, now: float) -> None:
-        """Drop restarts older than the window."""
-        threshold = now - self.period
-        while self._restarts and self._restarts[0] < threshold:
-            self._restarts.popleft()

@@ -20,7 +20,6 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from actors.core.policy import (
     Backoff,
     CircuitState,
-    IntensityWindow,
     OpenCircuit,
     PolicyConfig,
     PolicyStatistics,
@@ -525,37 +524,3 @@ TestPolicyMachine = PolicyMachine.TestCase
 TestPolicyMachine.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
 
 
-# --- IntensityWindow (OTP restart intensity) -------------------------------------------
-
-
-def test_s1_intensity_allows_max_restarts_then_refuses() -> None:
-    """S1: intensity 3 in 5 s, restarts with no delay: 3 allowed, the 4th exceeds."""
-    window = IntensityWindow(3, 5.0)
-    assert [window.record(0.0) for _ in range(4)] == [True, True, True, False]
-    assert window.count(0.0) == 4
-
-
-def test_s4_restarts_spaced_wider_than_the_period_never_exceed() -> None:
-    """S4: a crash every 6 s with intensity 1 in 5 s for an hour never exceeds."""
-    window = IntensityWindow(1, 5.0)
-    assert all(window.record(6.0 * i) for i in range(600))
-    assert window.count(6.0 * 599) == 1
-
-
-def test_s5_two_restarts_inside_the_period_exceed() -> None:
-    """S5: two crashes 1 s apart with intensity 1 in 5 s: the second exceeds."""
-    window = IntensityWindow(1, 5.0)
-    assert window.record(10.0)
-    assert not window.record(11.0)
-
-
-def test_intensity_window_boundary_follows_otp() -> None:
-    """OTP add_restart keeps restarts with R >= Now - Period: a restart exactly
-    `period` old still counts, a hair older does not."""
-    window = IntensityWindow(1, 5.0)
-    window.record(0.0)
-    assert window.count(5.0) == 1
-    assert window.count(5.001) == 0
-    assert window.record(5.001)
-    with pytest.raises(ValueError, match="period"):
-        IntensityWindow(1, 0.0)
