@@ -30,16 +30,13 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 import trio
 from mcp_types import (
-    CLIENT_CAPABILITIES_META_KEY,
-    CLIENT_INFO_META_KEY,
     LOG_LEVEL_META_KEY,
     PROTOCOL_VERSION_META_KEY,
-    SERVER_INFO_META_KEY,
 )
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from msgspec import UNSET, Raw
 
 from actors import wire
+from actors.eras import ENVELOPE_KEYS, adapt_raw_result, is_modern_version, strip_upstream_stamps
 from actors.errors import BridgeUnsupported, ProxyError, UpstreamDied, UpstreamError, error_data
 from actors.framing import FrameWriter, StreamBroken
 from actors.link.input_required import drive_input_required
@@ -55,11 +52,6 @@ logger = logging.getLogger(__name__)
 SERVER_REQUEST_PREFIX: Final = "mvs-"
 """Ids of requests the proxy sends the client on an upstream's behalf (sampling, elicitation, roots)."""
 
-ENVELOPE_KEYS: Final = (PROTOCOL_VERSION_META_KEY, CLIENT_INFO_META_KEY, CLIENT_CAPABILITIES_META_KEY,
-                        LOG_LEVEL_META_KEY)
-
-_COMPLETE: Final = Raw(b'"complete"')
-_SERVER_INFO_BYTES: Final = SERVER_INFO_META_KEY.encode()
 _INPUT_REQUIRED: Final = b'"input_required"'
 _str = msgspec.json.Decoder(str)
 _token = msgspec.json.Decoder(int | str)
@@ -80,7 +72,7 @@ class FastPath:
         self.era: str | None = None
         self.client_capabilities: dict[str, Any] = {}
         self._ids = itertools.count(1)
-        self._stamp = Raw(wire.encode(dict(server_info)))
+        self.stamp = Raw(wire.encode(dict(server_info)))
         self._envelopes: dict[int, Raw] = {}
 
     # --- what the connection tells us ---------------------------------------------------
@@ -129,7 +121,7 @@ class FastPath:
             meta = wire.decode_raw_map(params["_meta"]) if "_meta" in params else {}
             token_raw = meta.get("progressToken")
             client_token = _token.decode(token_raw) if token_raw is not None else None
-            if modern and _str.decode(meta[PROTOCOL_VERSION_META_KEY]) not in MODERN_PROTOCOL_VERSIONS:
+            if modern and not is_modern_version(_str.decode(meta[PROTOCOL_VERSION_META_KEY])):
                 return False  # the SDK answers an unsupported version with -32022
         except (KeyError, wire.DecodeError, wire.ValidationError):
             return False
@@ -284,35 +276,17 @@ class FastCall:
             if bytes(fields.get("resultType", b"")) == _INPUT_REQUIRED:
                 self.fast.nursery.start_soon(self._drive_input_required, wire.decode_dict(result))
                 return None
-        if not front_modern and not upstream_modern:
-            return result
-        if front_modern and upstream_modern and _SERVER_INFO_BYTES not in line:
-            return result
-        fields = wire.decode_raw_map(result)
-        if front_modern:
-            fields.setdefault("resultType", _COMPLETE)
-        elif bytes(fields.get("resultType", b"")) == b'"complete"':
-            del fields["resultType"]
-        meta = wire.decode_raw_map(fields["_meta"]) if "_meta" in fields else {}
-        meta.pop(SERVER_INFO_META_KEY, None)
-        if front_modern:
-            meta[SERVER_INFO_META_KEY] = self.fast._stamp
-        if meta:
-            fields["_meta"] = Raw(wire.encode(meta))
-        else:
-            fields.pop("_meta", None)
-        return Raw(wire.encode(fields))
+        return adapt_raw_result(result, line, upstream_modern=upstream_modern, front_modern=front_modern,
+                                stamp=self.fast.stamp)
 
     async def _drive_input_required(self, first: dict[str, Any]) -> None:
         params = {k: msgspec.json.decode(v) for k, v in self.params.items()}
         try:
             result = await drive_input_required(self.link, "tools/call", params, first, self,
-                                                           self.route_timeout(), self.route_max_time())
+                                                self.route_timeout(), self.route_max_time())
         except ProxyError as exc:
             await self.fast.send(wire.error_frame(self.front_id, **_error_args(exc)))
             return
-        from actors.front import strip_upstream_stamps
-
         await self.fast.send(wire.result_frame(self.front_id, strip_upstream_stamps(result)))
 
     def route_timeout(self) -> float:
@@ -345,8 +319,6 @@ class FastCall:
             meta.pop("progressToken", None)
             for key in ENVELOPE_KEYS:
                 meta.pop(key, None)
-        from actors.front import strip_upstream_stamps
-
         try:
             if up is None:
                 raise first

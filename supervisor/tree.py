@@ -32,8 +32,9 @@ from actors.core.catalog import Snapshot
 from actors.core.model import SavedState
 from actors.core.registry import Changes, RegistryCore, ServerFilter
 from actors.core.toolsets import ToolsetError, ToolsetExposure
+from actors.eras import strip_upstream_stamps
 from actors.errors import ProxyError
-from actors.front import Front, strip_upstream_stamps, unknown_tool_result
+from actors.front import Front, unknown_tool_result
 from actors.link import CallOrigin
 from actors.messages import CallFinished, Event, EventBus, ListChanged
 from actors.process import Reaper, open_reaper

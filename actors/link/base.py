@@ -35,10 +35,10 @@ from mcp_types import (
     LOG_LEVEL_META_KEY,
     PROTOCOL_VERSION_META_KEY,
 )
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from msgspec import UNSET
 
 from actors import wire
+from actors.eras import ENVELOPE_KEYS, is_modern_version
 from actors.errors import CallTimeout, ProxyError, TooManyRequests, UpstreamDied, UpstreamError
 from actors.framing import StreamBroken
 from actors.link.input_required import INPUT_REQUIRED_METHODS, drive_input_required
@@ -149,7 +149,7 @@ class Link:
     # --- state -----------------------------------------------------------------
     @property
     def modern(self) -> bool:
-        return self.protocol_version in MODERN_PROTOCOL_VERSIONS
+        return is_modern_version(self.protocol_version)
 
     @property
     def envelope_meta(self) -> Mapping[str, Any]:
@@ -212,10 +212,9 @@ class Link:
         out = dict(params) if params else {}
         meta = out.get("_meta")
         meta = dict(meta) if isinstance(meta, Mapping) else {}
-        for key in (PROTOCOL_VERSION_META_KEY, CLIENT_INFO_META_KEY, CLIENT_CAPABILITIES_META_KEY):
+        for key in ENVELOPE_KEYS:
             meta.pop(key, None)
         meta.pop("progressToken", None)
-        meta.pop(LOG_LEVEL_META_KEY, None)
         if self._envelope is not None:
             meta.update(self._envelope)
             level = getattr(self.events, "log_level", None)
