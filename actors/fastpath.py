@@ -52,6 +52,16 @@ logger = logging.getLogger(__name__)
 SERVER_REQUEST_PREFIX: Final = "mvs-"
 """Ids of requests the proxy sends the client on an upstream's behalf (sampling, elicitation, roots)."""
 
+CLIENT_GONE_CANCEL_S: Final = 1.0
+"""Bound on each courtesy cancel sent upstream when a client disconnects mid-call
+(STYLE rule 16: every shielded wait is bounded)."""
+
+FALLBACK_TIMEOUT_S: Final = 60.0
+"""``timeout`` for a call whose server a reload removed mid-call (DESIGN.md's default)."""
+
+FALLBACK_MAX_CALL_TIME_S: Final = 600.0
+"""``maxCallTime`` for a call whose server a reload removed mid-call (DESIGN.md's default)."""
+
 _INPUT_REQUIRED: Final = b'"input_required"'
 _str = msgspec.json.Decoder(str)
 _token = msgspec.json.Decoder(int | str)
@@ -217,7 +227,7 @@ class FastPath:
     async def close(self) -> None:
         """The client went away: cancel what it left in flight."""
         for call in list(self.calls.values()):
-            with trio.move_on_after(1, shield=True):
+            with trio.move_on_after(CLIENT_GONE_CANCEL_S, shield=True):
                 await call.link.cancel_fast(call.proxy_id, "client disconnected")
         self.calls.clear()
         for reply in self.requests.values():
@@ -291,11 +301,11 @@ class FastCall:
 
     def route_timeout(self) -> float:
         up = self.fast.backend.upstreams.get(self.route.server)
-        return up.spec.timeout if up is not None else 60.0
+        return up.spec.timeout if up is not None else FALLBACK_TIMEOUT_S
 
     def route_max_time(self) -> float:
         up = self.fast.backend.upstreams.get(self.route.server)
-        return up.spec.max_call_time if up is not None else 600.0
+        return up.spec.max_call_time if up is not None else FALLBACK_MAX_CALL_TIME_S
 
     def failed(self, error: ProxyError) -> None:
         fast = self.fast

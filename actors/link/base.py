@@ -53,6 +53,10 @@ PROXY_ID_PREFIX: Final = "mv-"
 MAX_PENDING: Final = 4096
 """Requests in flight to one upstream before new ones are refused (bounded memory)."""
 
+LOG_LEVEL_TIMEOUT_S: Final = 10.0
+"""Bound on re-sending ``logging/setLevel`` after a restart: a one-line answer; a server
+that takes longer keeps its default level (logged at debug)."""
+
 CANCEL_WRITE_S: Final = 2.0
 """Bound on the courtesy cancel write when a request is abandoned (STYLE rule 16)."""
 
@@ -181,7 +185,7 @@ class Link:
         caps = self.capabilities
         if level and not self.modern and caps is not None and caps.logging is not None:
             try:
-                await self.request("logging/setLevel", {"level": level}, timeout=10, max_time=10)
+                await self.request("logging/setLevel", {"level": level}, timeout=LOG_LEVEL_TIMEOUT_S, max_time=LOG_LEVEL_TIMEOUT_S)
             except ProxyError as exc:
                 logger.debug("%s: logging/setLevel: %s", self.server, exc)
 

@@ -39,6 +39,9 @@ SESSION_BUFFER: Final = 256
 GARBAGE_LOG_LINES: Final = 5
 """Non-JSON stdout lines logged verbatim per connection; later ones are only counted."""
 
+GARBAGE_LOG_BYTES: Final = 200
+"""Bytes of a non-JSON stdout line quoted in the log: enough to recognise it."""
+
 GARBAGE_FLOOD: Final = 1000
 """Non-JSON stdout lines within `GARBAGE_WINDOW_S` that make a connection unusable."""
 
@@ -270,7 +273,7 @@ class StdioLink(Link):
     def _on_garbage(self, line: bytes) -> None:
         self._garbage += 1
         if self._garbage <= GARBAGE_LOG_LINES:
-            logger.warning("%s wrote non-JSON to stdout (ignored): %r", self.server, line[:200])
+            logger.warning("%s wrote non-JSON to stdout (ignored): %r", self.server, line[:GARBAGE_LOG_BYTES])
         elif self._garbage == GARBAGE_LOG_LINES + 1:
             logger.warning("%s keeps writing non-JSON to stdout; further lines are only counted", self.server)
         now = trio.current_time()

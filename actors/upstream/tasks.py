@@ -33,6 +33,10 @@ LIST_KINDS: Final = ("tools", "resources", "templates", "prompts")
 RELIST_TIMEOUT_S: Final = 30.0
 """Bound on re-listing after a list_changed notification."""
 
+MAX_LIST_PAGES: Final = 1000
+"""Pages of one list followed before giving up on a server whose cursors never end
+(1000 pages of the usual 50-100 items is far past any real catalog)."""
+
 EXIT_STATUS_WAIT_S: Final = 1.0
 """After a failed write, how long to wait for the exit status to explain it."""
 
@@ -174,7 +178,7 @@ class LinkTasks:
             return ()
         items: list[dict[str, Any]] = []
         cursor: str | None = None
-        for _page in range(1000):
+        for _page in range(MAX_LIST_PAGES):
             params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
             try:
                 if kind == "tools":
