@@ -30,10 +30,7 @@ import trio
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
-    CLIENT_CAPABILITIES_META_KEY,
-    CLIENT_INFO_META_KEY,
     LOG_LEVEL_META_KEY,
-    PROTOCOL_VERSION_META_KEY,
 )
 from msgspec import UNSET
 
@@ -42,7 +39,7 @@ from actors.eras import ENVELOPE_KEYS, is_modern_version
 from actors.errors import CallTimeout, ProxyError, TooManyRequests, UpstreamDied, UpstreamError
 from actors.framing import StreamBroken
 from actors.link.input_required import INPUT_REQUIRED_METHODS, drive_input_required
-from actors.link.session import client_info
+from actors.link.session import request_envelope
 
 logger = logging.getLogger(__name__)
 
@@ -171,13 +168,7 @@ class Link:
         self.capabilities = session.server_capabilities
         self.instructions = session.instructions
         if self.modern:
-            self._envelope = {
-                PROTOCOL_VERSION_META_KEY: self.protocol_version,
-                CLIENT_INFO_META_KEY: client_info().model_dump(by_alias=True, mode="json", exclude_none=True),
-                CLIENT_CAPABILITIES_META_KEY: session._build_capabilities(self.protocol_version).model_dump(
-                    by_alias=True, mode="json", exclude_none=True
-                ),
-            }
+            self._envelope = request_envelope(session, self.protocol_version)
 
     async def apply_log_level(self) -> None:
         """A handshake-era server forgets its log level when it restarts: tell it again."""

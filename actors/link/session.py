@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Final
 import mcp_types as types
 from mcp.client._probe import negotiate_auto
 from mcp.client.session import ClientSession
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from actors import __version__
@@ -20,7 +21,20 @@ CLIENT_NAME: Final = "mcpvisor"
 
 
 def client_info() -> types.Implementation:
+    """Who the proxy says it is to an upstream."""
     return types.Implementation(name=CLIENT_NAME, version=__version__)
+
+
+def request_envelope(session: ClientSession, protocol_version: str) -> dict[str, Any]:
+    """The ``_meta`` envelope every request to a 2026-07-28 upstream carries: the protocol
+    version, our clientInfo and the capabilities the session advertises."""
+    return {
+        PROTOCOL_VERSION_META_KEY: protocol_version,
+        CLIENT_INFO_META_KEY: client_info().model_dump(by_alias=True, mode="json", exclude_none=True),
+        CLIENT_CAPABILITIES_META_KEY: session._build_capabilities(protocol_version).model_dump(
+            by_alias=True, mode="json", exclude_none=True
+        ),
+    }
 
 
 def session_callbacks(link: Link) -> dict[str, Any]:
