@@ -15,4 +15,5 @@ from actors.link.base import CallOrigin, FastSink, Link, LinkEvents
 from actors.link.sdk import SdkLink, open_sdk_link
 from actors.link.stdio import StdioLink, open_stdio_link
 
-__all__ = ["CallOrigin", "FastSink", "Link", "LinkEvents", "SdkLink", "StdioLink", "open_sdk_link", "open_stdio_link"]
+__all__ = ["CallOrigin", "FastSink", "Link", "LinkEvents", "SdkLink", "StdioLink", "open_sdk_link",
+           "open_stdio_link"]

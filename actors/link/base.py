@@ -176,7 +176,8 @@ class Link:
         caps = self.capabilities
         if level and not self.modern and caps is not None and caps.logging is not None:
             try:
-                await self.request("logging/setLevel", {"level": level}, timeout=LOG_LEVEL_TIMEOUT_S, max_time=LOG_LEVEL_TIMEOUT_S)
+                await self.request("logging/setLevel", {"level": level}, timeout=LOG_LEVEL_TIMEOUT_S,
+                                   max_time=LOG_LEVEL_TIMEOUT_S)
             except ProxyError as exc:
                 logger.debug("%s: logging/setLevel: %s", self.server, exc)
 

@@ -31,8 +31,9 @@ STATE_ONLY_BACKOFF_S: Final = (0.05, 0.1, 0.2, 0.25)
 
 
 
-async def drive_input_required(link: Link, method: str, params: Mapping[str, Any] | None, result: dict[str, Any],
-                           origin: CallOrigin | None, timeout: float, max_time: float) -> dict[str, Any]:
+async def drive_input_required(link: Link, method: str, params: Mapping[str, Any] | None,
+                               result: dict[str, Any], origin: CallOrigin | None, timeout: float,
+                               max_time: float) -> dict[str, Any]:
     """A 2026-07-28 upstream asked for input (sampling, elicitation, roots) and the client
     speaks the handshake era: ask the client with server-to-client requests, retry with the
     answers (SEP-2322), as the SDK's own client driver does."""
@@ -47,7 +48,8 @@ async def drive_input_required(link: Link, method: str, params: Mapping[str, Any
         if isinstance(requests, Mapping):
             for key, request in requests.items():
                 if not isinstance(request, Mapping) or not isinstance(request.get("method"), str):
-                    raise UpstreamError(wire.INTERNAL_ERROR, f"server {link.server} sent a malformed input request")
+                    raise UpstreamError(wire.INTERNAL_ERROR,
+                                        f"server {link.server} sent a malformed input request")
                 responses[str(key)] = await origin.server_request(request["method"], request.get("params"))
         if responses:
             current["inputResponses"] = responses
@@ -63,5 +65,5 @@ async def drive_input_required(link: Link, method: str, params: Mapping[str, Any
         result = await link.request_once(method, current, origin=origin, timeout=timeout, max_time=max_time)
         if result.get("resultType") != "input_required":
             return result
-    raise UpstreamError(wire.INTERNAL_ERROR,
-                        f"server {link.server} kept asking for input for more than {INPUT_REQUIRED_ROUNDS} rounds")
+    raise UpstreamError(wire.INTERNAL_ERROR, f"server {link.server} kept asking for input for more than "
+                                             f"{INPUT_REQUIRED_ROUNDS} rounds")

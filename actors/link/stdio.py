@@ -282,7 +282,8 @@ class StdioLink(Link):
         if len(window) > GARBAGE_FLOOD:
             del window[: len(window) - GARBAGE_FLOOD]
             if now - window[0] < GARBAGE_WINDOW_S:
-                self.close(f"garbage on stdout: {GARBAGE_FLOOD} non-JSON lines in under {GARBAGE_WINDOW_S:g}s")
+                self.close(f"garbage on stdout: {GARBAGE_FLOOD} non-JSON lines in under "
+                           f"{GARBAGE_WINDOW_S:g}s")
 
     async def pump_session_out(self) -> None:
         """Frames the SDK session writes (handshake, lists) go to the child's stdin."""

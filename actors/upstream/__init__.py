@@ -11,4 +11,5 @@ from __future__ import annotations
 from actors.upstream.actor import OpenLink, Upstream, open_real_link
 from actors.upstream.status import WAITABLE, Hooks, RouterPort, State, UpstreamStatus
 
-__all__ = ["WAITABLE", "Hooks", "OpenLink", "RouterPort", "State", "Upstream", "UpstreamStatus", "open_real_link"]
+__all__ = ["WAITABLE", "Hooks", "OpenLink", "RouterPort", "State", "Upstream", "UpstreamStatus",
+           "open_real_link"]

@@ -80,7 +80,8 @@ class Menu(MenuOperations):
         auto = args.get("autoEquip", False)
         if not isinstance(auto, bool):
             raise ToolsetError("invalid_arguments", "'autoEquip' must be true or false.")
-        data = await self.build(string_arg(args, "name"), args.get("tools"), description=args.get("description"),
+        data = await self.build(string_arg(args, "name"), args.get("tools"),
+                                description=args.get("description"),
                                 auto_equip=auto)
         ts = data["toolset"]
         text = f"Saved toolset {ts['name']!r} with {ts['toolCount']} tools."

@@ -269,7 +269,8 @@ class RegistryMachine(RuleBasedStateMachine):
     @invariant()
     def what_clients_see_is_a_pure_function_of_the_state(self) -> None:
         fresh_ex = ToolsetExposure(self.mode, pin_schemas=self.pin)
-        fresh_ex.sync(SavedState(equipped=None, toolsets=dict(self.ex.saved), annotations=dict(self.ex.annotations)))
+        fresh_ex.sync(SavedState(equipped=None, toolsets=dict(self.ex.saved),
+                                 annotations=dict(self.ex.annotations)))
         fresh_ex.equipped = self.ex.equipped
         fresh_ex.configuring = self.ex.configuring
         fresh = RegistryCore(list(SERVERS), exposure=fresh_ex)
