@@ -30,23 +30,21 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 import trio
 from mcp_types import (
-    CLIENT_CAPABILITIES_META_KEY,
-    CLIENT_INFO_META_KEY,
     LOG_LEVEL_META_KEY,
     PROTOCOL_VERSION_META_KEY,
-    SERVER_INFO_META_KEY,
 )
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from msgspec import UNSET, Raw
 
 from actors import wire
+from actors.eras import ENVELOPE_KEYS, adapt_raw_result, is_modern_version, strip_upstream_stamps
 from actors.errors import BridgeUnsupported, ProxyError, UpstreamDied, UpstreamError, error_data
 from actors.framing import FrameWriter, StreamBroken
-from actors.link import StdioLink
+from actors.link.input_required import drive_input_required
+from actors.link.stdio import StdioLink
 from actors.messages import Reply
 
 if TYPE_CHECKING:
-    from actors.catalog import ToolRoute
+    from actors.core.catalog import ToolRoute
     from actors.front import Backend
 
 logger = logging.getLogger(__name__)
@@ -54,11 +52,16 @@ logger = logging.getLogger(__name__)
 SERVER_REQUEST_PREFIX: Final = "mvs-"
 """Ids of requests the proxy sends the client on an upstream's behalf (sampling, elicitation, roots)."""
 
-ENVELOPE_KEYS: Final = (PROTOCOL_VERSION_META_KEY, CLIENT_INFO_META_KEY, CLIENT_CAPABILITIES_META_KEY,
-                        LOG_LEVEL_META_KEY)
+CLIENT_GONE_CANCEL_S: Final = 1.0
+"""Bound on each courtesy cancel sent upstream when a client disconnects mid-call
+(STYLE rule 16: every shielded wait is bounded)."""
 
-_COMPLETE: Final = Raw(b'"complete"')
-_SERVER_INFO_BYTES: Final = SERVER_INFO_META_KEY.encode()
+FALLBACK_TIMEOUT_S: Final = 60.0
+"""``timeout`` for a call whose server a reload removed mid-call (DESIGN.md's default)."""
+
+FALLBACK_MAX_CALL_TIME_S: Final = 600.0
+"""``maxCallTime`` for a call whose server a reload removed mid-call (DESIGN.md's default)."""
+
 _INPUT_REQUIRED: Final = b'"input_required"'
 _str = msgspec.json.Decoder(str)
 _token = msgspec.json.Decoder(int | str)
@@ -79,7 +82,7 @@ class FastPath:
         self.era: str | None = None
         self.client_capabilities: dict[str, Any] = {}
         self._ids = itertools.count(1)
-        self._stamp = Raw(wire.encode(dict(server_info)))
+        self.stamp = Raw(wire.encode(dict(server_info)))
         self._envelopes: dict[int, Raw] = {}
 
     # --- what the connection tells us ---------------------------------------------------
@@ -128,7 +131,7 @@ class FastPath:
             meta = wire.decode_raw_map(params["_meta"]) if "_meta" in params else {}
             token_raw = meta.get("progressToken")
             client_token = _token.decode(token_raw) if token_raw is not None else None
-            if modern and _str.decode(meta[PROTOCOL_VERSION_META_KEY]) not in MODERN_PROTOCOL_VERSIONS:
+            if modern and not is_modern_version(_str.decode(meta[PROTOCOL_VERSION_META_KEY])):
                 return False  # the SDK answers an unsupported version with -32022
         except (KeyError, wire.DecodeError, wire.ValidationError):
             return False
@@ -165,7 +168,7 @@ class FastPath:
         key = id(link)
         raw = self._envelopes.get(key)
         if raw is None:
-            raw = Raw(wire.encode(link._envelope or {}))
+            raw = Raw(wire.encode(link.envelope_meta))
             self._envelopes = {key: raw}  # one upstream era per link; keep only the latest
         return wire.decode_raw_map(raw)
 
@@ -224,7 +227,7 @@ class FastPath:
     async def close(self) -> None:
         """The client went away: cancel what it left in flight."""
         for call in list(self.calls.values()):
-            with trio.move_on_after(1, shield=True):
+            with trio.move_on_after(CLIENT_GONE_CANCEL_S, shield=True):
                 await call.link.cancel_fast(call.proxy_id, "client disconnected")
         self.calls.clear()
         for reply in self.requests.values():
@@ -283,44 +286,26 @@ class FastCall:
             if bytes(fields.get("resultType", b"")) == _INPUT_REQUIRED:
                 self.fast.nursery.start_soon(self._drive_input_required, wire.decode_dict(result))
                 return None
-        if not front_modern and not upstream_modern:
-            return result
-        if front_modern and upstream_modern and _SERVER_INFO_BYTES not in line:
-            return result
-        fields = wire.decode_raw_map(result)
-        if front_modern:
-            fields.setdefault("resultType", _COMPLETE)
-        elif bytes(fields.get("resultType", b"")) == b'"complete"':
-            del fields["resultType"]
-        meta = wire.decode_raw_map(fields["_meta"]) if "_meta" in fields else {}
-        meta.pop(SERVER_INFO_META_KEY, None)
-        if front_modern:
-            meta[SERVER_INFO_META_KEY] = self.fast._stamp
-        if meta:
-            fields["_meta"] = Raw(wire.encode(meta))
-        else:
-            fields.pop("_meta", None)
-        return Raw(wire.encode(fields))
+        return adapt_raw_result(result, line, upstream_modern=upstream_modern, front_modern=front_modern,
+                                stamp=self.fast.stamp)
 
     async def _drive_input_required(self, first: dict[str, Any]) -> None:
         params = {k: msgspec.json.decode(v) for k, v in self.params.items()}
         try:
-            result = await self.link._drive_input_required("tools/call", params, first, self,
-                                                           self.route_timeout(), self.route_max_time())
+            result = await drive_input_required(self.link, "tools/call", params, first, self,
+                                                self.route_timeout(), self.route_max_time())
         except ProxyError as exc:
             await self.fast.send(wire.error_frame(self.front_id, **_error_args(exc)))
             return
-        from actors.front import strip_upstream_stamps
-
         await self.fast.send(wire.result_frame(self.front_id, strip_upstream_stamps(result)))
 
     def route_timeout(self) -> float:
         up = self.fast.backend.upstreams.get(self.route.server)
-        return up.spec.timeout if up is not None else 60.0
+        return up.spec.timeout if up is not None else FALLBACK_TIMEOUT_S
 
     def route_max_time(self) -> float:
         up = self.fast.backend.upstreams.get(self.route.server)
-        return up.spec.max_call_time if up is not None else 600.0
+        return up.spec.max_call_time if up is not None else FALLBACK_MAX_CALL_TIME_S
 
     def failed(self, error: ProxyError) -> None:
         fast = self.fast
@@ -344,8 +329,6 @@ class FastCall:
             meta.pop("progressToken", None)
             for key in ENVELOPE_KEYS:
                 meta.pop(key, None)
-        from actors.front import strip_upstream_stamps
-
         try:
             if up is None:
                 raise first

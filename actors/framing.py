@@ -31,6 +31,9 @@ WRITE_TIMEOUT_S: Final = 30.0
 stream is declared broken instead of wedging every caller (python-sdk bounds its
 courtesy writes the same way, `_ABANDON_WRITE_TIMEOUT`)."""
 
+CLOSE_TIMEOUT_S: Final = 1.0
+"""Bound on closing the stream (shielded, STYLE rule 16): a pipe closes at once or never."""
+
 MAX_BUFFERED_BYTES: Final = 8 * 1024 * 1024
 """Bytes queued behind an in-progress write before further writers wait."""
 
@@ -172,5 +175,5 @@ class FrameWriter:
     async def aclose(self) -> None:
         """Close the stream (idempotent); later sends raise `StreamBroken`."""
         self._fail("closed")
-        with trio.move_on_after(1, shield=True):
+        with trio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
             await self._stream.aclose()

@@ -21,7 +21,7 @@ from __future__ import annotations
 import difflib
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -40,14 +40,14 @@ from mcp.server.subscriptions import (
     ToolsListChanged,
 )
 from mcp.shared.exceptions import MCPError, NoBackChannelError
-from mcp_types import SERVER_INFO_META_KEY
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from actors import wire
-from actors.catalog import Snapshot
+from actors.core.catalog import Snapshot
+from actors.core.registry import Changes
+from actors.eras import complete, is_modern_version, strip_upstream_stamps
 from actors.errors import BridgeUnsupported, ProxyError, UpstreamError, error_data
 from actors.link import CallOrigin
-from actors.router import Changes, Router
+from actors.router import Router
 from actors.upstream import Upstream
 
 logger = logging.getLogger(__name__)
@@ -82,31 +82,7 @@ class Backend(Protocol):
 
 
 def is_modern(ctx: ServerRequestContext[Any, Any] | None) -> bool:
-    return ctx is not None and ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
-
-
-def complete(result: dict[str, Any]) -> dict[str, Any]:
-    """Mark a result the proxy builds as final (2026-07-28 requires ``resultType``; the
-    SDK drops the key for handshake-era clients)."""
-    result.setdefault("resultType", "complete")
-    return result
-
-
-def strip_upstream_stamps(result: dict[str, Any], *, modern_front: bool = False) -> dict[str, Any]:
-    """Fit an upstream's result to the client's era: the front stamps its own serverInfo,
-    a handshake-era client never sees ``resultType``, a 2026-07-28 one always does."""
-    if modern_front:
-        result.setdefault("resultType", "complete")
-    elif result.get("resultType") == "complete":
-        del result["resultType"]
-    meta = result.get("_meta")
-    if isinstance(meta, dict) and SERVER_INFO_META_KEY in meta:
-        meta = {k: v for k, v in meta.items() if k != SERVER_INFO_META_KEY}
-        if meta:
-            result["_meta"] = meta
-        else:
-            del result["_meta"]
-    return result
+    return ctx is not None and is_modern_version(ctx.protocol_version)
 
 
 def unknown_tool_result(name: str, snapshot: Snapshot) -> dict[str, Any]:
@@ -193,7 +169,7 @@ class SdkOrigin:
 
     async def server_request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
         ctx = self.ctx
-        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        if is_modern_version(ctx.protocol_version):
             raise BridgeUnsupported(
                 f"the client speaks MCP {ctx.protocol_version}, which has no server-to-client requests; "
                 f"{method} from a handshake-era server cannot be forwarded to it yet"
@@ -333,7 +309,7 @@ class Front:
 
     # --- plumbing --------------------------------------------------------------------
     async def _track_middleware(self, ctx: ServerRequestContext[Any, Any], call_next: Any) -> Any:
-        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        if not is_modern_version(ctx.protocol_version):
             self.clients.track(ctx.session._connection)
         return await call_next(ctx)
 
@@ -567,6 +543,3 @@ class Front:
                     await link.notify("notifications/roots/list_changed", None)
                 except Exception:
                     logger.debug("%s: could not forward roots/list_changed", up.name, exc_info=True)
-
-
-Handler = Callable[..., Awaitable[Any]]

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import AsyncIterator
-from typing import Any, Final, Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 import msgspec
 import trio
-
-from actors.catalog import UpstreamLists
 
 T = TypeVar("T")
 
@@ -45,41 +43,6 @@ class Reply(Generic[T]):
         return self._value  # type: ignore[return-value]
 
 
-# --- upstream -> router -----------------------------------------------------------
-
-
-class UpstreamUp(msgspec.Struct, frozen=True):
-    """A server finished its handshake and listed everything."""
-
-    server: str
-    lists: UpstreamLists
-
-
-class UpstreamListed(msgspec.Struct, frozen=True):
-    """A server's list of one kind changed (after its list_changed notification)."""
-
-    server: str
-    kind: str
-    items: tuple[Any, ...]
-
-
-class UpstreamDown(msgspec.Struct, frozen=True):
-    """A server stopped serving. ``withdraw`` removes its tools from clients (circuit open,
-    disabled, removed); otherwise they stay listed through a brief restart."""
-
-    server: str
-    withdraw: bool
-    reason: str | None = None
-
-
-class UpstreamState(msgspec.Struct, frozen=True):
-    """A server's state changed (the router keeps it for pending-tool reports)."""
-
-    server: str
-    state: str
-    reason: str | None = None
-
-
 # --- events published on the supervisor's stream ------------------------------------
 
 
@@ -106,14 +69,7 @@ class CallFinished(msgspec.Struct, frozen=True, tag=True):
     error: str | None = None
 
 
-class Notice(msgspec.Struct, frozen=True, tag=True):
-    """Something a user should know that is not a state change (collisions, config warnings)."""
-
-    text: str
-    server: str | None = None
-
-
-Event = StateChanged | ListChanged | CallFinished | Notice
+Event = StateChanged | ListChanged | CallFinished
 
 SUBSCRIBER_BACKLOG: Final = 1000
 """Events kept for a subscriber that is not reading; older ones are dropped (and counted)."""

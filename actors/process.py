@@ -41,6 +41,9 @@ and FORCE_KILL_TIMEOUT (SDK-NOTES.md §7), DESIGN.md "Behaviour under failure"."
 SWEEP_POLL_S: Final = 0.05
 """How often a group sweep checks whether members are left."""
 
+STREAM_CLOSE_S: Final = 0.5
+"""Bound on closing each of a stopped child's pipes: they close at once or never."""
+
 PROC: Final = "/proc"
 """Where Linux lists processes; elsewhere the group check falls back to ``killpg(pgid, 0)``."""
 
@@ -286,7 +289,7 @@ async def stop_process(proc: trio.Process, *, grace: float = SHUTDOWN_GRACE_S, r
         await _sweep_group(pgid, grace)
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             if stream is not None:
-                with trio.move_on_after(0.5):
+                with trio.move_on_after(STREAM_CLOSE_S):
                     await stream.aclose()
         if reaper is not None:
             await reaper.unregister(pgid)

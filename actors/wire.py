@@ -42,18 +42,6 @@ class Envelope(msgspec.Struct, omit_defaults=True):
     error: Raw | UnsetType = UNSET
 
 
-class ParamsHead(msgspec.Struct):
-    """The keys of ``params`` the proxy routes on; the rest stays raw."""
-
-    name: str | UnsetType = UNSET
-    uri: str | UnsetType = UNSET
-
-
-class ProgressParams(msgspec.Struct, omit_defaults=True):
-    progressToken: int | str | None = None
-    progress: float | None = None
-
-
 class CancelParams(msgspec.Struct, omit_defaults=True):
     requestId: int | str | None = None
     reason: str | UnsetType = UNSET
@@ -69,14 +57,12 @@ _envelope_decoder: Final = msgspec.json.Decoder(Envelope)
 _encoder: Final = msgspec.json.Encoder()
 _dict_decoder: Final = msgspec.json.Decoder(dict[str, Any])
 _raw_map_decoder: Final = msgspec.json.Decoder(dict[str, Raw])
-_progress_decoder: Final = msgspec.json.Decoder(ProgressParams)
 _cancel_decoder: Final = msgspec.json.Decoder(CancelParams)
 _error_decoder: Final = msgspec.json.Decoder(ErrorBody)
 
 decode_envelope = _envelope_decoder.decode
 decode_dict = _dict_decoder.decode
 decode_raw_map = _raw_map_decoder.decode
-decode_progress = _progress_decoder.decode
 decode_cancel = _cancel_decoder.decode
 decode_error = _error_decoder.decode
 encode = _encoder.encode

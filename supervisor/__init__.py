@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from actors import __version__
 
 _EXPORTS = {
     "Config": "supervisor.config",

@@ -32,6 +32,7 @@ from typing import Any, Final
 import msgspec
 import platformdirs
 
+from actors.core.model import ToolEntry, Toolset
 from supervisor._config_build import build
 from supervisor._config_durations import parse_duration
 from supervisor._config_schema import describe_type
@@ -61,6 +62,7 @@ __all__ = [
     "Settings",
     "ToolRef",
     "ToolsetDecl",
+    "declared_toolset",
     "demo_config_path",
     "find_config",
     "load_config",
@@ -203,3 +205,11 @@ def _decode(raw: bytes, label: str, path: Path | None) -> Any:
             line, col = _line_col(raw, len(raw))
             msg = f"JSON is malformed: unexpected end of file (line {line}, column {col})"
         raise ConfigError(f"{label}: {msg}", path) from None
+
+
+def declared_toolset(decl: ToolsetDecl) -> Toolset:
+    """A toolset of the config file, as a read-only `Toolset`."""
+    entries = tuple(ToolEntry(namespaced_name=ref.namespaced_name or "", ref_id=ref.ref_id, alias=ref.alias,
+                              pinned=None) for ref in decl.tools)
+    return Toolset(name=decl.name, tools=entries, description=decl.description, created_at="", updated_at="",
+                   read_only=True)

@@ -329,7 +329,7 @@ async def serve_control(sup: Any, state_dir: Path, *, transport: str = "embedded
     Args:
         sup: the `Supervisor` (``status()``, ``settings``, ``config``; ``equip``,
             ``unequip``, ``reload`` for those ops).
-        state_dir: the state directory (``supervisor.state.state_dir``).
+        state_dir: the state directory (``supervisor.settings.state_dir``).
         transport: what the registration reports (``stdio``, ``http``, ``ws``).
     """
     pid = os.getpid()

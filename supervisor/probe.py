@@ -10,7 +10,7 @@ running proxy:
 * `probe_all`: every given server at once, under one process watchdog, reporting each
   result as it arrives.
 
-It uses the proxy's own connection code (`actors.link.open_stdio_link` /
+It uses the proxy's own connection code (`actors.link.stdio.open_stdio_link` /
 `open_sdk_link`), so a server that passes here starts under the proxy too. Whatever a
 probe starts is stopped and reaped before it returns, cancellation included.
 """
@@ -290,10 +290,10 @@ def load_connection_code() -> None:
 
 async def _probe_stdio(run: _Run, reaper: Any) -> None:
     from actors.link import open_stdio_link
-    from actors.upstream import docker_argv
+    from actors.transports import stdio_argv
 
     spec = run.spec
-    argv = [spec.command or "", *spec.args] if spec.transport == "stdio" else docker_argv(spec)
+    argv = stdio_argv(spec)
 
     def spawned(link: Any) -> None:
         run.link = link

@@ -34,10 +34,11 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
+from actors.core.registry import RegistryCore, diff
 from actors.messages import Reply
-from actors.router import RegistryCore, diff
 from actors.upstream import RouterPort
 from supervisor.config import Config, ConfigError, ServerSpec, Settings, load_config, parse_config
+from supervisor.settings import with_env_overrides
 
 if TYPE_CHECKING:
     from actors.upstream import Upstream
@@ -154,7 +155,7 @@ def plan_reload(running: Mapping[str, ServerSpec], settings: Settings, new: Conf
     )
 
 
-def effective_settings(current: Settings, new: Settings) -> Settings:
+def live_settings(current: Settings, new: Settings) -> Settings:
     """The new settings where they apply live, the current ones where a restart is needed."""
     return dataclasses.replace(current, **{attr: getattr(new, attr) for attr in LIVE_SETTINGS})
 
@@ -244,29 +245,13 @@ def _redeclare(core: RegistryCore, config: Config) -> None:
     """The config file's (read-only) toolsets, as the new file declares them.
 
     An equipped toolset keeps the definition it was equipped with until it is equipped
-    again (actors/toolsets.py: ``equipped`` is a copy).
+    again (actors/core/toolsets.py: ``equipped`` is a copy).
     """
     exposure = core.exposure
     if hasattr(exposure, "declared"):
-        from actors.toolsets import declared_toolset
+        from supervisor.config import declared_toolset
 
         exposure.declared = {name: declared_toolset(decl) for name, decl in config.toolsets.items()}
-
-
-@dataclass(slots=True)
-class _ReloadState:
-    """Per supervisor: reloads happen one at a time."""
-
-    lock: trio.Lock
-
-
-def _state(sup: Supervisor) -> _ReloadState:
-    found = vars(sup).get("_reload_state")
-    if found is None:
-        found = _ReloadState(trio.Lock())
-        vars(sup)["_reload_state"] = found
-    assert isinstance(found, _ReloadState)
-    return found
 
 
 async def reload_supervisor(sup: Supervisor, config: Config | None = None) -> dict[str, Any]:
@@ -290,20 +275,14 @@ async def reload_supervisor(sup: Supervisor, config: Config | None = None) -> di
     the wait, not the reload. Reloads are applied one at a time, in call order.
     """
     done: Reply[dict[str, Any]] = Reply()
-    nursery = getattr(sup, "_tree", None)
-    if nursery is None:
-        return {"ok": False, "errors": ["the supervisor is not running"]}
-    try:
-        nursery.start_soon(_reload_task, sup, config, done)
-    except RuntimeError:  # the tree is closed: the supervisor is shutting down
+    if not sup.start_soon(_reload_task, sup, config, done):
         return {"ok": False, "errors": ["the supervisor is not running"]}
     return await done.wait()
 
 
 async def _reload_task(sup: Supervisor, config: Config | None, done: Reply[dict[str, Any]]) -> None:
-    state = _state(sup)
     try:
-        async with state.lock:
+        async with sup.reload_lock:
             try:
                 result = await _reload(sup, config)
             except Exception as exc:  # a bug, or the tree closing under us: keep the proxy up
@@ -336,8 +315,6 @@ async def apply_config(sup: Supervisor, config: Config) -> dict[str, Any]:
 
     Call it only under the supervisor's reload lock (`reload_supervisor` does).
     """
-    from supervisor.tree import effective_settings as with_env_overrides
-
     try:
         config = dataclasses.replace(config, settings=with_env_overrides(config.settings))
     except ConfigError as err:
@@ -347,7 +324,7 @@ async def apply_config(sup: Supervisor, config: Config) -> dict[str, Any]:
     plan = plan_reload(running, sup.settings, config)
     for key in plan.needs_restart:
         logger.warning('settings "%s" changed: restart the proxy to apply it', key)
-    settings = effective_settings(sup.settings, config.settings)
+    settings = live_settings(sup.settings, config.settings)
     if settings.log_level != sup.settings.log_level:
         logging.getLogger().setLevel(settings.log_level.upper())
     applied = dataclasses.replace(config, settings=settings)
@@ -387,7 +364,7 @@ def _held_upstream(
     sup: Supervisor, spec: ServerSpec, fresh: dict[str, Upstream], ports: list[_HeldPort]
 ) -> Upstream:
     """A new actor for ``spec`` whose messages to the router wait for the commit."""
-    up = sup._make_upstream(spec)
+    up = sup.make_upstream(spec)
     port = _HeldPort(sup.router)
     up.router = port
     ports.append(port)
@@ -399,8 +376,7 @@ async def _start(
     sup: Supervisor, spec: ServerSpec, fresh: dict[str, Upstream], ports: list[_HeldPort], deadline: float
 ) -> None:
     up = _held_upstream(sup, spec, fresh, ports)
-    assert sup._tree is not None
-    await sup._tree.start(up.run)
+    await sup.start_actor(up)
     with trio.move_on_at(deadline):
         await up.first_attempt_done.wait()
 
@@ -422,11 +398,10 @@ async def _replace(
     old.stop()
     with trio.move_on_after(3 * old.spec.shutdown_grace + STOP_MARGIN_S) as waited:
         while old.state is not State.STOPPED:
-            await old._changed.wait()
+            await old.wait_changed()
     if waited.cancelled_caught:
         logger.warning("%s: the old process is still stopping; starting the new one anyway", spec.name)
-    assert sup._tree is not None
-    await sup._tree.start(up.run)
+    await sup.start_actor(up)
     with trio.move_on_at(deadline):
         await up.first_attempt_done.wait()
 

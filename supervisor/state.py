@@ -2,10 +2,10 @@
 
 Owns:
 
-* :func:`state_dir` — where the state lives (``--state-dir``, else ``$MCPVISOR_STATE_DIR``,
-  else the user state dir, ``~/.local/state/mcpvisor`` on Linux).
-* The frozen records :class:`State`, :class:`Toolset`, :class:`ToolEntry`,
-  :class:`PinnedSchema`, :class:`Note`, and their JSON form in ``state.json``.
+* Where the state lives is `supervisor.settings.state_dir`.
+* The JSON form in ``state.json`` of the records in `actors.core.model`
+  (:class:`SavedState`, :class:`Toolset`, :class:`ToolEntry`, :class:`PinnedSchema`,
+  :class:`Note`).
 * :class:`StateStore` — reads and transactional updates of ``state.json``: every update
   is a read-modify-write under the file lock with an atomic write, so two proxies sharing a
   state directory never lose each other's changes and never leave a half-written file.
@@ -19,14 +19,11 @@ does not know (written by a newer one) are kept on every write.
 from __future__ import annotations
 
 import dataclasses
-import os
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-import platformdirs
-
+from actors.core.model import Note, PinnedSchema, SavedState, ToolEntry, Toolset
 from supervisor._atomic import (
     DEFAULT_LOCK_TIMEOUT_S,
     JSONFileError,
@@ -42,21 +39,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CorruptState",
-    "Note",
-    "PinnedSchema",
-    "State",
     "StateError",
     "StateStore",
-    "ToolEntry",
-    "Toolset",
     "ToolsetExists",
     "UnknownToolset",
     "now_iso",
-    "state_dir",
 ]
 
-APP_NAME: Final = "mcpvisor"
-STATE_DIR_ENV: Final = "MCPVISOR_STATE_DIR"
 STATE_FILE: Final = "state.json"
 
 STATE_VERSION: Final = 1
@@ -101,62 +90,9 @@ class UnknownToolset(StateError):
         self.known = list(known)
 
 
-@dataclass(frozen=True, slots=True)
-class PinnedSchema:
-    """A tool's description and schemas as they were when it joined a toolset."""
-
-    description: str | None
-    input_schema: Mapping[str, Any]
-    output_schema: Mapping[str, Any] | None
-
-
-@dataclass(frozen=True, slots=True)
-class ToolEntry:
-    """One tool of a toolset, by namespaced name (``server.tool``) and stable ``ref_id``."""
-
-    namespaced_name: str
-    ref_id: str | None
-    alias: str | None
-    pinned: PinnedSchema | None
-
-
-@dataclass(frozen=True, slots=True)
-class Toolset:
-    """A named subset of tools. ``read_only`` marks one declared in the config file."""
-
-    name: str
-    tools: tuple[ToolEntry, ...]
-    description: str | None
-    created_at: str
-    updated_at: str
-    read_only: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Note:
-    """A user's annotation of a tool, appended to its description when exposed."""
-
-    name: str
-    note: str
-
-
-@dataclass(frozen=True, slots=True)
-class State:
-    """Everything in ``state.json``.
-
-    ``annotations`` maps toolset name -> namespaced tool name -> notes. ``equipped`` and
-    the annotation keys may name toolsets declared in the config file, which are not in
-    ``toolsets``.
-    """
-
-    equipped: str | None
-    toolsets: Mapping[str, Toolset]
-    annotations: Mapping[str, Mapping[str, tuple[Note, ...]]]
-
-
-def _empty_state() -> State:
+def _empty_state() -> SavedState:
     """The state of a directory with no ``state.json``."""
-    return State(equipped=None, toolsets={}, annotations={})
+    return SavedState(equipped=None, toolsets={}, annotations={})
 
 
 def now_iso() -> str:
@@ -166,27 +102,6 @@ def now_iso() -> str:
     timing (which comes from trio's clock).
     """
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def state_dir(
-    explicit: str | os.PathLike[str] | None = None, *, env: Mapping[str, str] | None = None
-) -> Path:
-    """The state directory: ``explicit`` (``--state-dir``), else ``$MCPVISOR_STATE_DIR``,
-    else the platform's user state dir (``~/.local/state/mcpvisor`` on Linux).
-
-    An empty value counts as unset; ``~`` is expanded. The directory is not created here.
-
-    Args:
-        explicit: The ``--state-dir`` option, if given.
-        env: The environment to consult; default :data:`os.environ`.
-    """
-    if explicit is not None and os.fspath(explicit) != "":
-        return Path(explicit).expanduser()
-    value = (os.environ if env is None else env).get(STATE_DIR_ENV)
-    if value:
-        return Path(value).expanduser()
-    # appauthor=False: no "mcpvisor\mcpvisor" doubling on Windows.
-    return Path(platformdirs.user_state_dir(APP_NAME, appauthor=False))
 
 
 class StateStore:
@@ -202,7 +117,7 @@ class StateStore:
         self.path = self.directory / STATE_FILE
         self._lock_timeout = lock_timeout
 
-    def load(self) -> State:
+    def load(self) -> SavedState:
         """The state as it is now; an empty state when there is no ``state.json``.
 
         Takes no lock: writes are atomic, so a reader always sees a whole file.
@@ -214,7 +129,7 @@ class StateStore:
         raw, _ = self._read()
         return _decode_state(raw, self.path)
 
-    def update(self, fn: Callable[[State], State]) -> State:
+    def update(self, fn: Callable[[SavedState], SavedState]) -> SavedState:
         """Apply ``fn`` to the current state and save what it returns.
 
         Read, ``fn`` and write all happen under the directory's file lock, so concurrent
@@ -238,14 +153,14 @@ class StateStore:
         with locked(self.path, self._lock_timeout):
             raw, text = self._read()
             new = fn(_decode_state(raw, self.path))
-            if not isinstance(new, State):
-                raise TypeError(f"update function returned {type(new).__name__}, not State")
+            if not isinstance(new, SavedState):
+                raise TypeError(f"update function returned {type(new).__name__}, not SavedState")
             out = dump_json(_encode_state(new, raw))
             if out != text:
                 atomic_write_text(self.path, out)
         return new
 
-    def save_toolset(self, toolset: Toolset, *, replace: bool = False) -> State:
+    def save_toolset(self, toolset: Toolset, *, replace: bool = False) -> SavedState:
         """Save ``toolset`` (after the others; a replaced one keeps its place and ``created_at``).
 
         Raises:
@@ -255,7 +170,7 @@ class StateStore:
         if toolset.read_only:
             raise StateError(f"toolset {toolset.name!r} is declared in the config file and is read-only")
 
-        def change(state: State) -> State:
+        def change(state: SavedState) -> SavedState:
             existing = state.toolsets.get(toolset.name)
             if existing is not None and not replace:
                 raise ToolsetExists(toolset.name)
@@ -266,17 +181,17 @@ class StateStore:
 
         return self.update(change)
 
-    def delete_toolset(self, name: str) -> State:
+    def delete_toolset(self, name: str) -> SavedState:
         """Delete toolset ``name``, unequip it if it was equipped, and drop its annotations.
 
         Raises:
             UnknownToolset: No saved toolset has that name (the error lists those that do).
         """
 
-        def change(state: State) -> State:
+        def change(state: SavedState) -> SavedState:
             if name not in state.toolsets:
                 raise UnknownToolset(name, sorted(state.toolsets))
-            return State(
+            return SavedState(
                 equipped=None if state.equipped == name else state.equipped,
                 toolsets={key: ts for key, ts in state.toolsets.items() if key != name},
                 annotations={key: notes for key, notes in state.annotations.items() if key != name},
@@ -284,18 +199,18 @@ class StateStore:
 
         return self.update(change)
 
-    def set_equipped(self, name: str | None) -> State:
+    def set_equipped(self, name: str | None) -> SavedState:
         """Record ``name`` as the equipped toolset (None: nothing equipped).
 
         The name is not checked against the saved toolsets: it may be declared in the config.
         """
         return self.update(lambda state: dataclasses.replace(state, equipped=name))
 
-    def add_notes(self, toolset: str, namespaced_name: str, notes: Sequence[Note]) -> State:
+    def add_notes(self, toolset: str, namespaced_name: str, notes: Sequence[Note]) -> SavedState:
         """Annotate ``namespaced_name`` in ``toolset``: a note whose name exists replaces it
         in place, a new one is appended."""
 
-        def change(state: State) -> State:
+        def change(state: SavedState) -> SavedState:
             per_toolset = dict(state.annotations.get(toolset, {}))
             merged = list(per_toolset.get(namespaced_name, ()))
             for note in notes:
@@ -353,8 +268,8 @@ _KIND_NAMES: Final[Mapping[type, str]] = {
 }
 
 
-def _decode_state(doc: dict[str, Any], path: Path) -> State:
-    """The :class:`State` in a parsed ``state.json``, or CorruptState saying what is wrong."""
+def _decode_state(doc: dict[str, Any], path: Path) -> SavedState:
+    """The :class:`SavedState` in a parsed ``state.json``, or CorruptState saying what is wrong."""
     try:
         version = _get(doc, "version", "state", (int,), required=False)
         if version is not None and version < 1:
@@ -373,7 +288,7 @@ def _decode_state(doc: dict[str, Any], path: Path) -> State:
     except _Shape as exc:
         where, problem = exc.args
         raise CorruptState(path, f"{where.removeprefix('state.')} {problem}") from None
-    return State(equipped=equipped, toolsets=toolsets, annotations=annotations)
+    return SavedState(equipped=equipped, toolsets=toolsets, annotations=annotations)
 
 
 def _object(value: Any, where: str) -> dict[str, Any]:
@@ -456,7 +371,7 @@ def _claim(raw_items: list[Any], key: str, value: str) -> dict[str, Any] | None:
     return None
 
 
-def _encode_state(state: State, raw: dict[str, Any]) -> dict[str, Any]:
+def _encode_state(state: SavedState, raw: dict[str, Any]) -> dict[str, Any]:
     """The JSON form of ``state``, keeping what ``raw`` (the file's document) holds that we do not know."""
     if state.equipped is not None and not isinstance(state.equipped, str):
         raise StateError(f"equipped must be a toolset name or None, not {state.equipped!r}")

@@ -12,37 +12,45 @@ Owns the `Supervisor` object an embedding program (or the CLI) holds:
   start at most ``settings.startupWait``; what arrives later reaches clients by
   ``list_changed``;
 * the exposure (``settings.exposure``, ``$MCPVISOR_EXPOSURE``): the toolsets and
-  configuration mode of `actors.toolsets`, restored from the state directory before
-  the router starts, and the management tools of `actors.menu`.
+  configuration mode of `actors.core.toolsets`, restored from the state directory before
+  the router starts, and the management tools of `supervisor.menu`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import random
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
 
 import trio
 
-from actors.catalog import Snapshot
+from actors.core.catalog import Snapshot
+from actors.core.model import SavedState
+from actors.core.registry import Changes, RegistryCore, ServerFilter
+from actors.core.toolsets import ToolsetError, ToolsetExposure
+from actors.eras import strip_upstream_stamps
 from actors.errors import ProxyError
-from actors.front import Front, strip_upstream_stamps, unknown_tool_result
+from actors.front import Front, unknown_tool_result
 from actors.link import CallOrigin
-from actors.menu import DEFINITIONS, Menu
 from actors.messages import CallFinished, Event, EventBus, ListChanged
 from actors.process import Reaper, open_reaper
-from actors.router import Changes, RegistryCore, Router, ServerFilter
-from actors.toolsets import MODES, ToolsetError, ToolsetExposure, declared_toolset
+from actors.router import Router
 from actors.upstream import Hooks, State, Upstream, UpstreamStatus
-from supervisor.config import Config, ConfigError, ServerSpec, Settings, load_config, parse_config
-from supervisor.state import STATE_DIR_ENV, CorruptState, StateStore
-from supervisor.state import state_dir as user_state_dir
-from supervisor.state import State as SavedState
+from supervisor.config import (
+    Config,
+    ServerSpec,
+    declared_toolset,
+    load_config,
+    parse_config,
+)
+from supervisor.menu import DEFINITIONS, Menu
+from supervisor.settings import state_dir as resolve_state_dir
+from supervisor.settings import with_env_overrides
+from supervisor.state import CorruptState, StateStore
 
 logger = logging.getLogger(__name__)
 
@@ -63,39 +71,6 @@ def server_filter(spec: ServerSpec) -> ServerFilter:
     if spec.exposed_tools is not None:
         exposed = {t.original: t.exposed for t in spec.exposed_tools}
     return ServerFilter(exposed=exposed, hidden=frozenset(spec.hidden_tools))
-
-
-EXPOSURE_ENV: Final = "MCPVISOR_EXPOSURE"
-"""Overrides ``settings.exposure`` (issue: toolsets and configuration mode)."""
-
-
-def effective_settings(settings: Settings, env: Mapping[str, str] | None = None) -> Settings:
-    """``settings`` with ``$MCPVISOR_EXPOSURE`` applied and the exposure checked.
-
-    Raises:
-        ConfigError: the exposure is ``discovery`` (arrives in a later release) or unknown.
-    """
-    value = (os.environ if env is None else env).get(EXPOSURE_ENV, "").strip()
-    source = f"${EXPOSURE_ENV}" if value else "settings.exposure"
-    value = value or settings.exposure
-    if value == "discovery":
-        raise ConfigError(f'{source} is "discovery": lazy discovery (discover_tool, use_tool, load_mcp) arrives '
-                          'in a later release of mcpvisor; use "menu" (the default) or "all" for now')
-    if value not in MODES:
-        raise ConfigError(f"{source} is {value!r}; use one of: {', '.join(MODES)}")
-    return settings if value == settings.exposure else dataclasses.replace(settings, exposure=value)
-
-
-def resolve_state_dir(settings: Settings, explicit: str | os.PathLike[str] | None = None,
-                      env: Mapping[str, str] | None = None) -> Path:
-    """The state directory: ``explicit`` (``--state-dir``), ``$MCPVISOR_STATE_DIR``,
-    ``settings.stateDir``, else the user state dir (``~/.local/state/mcpvisor``)."""
-    env = os.environ if env is None else env
-    if explicit is not None and os.fspath(explicit):
-        return Path(explicit).expanduser()
-    if env.get(STATE_DIR_ENV):
-        return Path(env[STATE_DIR_ENV]).expanduser()
-    return user_state_dir(settings.state_dir, env={})
 
 
 class _Hooks(Hooks):
@@ -121,7 +96,7 @@ class Supervisor:
     def __init__(self, config: Config, *, reaper: Reaper | None, rng: random.Random | None = None,
                  state_dir: str | os.PathLike[str] | None = None) -> None:
         self.config = config
-        self.settings = effective_settings(config.settings)
+        self.settings = with_env_overrides(config.settings)
         self.event_bus = EventBus()
         self.reaper = reaper
         self._rng = rng or random.Random()
@@ -129,7 +104,7 @@ class Supervisor:
         self.front = Front(self, name="mcpvisor", version=_version(),
                            instructions="mcpvisor: one MCP server in front of several; tool names are prefixed "
                                         "with the name of the server that provides them.")
-        self.store = StateStore(resolve_state_dir(self.settings, state_dir))
+        self.store = StateStore(resolve_state_dir(state_dir, configured=self.settings.state_dir))
         self.toolsets = ToolsetExposure(
             self.settings.exposure,
             definitions=DEFINITIONS,
@@ -149,6 +124,8 @@ class Supervisor:
         self._hooks = _Hooks(self)
         self._startup_done = trio.Event()
         self._tree: trio.Nursery | None = None
+        self.reload_lock = trio.Lock()
+        """Reloads are applied one at a time, in call order (`supervisor.reload`)."""
         self._root: trio.Nursery | None = None
 
     # --- the embedding API --------------------------------------------------------------
@@ -175,7 +152,7 @@ class Supervisor:
                 pending = [u for u in self.upstreams.values() if u.state not in SETTLED_STATES]
                 if not pending:
                     break
-                await pending[0]._changed.wait()
+                await pending[0].wait_changed()
         return [name for name, u in self.upstreams.items() if u.state not in READY_STATES and u.state is not State.IDLE]
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -228,7 +205,7 @@ class Supervisor:
             The ``get-active-toolset`` report: each tool's state, the names clients see.
 
         Raises:
-            actors.toolsets.ToolsetError: unknown toolset (``data["toolsets"]`` lists
+            actors.core.toolsets.ToolsetError: unknown toolset (``data["toolsets"]`` lists
                 those that exist), a schema change refused by ``pinSchemas``, or the
                 state directory cannot be written.
         """
@@ -238,7 +215,7 @@ class Supervisor:
         """Unequip the current toolset: back to the menu (``all`` exposure: every tool).
 
         Raises:
-            actors.toolsets.ToolsetError: nothing is equipped, or the state cannot be written.
+            actors.core.toolsets.ToolsetError: nothing is equipped, or the state cannot be written.
         """
         return await self.menu.unequip()
 
@@ -276,16 +253,32 @@ class Supervisor:
         self.event_bus.publish(ListChanged(changes.kinds(), snapshot.version))
 
     # --- lifecycle -------------------------------------------------------------------------
-    def _make_upstream(self, spec: ServerSpec) -> Upstream:
+    def make_upstream(self, spec: ServerSpec) -> Upstream:
+        """A new actor for ``spec`` wired to this tree (not started: `start_actor`)."""
         return Upstream(spec, router=self.router, events=self.event_bus, hooks=self._hooks, reaper=self.reaper,
                         max_message=self.settings.max_message_bytes, rng=self._rng, era_memory=self._era_memory)
 
     async def start_server(self, spec: ServerSpec) -> Upstream:
-        assert self._tree is not None
-        up = self._make_upstream(spec)
+        up = self.make_upstream(spec)
         self.upstreams[spec.name] = up
-        await self._tree.start(up.run)
+        await self.start_actor(up)
         return up
+
+    async def start_actor(self, up: Upstream) -> None:
+        """Run ``up`` as a child of the tree; returns once it has started."""
+        assert self._tree is not None, "the supervisor is not running"
+        await self._tree.start(up.run)
+
+    def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> bool:
+        """Run ``fn(*args)`` as a task of the tree; False when the tree is not running
+        (not started yet, or shutting down)."""
+        if self._tree is None:
+            return False
+        try:
+            self._tree.start_soon(fn, *args)
+        except RuntimeError:  # the tree is closed: the supervisor is shutting down
+            return False
+        return True
 
     async def _startup_gate(self) -> None:
         eager = [u for u in self.upstreams.values() if not u.spec.lazy]
@@ -352,14 +345,14 @@ async def open_supervisor(
 
     Raises:
         ConfigError: ``settings.exposure`` / ``$MCPVISOR_EXPOSURE`` is not usable.
-        actors.toolsets.ToolsetError: ``toolset`` does not exist.
+        actors.core.toolsets.ToolsetError: ``toolset`` does not exist.
         (Both before anything is started.)
 
     Leaving the block stops everything: each server's process group is stopped
     (close stdin, SIGTERM, SIGKILL, bounded) and reaped; no task or process survives.
     """
     cfg = coerce_config(config)
-    store = StateStore(resolve_state_dir(effective_settings(cfg.settings), state_dir))
+    store = StateStore(resolve_state_dir(state_dir, configured=with_env_overrides(cfg.settings).state_dir))
     saved = await _load_state(store, cfg, toolset)
     async with open_reaper() as reaper, trio.open_nursery() as root:
         sup = Supervisor(cfg, reaper=reaper, rng=rng, state_dir=store.directory)

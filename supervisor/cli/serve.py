@@ -165,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
     logger.info("config: %s (%s)", path, why)
     for warning in config.warnings:
         logger.warning("%s", warning)
-    from actors.toolsets import ToolsetError
+    from actors.core.toolsets import ToolsetError
 
     try:
         trio.run(_main, args, config)
@@ -182,7 +182,7 @@ async def _main(args: argparse.Namespace, config: Any) -> None:
     import trio
 
     from supervisor._serve import serve
-    from supervisor.state import state_dir as user_state_dir
+    from supervisor.settings import state_dir as user_state_dir
     from supervisor.tree import open_supervisor
 
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:

@@ -84,7 +84,7 @@ def no_proxy_message(state_dir: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from supervisor.state import state_dir
+    from supervisor.settings import state_dir
 
     directory = state_dir(args.state_dir)
     if args.watch:

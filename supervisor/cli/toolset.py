@@ -24,8 +24,8 @@ from supervisor.cli import _output as out
 from supervisor.cli.config_cmd import CommandError, config_option, load_lenient, locate, reporting, usage
 
 if TYPE_CHECKING:
+    from actors.core.model import SavedState, Toolset
     from supervisor.config import Config
-    from supervisor.state import State, Toolset
 
 CONTROL_TIMEOUT_S: Final = 10.0
 """Bound on one request to a running proxy's control socket (an equip is one router step
@@ -202,7 +202,7 @@ class _Context:
         self.store = StateStore(self.state_dir)
 
     def declared(self) -> dict[str, Toolset]:
-        from supervisor.state import ToolEntry, Toolset
+        from actors.core.model import ToolEntry, Toolset
 
         if self.config is None:
             return {}
@@ -221,7 +221,7 @@ class _Context:
             for name, decl in self.config.toolsets.items()
         }
 
-    def every(self, state: State) -> dict[str, Toolset]:
+    def every(self, state: SavedState) -> dict[str, Toolset]:
         found = self.declared()
         for name, ts in state.toolsets.items():
             found.setdefault(name, ts)
@@ -229,16 +229,10 @@ class _Context:
 
 
 def _state_dir(explicit: str | None, settings: Any) -> Path:
-    """The proxy's own rule (`supervisor.tree.resolve_state_dir`), without importing the proxy."""
-    import os
+    """The proxy's own rule (`supervisor.settings.state_dir`)."""
+    from supervisor.settings import state_dir
 
-    from supervisor.state import STATE_DIR_ENV, state_dir
-
-    if explicit:
-        return Path(explicit).expanduser()
-    if os.environ.get(STATE_DIR_ENV):
-        return Path(os.environ[STATE_DIR_ENV]).expanduser()
-    return state_dir(settings.state_dir, env={})
+    return state_dir(explicit, configured=settings.state_dir)
 
 
 def _unknown(name: str, known: Sequence[str]) -> CommandError:
@@ -383,8 +377,9 @@ def _check_tools(ctx: _Context, refs: Sequence[str], timeout: float) -> dict[str
 
 @_fails
 def run_create(args: argparse.Namespace) -> int:
+    from actors.core.model import ToolEntry, Toolset
     from supervisor._config_types import NAME_RE
-    from supervisor.state import ToolEntry, Toolset, ToolsetExists, now_iso
+    from supervisor.state import ToolsetExists, now_iso
 
     ctx = _Context(args)
     if not NAME_RE.match(args.name):
@@ -408,7 +403,7 @@ def run_create(args: argparse.Namespace) -> int:
             out.note("note: no config found, so the tools were not checked")
         entries = [ToolEntry(ref, None, None, None) for ref in refs]
     else:
-        from actors.toolsets import pin_of, ref_id
+        from actors.core.toolsets import pin_of, ref_id
 
         tools = _check_tools(ctx, refs, args.timeout)
         for ref in refs:
@@ -479,7 +474,7 @@ def _running(args: argparse.Namespace, state_dir: Path) -> list[Any]:
         from supervisor.control import list_running
     except ImportError:
         return []
-    from supervisor.state import state_dir as registration_dir
+    from supervisor.settings import state_dir as registration_dir
 
     found: dict[int, Any] = {}
     for directory in dict.fromkeys((state_dir, registration_dir(getattr(args, "state_dir", None)))):

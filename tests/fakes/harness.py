@@ -18,9 +18,10 @@ from typing import Any, Final
 
 import trio
 
-from actors.catalog import tool_hints
+from actors.core.catalog import tool_hints
+from actors.core.registry import Changes, RegistryCore
 from actors.messages import Event, EventBus, StateChanged
-from actors.router import Changes, RegistryCore, Router
+from actors.router import Router
 from actors.upstream import Hooks, Upstream
 from supervisor.config import ServerSpec
 from tests.fakes.links import FakeUpstream

@@ -25,7 +25,7 @@ import trio
 
 from actors import wire
 from actors.errors import UpstreamDied
-from actors.link import Link, LinkEvents, _Pending
+from actors.link.base import Link, LinkEvents, Pending
 from actors.process import describe_exit
 
 _pids = itertools.count(40000)
@@ -127,11 +127,11 @@ class FakeLink(Link):
             self.stderr.lines.append(stderr)
         tail = self.stderr.tail()
         reason = describe_exit(status)
-        self._close(f"{reason}: {tail}" if tail else reason)
+        self.close(f"{reason}: {tail}" if tail else reason)
 
     def later(self, delay: float, fn: Callable[[], Any]) -> None:
         """Run ``fn`` after ``delay`` seconds unless the process is gone by then."""
-        assert self._nursery is not None
+        assert self.nursery is not None
 
         async def run() -> None:
             await trio.sleep(delay)
@@ -140,7 +140,7 @@ class FakeLink(Link):
                 if hasattr(result, "__await__"):
                     await result
 
-        self._nursery.start_soon(run)
+        self.nursery.start_soon(run)
 
     async def send_progress(self, request_id: str, progress: float) -> None:
         await self._progress(request_id, {"progressToken": request_id, "progress": progress})
@@ -153,7 +153,7 @@ class FakeLink(Link):
             cancel = (trio.current_time(), str(params.get("requestId")), params.get("reason"))
             self.fake.cancelled.append(cancel)
 
-    async def _send_and_wait(self, pending: _Pending, params: dict[str, Any]) -> wire.Envelope:
+    async def _send_and_wait(self, pending: Pending, params: dict[str, Any]) -> wire.Envelope:
         self.fake.seen.append(Seen(trio.current_time(), self.pid, pending.method, params, pending.proxy_id))
         if not self.hung:
             self.fake.handle(self, pending.proxy_id, pending.method, params)
@@ -233,14 +233,14 @@ class FakeUpstream:
         on_spawn(link)
         try:
             async with trio.open_nursery() as nursery:
-                link._nursery = nursery
+                link.nursery = nursery
                 try:
                     await self.on_start(link)
                     if link.close_reason is not None:
                         raise UpstreamDied(up.name, link.close_reason)
                     yield link
                 finally:
-                    link._close(link.close_reason or "stopped by mcpvisor")
+                    link.close(link.close_reason or "stopped by mcpvisor")
                     nursery.cancel_scope.cancel()
         finally:
             if link.proc.returncode is None:

@@ -33,7 +33,7 @@ import trio
 import trio.testing
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
 
-from actors.catalog import Snapshot, ToolRoute
+from actors.core.catalog import Snapshot, ToolRoute
 from actors.front import Front
 from actors.link import StdioLink
 from actors.process import StderrLog
@@ -285,7 +285,7 @@ def new_link(protocol_version: str) -> tuple[StdioLink, ScriptedServer]:
 
 def start_link(link: StdioLink, nursery: trio.Nursery) -> None:
     """The link's reader and deadline wheel, as `open_stdio_link` runs them."""
-    link._nursery = nursery
+    link.nursery = nursery
     nursery.start_soon(link.pump_stdout)
     nursery.start_soon(link.run_deadlines)
 

@@ -47,7 +47,7 @@ class StubSupervisor:
         return {"equipped": name, "tools": ("a", "b")}
 
     async def unequip(self) -> dict[str, Any]:
-        raise NotImplementedError("toolsets arrive with actors/menu.py")
+        raise NotImplementedError("toolsets arrive with supervisor/menu.py")
 
     async def reload(self) -> dict[str, Any]:
         return {"changed": []}

@@ -1,0 +1,444 @@
+"""Restart policy of one upstream server: backoff, circuit breaker, intensity window.
+
+Sans-IO: plain synchronous classes with no ``await`` and no clock reads. The caller
+passes ``now`` (seconds on the Trio clock, ``trio.current_time()``), so trio's MockClock
+drives every timer, and a seeded :class:`random.Random` makes the jitter reproducible.
+
+This module owns:
+
+* :class:`PolicyConfig`: the per-server numbers (DESIGN.md "Behaviour under failure").
+* :class:`RestartPolicy`: what an upstream actor does next after a start, a crash or a
+  clean stop: start now, back off for a delay, or wait for the circuit to allow a trial.
+  It owns the failure streak, the backoff attempt counter, the circuit state (closed,
+  open, half open, and closed on probation after a trial) and the open period.
+* The decisions it hands back (:class:`StartNow`, :class:`WaitUntil`, :class:`Backoff`,
+  :class:`OpenCircuit`) and its frozen :class:`PolicyStatistics` record.
+
+The actor's loop::
+
+    policy = RestartPolicy(PolicyConfig.from_spec(spec), rng=random.Random(seed))
+    while True:
+        d = policy.before_start(trio.current_time())
+        if isinstance(d, WaitUntil):
+            await trio.sleep_until(d.until)   # calls fail fast meanwhile (CircuitOpen)
+            continue
+        ...start the server...; on_ready() when listed; on_failure() when it dies
+        ...Backoff: sleep d.delay; OpenCircuit: loop (before_start returns WaitUntil)
+
+A clean stop on request is not a failure (:meth:`RestartPolicy.on_stopped`). Time must
+not go backwards between calls.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, TypeAlias, cast
+
+import tenacity
+
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
+
+DEFAULT_RESTART_DELAY_S: Final = 0.25
+"""First backoff delay. DESIGN.md "restart backoff": 0.25 s doubling (systemd's
+RestartSec is 100 ms, the kubelet's first delay 10 s)."""
+DEFAULT_RESTART_DELAY_MAX_S: Final = 30.0
+"""Backoff cap. DESIGN.md: "doubling to 30 s"; RELIABILITY.md's tenacity ``max=30``."""
+DEFAULT_JITTER_S: Final = 0.25
+"""Most random seconds added to a delay. RELIABILITY.md pairs ``jitter=1`` with a 1 s
+first delay; DESIGN.md starts at 0.25 s, so the jitter is one first delay, as there."""
+DEFAULT_RESTART_RESET_AFTER_S: Final = 60.0
+"""Healthy uptime that forgives past failures. DESIGN.md: "reset after 60 s of healthy
+uptime" (the kubelet waits 10 min)."""
+DEFAULT_CIRCUIT_FAILURES: Final = 5
+"""Consecutive failures that open the circuit. DESIGN.md; pybreaker's ``fail_max=5``."""
+DEFAULT_CIRCUIT_OPEN_FOR_S: Final = 30.0
+"""First open period. DESIGN.md "circuit open for 30 s" (pybreaker 60 s, Hystrix 5 s)."""
+DEFAULT_CIRCUIT_OPEN_MAX_S: Final = 300.0
+"""Longest open period. DESIGN.md "at most 5 min"; the kubelet's 5 min backoff cap."""
+BACKOFF_EXP_BASE: Final = 2
+"""Backoff growth per consecutive failure. DESIGN.md "doubling"; tenacity's default."""
+CIRCUIT_OPEN_GROWTH: Final = 2
+"""Open-period growth per failed trial. DESIGN.md "doubling per failed trial"."""
+HALF_OPEN_MAX_TRIALS: Final = 1
+"""Starts allowed while half open. RELIABILITY.md: "Half-open allows 1 probe"."""
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    """The numbers of one server's restart policy; all in seconds except counts.
+
+    Raises:
+        ValueError: on construction, for a negative, infinite or NaN duration, a
+            ``restart_delay_max`` below ``restart_delay``, a ``circuit_open_max`` below
+            ``circuit_open_for``, a zero ``circuit_open_for`` or ``circuit_failures < 1``.
+    """
+
+    restart_delay: float = DEFAULT_RESTART_DELAY_S
+    restart_delay_max: float = DEFAULT_RESTART_DELAY_MAX_S
+    jitter: float = DEFAULT_JITTER_S
+    restart_reset_after: float = DEFAULT_RESTART_RESET_AFTER_S
+    circuit_failures: int = DEFAULT_CIRCUIT_FAILURES
+    circuit_open_for: float = DEFAULT_CIRCUIT_OPEN_FOR_S
+    circuit_open_max: float = DEFAULT_CIRCUIT_OPEN_MAX_S
+
+    def __post_init__(self) -> None:
+        for name in ("restart_delay", "restart_delay_max", "jitter", "restart_reset_after",
+                     "circuit_open_for", "circuit_open_max"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
+        if self.restart_delay_max < self.restart_delay:
+            raise ValueError(f"restart_delay_max ({self.restart_delay_max}) is below "
+                             f"restart_delay ({self.restart_delay})")
+        if self.circuit_open_for <= 0:
+            # A zero open period would let trials run back to back: the hammering we prevent.
+            raise ValueError("circuit_open_for must be > 0")
+        if self.circuit_open_max < self.circuit_open_for:
+            raise ValueError(f"circuit_open_max ({self.circuit_open_max}) is below "
+                             f"circuit_open_for ({self.circuit_open_for})")
+        if self.circuit_failures < 1:
+            raise ValueError(f"circuit_failures must be >= 1, got {self.circuit_failures!r}")
+
+    @classmethod
+    def from_spec(cls, spec: object) -> PolicyConfig:
+        """Build a config from any object with the policy's attribute names.
+
+        Reads ``restart_delay``, ``restart_delay_max``, ``restart_reset_after``,
+        ``circuit_failures``, ``circuit_open_for``, ``circuit_open_max`` and, if present,
+        ``jitter`` (``supervisor.config.ServerSpec`` has them). An attribute that is
+        missing or ``None`` takes the default.
+
+        Args:
+            spec: the object to read, duck-typed.
+
+        Returns:
+            The validated config.
+
+        Raises:
+            ValueError: as for the constructor.
+        """
+        defaults = cls()
+
+        def seconds(name: str) -> float:
+            value = getattr(spec, name, None)
+            return float(getattr(defaults, name) if value is None else value)
+
+        failures = getattr(spec, "circuit_failures", None)
+        return cls(
+            restart_delay=seconds("restart_delay"),
+            restart_delay_max=seconds("restart_delay_max"),
+            jitter=seconds("jitter"),
+            restart_reset_after=seconds("restart_reset_after"),
+            circuit_failures=defaults.circuit_failures if failures is None else int(failures),
+            circuit_open_for=seconds("circuit_open_for"),
+            circuit_open_max=seconds("circuit_open_max"),
+        )
+
+
+DEFAULT_POLICY_CONFIG: Final = PolicyConfig()
+"""The DESIGN.md defaults."""
+
+
+class CircuitState(enum.Enum):
+    """Breaker state. A trial that became ready is CLOSED (on probation, see RestartPolicy)."""
+
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
+@dataclass(frozen=True, slots=True)
+class StartNow:
+    """Start the server now; ``trial`` is True for the single half-open probe."""
+
+    trial: bool
+
+
+@dataclass(frozen=True, slots=True)
+class WaitUntil:
+    """Do not start before ``until`` (Trio clock); calls should fail fast with ``reason``."""
+
+    until: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Sleep ``delay`` seconds, then ask ``before_start`` again; ``attempt`` counts from 1."""
+
+    delay: float
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class OpenCircuit:
+    """The circuit opened (or re-opened) until ``until``, a period of ``open_for`` seconds."""
+
+    until: float
+    open_for: float
+    reason: str
+
+
+Decision: TypeAlias = StartNow | WaitUntil | Backoff | OpenCircuit
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyStatistics:
+    """A snapshot of a :class:`RestartPolicy` for status, tests and bench.
+
+    Attributes:
+        circuit: the breaker state.
+        consecutive_failures: the current failure streak (0 after a healthy run).
+        total_failures: every failure since construction (kept by ``reset()``).
+        starts: every start allowed since construction (kept by ``reset()``).
+        retry_at: when OPEN, when the trial start is allowed; when HALF_OPEN, the same
+            time (the trial is running); None when CLOSED.
+        open_for: when OPEN or HALF_OPEN the current open period; when CLOSED the period
+            the circuit would open for next (doubled while on probation).
+        last_failure_reason: the reason given to the last counted failure.
+        ready_since: when the running server became ready, None if it is not.
+    """
+
+    circuit: CircuitState
+    consecutive_failures: int
+    total_failures: int
+    starts: int
+    retry_at: float | None
+    open_for: float | None
+    last_failure_reason: str | None
+    ready_since: float | None
+
+
+@dataclass(slots=True)
+class _Attempt:
+    """The one field of tenacity's RetryCallState its ``wait_*`` strategies read."""
+
+    attempt_number: int
+
+
+class RestartPolicy:
+    """When to restart one upstream server: exponential backoff and a circuit breaker.
+
+    * CLOSED: each failure (a failed start or a crash, however long after the start)
+      extends the streak and returns :class:`Backoff` with tenacity's exponential delay
+      plus jitter, capped at ``restart_delay_max``. The ``circuit_failures``-th failure
+      in a row returns :class:`OpenCircuit` instead (pybreaker: consecutive failures).
+    * OPEN: :meth:`before_start` returns :class:`WaitUntil` until ``retry_at``, then
+      moves to HALF_OPEN and returns ``StartNow(trial=True)`` once.
+    * HALF_OPEN: further :meth:`before_start` calls return ``WaitUntil(retry_at)`` (a
+      time already past): the trial's outcome, not a timer, ends this state, so the
+      caller must not poll. A failure re-opens the circuit for twice the last period,
+      capped at ``circuit_open_max``; :meth:`on_ready` closes it on probation.
+    * Probation: CLOSED, but a failure before ``restart_reset_after`` of uptime re-opens
+      the circuit at once at the next (doubled) period, so a server that starts fine and
+      crashes a second later cannot escape the breaker.
+    * Forgiveness: a server ready for at least ``restart_reset_after`` seconds has its
+      streak, backoff attempt counter, probation and open level cleared; this is applied
+      by the next call that passes ``now``.
+
+    Not thread-safe; one actor owns it.
+    """
+
+    def __init__(self, config: PolicyConfig = DEFAULT_POLICY_CONFIG, *,
+                 rng: random.Random | None = None) -> None:
+        """Create a fresh CLOSED policy.
+
+        Args:
+            config: the numbers; the DESIGN.md defaults if omitted.
+            rng: the jitter source; seed it for reproducible delays. A fresh unseeded
+                ``random.Random()`` if omitted.
+        """
+        self._config = config
+        self._rng = rng if rng is not None else random.Random()
+        # tenacity's formula, min(restart_delay * 2**(n-1), restart_delay_max); only its
+        # wait strategy: its stop/timers read time.monotonic() (STYLE.md rule 15).
+        self._wait = tenacity.wait_exponential(
+            multiplier=config.restart_delay, max=config.restart_delay_max, exp_base=BACKOFF_EXP_BASE)
+        self._total_failures = 0
+        self._starts = 0
+        self._last_failure_reason: str | None = None
+        self._clear()
+
+    def _clear(self) -> None:
+        """Forget the streak, circuit and run state (lifetime counters stay)."""
+        self._circuit = CircuitState.CLOSED
+        self._streak = 0
+        self._probation = False
+        self._last_open_for: float | None = None
+        self._retry_at: float | None = None
+        self._open_reason = ""
+        self._trials = 0
+        self._ready_since: float | None = None
+
+    @property
+    def circuit(self) -> CircuitState:
+        """The breaker state as of the last call (a healthy-uptime reset is applied lazily)."""
+        return self._circuit
+
+    @property
+    def config(self) -> PolicyConfig:
+        """The numbers this policy runs with (an actor rebuilds it when they change)."""
+        return self._config
+
+    def before_start(self, now: float) -> StartNow | WaitUntil:
+        """Ask whether the server may be started now; records the start if so.
+
+        Args:
+            now: the Trio clock.
+
+        Returns:
+            ``StartNow(trial=False)`` when CLOSED. When OPEN: ``WaitUntil(retry_at)``
+            before ``retry_at``, then (state HALF_OPEN) ``StartNow(trial=True)`` exactly
+            once. When HALF_OPEN with the trial running: ``WaitUntil(retry_at)`` again,
+            never a second start. The policy does not enforce :class:`Backoff` delays;
+            the caller sleeps them.
+        """
+        self._settle(now)
+        if self._circuit is CircuitState.OPEN:
+            assert self._retry_at is not None
+            if now < self._retry_at:
+                return WaitUntil(self._retry_at, self._open_reason)
+            self._circuit = CircuitState.HALF_OPEN  # pybreaker: timeout elapsed -> half open
+        if self._circuit is CircuitState.HALF_OPEN:
+            assert self._retry_at is not None
+            if self._trials >= HALF_OPEN_MAX_TRIALS:
+                return WaitUntil(self._retry_at, f"trial start in progress; {self._open_reason}")
+            self._trials += 1
+            self._starts += 1
+            return StartNow(trial=True)
+        self._starts += 1
+        return StartNow(trial=False)
+
+    def on_ready(self, now: float) -> None:
+        """Record that the server finished its handshake and first listing.
+
+        During HALF_OPEN this closes the circuit on probation. Calling it twice for one
+        run keeps the first time.
+
+        Args:
+            now: the Trio clock.
+
+        Raises:
+            RuntimeError: while OPEN: no start was allowed, so the caller has a bug.
+        """
+        self._settle(now)
+        if self._circuit is CircuitState.OPEN:
+            raise RuntimeError("on_ready() while the circuit is open: before_start() allowed no start")
+        if self._circuit is CircuitState.HALF_OPEN:
+            self._circuit = CircuitState.CLOSED
+            self._probation = True
+            self._retry_at = None
+            self._trials = 0
+        if self._ready_since is None:
+            self._ready_since = now
+
+    def on_failure(self, now: float, reason: str) -> Backoff | OpenCircuit:
+        """Record a failed start or a crash and say what to do next.
+
+        Args:
+            now: the Trio clock.
+            reason: what happened, for status and error messages (``"exited with 1"``).
+
+        Returns:
+            ``Backoff(delay, attempt)`` while the circuit stays closed, else
+            ``OpenCircuit(until=now + open_for, ...)``. While OPEN (nothing can be
+            running, so this is a duplicate report of the failure that opened it) the
+            current ``OpenCircuit`` is returned again and nothing is counted.
+        """
+        self._settle(now)
+        if self._circuit is CircuitState.OPEN:
+            assert self._retry_at is not None
+            assert self._last_open_for is not None
+            return OpenCircuit(self._retry_at, self._last_open_for, self._open_reason)
+        uptime = None if self._ready_since is None else now - self._ready_since
+        self._ready_since = None
+        self._streak += 1
+        self._total_failures += 1
+        self._last_failure_reason = reason
+        if self._circuit is CircuitState.HALF_OPEN:
+            return self._open(now, f"trial start failed: {reason}")
+        if self._probation:
+            ran = "before becoming ready" if uptime is None else f"{uptime:.1f} s after the trial"
+            return self._open(now, f"failed {ran} (probation): {reason}")
+        if self._streak >= self._config.circuit_failures:
+            return self._open(now, f"{self._streak} consecutive failures; last: {reason}")
+        return Backoff(self._delay(self._streak), self._streak)
+
+    def on_stopped(self, now: float) -> None:
+        """Record a clean stop on request: not a failure, the streak is left alone.
+
+        A healthy-uptime reset already earned still applies. A trial stopped before its
+        outcome returns the circuit to OPEN with its ``retry_at`` (already past), so the
+        next :meth:`before_start` grants the trial again.
+
+        Args:
+            now: the Trio clock.
+        """
+        self._settle(now)
+        self._ready_since = None
+        if self._circuit is CircuitState.HALF_OPEN:
+            self._circuit = CircuitState.OPEN
+            self._trials = 0
+
+    def reset(self) -> None:
+        """Operator action (re-enable): back to a fresh CLOSED policy.
+
+        The streak, probation, open level and run state are forgotten; the lifetime
+        counters (``total_failures``, ``starts``, ``last_failure_reason``) and the rng
+        are kept.
+        """
+        self._clear()
+
+    def statistics(self, now: float | None = None) -> PolicyStatistics:
+        """Return a snapshot; with ``now``, a healthy-uptime reset due by then is applied.
+
+        Args:
+            now: the Trio clock, or None to report the state as of the last call.
+        """
+        if now is not None:
+            self._settle(now)
+        return PolicyStatistics(
+            circuit=self._circuit,
+            consecutive_failures=self._streak,
+            total_failures=self._total_failures,
+            starts=self._starts,
+            retry_at=self._retry_at,
+            open_for=(self._last_open_for if self._circuit is not CircuitState.CLOSED
+                      else self._next_open_for()),
+            last_failure_reason=self._last_failure_reason,
+            ready_since=self._ready_since,
+        )
+
+    def _settle(self, now: float) -> None:
+        """Apply the healthy-uptime reset if the running server has earned it."""
+        if self._ready_since is not None and now - self._ready_since >= self._config.restart_reset_after:
+            self._streak = 0
+            self._probation = False
+            self._last_open_for = None
+
+    def _delay(self, attempt: int) -> float:
+        """tenacity's exponential delay for ``attempt`` plus jitter, capped at the max."""
+        base = self._wait(cast("RetryCallState", _Attempt(attempt)))
+        jitter = self._rng.uniform(0, self._config.jitter) if self._config.jitter > 0 else 0.0
+        return min(base + jitter, self._config.restart_delay_max)
+
+    def _next_open_for(self) -> float:
+        """The period the circuit opens for next: the first, or the last doubled."""
+        if self._last_open_for is None:
+            return self._config.circuit_open_for
+        return min(self._last_open_for * CIRCUIT_OPEN_GROWTH, self._config.circuit_open_max)
+
+    def _open(self, now: float, reason: str) -> OpenCircuit:
+        """Open (or re-open) the circuit for the next open period."""
+        open_for = self._next_open_for()
+        self._circuit = CircuitState.OPEN
+        self._probation = False
+        self._trials = 0
+        self._last_open_for = open_for
+        self._retry_at = now + open_for
+        self._open_reason = f"circuit open until retry at t={self._retry_at:.1f}: {reason}"
+        return OpenCircuit(self._retry_at, open_for, reason)

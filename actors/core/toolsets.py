@@ -1,0 +1,518 @@
+"""Toolsets and configuration mode: which upstream tools clients see (sans-IO).
+
+Owns, as plain synchronous code the router's core calls (STYLE rule 2):
+
+* `ToolsetExposure`: the `actors.router.Exposure` for ``settings.exposure`` ``menu``
+  and ``all``: configuration mode on/off, the equipped toolset, the toolsets known
+  (declared in the config file, read-only; saved in the state directory) and the
+  users' notes. ``select`` is a pure function of that state and the catalog.
+* Resolution of a toolset's entries to catalog tools (`resolve`), each with its
+  state: exposed, schema changed, refused (``pinSchemas: refuse``), pending on a
+  server that is not up, or missing upstream.
+* refIds (`ref_id`) and schema pins (`pin_of`, `describe_changes`).
+* The token estimate of a tools list (`estimate_tokens`).
+
+What clients see (DESIGN.md "Exposure modes"):
+
+==========  ==================  =====================================================
+exposure    equipped            tools listed
+==========  ==================  =====================================================
+menu        none                configuration mode: the management tools, with
+                                ``exit-configuration-mode``; after exiting, only
+                                ``enter-configuration-mode``
+menu        T, normal mode      T's exposed tools + ``enter-configuration-mode``
+menu        T, configuration    the management tools, with ``exit-configuration-mode``
+all         none                every discovered tool + the management tools
+all         T                   T's exposed tools + the management tools (equip narrows)
+==========  ==================  =====================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from actors.core.catalog import Candidate, exposed_tool
+from actors.core.model import Note, PinnedSchema, SavedState, ToolEntry, Toolset
+
+if TYPE_CHECKING:
+    from actors.core.registry import RegistryCore
+
+MODES: Final = ("menu", "all")
+"""The exposures this module implements; ``discovery`` arrives in a later release."""
+
+LIST_AVAILABLE: Final = "list-available-tools"
+BUILD: Final = "build-toolset"
+LIST_SAVED: Final = "list-saved-toolsets"
+EQUIP: Final = "equip-toolset"
+DELETE: Final = "delete-toolset"
+UNEQUIP: Final = "unequip-toolset"
+GET_ACTIVE: Final = "get-active-toolset"
+ANNOTATE: Final = "add-tool-annotation"
+SERVER_STATUS: Final = "get-server-status"
+EXIT_CONFIG: Final = "exit-configuration-mode"
+ENTER_CONFIG: Final = "enter-configuration-mode"
+
+CONFIG_TOOLS: Final = (LIST_AVAILABLE, BUILD, LIST_SAVED, EQUIP, DELETE, UNEQUIP, GET_ACTIVE, ANNOTATE,
+                       SERVER_STATUS)
+"""The management tools (DESIGN.md order; HyperTool's names), without the mode switches."""
+MANAGEMENT_TOOLS: Final = (*CONFIG_TOOLS, EXIT_CONFIG, ENTER_CONFIG)
+
+REF_ID_LEN: Final = 16
+"""Hex digits of a refId: 64 bits, so two tools of one catalog never share one by chance."""
+
+BYTES_PER_TOKEN: Final = 4
+"""The usual rough rate of English-and-JSON text in current tokenizers (OpenAI's and
+Anthropic's guidance both say about four characters per token)."""
+
+CLOSE_MATCHES: Final = 5
+"""Suggestions offered for an unknown name (difflib's default count is 3; tool names are
+similar to each other, so a few more help)."""
+
+# Tool states in reports.
+EXPOSED: Final = "exposed"
+SCHEMA_CHANGED: Final = "schema_changed"
+REFUSED: Final = "refused"
+PENDING: Final = "pending"
+MISSING: Final = "missing"
+
+
+class ToolsetError(Exception):
+    """A management request that cannot be done; says what exists instead.
+
+    Attributes:
+        code: a short machine-readable reason (``unknown_toolset``, ``unknown_tool``,
+            ``invalid_name``, ``nothing_equipped``, ...).
+        message: the sentence a user or model reads.
+        data: what exists (saved names, close matches, the naming rule ...).
+    """
+
+    def __init__(self, code: str, message: str, **data: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"error": self.code, "message": self.message, **self.data}
+
+
+# --------------------------------------------------------------------------------------
+# refIds, pins and what changed
+# --------------------------------------------------------------------------------------
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def ref_id(server: str, original: str, tool: Mapping[str, Any]) -> str:
+    """A stable hash of a tool's server, name and schemas (DESIGN.md "refId").
+
+    The description is not part of it (a reworded description keeps the refId; pins
+    notice it separately).
+    """
+    blob = canonical_json({"server": server, "tool": original, "inputSchema": tool.get("inputSchema") or {},
+                           "outputSchema": tool.get("outputSchema")})
+    return hashlib.sha256(blob.encode()).hexdigest()[:REF_ID_LEN]
+
+
+def pin_of(tool: Mapping[str, Any]) -> PinnedSchema:
+    """A tool's description and schemas as they are now, to store with a toolset entry."""
+    out = tool.get("outputSchema")
+    return PinnedSchema(description=tool.get("description"), input_schema=dict(tool.get("inputSchema") or {}),
+                        output_schema=dict(out) if isinstance(out, Mapping) else None)
+
+
+def _type_of(schema: Any) -> str:
+    if isinstance(schema, Mapping):
+        kind = schema.get("type")
+        if kind is not None:
+            return "|".join(kind) if isinstance(kind, list) else str(kind)
+    return "any"
+
+
+def _schema_changes(what: str, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> list[str]:
+    if old == new or (not old and not new):
+        return []
+    if old is None or not old:
+        return [f"{what} schema added"]
+    if new is None or not new:
+        return [f"{what} schema removed"]
+    out: list[str] = []
+    label = "parameter" if what == "input" else "output field"
+    old_props = old.get("properties") if isinstance(old.get("properties"), Mapping) else {}
+    new_props = new.get("properties") if isinstance(new.get("properties"), Mapping) else {}
+    for name in new_props:
+        if name not in old_props:
+            out.append(f"{what} {label} {name!r} added ({_type_of(new_props[name])})")
+    for name in old_props:
+        if name not in new_props:
+            out.append(f"{what} {label} {name!r} removed")
+        elif old_props[name] != new_props[name]:
+            before, after = _type_of(old_props[name]), _type_of(new_props[name])
+            how = f"type {before} -> {after}" if before != after else "definition changed"
+            out.append(f"{what} {label} {name!r} changed ({how})")
+    old_req = set(old.get("required") or ())
+    new_req = set(new.get("required") or ())
+    for name in sorted(new_req - old_req):
+        out.append(f"{what} {label} {name!r} is now required")
+    for name in sorted(old_req - new_req):
+        out.append(f"{what} {label} {name!r} is no longer required")
+    rest_old = {k: v for k, v in old.items() if k not in ("properties", "required")}
+    rest_new = {k: v for k, v in new.items() if k not in ("properties", "required")}
+    if rest_old != rest_new:
+        keys = sorted(k for k in set(rest_old) | set(rest_new) if rest_old.get(k) != rest_new.get(k))
+        out.append(f"{what} schema changed ({', '.join(keys)})")
+    return out
+
+
+def describe_changes(pinned: PinnedSchema, tool: Mapping[str, Any]) -> list[str]:
+    """What changed in ``tool`` since it was pinned, one readable line per change."""
+    out: list[str] = []
+    desc = tool.get("description")
+    if (pinned.description or None) != (desc or None):
+        out.append(f"description changed (was {_clip(pinned.description)!r}, now {_clip(desc)!r})")
+    out += _schema_changes("input", pinned.input_schema, tool.get("inputSchema") or {})
+    out_schema = tool.get("outputSchema")
+    out += _schema_changes("output", pinned.output_schema, out_schema if isinstance(out_schema, Mapping) else None)
+    return out
+
+
+def _clip(text: str | None, limit: int = 60) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def one_line(text: str | None, limit: int = 120) -> str:
+    """The first line of a description, clipped for listings."""
+    first = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    return first if len(first) <= limit else first[: limit - 3] + "..."
+
+
+def estimate_tokens(tools: Sequence[Mapping[str, Any]]) -> int:
+    """Rough tokens a client pays for a tools list: bytes of its JSON / `BYTES_PER_TOKEN`."""
+    return len(canonical_json(list(tools)).encode()) // BYTES_PER_TOKEN
+
+
+# --------------------------------------------------------------------------------------
+# the catalog as toolsets see it
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogTool:
+    """One discovered tool, under the name toolsets use for it (``server.tool``)."""
+
+    namespaced: str
+    server: str
+    name: str
+    """Its name in the server's namespace (the config's ``exposedTools`` rename, or its own)."""
+    candidate: Candidate
+
+    @property
+    def tool(self) -> Mapping[str, Any]:
+        return self.candidate.tool
+
+    @property
+    def ref_id(self) -> str:
+        return ref_id(self.server, self.candidate.original, self.candidate.tool)
+
+
+class Catalog:
+    """The tools clients could be given (config filters applied), indexed for toolsets."""
+
+    def __init__(self, candidates: Iterable[Candidate]) -> None:
+        self.tools: list[CatalogTool] = []
+        self.by_name: dict[str, CatalogTool] = {}
+        for c in candidates:
+            name = c.rename or c.original
+            ct = CatalogTool(f"{c.server}.{name}", c.server, name, c)
+            self.tools.append(ct)
+            self.by_name.setdefault(ct.namespaced, ct)
+        for ct in self.tools:  # a renamed tool is also found by its upstream name
+            self.by_name.setdefault(f"{ct.server}.{ct.candidate.original}", ct)
+        self._by_ref: dict[str, CatalogTool] | None = None
+
+    @classmethod
+    def of(cls, core: RegistryCore) -> Catalog:
+        return cls(core.all_candidates())
+
+    @property
+    def by_ref(self) -> dict[str, CatalogTool]:
+        if self._by_ref is None:
+            self._by_ref = {}
+            for ct in self.tools:
+                self._by_ref.setdefault(ct.ref_id, ct)
+        return self._by_ref
+
+    def close_matches(self, name: str) -> list[str]:
+        names = [ct.namespaced for ct in self.tools]
+        return difflib.get_close_matches(name, names, n=CLOSE_MATCHES, cutoff=0.5)
+
+
+# --------------------------------------------------------------------------------------
+# resolution of a toolset
+# --------------------------------------------------------------------------------------
+
+
+ServerState = Callable[[str], tuple[str, "str | None"]]
+"""server -> (state, reason), for the ``pending`` detail."""
+
+
+@dataclass(frozen=True, slots=True)
+class EntryStatus:
+    """One toolset entry, resolved against the catalog."""
+
+    entry: ToolEntry
+    state: str
+    """`EXPOSED`, `SCHEMA_CHANGED`, `REFUSED`, `PENDING` or `MISSING`."""
+    server: str | None
+    namespaced: str
+    detail: str | None = None
+    changes: tuple[str, ...] = ()
+    hit: CatalogTool | None = None
+    candidate: Candidate | None = None
+    """What to expose (with alias and notes) when the state is exposed or schema changed."""
+
+    @property
+    def exposed(self) -> bool:
+        return self.state in (EXPOSED, SCHEMA_CHANGED)
+
+    @property
+    def ref(self) -> str:
+        return self.entry.namespaced_name or f"refId {self.entry.ref_id}"
+
+
+def _state_from(core: RegistryCore) -> ServerState:
+    def state(server: str) -> tuple[str, str | None]:
+        return core.states.get(server, ("starting", None))
+    return state
+
+
+def resolve(
+    toolset: Toolset,
+    core: RegistryCore,
+    *,
+    catalog: Catalog | None = None,
+    notes: Mapping[str, Sequence[Note]] | None = None,
+    pin_schemas: str = "warn",
+    server_state: ServerState | None = None,
+) -> list[EntryStatus]:
+    """Each entry of ``toolset`` against the current catalog, in the toolset's order.
+
+    A pure function of its arguments. An entry listed twice counts once.
+    """
+    cat = catalog if catalog is not None else Catalog.of(core)
+    state_of = server_state or _state_from(core)
+    notes = notes or {}
+    out: list[EntryStatus] = []
+    seen: set[tuple[str, str | None]] = set()
+    for entry in toolset.tools:
+        status = _resolve_entry(entry, cat, core, pin_schemas, state_of)
+        key = (status.namespaced, entry.alias)
+        if key in seen:
+            continue
+        seen.add(key)
+        if status.exposed and status.hit is not None:
+            note_list = notes.get(status.namespaced, ())
+            status = dataclasses.replace(status, candidate=dataclasses.replace(
+                status.hit.candidate, alias=entry.alias, notes=tuple(f"{n.name}: {n.note}" for n in note_list)))
+        out.append(status)
+    return out
+
+
+def _resolve_entry(entry: ToolEntry, cat: Catalog, core: RegistryCore, pin_schemas: str,
+                   state_of: ServerState) -> EntryStatus:
+    if entry.namespaced_name:
+        name = entry.namespaced_name
+        server, _, tool = name.partition(".")
+        hit = cat.by_name.get(name)
+        if hit is None:
+            if server not in core.order:
+                known = ", ".join(core.order) or "none"
+                return EntryStatus(entry, MISSING, None, name,
+                                   f"no server named {server!r} is configured and enabled (servers: {known})")
+            if server not in core.lists:
+                state, reason = state_of(server)
+                return EntryStatus(entry, PENDING, server, name,
+                                   f"server {server} is {state.replace('_', ' ')}" + (f": {reason}" if reason else ""))
+            if core.find_tool(server, tool) is not None:
+                return EntryStatus(entry, MISSING, server, name,
+                                   f"{server} lists {tool!r} but the config hides it (exposedTools/hiddenTools)")
+            close = cat.close_matches(name)
+            hint = f"; close matches: {', '.join(close)}" if close else ""
+            return EntryStatus(entry, MISSING, server, name, f"{server} no longer lists a tool named {tool!r}{hint}")
+    else:
+        hit = cat.by_ref.get(entry.ref_id or "")
+        if hit is None:
+            down = [s for s in core.order if s not in core.lists]
+            if down:
+                return EntryStatus(entry, PENDING, None, f"refId {entry.ref_id}",
+                                   f"no tool has refId {entry.ref_id} yet; servers not up: {', '.join(down)}")
+            return EntryStatus(entry, MISSING, None, f"refId {entry.ref_id}",
+                               f"no tool has refId {entry.ref_id} (its schema changed or it was removed)")
+    changes: list[str] = []
+    if entry.pinned is not None:
+        changes = describe_changes(entry.pinned, hit.tool)
+    elif entry.ref_id and entry.namespaced_name and entry.ref_id != hit.ref_id:
+        changes = [f"schemas changed since the toolset was built (refId {entry.ref_id} -> {hit.ref_id})"]
+    if not changes:
+        return EntryStatus(entry, EXPOSED, hit.server, hit.namespaced, hit=hit)
+    state = REFUSED if pin_schemas == "refuse" else SCHEMA_CHANGED
+    detail = ("not exposed: settings.pinSchemas is 'refuse'" if state == REFUSED
+              else "exposed with its new schema (settings.pinSchemas is 'warn')")
+    return EntryStatus(entry, state, hit.server, hit.namespaced, detail, tuple(changes), hit=hit)
+
+
+# --------------------------------------------------------------------------------------
+# the exposure
+# --------------------------------------------------------------------------------------
+
+
+def placeholder_definitions() -> dict[str, Mapping[str, Any]]:
+    """Bare definitions of the management tools (the real ones live in `supervisor.menu`)."""
+    return {name: {"name": name, "inputSchema": {"type": "object"}} for name in MANAGEMENT_TOOLS}
+
+
+@dataclass(slots=True)
+class ToolsetExposure:
+    """The router's `Exposure` for ``menu`` and ``all``: mutate only inside the router.
+
+    ``equipped`` holds the toolset as it was when equipped, so another proxy deleting
+    or rewriting it in a shared state directory does not change this proxy's tools
+    until it equips again.
+    """
+
+    mode: str = "menu"
+    definitions: Mapping[str, Mapping[str, Any]] = field(default_factory=placeholder_definitions)
+    declared: dict[str, Toolset] = field(default_factory=dict)
+    saved: dict[str, Toolset] = field(default_factory=dict)
+    annotations: dict[str, Mapping[str, tuple[Note, ...]]] = field(default_factory=dict)
+    equipped: Toolset | None = None
+    configuring: bool = True
+    """Configuration mode (menu exposure only): global to the proxy, never persisted."""
+    pin_schemas: str = "warn"
+    server_state: ServerState | None = None
+    """Where pending reports get a server's state (default: the core's last known)."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"exposure {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.mode == "all":
+            self.configuring = False
+
+    # --- reads ----------------------------------------------------------------------
+    def toolsets(self) -> dict[str, Toolset]:
+        """Every known toolset: the config file's first, then the saved ones."""
+        out = dict(self.declared)
+        for name, ts in self.saved.items():
+            out.setdefault(name, ts)
+        return out
+
+    def find(self, name: str) -> Toolset | None:
+        return self.declared.get(name) or self.saved.get(name)
+
+    def notes_for(self, toolset: str) -> Mapping[str, tuple[Note, ...]]:
+        return self.annotations.get(toolset, {})
+
+    def visible_local(self) -> tuple[str, ...]:
+        """The management tools listed now."""
+        if self.mode == "all":
+            return CONFIG_TOOLS
+        if self.configuring:
+            return (*CONFIG_TOOLS, EXIT_CONFIG)
+        return (ENTER_CONFIG,)
+
+    def shows_toolset(self) -> bool:
+        """Whether the equipped toolset's tools are listed now."""
+        return self.equipped is not None and not self.configuring
+
+    def resolve(self, core: RegistryCore, toolset: Toolset | None = None,
+                catalog: Catalog | None = None) -> list[EntryStatus]:
+        ts = toolset if toolset is not None else self.equipped
+        if ts is None:
+            return []
+        return resolve(ts, core, catalog=catalog, notes=self.notes_for(ts.name), pin_schemas=self.pin_schemas,
+                       server_state=self.server_state)
+
+    def select(self, core: RegistryCore) -> tuple[list[Candidate], list[Mapping[str, Any]]]:
+        """(upstream tools to expose, management tools to list first): a pure function
+        of this exposure's state and the core's catalog."""
+        local = [self.definitions[name] for name in self.visible_local()]
+        if self.mode == "all" and self.equipped is None:
+            return core.all_candidates(), local
+        if not self.shows_toolset():
+            return [], local
+        return [s.candidate for s in self.resolve(core) if s.exposed and s.candidate is not None], local
+
+    # --- writes (inside the router; each either applies fully or raises first) -------
+    def restore(self, state: SavedState, equip: str | None = None) -> None:
+        """Start-up: take the state directory's toolsets and notes, and equip ``equip``
+        (default: the one the state says was equipped) if it exists; normal mode then."""
+        self.sync(state)
+        name = equip if equip is not None else state.equipped
+        self.equipped = self.find(name) if name else None
+        self.configuring = self.mode == "menu" and self.equipped is None
+
+    def sync(self, state: SavedState) -> None:
+        """Take the saved toolsets and notes of a freshly read or written state."""
+        self.saved = dict(state.toolsets)
+        self.annotations = {k: dict(v) for k, v in state.annotations.items()}
+
+    def equip(self, toolset: Toolset) -> None:
+        """Equip ``toolset`` and return to normal mode."""
+        self.equipped = toolset
+        self.configuring = False
+
+    def unequip(self) -> Toolset:
+        """Unequip; in menu exposure that is back to configuration mode (the menu).
+
+        Raises:
+            ToolsetError: nothing is equipped (nothing changes).
+        """
+        if self.equipped is None:
+            raise ToolsetError("nothing_equipped", "No toolset is equipped.", toolsets=sorted(self.toolsets()))
+        old = self.equipped
+        self.equipped = None
+        self.configuring = self.mode == "menu"
+        return old
+
+    def drop(self, name: str) -> bool:
+        """A saved toolset was deleted: unequip it if it is the equipped one."""
+        if self.equipped is not None and self.equipped.name == name and not self.equipped.read_only:
+            self.equipped = None
+            self.configuring = self.mode == "menu"
+            return True
+        return False
+
+    def set_configuring(self, on: bool) -> None:
+        """Enter (``on``) or leave configuration mode.
+
+        Raises:
+            ToolsetError: the exposure is ``all``, which has no configuration mode.
+        """
+        if self.mode != "menu":
+            raise ToolsetError("no_configuration_mode",
+                               f"Configuration mode exists only with settings.exposure 'menu' (this proxy "
+                               f"uses {self.mode!r}); the management tools are always listed.")
+        self.configuring = on
+
+    def checkpoint(self) -> tuple[Any, ...]:
+        return (self.saved, self.annotations, self.equipped, self.configuring)
+
+    def rollback(self, saved: tuple[Any, ...]) -> None:
+        self.saved, self.annotations, self.equipped, self.configuring = saved
+
+
+def full_list(core: RegistryCore, definitions: Mapping[str, Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Roughly what ``exposure: all`` would list: every catalog tool plus the management tools."""
+    tools: list[Mapping[str, Any]] = [definitions[n] for n in CONFIG_TOOLS if n in definitions]
+    for c in core.all_candidates():
+        tools.append(exposed_tool(c.tool, f"{c.server}_{c.rename or c.original}", c.notes))
+    return tools

@@ -1,0 +1,103 @@
+"""Every translation between the two protocol eras, in one place.
+
+MCP has two eras this proxy speaks on both sides: the handshake era (``initialize``,
+2025-11-25 and before) and 2026-07-28 (no handshake; each request carries its protocol
+version, clientInfo and capabilities in ``_meta``, and every result says its
+``resultType``). A client of either era may reach an upstream of either era, so:
+
+* a request loses the client's own envelope keys (`ENVELOPE_KEYS`) and, for a 2026-07-28
+  upstream, gains the proxy's (`actors.link.base.Link.envelope_meta`);
+* a result is fitted to the client's era (`strip_upstream_stamps` on decoded results,
+  `adapt_raw_result` on the fast path's raw bytes): the upstream's serverInfo stamp is
+  dropped (the front stamps its own), ``resultType`` is there for a 2026-07-28 client and
+  gone for a handshake-era one;
+* a result the proxy builds itself is marked final (`complete`);
+* ``input_required`` for a handshake-era client is driven by
+  `actors.link.input_required.drive_input_required`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from mcp_types import (
+    CLIENT_CAPABILITIES_META_KEY,
+    CLIENT_INFO_META_KEY,
+    LOG_LEVEL_META_KEY,
+    PROTOCOL_VERSION_META_KEY,
+    SERVER_INFO_META_KEY,
+)
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from msgspec import Raw
+
+from actors import wire
+
+__all__ = [
+    "ENVELOPE_KEYS",
+    "adapt_raw_result",
+    "complete",
+    "is_modern_version",
+    "strip_upstream_stamps",
+]
+
+ENVELOPE_KEYS: Final = (PROTOCOL_VERSION_META_KEY, CLIENT_INFO_META_KEY, CLIENT_CAPABILITIES_META_KEY,
+                        LOG_LEVEL_META_KEY)
+"""The ``_meta`` keys of a 2026-07-28 request's envelope: the client's never reach an
+upstream (the proxy sends its own, or none to a handshake-era one)."""
+
+_COMPLETE: Final = Raw(b'"complete"')
+_SERVER_INFO_BYTES: Final = SERVER_INFO_META_KEY.encode()
+
+
+def is_modern_version(version: str | None) -> bool:
+    """Whether ``version`` is a protocol version of the 2026-07-28 era."""
+    return version in MODERN_PROTOCOL_VERSIONS
+
+
+def complete(result: dict[str, Any]) -> dict[str, Any]:
+    """Mark a result the proxy builds as final (2026-07-28 requires ``resultType``; the
+    SDK drops the key for handshake-era clients)."""
+    result.setdefault("resultType", "complete")
+    return result
+
+
+def strip_upstream_stamps(result: dict[str, Any], *, modern_front: bool = False) -> dict[str, Any]:
+    """Fit an upstream's result to the client's era: the front stamps its own serverInfo,
+    a handshake-era client never sees ``resultType``, a 2026-07-28 one always does."""
+    if modern_front:
+        result.setdefault("resultType", "complete")
+    elif result.get("resultType") == "complete":
+        del result["resultType"]
+    meta = result.get("_meta")
+    if isinstance(meta, dict) and SERVER_INFO_META_KEY in meta:
+        meta = {k: v for k, v in meta.items() if k != SERVER_INFO_META_KEY}
+        if meta:
+            result["_meta"] = meta
+        else:
+            del result["_meta"]
+    return result
+
+
+def adapt_raw_result(result: Raw, line: bytes, *, upstream_modern: bool, front_modern: bool,
+                     stamp: Raw) -> Raw:
+    """`strip_upstream_stamps` on the fast path's raw bytes, in one pass over the result's
+    top-level keys (``line`` is the whole frame, searched before anything is decoded);
+    a 2026-07-28 client gets the front's serverInfo ``stamp``."""
+    if not front_modern and not upstream_modern:
+        return result
+    if front_modern and upstream_modern and _SERVER_INFO_BYTES not in line:
+        return result
+    fields = wire.decode_raw_map(result)
+    if front_modern:
+        fields.setdefault("resultType", _COMPLETE)
+    elif bytes(fields.get("resultType", b"")) == b'"complete"':
+        del fields["resultType"]
+    meta = wire.decode_raw_map(fields["_meta"]) if "_meta" in fields else {}
+    meta.pop(SERVER_INFO_META_KEY, None)
+    if front_modern:
+        meta[SERVER_INFO_META_KEY] = stamp
+    if meta:
+        fields["_meta"] = Raw(wire.encode(meta))
+    else:
+        fields.pop("_meta", None)
+    return Raw(wire.encode(fields))

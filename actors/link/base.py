@@ -1,0 +1,349 @@
+"""The common half of a live connection to one upstream: its pending table and its calls.
+
+Owns, for one connected upstream:
+
+* the pending table of requests the proxy forwards (ids minted here as strings
+  ``mv-<n>``, which never collide with the integer ids the SDK session mints;
+  python-sdk `CallOptions.request_id` gives the same advice);
+* the per-request timeout (inactivity, reset by each progress notification, under
+  a hard cap) and the courtesy ``notifications/cancelled`` when a request is
+  abandoned (MCP: the sender SHOULD cancel what it stops waiting for);
+* routing of what the upstream sends mid-call: progress to the caller (its own
+  token restored), sampling / elicitation / roots requests to the client whose call
+  caused them, logs and list changes to the supervisor.
+
+The transports are subclasses: `actors.link.stdio.StdioLink` (our own pipes) and
+`actors.link.sdk.SdkLink` (the SDK's HTTP, SSE and websocket clients).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+import anyio
+import mcp_types as types
+import trio
+from mcp.client.session import ClientSession
+from mcp.shared.exceptions import MCPError
+from mcp_types import (
+    LOG_LEVEL_META_KEY,
+)
+from msgspec import UNSET
+
+from actors import wire
+from actors.eras import ENVELOPE_KEYS, is_modern_version
+from actors.errors import CallTimeout, ProxyError, TooManyRequests, UpstreamDied, UpstreamError
+from actors.framing import StreamBroken
+from actors.link.input_required import INPUT_REQUIRED_METHODS, drive_input_required
+from actors.link.session import request_envelope
+
+logger = logging.getLogger(__name__)
+
+
+PROXY_ID_PREFIX: Final = "mv-"
+"""Prefix of request ids this proxy mints; never parses as an integer."""
+
+MAX_PENDING: Final = 4096
+"""Requests in flight to one upstream before new ones are refused (bounded memory)."""
+
+LOG_LEVEL_TIMEOUT_S: Final = 10.0
+"""Bound on re-sending ``logging/setLevel`` after a restart: a one-line answer; a server
+that takes longer keeps its default level (logged at debug)."""
+
+CANCEL_WRITE_S: Final = 2.0
+"""Bound on the courtesy cancel write when a request is abandoned (STYLE rule 16)."""
+
+
+class CallOrigin(Protocol):
+    """The client side of one forwarded request: who gets its mid-call traffic."""
+
+    progress_token: int | str | None
+    """The client's own progress token for this request, if it asked for progress."""
+
+    modern: bool
+    """The client speaks 2026-07-28: it drives ``input_required`` rounds itself."""
+
+    async def progress(self, params: dict[str, Any]) -> None:
+        """Deliver a progress notification (``params`` already carries the client's token)."""
+
+    async def server_request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        """Ask the client (sampling, elicitation, roots); raises `ProxyError` if it cannot."""
+
+
+class LinkEvents(Protocol):
+    """What a link reports to its actor. Called from the reader task: must not block."""
+
+    def list_changed(self, kind: str) -> None:
+        """``kind`` is "tools", "resources" or "prompts"."""
+
+    def resource_updated(self, uri: str) -> None: ...
+
+    def log_message(self, params: dict[str, Any]) -> None: ...
+
+    def fallback_origin(self, method: str) -> CallOrigin | None:
+        """A client to ask when a server request arrives outside any call."""
+
+
+class FastSink(CallOrigin, Protocol):
+    """A fast-path call's client side: the response is written from the reader task, no
+    task waits for it (actors/fastpath.py)."""
+
+    async def deliver(self, env: wire.Envelope, line: bytes) -> None:
+        """The upstream answered: write the response to the client."""
+
+    def failed(self, error: ProxyError) -> None:
+        """The call ended without an answer (died, timed out): must not block."""
+
+
+@dataclass(slots=True)
+class Pending:
+    proxy_id: str
+    method: str
+    origin: CallOrigin | None
+    hard_deadline: float
+    timeout: float
+    done: trio.Event | None
+    scope: trio.CancelScope | None = None
+    envelope: wire.Envelope | None = None
+    line: bytes | None = None
+    failure: ProxyError | None = None
+    sink: FastSink | None = None
+    deadline: float = 0.0
+    """Fast path: when the call times out unless progress arrives (checked lazily)."""
+
+
+def decode_result(env: wire.Envelope) -> dict[str, Any]:
+    if env.result is not UNSET:
+        result = wire.decode_dict(env.result)
+        return result
+    if env.error is not UNSET:
+        try:
+            err = wire.decode_error(env.error)
+        except (wire.DecodeError, wire.ValidationError):
+            raise UpstreamError(wire.INTERNAL_ERROR, "upstream sent a malformed error") from None
+        raise UpstreamError(err.code, err.message, err.data)
+    raise UpstreamError(wire.INTERNAL_ERROR, "upstream sent a response with neither result nor error")
+
+
+class Link:
+    """Common half of a connected upstream: pending table, timeouts, mid-call routing."""
+
+    def __init__(self, server: str, events: LinkEvents) -> None:
+        self.server = server
+        self.events = events
+        self.session: ClientSession | None = None
+        self.protocol_version: str = ""
+        self.server_info: types.Implementation | None = None
+        self.capabilities: types.ServerCapabilities | None = None
+        self.instructions: str | None = None
+        self._envelope: dict[str, Any] | None = None
+        self._pending: dict[str, Pending] = {}
+        self._ids = itertools.count(1)
+        self.closed = trio.Event()
+        self.close_reason: str | None = None
+        self.nursery: trio.Nursery | None = None
+
+    # --- state -----------------------------------------------------------------
+    @property
+    def modern(self) -> bool:
+        return is_modern_version(self.protocol_version)
+
+    @property
+    def envelope_meta(self) -> Mapping[str, Any]:
+        """The ``_meta`` every request to a 2026-07-28 upstream carries (protocol version,
+        clientInfo, capabilities); empty for a handshake-era one."""
+        return self._envelope or {}
+
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    def adopt(self, session: ClientSession) -> None:
+        self.session = session
+        self.protocol_version = session.protocol_version or ""
+        self.server_info = session.server_info
+        self.capabilities = session.server_capabilities
+        self.instructions = session.instructions
+        if self.modern:
+            self._envelope = request_envelope(session, self.protocol_version)
+
+    async def apply_log_level(self) -> None:
+        """A handshake-era server forgets its log level when it restarts: tell it again."""
+        level = getattr(self.events, "log_level", None)
+        caps = self.capabilities
+        if level and not self.modern and caps is not None and caps.logging is not None:
+            try:
+                await self.request("logging/setLevel", {"level": level}, timeout=LOG_LEVEL_TIMEOUT_S,
+                                   max_time=LOG_LEVEL_TIMEOUT_S)
+            except ProxyError as exc:
+                logger.debug("%s: logging/setLevel: %s", self.server, exc)
+
+    def close(self, reason: str) -> None:
+        """Mark the connection dead and fail every pending request at once."""
+        if self.close_reason is None:
+            self.close_reason = reason
+        for p in list(self._pending.values()):
+            if p.sink is not None:
+                del self._pending[p.proxy_id]
+                p.sink.failed(UpstreamDied(self.server, self.close_reason))
+            elif p.done is not None and not p.done.is_set():
+                p.failure = UpstreamDied(self.server, self.close_reason)
+                p.done.set()
+        self.closed.set()
+
+    def pick_origin(self, method: str) -> CallOrigin | None:
+        """The client a mid-call server request goes to: the latest call with an origin."""
+        for p in reversed(self._pending.values()):
+            if p.origin is not None:
+                return p.origin
+        return self.events.fallback_origin(method)
+
+    # --- requests ----------------------------------------------------------------
+    def _prepare(self, method: str, params: Mapping[str, Any] | None, origin: CallOrigin | None,
+                 timeout: float, max_time: float) -> tuple[Pending, dict[str, Any]]:
+        proxy_id = self._mint_id()
+        out = dict(params) if params else {}
+        meta = out.get("_meta")
+        meta = dict(meta) if isinstance(meta, Mapping) else {}
+        for key in ENVELOPE_KEYS:
+            meta.pop(key, None)
+        meta.pop("progressToken", None)
+        if self._envelope is not None:
+            meta.update(self._envelope)
+            level = getattr(self.events, "log_level", None)
+            if level:
+                meta.setdefault(LOG_LEVEL_META_KEY, level)  # 2026-07-28 logging is a per-request opt-in
+        if origin is not None and origin.progress_token is not None:
+            # The request id doubles as the upstream-side token: unique per upstream even
+            # when two clients chose the same token (RELIABILITY P15).
+            meta["progressToken"] = proxy_id
+        if meta:
+            out["_meta"] = meta
+        else:
+            out.pop("_meta", None)
+        now = trio.current_time()
+        pending = Pending(proxy_id, method, origin, now + max_time, timeout, trio.Event())
+        self._pending[proxy_id] = pending
+        return pending, out
+
+    def _mint_id(self) -> str:
+        """A fresh request id, or why this link takes no more requests.
+
+        Raises:
+            UpstreamDied: the connection is closing.
+            TooManyRequests: the pending table is full.
+        """
+        if self.close_reason is not None:
+            raise UpstreamDied(self.server, self.close_reason)
+        if len(self._pending) >= MAX_PENDING:
+            raise TooManyRequests(f"server {self.server} has {MAX_PENDING} requests in flight")
+        return f"{PROXY_ID_PREFIX}{next(self._ids)}"
+
+    async def request(
+        self,
+        method: str,
+        params: Mapping[str, Any] | None,
+        *,
+        origin: CallOrigin | None = None,
+        timeout: float,
+        max_time: float,
+    ) -> dict[str, Any]:
+        """Forward one request and return the upstream's result.
+
+        The wait ends after ``timeout`` seconds without an answer or a progress
+        notification, and after ``max_time`` in any case. Cancelling the caller
+        abandons the request: the upstream gets ``notifications/cancelled``.
+
+        Raises:
+            UpstreamError: the upstream answered with a JSON-RPC error.
+            UpstreamDied: the connection ended before the answer (at once, not at the timeout).
+            CallTimeout: no answer in time (the upstream was told to cancel).
+        """
+        result = await self.request_once(method, params, origin=origin, timeout=timeout, max_time=max_time)
+        if result.get("resultType") != "input_required" or method not in INPUT_REQUIRED_METHODS:
+            return result
+        if origin is not None and origin.modern:
+            return result  # a 2026-07-28 client answers and retries itself; we forward both legs
+        return await drive_input_required(self, method, params, result, origin, timeout, max_time)
+
+    async def request_once(self, method: str, params: Mapping[str, Any] | None, *, origin: CallOrigin | None,
+                            timeout: float, max_time: float) -> dict[str, Any]:
+        pending, out = self._prepare(method, params, origin, timeout, max_time)
+        answered = False
+        try:
+            env = await self._send_and_wait(pending, out)
+            answered = True
+            return decode_result(env)
+        finally:
+            self._pending.pop(pending.proxy_id, None)
+            if not answered and pending.failure is None and self.close_reason is None:
+                await self._abandon(pending)
+
+    async def _wait(self, pending: Pending) -> wire.Envelope:
+        now = trio.current_time()
+        with trio.CancelScope(deadline=min(now + pending.timeout, pending.hard_deadline)) as scope:
+            pending.scope = scope
+            await pending.done.wait()
+        pending.scope = None
+        if pending.failure is not None:
+            raise pending.failure
+        if pending.envelope is None:
+            hard = trio.current_time() >= pending.hard_deadline
+            limit = pending.hard_deadline - now if hard else pending.timeout
+            raise CallTimeout(self.server, limit if not hard else round(limit), hard_cap=hard)
+        return pending.envelope
+
+    def _touch(self, pending: Pending) -> None:
+        """Activity on a call (progress, a mid-call request): restart its inactivity timeout."""
+        deadline = min(trio.current_time() + pending.timeout, pending.hard_deadline)
+        if pending.scope is not None:
+            pending.scope.deadline = deadline
+        elif pending.sink is not None:
+            pending.deadline = deadline
+
+    async def _send_and_wait(self, pending: Pending, params: dict[str, Any]) -> wire.Envelope:
+        raise NotImplementedError
+
+    async def _abandon(self, pending: Pending) -> None:
+        """Tell the upstream to stop work we no longer wait for (bounded, shielded)."""
+        with trio.move_on_after(CANCEL_WRITE_S, shield=True):
+            try:
+                await self.notify("notifications/cancelled",
+                                  {"requestId": pending.proxy_id, "reason": "cancelled by mcpvisor"})
+            except (StreamBroken, ProxyError, MCPError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                pass
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None) -> None:
+        raise NotImplementedError
+
+    async def _progress(self, token: int | str, params: dict[str, Any]) -> None:
+        pending = self._pending.get(token) if isinstance(token, str) else None
+        if pending is None or (pending.done is not None and pending.done.is_set()):
+            return  # MCP progress: MUST stop after completion; a late one is dropped
+        self._touch(pending)
+        origin = pending.origin
+        if origin is not None and origin.progress_token is not None:
+            params["progressToken"] = origin.progress_token
+            try:
+                await origin.progress(params)
+            except Exception:
+                logger.debug("dropped progress for %s: client gone", pending.proxy_id, exc_info=True)
+
+    async def answer_server_request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        """Answer a request the upstream sends us by asking the right client."""
+        if method == "ping":
+            return {}
+        origin = self.pick_origin(method)
+        if origin is None:
+            raise UpstreamError(wire.METHOD_NOT_FOUND, f"no connected client can answer {method}")
+        for p in self._pending.values():
+            if p.origin is origin:
+                self._touch(p)  # a call waiting on the user is not idle
+        result = await origin.server_request(method, params)
+        for p in self._pending.values():
+            if p.origin is origin:
+                self._touch(p)
+        return result

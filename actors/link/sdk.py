@@ -1,0 +1,133 @@
+"""An upstream reached through one of the SDK's client transports (streamable HTTP, SSE, ws).
+
+The only module besides the front adapter that touches SDK internals (the session's
+dispatcher, to send a request under our own id and hear its progress).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import mcp_types as types
+import trio
+from mcp.client.session import ClientSession
+from mcp.shared.exceptions import MCPError
+
+from actors import wire
+from actors.errors import UpstreamDied
+from actors.link.base import Link, LinkEvents, Pending
+from actors.link.session import client_info, handshake, session_callbacks
+
+logger = logging.getLogger(__name__)
+
+
+class SdkLink(Link):
+    """An upstream reached through an SDK client transport (streamable HTTP, SSE, ws)."""
+
+    async def _abandon(self, pending: Pending) -> None:
+        """The SDK dispatcher already sends the courtesy cancel when its request is abandoned."""
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None) -> None:
+        assert self.session is not None
+        data: dict[str, Any] = {"method": method, "params": dict(params) if params else {}}
+        opts: dict[str, Any] = {}
+        self.session._stamp(data, opts)  # type: ignore[arg-type]
+        await self.session._dispatcher.notify(method, data.get("params") or None, opts)  # type: ignore[arg-type]
+
+    async def _send_and_wait(self, pending: Pending, params: dict[str, Any]) -> wire.Envelope:
+        assert self.session is not None
+        session = self.session
+        data: dict[str, Any] = {"method": pending.method, "params": params}
+        opts: dict[str, Any] = {"request_id": pending.proxy_id, "cancel_on_abandon": True}
+        session._stamp(data, opts)  # type: ignore[arg-type]
+        progress_wanted = pending.origin is not None and pending.origin.progress_token is not None
+        if progress_wanted:
+            async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+                p: dict[str, Any] = {"progress": progress}
+                if total is not None:
+                    p["total"] = total
+                if message is not None:
+                    p["message"] = message
+                await self._progress(pending.proxy_id, p)
+            opts["on_progress"] = on_progress
+            data["params"].get("_meta", {}).pop("progressToken", None)
+
+        async def run() -> None:
+            try:
+                result = await session._dispatcher.send_raw_request(
+                    pending.method, data.get("params") or None, opts  # type: ignore[arg-type]
+                )
+                pending.envelope = wire.Envelope(result=wire.encode(result))  # type: ignore[arg-type]
+            except MCPError as exc:
+                if exc.error.code == wire.CONNECTION_CLOSED:
+                    pending.failure = UpstreamDied(self.server, exc.error.message)
+                else:
+                    pending.envelope = wire.Envelope(error=wire.encode(
+                        {"code": exc.error.code, "message": exc.error.message, "data": exc.error.data}))  # type: ignore[arg-type]
+            except Exception as exc:  # a transport error (httpx2, ws) ends this connection
+                self.close(f"{type(exc).__name__}: {exc}")
+            pending.done.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run)
+            try:
+                return await self._wait(pending)
+            finally:
+                nursery.cancel_scope.cancel()
+
+
+def _message_handler(link: SdkLink) -> Callable[[Any], Any]:
+    async def handle(message: Any) -> None:
+        if isinstance(message, Exception):
+            logger.warning("%s: transport error: %s", link.server, message)
+            return
+        root = getattr(message, "root", message)
+        match root:
+            case types.ToolListChangedNotification():
+                link.events.list_changed("tools")
+            case types.ResourceListChangedNotification():
+                link.events.list_changed("resources")
+            case types.PromptListChangedNotification():
+                link.events.list_changed("prompts")
+            case types.ResourceUpdatedNotification():
+                link.events.resource_updated(str(root.params.uri))
+            case _:
+                pass
+
+    return handle
+
+
+def _logging_callback(link: SdkLink) -> Callable[[Any], Any]:
+    async def handle(params: types.LoggingMessageNotificationParams) -> None:
+        link.events.log_message(params.model_dump(by_alias=True, mode="json", exclude_none=True))
+
+    return handle
+
+
+@asynccontextmanager
+async def open_sdk_link(
+    server: str,
+    transport: Any,
+    *,
+    events: LinkEvents,
+    protocol: str,
+) -> AsyncIterator[SdkLink]:
+    """Connect through an SDK client transport (an async context manager of streams)."""
+    link = SdkLink(server, events)
+    async with transport as streams, trio.open_nursery() as nursery:
+        read, write = streams[0], streams[1]
+        link.nursery = nursery
+        session = ClientSession(read, write, client_info=client_info(), message_handler=_message_handler(link),
+                                logging_callback=_logging_callback(link), **session_callbacks(link))
+        try:
+            async with session:
+                await handshake(session, protocol)
+                link.adopt(session)
+                await link.apply_log_level()
+                yield link
+        finally:
+            link.close(link.close_reason or "stopped by mcpvisor")
+            nursery.cancel_scope.cancel()

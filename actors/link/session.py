@@ -1,0 +1,78 @@
+"""The SDK `ClientSession` side of a link: who we say we are, the handshake, the callbacks."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+import mcp_types as types
+from mcp.client._probe import negotiate_auto
+from mcp.client.session import ClientSession
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from actors import __version__
+from actors.errors import ProxyError
+
+if TYPE_CHECKING:
+    from actors.link.base import Link
+
+CLIENT_NAME: Final = "mcpvisor"
+"""The clientInfo name upstreams see."""
+
+
+def client_info() -> types.Implementation:
+    """Who the proxy says it is to an upstream."""
+    return types.Implementation(name=CLIENT_NAME, version=__version__)
+
+
+def request_envelope(session: ClientSession, protocol_version: str) -> dict[str, Any]:
+    """The ``_meta`` envelope every request to a 2026-07-28 upstream carries: the protocol
+    version, our clientInfo and the capabilities the session advertises."""
+    return {
+        PROTOCOL_VERSION_META_KEY: protocol_version,
+        CLIENT_INFO_META_KEY: client_info().model_dump(by_alias=True, mode="json", exclude_none=True),
+        CLIENT_CAPABILITIES_META_KEY: session._build_capabilities(protocol_version).model_dump(
+            by_alias=True, mode="json", exclude_none=True
+        ),
+    }
+
+
+def session_callbacks(link: Link) -> dict[str, Any]:
+    """SDK client callbacks: they advertise sampling/elicitation/roots and route them."""
+
+    async def sampling(ctx: Any, params: types.CreateMessageRequestParams) -> Any:
+        try:
+            raw = await link.answer_server_request("sampling/createMessage",
+                                             params.model_dump(by_alias=True, mode="json", exclude_none=True))
+        except ProxyError as exc:
+            return types.ErrorData(code=exc.code, message=exc.message, data=exc.data)
+        if "toolUse" in str(raw.get("content")) or isinstance(raw.get("content"), list):
+            return types.CreateMessageResultWithTools.model_validate(raw)
+        return types.CreateMessageResult.model_validate(raw)
+
+    async def elicitation(ctx: Any, params: types.ElicitRequestParams) -> Any:
+        try:
+            raw = await link.answer_server_request("elicitation/create",
+                                             params.model_dump(by_alias=True, mode="json", exclude_none=True))
+        except ProxyError as exc:
+            return types.ErrorData(code=exc.code, message=exc.message, data=exc.data)
+        return types.ElicitResult.model_validate(raw)
+
+    async def roots(ctx: Any) -> Any:
+        try:
+            raw = await link.answer_server_request("roots/list", None)
+        except ProxyError as exc:
+            return types.ErrorData(code=exc.code, message=exc.message, data=exc.data)
+        return types.ListRootsResult.model_validate(raw)
+
+    return {"sampling_callback": sampling, "elicitation_callback": elicitation, "list_roots_callback": roots}
+
+
+async def handshake(session: ClientSession, protocol: str) -> None:
+    """Open the session in the era the config asks for ("auto" probes, then falls back)."""
+    if protocol == "legacy":
+        await session.initialize()
+    elif protocol in MODERN_PROTOCOL_VERSIONS:
+        await session.discover()
+    else:
+        await negotiate_auto(session)

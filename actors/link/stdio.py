@@ -1,0 +1,355 @@
+"""An upstream child process spoken to over our own pipes.
+
+`StdioLink` owns the bytes: the stdout pump reads frames and dispatches them (answers
+to our pending calls, notifications, server requests); the SDK session is fed over
+in-memory streams and sees only handshake and list traffic. It also carries the fast
+path's public API (`reserve_fast`, `send_fast`, `cancel_fast`, `run_deadlines`; the
+answer goes to the call's `FastSink`). `open_stdio_link` spawns the server and runs it
+all.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+import anyio
+import mcp_types as types
+import trio
+from mcp.client.session import ClientSession
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+from msgspec import UNSET
+
+from actors import wire
+from actors.errors import CallTimeout, ProxyError, UpstreamDied
+from actors.framing import FrameWriter, LineReader, OversizedLine, StreamBroken
+from actors.link.base import PROXY_ID_PREFIX, FastSink, Link, LinkEvents, Pending
+from actors.link.session import client_info, handshake, session_callbacks
+from actors.process import Reaper, StderrLog, describe_exit, spawn, stop_process
+
+logger = logging.getLogger(__name__)
+
+SESSION_BUFFER: Final = 256
+"""Frames queued towards the SDK session before the stdout pump waits."""
+
+GARBAGE_LOG_LINES: Final = 5
+"""Non-JSON stdout lines logged verbatim per connection; later ones are only counted."""
+
+GARBAGE_LOG_BYTES: Final = 200
+"""Bytes of a non-JSON stdout line quoted in the log: enough to recognise it."""
+
+GARBAGE_FLOOD: Final = 1000
+"""Non-JSON stdout lines within `GARBAGE_WINDOW_S` that make a connection unusable."""
+
+GARBAGE_WINDOW_S: Final = 10.0
+"""The window of `GARBAGE_FLOOD`: 100 bad lines a second for 10 s is a server that lost
+its framing, not one stray print."""
+
+EXIT_STATUS_WAIT_S: Final = 1.0
+"""After stdout closes, how long to wait for the exit status for the error message."""
+
+
+class StdioLink(Link):
+    """An upstream child process spoken to over our own pipes."""
+
+    def __init__(self, server: str, events: LinkEvents, proc: trio.Process, *, max_message: int,
+                 stderr: StderrLog) -> None:
+        super().__init__(server, events)
+        assert proc.stdin is not None and proc.stdout is not None
+        self.proc = proc
+        self.pid = proc.pid
+        self.writer = FrameWriter(proc.stdin)
+        self.max_message = max_message
+        self.stderr = stderr
+        self._to_session, self._session_in = anyio.create_memory_object_stream[SessionMessage | Exception](
+            SESSION_BUFFER
+        )
+        self._session_out, self._from_session = anyio.create_memory_object_stream[SessionMessage](SESSION_BUFFER)
+        self._garbage = 0
+        self._garbage_window: list[float] = []
+        self._wheel_scope: trio.CancelScope | None = None
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None) -> None:
+        out = dict(params) if params else None
+        if self._envelope is not None and self.modern:
+            out = dict(out or {})
+            meta = dict(out.get("_meta") or {})
+            meta.update(self._envelope)
+            out["_meta"] = meta
+        await self.writer.send(wire.notification_frame(method, out))
+
+    async def _send_and_wait(self, pending: Pending, params: dict[str, Any]) -> wire.Envelope:
+        try:
+            await self.writer.send(wire.request_frame(pending.proxy_id, pending.method, params))
+        except StreamBroken as exc:
+            self.close(f"cannot write to it: {exc}")
+            raise UpstreamDied(self.server, self.close_reason or str(exc)) from None
+        return await self._wait(pending)
+
+    # --- the fast path -------------------------------------------------------------
+    def reserve_fast(self, sink: FastSink, *, timeout: float, max_time: float) -> str:
+        """Register a fast-path call and return the id to send it under.
+
+        Raises:
+            UpstreamDied: the connection is closing.
+            TooManyRequests: the pending table is full.
+        """
+        proxy_id = self._mint_id()
+        now = trio.current_time()
+        hard = now + max_time
+        self._pending[proxy_id] = Pending(proxy_id, "tools/call", sink, hard, timeout, None, sink=sink,
+                                           deadline=min(now + timeout, hard))
+        if self._wheel_scope is not None and self._wheel_scope.deadline > now + timeout:
+            self._wheel_scope.deadline = now + timeout
+        return proxy_id
+
+    async def send_fast(self, frame: bytes) -> None:
+        """Write a fast-path request; a broken pipe closes the link (failing the call)."""
+        try:
+            await self.writer.send(frame)
+        except StreamBroken as exc:
+            self.close(f"cannot write to it: {exc}")
+
+    async def cancel_fast(self, proxy_id: str, reason: str) -> bool:
+        """The client cancelled a fast-path call: forget it and tell the upstream."""
+        pending = self._pending.pop(proxy_id, None)
+        if pending is None:
+            return False
+        await self._abandon(pending)
+        return True
+
+    async def run_deadlines(self) -> None:
+        """One timer for every fast-path call of this link (no task per call): a call with no
+        answer or progress within its timeout, or past its hard cap, fails and is cancelled upstream."""
+        while True:
+            with trio.CancelScope(deadline=math.inf) as scope:
+                self._wheel_scope = scope
+                fast = [p for p in self._pending.values() if p.sink is not None]
+                if fast:
+                    scope.deadline = min(p.deadline for p in fast)
+                await trio.sleep_forever()
+            self._wheel_scope = None
+            now = trio.current_time()
+            for p in [p for p in self._pending.values() if p.sink is not None and p.deadline <= now]:
+                del self._pending[p.proxy_id]
+                hard = now >= p.hard_deadline
+                limit = p.hard_deadline - (p.deadline - p.timeout) if hard else p.timeout
+                assert p.sink is not None
+                p.sink.failed(CallTimeout(self.server, round(limit) if hard else limit, hard_cap=hard))
+                await self._abandon(p)
+
+    # --- pumps -----------------------------------------------------------------
+    async def pump_stdout(self) -> None:
+        assert self.proc.stdout is not None
+        reason = "closed its stdout"
+        batches = LineReader(self.proc.stdout, self.max_message).__aiter__()
+        try:
+            async for batch in batches:
+                for line in batch:
+                    if isinstance(line, OversizedLine):
+                        reason = f"sent a message larger than {self.max_message} bytes ({line.size}+ bytes)"
+                        return
+                    await self._dispatch(line)
+                    if self.close_reason is not None:
+                        return
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            with trio.CancelScope(shield=True):
+                # Left mid-stream (garbage flood, oversized line): close the reader here, not in GC.
+                await batches.aclose()  # type: ignore[attr-defined]
+                if self.close_reason is None:
+                    with trio.move_on_after(EXIT_STATUS_WAIT_S):
+                        await self.proc.wait()
+                    if self.proc.returncode is not None:
+                        reason = describe_exit(self.proc.returncode)
+                    tail = self.stderr.tail()
+                    self.close(f"{reason}: {tail}" if tail else reason)
+                await self._to_session.aclose()
+
+    async def _dispatch(self, line: bytes) -> None:
+        try:
+            env = wire.decode_envelope(line)
+        except (wire.DecodeError, wire.ValidationError):
+            self._on_garbage(line)
+            return
+        method = env.method
+        if method is UNSET:
+            rid = env.id
+            if type(rid) is str and rid.startswith(PROXY_ID_PREFIX):
+                pending = self._pending.get(rid)
+                if pending is None:
+                    logger.debug("%s: dropped a late response to %s", self.server, rid)
+                elif pending.sink is not None:
+                    del self._pending[rid]
+                    await pending.sink.deliver(env, line)
+                elif pending.done is not None and not pending.done.is_set():
+                    pending.envelope = env
+                    pending.line = line
+                    pending.done.set()
+                return
+            await self._to_sdk(line)
+            return
+        if env.id is UNSET:
+            await self._notification(method, env, line)
+            return
+        self._serve_request_soon(env)
+
+    async def _notification(self, method: str, env: wire.Envelope, line: bytes) -> None:
+        if method == "notifications/progress":
+            if env.params is UNSET:
+                return
+            try:
+                params = wire.decode_dict(env.params)
+            except (wire.DecodeError, wire.ValidationError):
+                return
+            token = params.get("progressToken")
+            if isinstance(token, str):
+                await self._progress(token, params)
+            return
+        if method == "notifications/message":
+            try:
+                params = wire.decode_dict(env.params) if env.params is not UNSET else {}
+            except (wire.DecodeError, wire.ValidationError):
+                return
+            self.events.log_message(params)
+            return
+        if method == "notifications/tools/list_changed":
+            self.events.list_changed("tools")
+        elif method == "notifications/resources/list_changed":
+            self.events.list_changed("resources")
+        elif method == "notifications/prompts/list_changed":
+            self.events.list_changed("prompts")
+        elif method == "notifications/resources/updated":
+            try:
+                params = wire.decode_dict(env.params) if env.params is not UNSET else {}
+            except (wire.DecodeError, wire.ValidationError):
+                return
+            uri = params.get("uri")
+            if isinstance(uri, str):
+                self.events.resource_updated(uri)
+        elif method == "notifications/cancelled" or method.startswith("notifications/subscriptions/"):
+            return
+        else:
+            await self._to_sdk(line)
+
+    def _serve_request_soon(self, env: wire.Envelope) -> None:
+        assert self.nursery is not None
+        self.nursery.start_soon(self._serve_request, env)
+
+    async def _serve_request(self, env: wire.Envelope) -> None:
+        assert isinstance(env.method, str) and env.id is not UNSET and env.id is not None
+        request_id = env.id
+        try:
+            params = wire.decode_dict(env.params) if env.params is not UNSET else None
+            result = await self.answer_server_request(env.method, params)
+            frame = wire.result_frame(request_id, result)
+        except ProxyError as exc:
+            frame = wire.error_frame(request_id, exc.code, exc.message, exc.data)
+        except (wire.DecodeError, wire.ValidationError):
+            frame = wire.error_frame(request_id, wire.INVALID_PARAMS, "malformed params")
+        except MCPError as exc:
+            frame = wire.error_frame(request_id, exc.error.code, exc.error.message, exc.error.data)
+        try:
+            await self.writer.send(frame)
+        except StreamBroken:
+            pass
+
+    async def _to_sdk(self, line: bytes) -> None:
+        try:
+            message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+        except Exception as exc:
+            logger.debug("%s: message the SDK cannot parse: %s", self.server, exc)
+            return
+        try:
+            await self._to_session.send(SessionMessage(message))
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass
+
+    def _on_garbage(self, line: bytes) -> None:
+        self._garbage += 1
+        if self._garbage <= GARBAGE_LOG_LINES:
+            logger.warning("%s wrote non-JSON to stdout (ignored): %r", self.server, line[:GARBAGE_LOG_BYTES])
+        elif self._garbage == GARBAGE_LOG_LINES + 1:
+            logger.warning("%s keeps writing non-JSON to stdout; further lines are only counted", self.server)
+        now = trio.current_time()
+        window = self._garbage_window
+        window.append(now)
+        if len(window) > GARBAGE_FLOOD:
+            del window[: len(window) - GARBAGE_FLOOD]
+            if now - window[0] < GARBAGE_WINDOW_S:
+                self.close(f"garbage on stdout: {GARBAGE_FLOOD} non-JSON lines in under "
+                           f"{GARBAGE_WINDOW_S:g}s")
+
+    async def pump_session_out(self) -> None:
+        """Frames the SDK session writes (handshake, lists) go to the child's stdin."""
+        async with self._from_session:
+            async for message in self._from_session:
+                data = message.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
+                try:
+                    await self.writer.send(data)
+                except StreamBroken as exc:
+                    self.close(f"cannot write to it: {exc}")
+                    return
+
+@asynccontextmanager
+async def open_stdio_link(
+    server: str,
+    argv: list[str],
+    *,
+    env: Mapping[str, str],
+    cwd: str | None,
+    events: LinkEvents,
+    reaper: Reaper | None,
+    protocol: str,
+    max_message: int,
+    shutdown_grace: float,
+    on_spawn: Callable[[StdioLink], None] | None = None,
+) -> AsyncIterator[StdioLink]:
+    """Spawn the server, run its pumps, open the SDK session; stop everything on exit.
+
+    Raises:
+        SpawnError: the command could not be started.
+        UpstreamDied / MCPError / TimeoutError: the handshake failed (the process is stopped).
+    """
+    stderr = StderrLog(server)
+    proc = await spawn(argv, env=env, cwd=cwd, reaper=reaper)
+    link = StdioLink(server, events, proc, max_message=max_message, stderr=stderr)
+    if on_spawn is not None:
+        on_spawn(link)
+    try:
+        async with trio.open_nursery() as nursery:
+            link.nursery = nursery
+            assert proc.stderr is not None
+            nursery.start_soon(stderr.drain, proc.stderr)
+            nursery.start_soon(link.pump_stdout)
+            nursery.start_soon(link.pump_session_out)
+            nursery.start_soon(link.run_deadlines)
+            session = ClientSession(link._session_in, link._session_out, client_info=client_info(),
+                                    **session_callbacks(link))
+            try:
+                async with session:
+                    with trio.CancelScope() as handshake_scope:
+                        nursery.start_soon(_cancel_when_closed, link, handshake_scope)
+                        await handshake(session, protocol)
+                    if handshake_scope.cancelled_caught or link.close_reason is not None:
+                        raise UpstreamDied(server, link.close_reason or "closed during the handshake")
+                    link.adopt(session)
+                    await link.apply_log_level()
+                    yield link
+            finally:
+                link.close(link.close_reason or "stopped by mcpvisor")
+                nursery.cancel_scope.cancel()
+    finally:
+        await stop_process(proc, grace=shutdown_grace, reaper=reaper)
+        link._session_in.close()
+        link._from_session.close()
+
+
+async def _cancel_when_closed(link: Link, scope: trio.CancelScope) -> None:
+    await link.closed.wait()
+    scope.cancel()

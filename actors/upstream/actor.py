@@ -1,0 +1,509 @@
+"""One upstream server as a supervised actor: its state machine, its connection, its calls.
+
+Owns, for one configured server:
+
+* the lifecycle loop: start (spawn or connect, handshake, list everything), serve,
+  detect failure (crash, closed transport, missed pings, garbage on stdout, a start
+  that takes too long), ask the restart policy what next (backoff, circuit open,
+  half-open trial);
+* the state machine of DESIGN.md::
+
+      idle (lazy) -> starting -> ready -> backing_off -> starting ...
+                                      \\-> circuit_open -> half_open -> ready | circuit_open
+      disabled, stopped: until told otherwise
+
+  every transition published as a `StateChanged` event with its reason (the exit
+  status and last stderr lines, "did not start within 30s", "hung: 3 pings
+  unanswered", "garbage on stdout: ...");
+* calls from clients: they go straight to the live link (no mailbox hop); a call
+  in flight when the server dies fails at once; a call to a restarting server waits,
+  bounded by ``restartWait``; a call to an open circuit fails at once with the time
+  of the next try;
+* what clients see of the server's tools: kept through a brief restart (no
+  list_changed churn while backing off), withdrawn once when the circuit opens or
+  the server is disabled or stopped, back once it is ready again; re-listed after
+  every start and after the server says a list changed.
+
+Time comes only from trio (STYLE rule 15): under `trio.testing.MockClock` with an
+in-memory link factory (``open_link=``) every backoff, circuit period, ping and
+timeout runs in virtual time (tests/fakes).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, Protocol
+
+import trio
+
+from actors.core.catalog import UpstreamLists
+from actors.core.policy import Backoff, CircuitState, OpenCircuit, PolicyConfig, RestartPolicy, WaitUntil
+from actors.core.registration import UpstreamDown, UpstreamUp
+from actors.errors import CallTimeout, UpstreamDied, UpstreamUnavailable
+from actors.link import CallOrigin, Link, LinkEvents, open_sdk_link, open_stdio_link
+from actors.messages import EventBus, StateChanged
+from actors.process import Reaper
+from actors.transports import sdk_transport, stdio_argv
+from actors.upstream.failures import classify, with_stderr
+from actors.upstream.status import WAITABLE, Hooks, RouterPort, State, UpstreamStatus
+from actors.upstream.tasks import LinkTasks
+
+logger = logging.getLogger(__name__)
+
+
+class OpenLink(Protocol):
+    """How an actor gets a connection: spawn or connect, handshake, yield the live link.
+
+    The link is closed and its process stopped when the context exits. ``on_spawn`` is
+    called with the link as soon as it exists (before the handshake), so a failure
+    during the handshake can be explained by the link's exit status and stderr.
+    The default is `open_real_link`; tests pass in-memory fakes (tests/fakes).
+    """
+
+    def __call__(self, up: Upstream, *, events: LinkEvents, protocol: str,
+                 on_spawn: Callable[[Link], None]) -> AbstractAsyncContextManager[Link]: ...
+
+
+class _LinkEvents:
+    """Adapter from a link's callbacks to its actor (runs on the link's reader task)."""
+
+    def __init__(self, upstream: Upstream) -> None:
+        self._up = upstream
+
+    def list_changed(self, kind: str) -> None:
+        self._up.mark_dirty(kind)
+
+    def resource_updated(self, uri: str) -> None:
+        self._up.hooks.resource_updated(self._up.name, uri)
+
+    def log_message(self, params: dict[str, Any]) -> None:
+        self._up.hooks.log_message(self._up.name, params)
+
+    def fallback_origin(self, method: str) -> CallOrigin | None:
+        return self._up.hooks.fallback_origin(method)
+
+    @property
+    def log_level(self) -> str | None:
+        return self._up.hooks.log_level()
+
+
+@asynccontextmanager
+async def open_real_link(up: Upstream, *, events: LinkEvents, protocol: str,
+                         on_spawn: Callable[[Link], None]) -> AsyncIterator[Link]:
+    """The production `OpenLink`: a child process for stdio, the SDK's transports otherwise."""
+    spec = up.spec
+    if spec.transport in ("stdio", "stdio-docker"):
+        async with open_stdio_link(
+            up.name, stdio_argv(spec), env=spec.env, cwd=spec.cwd, events=events, reaper=up.reaper,
+            protocol=protocol, max_message=up.max_message, shutdown_grace=spec.shutdown_grace,
+            on_spawn=on_spawn,
+        ) as link:
+            yield link
+        return
+    async with open_sdk_link(up.name, sdk_transport(spec, up.max_message), events=events,
+                             protocol=protocol) as sdk_link:
+        on_spawn(sdk_link)
+        yield sdk_link
+
+
+class Upstream(LinkTasks):
+    """Actor and handle for one server. Start with ``await nursery.start(up.run)``.
+
+    The public methods (`request`, `wait_link`, `status`, `load`, `stop`, `disable`,
+    `enable`, `restart`) may be called from any task; the state machine itself runs
+    only in `run`.
+    """
+
+    def __init__(
+        self,
+        spec: Any,
+        *,
+        router: RouterPort,
+        events: EventBus,
+        hooks: Hooks,
+        reaper: Reaper | None,
+        max_message: int,
+        rng: random.Random | None = None,
+        era_memory: dict[str, str] | None = None,
+        open_link: OpenLink | None = None,
+    ) -> None:
+        self.spec = spec
+        self.name: str = spec.name
+        self.router = router
+        self.bus = events
+        self.hooks = hooks
+        self.reaper = reaper
+        self.max_message = max_message
+        self._rng = rng
+        self._open_link: OpenLink = open_link if open_link is not None else open_real_link
+        self.policy = RestartPolicy(PolicyConfig.from_spec(spec), rng=rng)
+        self.state = State.IDLE if spec.lazy else State.STARTING
+        self.reason: str | None = None
+        self.since = trio.current_time()
+        self.ready_since: float | None = None
+        self.retry_at: float | None = None
+        """When the next start is due: while backing off, and while the circuit is open."""
+        self.restarts = 0
+        self.starts = 0
+        self.last_error: str | None = None
+        self.link: Link | None = None
+        self.lists = UpstreamLists()
+        self._changed = trio.Event()
+        self._wake = trio.Event()
+        self._poked = False
+        self._dirty: set[str] = set()
+        self._dirty_event = trio.Event()
+        self._listen_uris: set[str] = set()
+        self._listen_changed = trio.Event()
+        self._desired = "run"  # run | stopped | disabled
+        self._loaded = not spec.lazy
+        self._restart_reason: str | None = None
+        self._life: trio.CancelScope | None = None
+        self._attempt: Link | None = None
+        self._outcome: Backoff | OpenCircuit | None = None
+        self._withdrawn = False
+        self._era_memory = era_memory if era_memory is not None else {}
+        self.first_attempt_done = trio.Event()
+        """Set once the first start attempt has ended (ready or failed), or the server is
+        not meant to start (lazy, disabled, stopped). The start-up gate waits for it."""
+
+    # --- public -------------------------------------------------------------------
+    def status(self) -> UpstreamStatus:
+        now = trio.current_time()
+        stats = self.policy.statistics(now)
+        link = self.link
+        live = link is not None and link.close_reason is None
+        return UpstreamStatus(
+            name=self.name,
+            transport=self.spec.transport,
+            state=self.state.value,
+            reason=self.reason,
+            since=self.since,
+            uptime=(now - self.ready_since) if self.state is State.READY and self.ready_since is not None
+            else None,
+            restarts=self.restarts,
+            circuit=stats.circuit.value,
+            retry_at=self.retry_at,
+            last_error=self.last_error,
+            tool_count=len(self.lists.tools),
+            pid=getattr(link, "pid", None) if live else None,
+            protocol_version=(link.protocol_version or None) if live and link is not None else None,
+            in_flight=link.in_flight() if link is not None else 0,
+            description=self.spec.description,
+            starts=self.starts,
+            consecutive_failures=stats.consecutive_failures,
+        )
+
+    async def request(
+        self,
+        method: str,
+        params: Mapping[str, Any] | None,
+        *,
+        origin: CallOrigin | None = None,
+        retry_safe: bool = False,
+    ) -> dict[str, Any]:
+        """Forward a request to this server, waiting (bounded) through a restart.
+
+        A request in flight when the server dies fails at once (never at the timeout);
+        it is retried once on the new process only when ``retry_safe`` (the tool is
+        annotated readOnlyHint or idempotentHint).
+
+        Raises:
+            UpstreamUnavailable: down for longer than ``restartWait``, circuit open,
+                disabled or stopped (the message names the server, why, and when the
+                next try is).
+            UpstreamDied, CallTimeout, UpstreamError: see `Link.request`.
+        """
+        spec = self.spec
+        attempts = 2 if retry_safe else 1
+        for attempt in range(attempts):
+            link = await self.wait_link()
+            try:
+                return await link.request(method, params, origin=origin, timeout=spec.timeout,
+                                          max_time=spec.max_call_time)
+            except UpstreamDied:
+                if attempt + 1 == attempts:
+                    raise
+                logger.info("%s died under a %s call; retrying once (the tool is retry-safe)",
+                            self.name, method)
+            except CallTimeout as exc:
+                self.last_error = str(exc)
+                raise
+        raise AssertionError("unreachable")
+
+    async def wait_link(self) -> Link:
+        """The live link, waiting up to ``restartWait`` while the server (re)starts.
+
+        Fails at once (`UpstreamUnavailable`) when the circuit is open, the server is
+        disabled or stopped, or it is backing off until after the wait would end.
+        """
+        link = self.link
+        if self.state is State.READY and link is not None and link.close_reason is None:
+            return link
+        if self.state is State.IDLE:
+            self.load()
+        deadline = trio.current_time() + self.spec.restart_wait
+        while True:
+            link = self.link
+            state = self.state
+            if state is State.READY and link is not None and link.close_reason is None:
+                return link
+            if state not in WAITABLE:
+                raise self.unavailable()
+            if state is State.BACKING_OFF and self.retry_at is not None and self.retry_at > deadline:
+                raise self.unavailable()  # it cannot be back in time: say when it will try
+            changed = self._changed
+            with trio.move_on_at(deadline):
+                await changed.wait()
+                continue
+            raise self.unavailable(waited=self.spec.restart_wait)
+
+    def unavailable(self, waited: float | None = None) -> UpstreamUnavailable:
+        """The error a call gets while this server cannot serve it."""
+        state = self.state
+        reason = self.reason or self.last_error
+        if waited is not None:
+            reason = f"{reason}; not back after {waited:g}s" if reason else f"not ready after {waited:g}s"
+        retry_at = self.retry_at if state in (State.CIRCUIT_OPEN, State.BACKING_OFF) else None
+        return UpstreamUnavailable(self.name, state.value, reason, retry_at)
+
+    def load(self) -> None:
+        """Start a lazy server (idempotent)."""
+        if not self._loaded:
+            self._loaded = True
+            self._poke()
+
+    def stop(self) -> None:
+        """Stop for good: the process is stopped, the tools withdrawn, ``run`` returns."""
+        self._desired = "stopped"
+        self._poke(end_life=True)
+
+    def disable(self) -> None:
+        """Stop the server and withdraw its tools until `enable` (state ``disabled``)."""
+        if self._desired == "run":
+            self._desired = "disabled"
+            self._poke(end_life=True)
+
+    def enable(self) -> None:
+        """Undo `disable`: start again with a fresh restart policy (circuit closed)."""
+        if self._desired == "disabled":
+            self._desired = "run"
+            self.policy.reset()
+            self._poke()
+
+    def restart(self, reason: str = "restart requested") -> None:
+        """Stop the current process (if any) and start again at once; not a failure.
+
+        Skips a backoff delay or an open circuit (an operator or a reload asked for it;
+        the circuit is closed again). The restart policy is rebuilt if the spec's
+        numbers changed. No effect while disabled or stopped (`enable` first) or while
+        a lazy server is not loaded.
+        """
+        if self._desired != "run" or not self._loaded:
+            return
+        config = PolicyConfig.from_spec(self.spec)
+        if config != self.policy.config:
+            self.policy = RestartPolicy(config, rng=self._rng)
+        self._restart_reason = reason
+        if self.state is State.READY:
+            self._set_state(State.STARTING, reason)
+        self._poke(end_life=True)
+
+    async def wait_changed(self) -> None:
+        """Wait for the next state transition (or reason change)."""
+        await self._changed.wait()
+
+    # --- internals ----------------------------------------------------------------
+    def _poke(self, *, end_life: bool = False) -> None:
+        """Wake the lifecycle loop; with ``end_life`` also end the running connection."""
+        self._poked = True
+        self._wake.set()
+        if end_life and self._life is not None:
+            self._life.cancel()
+
+    def _set_state(self, state: State, reason: str | None = None, *, retry_at: float | None = None) -> None:
+        previous = self.state
+        self.retry_at = retry_at
+        if state is previous and reason == self.reason:
+            return
+        self.state = state
+        self.reason = reason
+        self.since = trio.current_time()
+        if state is State.READY:
+            self.ready_since = self.since
+        self._changed.set()
+        self._changed = trio.Event()
+        link = self.link
+        self.bus.publish(StateChanged(self.name, state.value, previous.value, reason, retry_at, self.restarts,
+                                      getattr(link, "pid", None) if link is not None else None))
+        log = logger.warning if state in (State.BACKING_OFF, State.CIRCUIT_OPEN) else logger.info
+        arrow = f"{previous.value} -> " if previous is not state else ""
+        log("%s: %s%s%s", self.name, arrow, state.value, f" ({reason})" if reason else "")
+
+    async def _sleep_until(self, deadline: float) -> None:
+        """Sleep until ``deadline``, or until poked (stop, disable, enable, load, restart)."""
+        if self._poked:
+            self._poked = False
+            return
+        self._wake = trio.Event()
+        with trio.move_on_at(deadline):
+            await self._wake.wait()
+        self._poked = False
+
+    def _interrupted(self) -> bool:
+        """Something asked the loop to do other than wait for the next start."""
+        return self._desired != "run" or self._restart_reason is not None
+
+    async def run(self, *, task_status: trio.TaskStatus[Upstream] = trio.TASK_STATUS_IGNORED) -> None:
+        """The actor: run the lifecycle until stopped. Never raises for upstream failures."""
+        task_status.started(self)
+        try:
+            await self._lifecycle()
+        finally:
+            self.first_attempt_done.set()
+            self.link = None
+            if self.state is not State.STOPPED:
+                self._set_state(State.STOPPED, "proxy shutting down")
+
+    async def _lifecycle(self) -> None:
+        why = "first start"
+        while True:
+            if self._desired == "stopped":
+                await self._withdraw("stopped")
+                self._set_state(State.STOPPED, "stopped")
+                self.first_attempt_done.set()
+                return
+            if self._desired == "disabled":
+                self._restart_reason = None
+                await self._withdraw("disabled")
+                self._set_state(State.DISABLED, "disabled")
+                self.first_attempt_done.set()
+                await self._sleep_until(math.inf)
+                why = "enabled"
+                continue
+            if not self._loaded:
+                self._set_state(State.IDLE, "lazy: starts on first use")
+                self.first_attempt_done.set()
+                await self._sleep_until(math.inf)
+                why = "loaded on first use"
+                continue
+            if self._restart_reason is not None:
+                why, self._restart_reason = self._restart_reason, None
+                if self.policy.circuit is not CircuitState.CLOSED:
+                    self.policy.reset()  # an explicit restart is the operator's trial
+            decision = self.policy.before_start(trio.current_time())
+            if isinstance(decision, WaitUntil):
+                # Woken early while open (nothing relevant changed): keep waiting.
+                self._set_state(State.CIRCUIT_OPEN, self.reason if self.state is State.CIRCUIT_OPEN
+                                else self.last_error, retry_at=decision.until)
+                await self._sleep_until(decision.until)
+                continue
+            if decision.trial:
+                self._set_state(State.HALF_OPEN, f"trial start after the circuit was open; last error: "
+                                                 f"{self.last_error}")
+            else:
+                self._set_state(State.STARTING, why)
+            failure = await self._one_life()
+            self.first_attempt_done.set()
+            if failure is None:
+                # Stopped, disabled or restarted on request: not a failure (a trial that
+                # was interrupted is granted again rather than left half open).
+                self.policy.on_stopped(trio.current_time())
+                why = "restart requested"
+                continue
+            if self._outcome is None:
+                await self._record_failure(failure)
+            self._outcome = None
+            assert self.retry_at is not None
+            until = self.retry_at
+            while trio.current_time() < until and not self._interrupted():
+                await self._sleep_until(until)
+            why = f"restart after: {failure}"
+
+    async def _record_failure(self, failure: str) -> Backoff | OpenCircuit:
+        """Count a failure with the policy and move to backing_off or circuit_open now
+        (an open circuit withdraws the tools first, so whoever sees the state sees both)."""
+        now = trio.current_time()
+        self.last_error = failure
+        self.restarts += 1
+        outcome = self.policy.on_failure(now, failure)
+        self._outcome = outcome
+        if isinstance(outcome, Backoff):
+            self._set_state(State.BACKING_OFF, failure, retry_at=now + outcome.delay)
+        else:
+            await self._withdraw(outcome.reason)
+            self._set_state(State.CIRCUIT_OPEN, outcome.reason, retry_at=outcome.until)
+        return outcome
+
+    async def _withdraw(self, reason: str) -> None:
+        """Take this server's tools away from clients (once; `UpstreamUp` brings them back).
+        Returns when the router has applied it (and announced the one list_changed)."""
+        if not self._withdrawn:
+            self._withdrawn = True
+            await self.router.submit(UpstreamDown(self.name, withdraw=True, reason=reason))
+
+    def _on_spawn(self, link: Link) -> None:
+        self._attempt = link
+
+    async def _one_life(self) -> str | None:
+        """Start, serve until the connection ends, clean up. Returns the failure reason,
+        or None when the life ended on request (stop, disable, restart).
+
+        A server that dies after becoming ready has its failure recorded (state
+        backing_off or circuit_open) as soon as the link closes, before its process
+        is reaped, so callers never see "ready" with a dead connection for long.
+        """
+        spec = self.spec
+        self._attempt = None
+        self._outcome = None
+        if self._interrupted():
+            return None  # asked to stop or restart between the decision and now
+        self.starts += 1
+        started = trio.current_time()
+        failure: str | None = None
+        with trio.CancelScope() as life:
+            self._life = life
+            try:
+                with trio.CancelScope(deadline=started + spec.startup_timeout) as startup:
+                    async with self._open_link(self, events=_LinkEvents(self), protocol=self._protocol(),
+                                               on_spawn=self._on_spawn) as link:
+                        self._attempt = link
+                        self._remember_era(link)
+                        self.link = link
+                        lists = await self.list_all(link)
+                        startup.deadline = math.inf
+                        self.lists = lists
+                        self._dirty.clear()
+                        self.policy.on_ready(trio.current_time())
+                        self._withdrawn = False
+                        await self.router.submit(UpstreamUp(self.name, lists))
+                        self._set_state(State.READY, f"started in {trio.current_time() - started:.2f}s, "
+                                                     f"{len(lists.tools)} tools")
+                        self.first_attempt_done.set()
+                        failure = await self.serve(link)
+                        await self._record_failure(failure)
+                if startup.cancelled_caught and failure is None:
+                    failure = with_stderr(f"did not start within {spec.startup_timeout:g}s", self._attempt)
+            except BaseException as exc:  # split in _classify; cancellation is re-raised there
+                failure = classify(exc, self._attempt, self.name)
+            finally:
+                self._life = None
+                self.link = None
+        if life.cancelled_caught and self._outcome is None:
+            return None
+        return failure
+
+    def _protocol(self) -> str:
+        spec = self.spec
+        if spec.protocol != "auto":
+            return str(spec.protocol)
+        return self._era_memory.get(spec.fingerprint(), "auto")
+
+    def _remember_era(self, link: Link) -> None:
+        if self.spec.protocol == "auto" and link.protocol_version:
+            self._era_memory[self.spec.fingerprint()] = "legacy" if not link.modern else link.protocol_version
+

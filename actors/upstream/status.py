@@ -1,0 +1,82 @@
+"""What one upstream actor is and says: its lifecycle states, its status record, and the
+ports it uses (the router, the supervisor's hooks)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+if TYPE_CHECKING:
+    from actors.link import CallOrigin
+
+
+class State(str, enum.Enum):
+    IDLE = "idle"
+    STARTING = "starting"
+    READY = "ready"
+    BACKING_OFF = "backing_off"
+    CIRCUIT_OPEN = "circuit_open"
+    HALF_OPEN = "half_open"
+    DISABLED = "disabled"
+    STOPPED = "stopped"
+
+
+WAITABLE: Final = frozenset({State.STARTING, State.BACKING_OFF, State.HALF_OPEN, State.IDLE, State.READY})
+"""States a call waits through (bounded by ``restartWait``) instead of failing at once.
+READY is here for the instant between a link dying and the actor recording it."""
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamStatus:
+    """What `mcpvisor status` and ``get-server-status`` show for one server.
+
+    Times (``since``, ``retry_at``) are on the Trio clock; ``uptime`` is seconds.
+    ``restarts`` counts failures that led to a restart (crashes, failed starts, hangs);
+    ``starts`` counts every start, whatever the reason.
+    """
+
+    name: str
+    transport: str
+    state: str
+    reason: str | None
+    since: float
+    uptime: float | None
+    restarts: int
+    circuit: str
+    retry_at: float | None
+    last_error: str | None
+    tool_count: int
+    pid: int | None
+    protocol_version: str | None
+    in_flight: int
+    description: str | None
+    starts: int = 0
+    consecutive_failures: int = 0
+
+
+class RouterPort(Protocol):
+    """What an upstream actor needs from the router (`actors.router.Router` has it)."""
+
+    async def send(self, message: object) -> None:
+        """Queue a registration message."""
+
+    async def submit(self, message: object) -> None:
+        """Queue a registration message and wait until it is applied and announced."""
+
+
+class Hooks:
+    """Supervisor-level services an upstream uses (logs to clients, fallback origins)."""
+
+    def log_message(self, server: str, params: dict[str, Any]) -> None:  # pragma: no cover - interface
+        pass
+
+    def resource_updated(self, server: str, uri: str) -> None:  # pragma: no cover - interface
+        pass
+
+    def fallback_origin(self, method: str) -> CallOrigin | None:  # pragma: no cover - interface
+        return None
+
+    def log_level(self) -> str | None:  # pragma: no cover - interface
+        """The most verbose level any client asked for (``logging/setLevel``), if any."""
+        return None

@@ -1,0 +1,204 @@
+"""What an upstream actor runs beside a live link: listing, re-listing, pings, the listen stream.
+
+`LinkTasks` is a part of `actors.upstream.actor.Upstream` (its base class): the tasks
+`serve` runs for the life of one link (the re-lister after a list_changed, the
+handshake-era pinger, the 2026-07-28 ``subscriptions/listen`` stream), and the listing
+of everything a server offers.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import TYPE_CHECKING, Any, Final
+
+import mcp_types as types
+import trio
+from mcp.shared.exceptions import MCPError
+
+from actors import wire
+from actors.core.catalog import UpstreamLists
+from actors.core.registration import UpstreamListed
+from actors.errors import CallTimeout, ProxyError, UpstreamDied
+from actors.upstream.failures import WRITE_FAILED, exit_text
+
+if TYPE_CHECKING:
+    from actors.link import Link
+    from actors.upstream.status import RouterPort
+
+logger = logging.getLogger(__name__)
+
+LIST_KINDS: Final = ("tools", "resources", "templates", "prompts")
+
+RELIST_TIMEOUT_S: Final = 30.0
+"""Bound on re-listing after a list_changed notification."""
+
+MAX_LIST_PAGES: Final = 1000
+"""Pages of one list followed before giving up on a server whose cursors never end
+(1000 pages of the usual 50-100 items is far past any real catalog)."""
+
+EXIT_STATUS_WAIT_S: Final = 1.0
+"""After a failed write, how long to wait for the exit status to explain it."""
+
+
+class LinkTasks:
+    """The listing and per-link tasks of an upstream actor (mixed into `Upstream`)."""
+
+    name: str
+    spec: Any
+    router: RouterPort
+    lists: UpstreamLists
+    _dirty: set[str]
+    _dirty_event: trio.Event
+    _listen_uris: set[str]
+    _listen_changed: trio.Event
+
+    def mark_dirty(self, kind: str) -> None:
+        """A list of ``kind`` changed upstream: re-list it (resources bring their templates)."""
+        self._dirty.add(kind)
+        if kind == "resources":
+            self._dirty.add("templates")
+        self._dirty_event.set()
+
+    def listen_to(self, uri: str, wanted: bool) -> None:
+        """Follow (or stop following) updates of ``uri`` on a 2026-07-28 upstream, where
+        ``resources/subscribe`` is gone and updates ride the ``subscriptions/listen`` stream."""
+        if wanted == (uri in self._listen_uris):
+            return
+        if wanted:
+            self._listen_uris.add(uri)
+        else:
+            self._listen_uris.discard(uri)
+        self._listen_changed.set()
+
+    async def serve(self, link: Link) -> str:
+        """Run health pings and re-listing until the link ends; return why it ended."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._relister, link)
+            if link.modern:
+                nursery.start_soon(self._listen, link)
+            if not link.modern and self.spec.health_check_interval > 0:
+                nursery.start_soon(self._pinger, link)
+            await link.closed.wait()
+            nursery.cancel_scope.cancel()
+        reason = link.close_reason or "connection closed"
+        proc = getattr(link, "proc", None)
+        if reason.startswith(WRITE_FAILED) and proc is not None:
+            # A write hit a closed pipe: the process is exiting; its status is the reason.
+            with trio.move_on_after(EXIT_STATUS_WAIT_S):
+                await proc.wait()
+            reason = exit_text(link) or reason
+        return reason
+
+    async def _pinger(self, link: Link) -> None:
+        """Handshake-era liveness: ``maxMissedPings`` unanswered pings in a row = hung.
+
+        MCP ping: "with no answer in time, the sender MAY treat the connection as stale";
+        the link is closed, which fails its pending calls at once and restarts the server.
+        """
+        spec = self.spec
+        missed = 0
+        while True:
+            await trio.sleep(spec.health_check_interval)
+            try:
+                await link.request("ping", None, timeout=spec.health_check_timeout,
+                                   max_time=spec.health_check_timeout)
+                missed = 0
+            except CallTimeout:
+                missed += 1
+                logger.warning("%s: ping %d/%d unanswered", self.name, missed, spec.max_missed_pings)
+                if missed >= spec.max_missed_pings:
+                    link.close(f"hung: {missed} pings unanswered within {spec.health_check_timeout:g}s")
+                    return
+            except ProxyError:
+                return  # the link is closing anyway, or the server does not do ping
+
+    async def _listen(self, link: Link) -> None:
+        """2026-07-28 upstreams send list changes only on a ``subscriptions/listen`` stream
+        (SEP-2575): hold one open for the life of the link, reopened when the set of
+        followed resources changes. Its notifications arrive through the link's reader."""
+        while True:
+            changed = self._listen_changed = trio.Event()
+            wanted: dict[str, Any] = {"toolsListChanged": True, "promptsListChanged": True,
+                                      "resourcesListChanged": True}
+            if self._listen_uris:
+                wanted["resourceSubscriptions"] = sorted(self._listen_uris)
+            async with trio.open_nursery() as nursery:
+                async def reopen_on_change() -> None:
+                    await changed.wait()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(reopen_on_change)
+                try:
+                    await link.request("subscriptions/listen", {"notifications": wanted},
+                                       timeout=math.inf, max_time=math.inf)
+                except ProxyError as exc:
+                    if isinstance(exc, UpstreamDied):
+                        return
+                    logger.info("%s: no subscriptions/listen stream (%s); list changes will not be seen",
+                                self.name, exc)
+                    return
+                nursery.cancel_scope.cancel()
+            if not changed.is_set():
+                await changed.wait()  # the server ended the stream on purpose: wait for a reason to reopen
+
+    async def _relister(self, link: Link) -> None:
+        while True:
+            await self._dirty_event.wait()
+            self._dirty_event = trio.Event()
+            kinds = [k for k in LIST_KINDS if k in self._dirty]
+            self._dirty.clear()
+            for kind in kinds:
+                try:
+                    with trio.fail_after(RELIST_TIMEOUT_S):
+                        items = await self._list(link, kind)
+                except (MCPError, ProxyError, trio.TooSlowError) as exc:
+                    logger.warning("%s: could not re-list %s: %s", self.name, kind, exc)
+                    continue
+                self.lists = self.lists.replace(kind, items)
+                await self.router.send(UpstreamListed(self.name, kind, items))
+
+    async def list_all(self, link: Link) -> UpstreamLists:
+        lists = UpstreamLists()
+        for kind in LIST_KINDS:
+            lists = lists.replace(kind, await self._list(link, kind))
+        return lists
+
+    async def _list(self, link: Link, kind: str) -> tuple[dict[str, Any], ...]:
+        session = link.session
+        caps = link.capabilities
+        assert session is not None
+        if caps is None:
+            return ()
+        if kind == "tools" and caps.tools is None:
+            return ()
+        if kind in ("resources", "templates") and caps.resources is None:
+            return ()
+        if kind == "prompts" and caps.prompts is None:
+            return ()
+        items: list[dict[str, Any]] = []
+        cursor: str | None = None
+        for _page in range(MAX_LIST_PAGES):
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            try:
+                if kind == "tools":
+                    result: Any = await session.list_tools(params=params)
+                    page = result.tools
+                elif kind == "resources":
+                    result = await session.list_resources(params=params)
+                    page = result.resources
+                elif kind == "templates":
+                    result = await session.list_resource_templates(params=params)
+                    page = result.resource_templates
+                else:
+                    result = await session.list_prompts(params=params)
+                    page = result.prompts
+            except MCPError as exc:
+                if exc.error.code == wire.METHOD_NOT_FOUND:
+                    return ()
+                raise
+            items.extend(x.model_dump(by_alias=True, mode="json", exclude_none=True) for x in page)
+            cursor = result.next_cursor
+            if not cursor:
+                break
+        return tuple(items)

@@ -1,0 +1,497 @@
+"""The management tools: toolsets, configuration mode, server status.
+
+Owns:
+
+* `MenuOperations`: the operations the management tools and the embedding API share
+  (`equip`, `unequip`, `build`, `delete`, `annotate`, configuration mode) and the
+  reports they answer with (`active_report`, `available`).
+
+Order of a change (build, equip, unequip, delete, annotate), one at a time under a
+FIFO lock so concurrent requests apply in arrival order:
+
+1. validate against what the router holds now (nothing changes on failure);
+2. write ``state.json`` (under its file lock, in a worker thread, so the router's
+   loop never waits on the disk);
+3. only then apply the change inside the router (`Router.ask`), which rebuilds and
+   announces it once.
+
+A write that fails leaves both the file and what clients see as they were. Steps 2
+and 3 are shielded from cancellation (bounded), so a cancelled caller cannot leave
+the file changed and the router not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+import trio
+
+from actors.core.catalog import assign_names
+from actors.core.model import Note, SavedState, ToolEntry, Toolset
+from actors.core.toolsets import (
+    EXPOSED,
+    MANAGEMENT_TOOLS,
+    MISSING,
+    PENDING,
+    REFUSED,
+    SCHEMA_CHANGED,
+    Catalog,
+    ToolsetError,
+    ToolsetExposure,
+    estimate_tokens,
+    full_list,
+    one_line,
+    pin_of,
+)
+from actors.router import ExposureCall
+from supervisor._atomic import LockTimeout
+from supervisor._config_types import NAME_RE
+from supervisor.menu.checks import check_name, unknown_toolset
+from supervisor.menu.definitions import MAX_NOTE_CHARS, MAX_TOOLS_PER_TOOLSET, NAME_HELP
+from supervisor.state import CorruptState, StateError, StateStore, ToolsetExists, UnknownToolset, now_iso
+
+if TYPE_CHECKING:
+    from actors.core.registry import RegistryCore
+    from actors.router import Router
+    from actors.upstream import Upstream, UpstreamStatus
+
+
+COMMIT_TIMEOUT_S: Final = 30.0
+"""Bound on the router applying a change once the state file has it (shielded from
+cancellation, STYLE rule 16): the router applies in microseconds behind at most a
+mailbox of upstream events; 30 s means it is gone (shutting down)."""
+
+
+class MenuBackend(Protocol):
+    """What the management tools need from the supervisor."""
+
+    router: Router
+    upstreams: Mapping[str, Upstream]
+    store: StateStore
+
+    def status(self) -> list[UpstreamStatus]: ...
+
+
+class MenuOperations:
+    """The management operations over a supervisor's router and state directory, shared
+    by the tools (`supervisor.menu.handlers.Menu`) and the embedding API."""
+
+    def __init__(self, backend: MenuBackend) -> None:
+        self.backend = backend
+        self._lock = trio.Lock()  # FIFO: changes apply in the order they were asked for
+
+    # --- plumbing ----------------------------------------------------------------------
+    @property
+    def core(self) -> RegistryCore:
+        return self.backend.router.core
+
+    @property
+    def exposure(self) -> ToolsetExposure:
+        exposure = self.core.exposure
+        if not isinstance(exposure, ToolsetExposure):
+            raise ToolsetError("no_toolsets", "This proxy's exposure does not support toolsets.")
+        return exposure
+
+    def server_state(self, server: str) -> tuple[str, str | None]:
+        """A server's state and why, for pending reports."""
+        up = self.backend.upstreams.get(server)
+        if up is None:
+            return self.core.states.get(server, ("starting", None))
+        reason = up.reason or up.last_error
+        if up.retry_at is not None:
+            wait = max(0.0, up.retry_at - trio.current_time())
+            reason = f"{reason + '; ' if reason else ''}next try in {wait:.0f}s"
+        return up.state.value, reason
+
+    async def _load(self) -> SavedState:
+        try:
+            return await trio.to_thread.run_sync(self.backend.store.load)
+        except CorruptState as exc:
+            raise ToolsetError("state_unreadable", str(exc), path=str(exc.path)) from None
+        except OSError as exc:
+            raise ToolsetError("state_unreadable", f"cannot read {self.backend.store.path}: {exc}") from None
+
+    async def _commit(self, change: Callable[[SavedState], SavedState],
+                      apply: Callable[[ToolsetExposure, RegistryCore, SavedState], Any]) -> Any:
+        """Write the state file, then apply in the router; both or neither."""
+        store = self.backend.store
+        with trio.CancelScope(shield=True):  # a cancelled caller must not leave the file changed alone
+            try:
+                # Bounded by the file lock's own timeout (supervisor._atomic.DEFAULT_LOCK_TIMEOUT_S).
+                new = await trio.to_thread.run_sync(store.update, change)
+            except UnknownToolset as exc:
+                raise unknown_toolset(exc.name, self._known(exc.known)) from None
+            except ToolsetExists as exc:
+                raise ToolsetError("toolset_exists", f"A toolset named {exc.name!r} already exists; delete it "
+                                   "first or choose another name.", toolsets=self._known()) from None
+            except (StateError, LockTimeout, OSError) as exc:
+                raise ToolsetError("state_not_saved", f"Could not save to {store.path}: {exc}. Nothing "
+                                   "changed.") from None
+            with trio.move_on_after(COMMIT_TIMEOUT_S):
+                return await self.backend.router.ask(ExposureCall(lambda ex, core: apply(ex, core, new)))
+        raise ToolsetError("timeout", f"Saved, but the router did not apply the change within "
+                           f"{COMMIT_TIMEOUT_S:g}s (is the proxy shutting down?).")
+
+    def _known(self, saved: Sequence[str] | None = None) -> list[str]:
+        ex = self.exposure
+        names = list(ex.declared)
+        for n in saved if saved is not None else ex.saved:
+            if n not in names:
+                names.append(n)
+        return names
+
+    def load_lazy(self) -> None:
+        """Start the lazy servers whose tools the equipped toolset names (idempotent)."""
+        for s in self.exposure.resolve(self.core):
+            if s.state == PENDING and s.server is not None:
+                up = self.backend.upstreams.get(s.server)
+                if up is not None and up.state.value == "idle":
+                    up.load()
+
+    # --- operations (shared with the embedding API) -----------------------------------
+    async def equip(self, name: str) -> dict[str, Any]:
+        """Equip toolset ``name`` and leave configuration mode; returns the active report.
+
+        Atomic: on any failure (unknown name, a refused schema change, the state file
+        cannot be written) nothing changes and nothing is announced.
+
+        Raises:
+            ToolsetError: what went wrong, with the toolsets that exist.
+        """
+        async with self._lock:
+            ex = self.exposure
+            declared = set(ex.declared)
+            state = await self._load()
+            toolset = ex.declared.get(name) or state.toolsets.get(name)
+            if toolset is None:
+                raise unknown_toolset(name, self._known(list(state.toolsets)))
+            statuses = ex.resolve(self.core, toolset)
+            refused = [s for s in statuses if s.state == REFUSED]
+            if refused:
+                lines = [f"{s.namespaced}: {'; '.join(s.changes)}" for s in refused]
+                raise ToolsetError("schema_changed", f"Not equipped: settings.pinSchemas is 'refuse' and "
+                                   f"{len(refused)} tool(s) changed since {name!r} was built:\n" + "\n".join(lines)
+                                   + "\nRebuild the toolset to accept the new schemas.",
+                                   changed=[{"namespacedName": s.namespaced, "changes": list(s.changes)}
+                                            for s in refused])
+
+            def change(s: SavedState) -> SavedState:
+                if name not in declared and name not in s.toolsets:
+                    raise UnknownToolset(name, sorted(s.toolsets))
+                return dataclasses.replace(s, equipped=name)
+
+            def apply(ex: ToolsetExposure, core: RegistryCore, new: SavedState) -> None:
+                ex.sync(new)
+                ex.equip(ex.declared.get(name) or new.toolsets[name])
+
+            await self._commit(change, apply)
+            report = self.active_report()
+        self.load_lazy()
+        return report
+
+    async def unequip(self) -> dict[str, Any]:
+        """Unequip; in menu exposure that returns to configuration mode.
+
+        Raises:
+            ToolsetError: nothing is equipped, or the state file cannot be written.
+        """
+        async with self._lock:
+            ex = self.exposure
+            if ex.equipped is None:
+                raise ToolsetError("nothing_equipped", "No toolset is equipped.", toolsets=self._known())
+            name = ex.equipped.name
+
+            def apply(ex: ToolsetExposure, core: RegistryCore, new: SavedState) -> None:
+                ex.sync(new)
+                ex.unequip()
+
+            await self._commit(lambda s: dataclasses.replace(s, equipped=None), apply)
+            return {"unequipped": name, **self._mode()}
+
+    async def build(self, name: str, tools: Any, *, description: str | None = None,
+                    auto_equip: bool = False) -> dict[str, Any]:
+        """Build and save a toolset from catalog tools (pinning their schemas).
+
+        Raises:
+            ToolsetError: a bad name, an unknown tool (with close matches), a name taken.
+        """
+        check_name(name)
+        if description is not None and not isinstance(description, str):
+            raise ToolsetError("invalid_arguments", "'description' must be a string.")
+        async with self._lock:
+            ex = self.exposure
+            if name in ex.declared:
+                raise ToolsetError("read_only", f"{name!r} is declared in the config file (read-only); choose "
+                                   "another name.", toolsets=self._known())
+            entries, warnings = self._entries(tools)
+            now = now_iso()
+            toolset = Toolset(name=name, tools=tuple(entries), description=description, created_at=now,
+                              updated_at=now)
+
+            def change(s: SavedState) -> SavedState:
+                if name in s.toolsets:
+                    raise ToolsetExists(name)
+                return dataclasses.replace(s, toolsets={**s.toolsets, name: toolset},
+                                           equipped=name if auto_equip else s.equipped)
+
+            def apply(ex: ToolsetExposure, core: RegistryCore, new: SavedState) -> None:
+                ex.sync(new)
+                if auto_equip:
+                    ex.equip(new.toolsets[name])
+
+            await self._commit(change, apply)
+            out: dict[str, Any] = {"toolset": self._describe(toolset), "equipped": auto_equip,
+                                   "warnings": warnings}
+            if auto_equip:
+                out["active"] = self.active_report()
+        if auto_equip:
+            self.load_lazy()
+        return out
+
+    def _entries(self, tools: Any) -> tuple[list[ToolEntry], list[str]]:
+        """The entries of a new toolset, pinned to the catalog's schemas; every problem at once."""
+        if not isinstance(tools, list) or not tools:
+            raise ToolsetError("invalid_arguments", "'tools' must be a non-empty array of {namespacedName} or "
+                               "{refId} objects.")
+        if len(tools) > MAX_TOOLS_PER_TOOLSET:
+            raise ToolsetError("invalid_arguments", f"A toolset holds at most {MAX_TOOLS_PER_TOOLSET} tools.")
+        cat = Catalog.of(self.core)
+        problems: list[str] = []
+        suggestions: list[str] = []
+        warnings: list[str] = []
+        entries: list[ToolEntry] = []
+        seen: set[tuple[str, str | None]] = set()
+        for i, item in enumerate(tools):
+            try:
+                entry = self._entry(item, cat, warnings, suggestions)
+            except ToolsetError as exc:
+                problems.append(f"tools[{i}]: {exc.message}")
+                continue
+            key = (entry.namespaced_name, entry.alias)
+            if key in seen:
+                problems.append(f"tools[{i}]: {entry.namespaced_name} is listed twice")
+                continue
+            seen.add(key)
+            entries.append(entry)
+        if problems:
+            raise ToolsetError("unknown_tool" if suggestions or any("unknown tool" in p for p in problems)
+                               else "invalid_arguments",
+                               "The toolset was not saved:\n" + "\n".join(problems),
+                               problems=problems, didYouMean=sorted(set(suggestions)))
+        return entries, warnings
+
+    def _entry(self, item: Any, cat: Catalog, warnings: list[str], suggestions: list[str]) -> ToolEntry:
+        """One ``{namespacedName | refId, alias?}`` of build-toolset, resolved and pinned."""
+        if not isinstance(item, Mapping):
+            raise ToolsetError("invalid_arguments", "expected an object such as {namespacedName: 'server.tool'}")
+        extra = [k for k in item if k not in ("namespacedName", "refId", "alias")]
+        if extra:
+            raise ToolsetError("invalid_arguments", f"unknown key(s) {', '.join(extra)} (namespacedName, refId, "
+                               "alias)")
+        nn, rid, alias = item.get("namespacedName"), item.get("refId"), item.get("alias")
+        if (nn is None) == (rid is None) or not isinstance(nn if rid is None else rid, str):
+            raise ToolsetError("invalid_arguments", "give exactly one of namespacedName or refId, as a string")
+        if alias is not None:
+            if not isinstance(alias, str) or not NAME_RE.match(alias):
+                raise ToolsetError("invalid_name", f"invalid alias {alias!r}: {NAME_HELP}")
+            if alias in MANAGEMENT_TOOLS:
+                raise ToolsetError("invalid_name", f"alias {alias!r} is the name of a management tool")
+        if rid is not None:
+            hit = cat.by_ref.get(rid)
+            if hit is None:
+                raise ToolsetError("unknown_tool", f"unknown tool: no tool has refId {rid!r} "
+                                   "(see list-available-tools)")
+            return ToolEntry(namespaced_name=hit.namespaced, ref_id=hit.ref_id, alias=alias, pinned=pin_of(hit.tool))
+        hit = cat.by_name.get(nn)
+        if hit is not None:
+            return ToolEntry(namespaced_name=hit.namespaced, ref_id=hit.ref_id, alias=alias, pinned=pin_of(hit.tool))
+        core = self.core
+        server, dot, tool = nn.partition(".")
+        if not (server and dot and tool):
+            raise ToolsetError("invalid_arguments", f"{nn!r} is not a namespaced name (server.tool)")
+        if server in core.order and server not in core.lists:
+            # Its server is not up (starting, lazy, circuit open): kept unpinned, pending until it is.
+            state, reason = self.server_state(server)
+            warnings.append(f"{nn}: not checked, server {server} is {state}" + (f" ({reason})" if reason else "")
+                            + "; it is pending until the server is up")
+            return ToolEntry(namespaced_name=nn, ref_id=None, alias=alias, pinned=None)
+        close = cat.close_matches(nn)
+        suggestions += close
+        known = "" if server in core.order else f" (no server {server!r}; servers: {', '.join(core.order) or 'none'})"
+        raise ToolsetError("unknown_tool", f"unknown tool {nn!r}{known}"
+                           + (f"; did you mean {', '.join(close)}?" if close else ""))
+
+    async def delete(self, name: str) -> dict[str, Any]:
+        """Delete a saved toolset (unequipping it here if it is equipped).
+
+        Raises:
+            ToolsetError: unknown or read-only (declared in the config file).
+        """
+        async with self._lock:
+            ex = self.exposure
+            if name in ex.declared:
+                raise ToolsetError("read_only", f"{name!r} is declared in the config file and is read-only; "
+                                   "remove it there.", toolsets=self._known())
+
+            def apply(ex: ToolsetExposure, core: RegistryCore, new: SavedState) -> bool:
+                ex.sync(new)
+                return ex.drop(name)
+
+            def change(s: SavedState) -> SavedState:
+                if name not in s.toolsets:
+                    raise UnknownToolset(name, sorted(s.toolsets))
+                return SavedState(equipped=None if s.equipped == name else s.equipped,
+                             toolsets={k: v for k, v in s.toolsets.items() if k != name},
+                             annotations={k: v for k, v in s.annotations.items() if k != name})
+
+            was_equipped = await self._commit(change, apply)
+            return {"deleted": name, "wasEquipped": was_equipped, "toolsets": self._known(), **self._mode()}
+
+    async def annotate(self, tool_ref: Any, notes: Any) -> dict[str, Any]:
+        """Add notes to a tool of the equipped toolset (appended to its description).
+
+        Raises:
+            ToolsetError: nothing equipped, the tool is not in the toolset, bad notes.
+        """
+        if not isinstance(tool_ref, Mapping) or (("namespacedName" in tool_ref) == ("refId" in tool_ref)):
+            raise ToolsetError("invalid_arguments", "'toolRef' must be {namespacedName: 'server.tool'} or {refId}.")
+        ref = tool_ref.get("namespacedName") or tool_ref.get("refId")
+        if not isinstance(ref, str) or not ref:
+            raise ToolsetError("invalid_arguments", "'toolRef' must name a tool with a non-empty string.")
+        parsed = self._notes(notes)
+        async with self._lock:
+            ex = self.exposure
+            if ex.equipped is None:
+                raise ToolsetError("nothing_equipped", "No toolset is equipped: notes belong to a tool of the "
+                                   "equipped toolset; equip one first.", toolsets=self._known())
+            toolset = ex.equipped
+            statuses = ex.resolve(self.core)
+            by_ref = "refId" in tool_ref
+            match = next((s for s in statuses if (
+                (s.entry.ref_id == ref or (s.hit is not None and s.hit.ref_id == ref)) if by_ref
+                else (s.namespaced == ref or s.entry.namespaced_name == ref))), None)
+            if match is None:
+                raise ToolsetError("unknown_tool", f"{ref!r} is not a tool of the equipped toolset "
+                                   f"{toolset.name!r}.", tools=[s.namespaced for s in statuses])
+            key = match.namespaced
+            before = {n.name for n in ex.notes_for(toolset.name).get(key, ())}
+
+            def change(s: SavedState) -> SavedState:
+                per = dict(s.annotations.get(toolset.name, {}))
+                merged = list(per.get(key, ()))
+                for note in parsed:
+                    idx = next((i for i, old in enumerate(merged) if old.name == note.name), None)
+                    if idx is None:
+                        merged.append(note)
+                    else:
+                        merged[idx] = note
+                per[key] = tuple(merged)
+                return dataclasses.replace(s, annotations={**s.annotations, toolset.name: per})
+
+            await self._commit(change, lambda ex, core, new: ex.sync(new))
+            now = ex.notes_for(toolset.name).get(key, ())
+            return {"toolset": toolset.name,
+                    "tool": {"namespacedName": key, "refId": match.hit.ref_id if match.hit else match.entry.ref_id},
+                    "added": [n.name for n in parsed if n.name not in before],
+                    "replaced": [n.name for n in parsed if n.name in before],
+                    "notes": [{"name": n.name, "note": n.note} for n in now]}
+
+    @staticmethod
+    def _notes(notes: Any) -> list[Note]:
+        if not isinstance(notes, list) or not notes:
+            raise ToolsetError("invalid_arguments", "'notes' must be a non-empty array of {name, note}.")
+        out = []
+        for i, item in enumerate(notes):
+            if not isinstance(item, Mapping) or set(item) != {"name", "note"}:
+                raise ToolsetError("invalid_arguments", f"notes[{i}] must be an object with exactly name and note.")
+            name, note = item["name"], item["note"]
+            if not isinstance(name, str) or not name or not isinstance(note, str) or not note.strip():
+                raise ToolsetError("invalid_arguments", f"notes[{i}]: name and note must be non-empty strings.")
+            if len(note) > MAX_NOTE_CHARS:
+                raise ToolsetError("invalid_arguments", f"notes[{i}]: a note is at most {MAX_NOTE_CHARS} characters.")
+            out.append(Note(name=name, note=note))
+        return out
+
+    async def set_configuration_mode(self, on: bool) -> dict[str, Any]:
+        """Enter (``on``) or leave configuration mode (menu exposure); no-op when already there.
+
+        Raises:
+            ToolsetError: the exposure is ``all``.
+        """
+        async with self._lock:
+            await self.backend.router.ask(ExposureCall(lambda ex, core: ex.set_configuring(on)))
+            return self._mode()
+
+    # --- reports -------------------------------------------------------------------------
+    def _mode(self) -> dict[str, Any]:
+        ex = self.exposure
+        return {"exposure": ex.mode, "configurationMode": ex.configuring,
+                "equipped": ex.equipped.name if ex.equipped else None,
+                "visibleTools": self.core.snapshot.exposed_names()}
+
+    @staticmethod
+    def _describe(ts: Toolset) -> dict[str, Any]:
+        return {"name": ts.name, "description": ts.description, "readOnly": ts.read_only,
+                "toolCount": len(ts.tools), "createdAt": ts.created_at or None, "updatedAt": ts.updated_at or None,
+                "tools": [{"namespacedName": e.namespaced_name or None, "refId": e.ref_id, "alias": e.alias}
+                          for e in ts.tools]}
+
+    def active_report(self) -> dict[str, Any]:
+        """The equipped toolset, each tool's state, and what the listed tools cost a client."""
+        core = self.core
+        ex = self.exposure
+        snapshot = core.snapshot
+        cat = Catalog.of(core)
+        statuses = ex.resolve(core, catalog=cat)
+        shown = [s for s in statuses if s.exposed and s.candidate is not None]
+        named, _ = assign_names([s.candidate for s in shown if s.candidate is not None], core.namespacing)
+        names = {id(s): n.name for s, n in zip(shown, named, strict=True)}
+        notes = ex.notes_for(ex.equipped.name) if ex.equipped else {}
+        tools = []
+        for s in statuses:
+            tools.append({
+                "namespacedName": s.namespaced if s.hit or s.entry.namespaced_name else None,
+                "refId": s.hit.ref_id if s.hit else s.entry.ref_id,
+                "alias": s.entry.alias,
+                "exposedAs": names.get(id(s)),
+                "state": s.state,
+                "server": s.server,
+                "detail": s.detail,
+                "changes": list(s.changes),
+                "notes": [{"name": n.name, "note": n.note} for n in notes.get(s.namespaced, ())],
+            })
+        counts = {k: sum(1 for s in statuses if s.state == k) for k in (EXPOSED, SCHEMA_CHANGED, REFUSED, PENDING,
+                                                                          MISSING)}
+        listed = estimate_tokens(snapshot.tools_list)
+        everything = estimate_tokens(full_list(core, ex.definitions))
+        return {
+            **self._mode(),
+            "toolset": self._describe(ex.equipped) if ex.equipped else None,
+            "toolsetVisible": ex.shows_toolset(),
+            "tools": tools,
+            "counts": counts,
+            "tokens": {"listed": listed, "allTools": everything, "saved": max(0, everything - listed),
+                       "method": "bytes of the JSON tools list / 4"},
+            "problems": list(snapshot.problems),
+        }
+
+    def available(self, server: str | None = None) -> dict[str, Any]:
+        core = self.core
+        if server is not None and server not in core.order:
+            raise ToolsetError("unknown_server", f"No server named {server!r}.", servers=list(core.order))
+        cat = Catalog.of(core)
+        servers = []
+        for name in core.order:
+            if server is not None and name != server:
+                continue
+            state, reason = self.server_state(name)
+            if state == "ready":
+                reason = None
+            tools = [{"namespacedName": ct.namespaced, "name": ct.name, "refId": ct.ref_id,
+                      "description": one_line(ct.tool.get("description"))}
+                     for ct in cat.tools if ct.server == name]
+            servers.append({"name": name, "state": state, "reason": reason, "toolCount": len(tools),
+                            "tools": tools})
+        return {"servers": servers, "toolCount": sum(s["toolCount"] for s in servers)}

@@ -1,0 +1,80 @@
+"""Settings that come from the environment, and where the state directory is: one place.
+
+* `state_dir` — the state directory: ``--state-dir``, else ``$MCPVISOR_STATE_DIR``,
+  else ``settings.stateDir``, else the platform's user state dir
+  (``~/.local/state/mcpvisor`` on Linux). The proxy, the ``toolset`` and ``status``
+  commands and the control socket all ask here, so they always agree.
+* `with_env_overrides` — ``settings`` with ``$MCPVISOR_EXPOSURE`` applied and the
+  exposure checked.
+
+Light to import (no trio, no MCP SDK): the CLI's registry commands use it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final
+
+import platformdirs
+
+from actors.core.toolsets import MODES
+from supervisor.config import ConfigError, Settings
+
+__all__ = ["APP_NAME", "EXPOSURE_ENV", "STATE_DIR_ENV", "state_dir", "with_env_overrides"]
+
+APP_NAME: Final = "mcpvisor"
+"""The application name the platform's user directories are named after."""
+
+STATE_DIR_ENV: Final = "MCPVISOR_STATE_DIR"
+"""Overrides where the state directory is (below ``--state-dir``, above ``settings.stateDir``)."""
+
+EXPOSURE_ENV: Final = "MCPVISOR_EXPOSURE"
+"""Overrides ``settings.exposure`` (issue: toolsets and configuration mode)."""
+
+
+def state_dir(
+    explicit: str | os.PathLike[str] | None = None,
+    *,
+    configured: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Path:
+    """The state directory: ``explicit`` (``--state-dir``), else ``$MCPVISOR_STATE_DIR``,
+    else ``configured`` (``settings.stateDir``), else the platform's user state dir
+    (``~/.local/state/mcpvisor`` on Linux).
+
+    An empty value counts as unset; ``~`` is expanded. The directory is not created here.
+
+    Args:
+        explicit: The ``--state-dir`` option, if given.
+        configured: ``settings.stateDir`` of the config file, if any.
+        env: The environment to consult; default :data:`os.environ`.
+    """
+    if explicit is not None and os.fspath(explicit) != "":
+        return Path(explicit).expanduser()
+    value = (os.environ if env is None else env).get(STATE_DIR_ENV)
+    if value:
+        return Path(value).expanduser()
+    if configured is not None and os.fspath(configured) != "":
+        return Path(configured).expanduser()
+    # appauthor=False: no "mcpvisor\mcpvisor" doubling on Windows.
+    return Path(platformdirs.user_state_dir(APP_NAME, appauthor=False))
+
+
+def with_env_overrides(settings: Settings, env: Mapping[str, str] | None = None) -> Settings:
+    """``settings`` with ``$MCPVISOR_EXPOSURE`` applied and the exposure checked.
+
+    Raises:
+        ConfigError: the exposure is ``discovery`` (arrives in a later release) or unknown.
+    """
+    value = (os.environ if env is None else env).get(EXPOSURE_ENV, "").strip()
+    source = f"${EXPOSURE_ENV}" if value else "settings.exposure"
+    value = value or settings.exposure
+    if value == "discovery":
+        raise ConfigError(f'{source} is "discovery": lazy discovery (discover_tool, use_tool, load_mcp) arrives '
+                          'in a later release of mcpvisor; use "menu" (the default) or "all" for now')
+    if value not in MODES:
+        raise ConfigError(f"{source} is {value!r}; use one of: {', '.join(MODES)}")
+    return settings if value == settings.exposure else dataclasses.replace(settings, exposure=value)
