@@ -13,6 +13,8 @@ This module owns:
   open, half open, and closed on probation after a trial) and the open period.
 * The decisions it hands back (:class:`StartNow`, :class:`WaitUntil`, :class:`Backoff`,
   :class:`OpenCircuit`) and its frozen :class:`PolicyStatistics` record.
+* :class:`IntensityWindow`: OTP's "at most MaxR restarts in MaxT seconds": a storm of
+  restarts of servers that do work between crashes still backs off.
 
 The actor's loop::
 
@@ -22,7 +24,8 @@ The actor's loop::
         if isinstance(d, WaitUntil):
             await trio.sleep_until(d.until)   # calls fail fast meanwhile (CircuitOpen)
             continue
-        ...start the server...; on_ready() when listed; on_failure() when it dies
+        ...start the server...; on_ready() when listed; on_healthy() when it answers a
+        client's request; on_failure() when it dies
         ...Backoff: sleep d.delay; OpenCircuit: loop (before_start returns WaitUntil)
 
 A clean stop on request is not a failure (:meth:`RestartPolicy.on_stopped`). Time must
@@ -34,6 +37,7 @@ from __future__ import annotations
 import enum
 import math
 import random
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeAlias, cast
 
@@ -65,6 +69,13 @@ CIRCUIT_OPEN_GROWTH: Final = 2
 """Open-period growth per failed trial. DESIGN.md "doubling per failed trial"."""
 HALF_OPEN_MAX_TRIALS: Final = 1
 """Starts allowed while half open. RELIABILITY.md: "Half-open allows 1 probe"."""
+DEFAULT_INTENSITY: Final = 10
+"""Restarts of healthy lives allowed per :data:`DEFAULT_PERIOD_S` before the backoff
+grows anyway (OTP's MaxR; issue 18: "more than 10 in 60 s" is a storm)."""
+DEFAULT_PERIOD_S: Final = 60.0
+"""Window of :data:`DEFAULT_INTENSITY` (OTP's MaxT)."""
+STATUS_WINDOW_S: Final = 60.0
+"""The span of "restarts in the last minute" in status views."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,10 +95,12 @@ class PolicyConfig:
     circuit_failures: int = DEFAULT_CIRCUIT_FAILURES
     circuit_open_for: float = DEFAULT_CIRCUIT_OPEN_FOR_S
     circuit_open_max: float = DEFAULT_CIRCUIT_OPEN_MAX_S
+    restart_intensity: int = DEFAULT_INTENSITY
+    restart_period: float = DEFAULT_PERIOD_S
 
     def __post_init__(self) -> None:
         for name in ("restart_delay", "restart_delay_max", "jitter", "restart_reset_after",
-                     "circuit_open_for", "circuit_open_max"):
+                     "circuit_open_for", "circuit_open_max", "restart_period"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
@@ -102,6 +115,10 @@ class PolicyConfig:
                              f"circuit_open_for ({self.circuit_open_for})")
         if self.circuit_failures < 1:
             raise ValueError(f"circuit_failures must be >= 1, got {self.circuit_failures!r}")
+        if self.restart_intensity < 1:
+            raise ValueError(f"restart_intensity must be >= 1, got {self.restart_intensity!r}")
+        if self.restart_period <= 0:
+            raise ValueError("restart_period must be > 0")
 
     @classmethod
     def from_spec(cls, spec: object) -> PolicyConfig:
@@ -109,7 +126,7 @@ class PolicyConfig:
 
         Reads ``restart_delay``, ``restart_delay_max``, ``restart_reset_after``,
         ``circuit_failures``, ``circuit_open_for``, ``circuit_open_max`` and, if present,
-        ``jitter`` (``supervisor.config.ServerSpec`` has them). An attribute that is
+        ``jitter``, ``restart_intensity`` and ``restart_period`` (``supervisor.config.ServerSpec`` has them). An attribute that is
         missing or ``None`` takes the default.
 
         Args:
@@ -128,6 +145,7 @@ class PolicyConfig:
             return float(getattr(defaults, name) if value is None else value)
 
         failures = getattr(spec, "circuit_failures", None)
+        intensity = getattr(spec, "restart_intensity", None)
         return cls(
             restart_delay=seconds("restart_delay"),
             restart_delay_max=seconds("restart_delay_max"),
@@ -136,6 +154,8 @@ class PolicyConfig:
             circuit_failures=defaults.circuit_failures if failures is None else int(failures),
             circuit_open_for=seconds("circuit_open_for"),
             circuit_open_max=seconds("circuit_open_max"),
+            restart_intensity=defaults.restart_intensity if intensity is None else int(intensity),
+            restart_period=seconds("restart_period"),
         )
 
 
@@ -168,10 +188,15 @@ class WaitUntil:
 
 @dataclass(frozen=True, slots=True)
 class Backoff:
-    """Sleep ``delay`` seconds, then ask ``before_start`` again; ``attempt`` counts from 1."""
+    """Sleep ``delay`` seconds, then ask ``before_start`` again; ``attempt`` counts from 1.
+
+    ``storm`` is set when the server did work before it died but restarts came faster
+    than the intensity window allows, so the delay grew anyway (say so in the event).
+    """
 
     delay: float
     attempt: int
+    storm: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +226,12 @@ class PolicyStatistics:
             the circuit would open for next (doubled while on probation).
         last_failure_reason: the reason given to the last counted failure.
         ready_since: when the running server became ready, None if it is not.
+        healthy_lives: lives that did useful work (answered a client's request, or
+            stayed up ``restart_reset_after``) before they ended.
+        failed_starts: lives that ended before becoming healthy (failed to start, or died
+            before doing anything).
+        restarts_last_minute: failures (each one a restart) within the last 60 s.
+        healthy: whether the running life has become healthy.
     """
 
     circuit: CircuitState
@@ -211,6 +242,10 @@ class PolicyStatistics:
     open_for: float | None
     last_failure_reason: str | None
     ready_since: float | None
+    healthy_lives: int = 0
+    failed_starts: int = 0
+    restarts_last_minute: int = 0
+    healthy: bool = False
 
 
 @dataclass(slots=True)
@@ -223,22 +258,30 @@ class _Attempt:
 class RestartPolicy:
     """When to restart one upstream server: exponential backoff and a circuit breaker.
 
-    * CLOSED: each failure (a failed start or a crash, however long after the start)
-      extends the streak and returns :class:`Backoff` with tenacity's exponential delay
-      plus jitter, capped at ``restart_delay_max``. The ``circuit_failures``-th failure
-      in a row returns :class:`OpenCircuit` instead (pybreaker: consecutive failures).
+    * Healthy lives: a life becomes healthy once the server answers a request a client
+      asked for (:meth:`on_healthy`; not our own initialize, list or ping) or stays ready
+      for ``restart_reset_after``, whichever comes first. That clears the streak, the
+      probation and the open level. A healthy life that then crashes is restarted at the
+      first backoff step and never counts toward the breaker: the breaker is for
+      servers that cannot start or die before doing anything (issue 18).
+    * Storms: every failure is recorded in an :class:`IntensityWindow`; when healthy
+      lives end more than ``restart_intensity`` times in ``restart_period`` the backoff
+      grows with each further one (``Backoff.storm`` says so), so even a server that
+      works between crashes is never restarted in a tight loop.
+    * CLOSED: each failure of a life that never became healthy extends the streak and
+      returns :class:`Backoff` with tenacity's exponential delay plus jitter, capped at
+      ``restart_delay_max``. The ``circuit_failures``-th such failure in a row returns
+      :class:`OpenCircuit` instead (pybreaker: consecutive failures).
     * OPEN: :meth:`before_start` returns :class:`WaitUntil` until ``retry_at``, then
       moves to HALF_OPEN and returns ``StartNow(trial=True)`` once.
     * HALF_OPEN: further :meth:`before_start` calls return ``WaitUntil(retry_at)`` (a
       time already past): the trial's outcome, not a timer, ends this state, so the
       caller must not poll. A failure re-opens the circuit for twice the last period,
       capped at ``circuit_open_max``; :meth:`on_ready` closes it on probation.
-    * Probation: CLOSED, but a failure before ``restart_reset_after`` of uptime re-opens
+    * Probation: CLOSED, but a failure before the trial's life became healthy re-opens
       the circuit at once at the next (doubled) period, so a server that starts fine and
-      crashes a second later cannot escape the breaker.
-    * Forgiveness: a server ready for at least ``restart_reset_after`` seconds has its
-      streak, backoff attempt counter, probation and open level cleared; this is applied
-      by the next call that passes ``now``.
+      crashes a second later without doing anything cannot escape the breaker.
+    * Forgiveness by uptime is applied by the next call that passes ``now``.
 
     Not thread-safe; one actor owns it.
     """
@@ -260,7 +303,12 @@ class RestartPolicy:
             multiplier=config.restart_delay, max=config.restart_delay_max, exp_base=BACKOFF_EXP_BASE)
         self._total_failures = 0
         self._starts = 0
+        self._healthy_lives = 0
+        self._failed_starts = 0
         self._last_failure_reason: str | None = None
+        self._window = IntensityWindow(config.restart_intensity, config.restart_period)
+        self._minute = IntensityWindow(config.restart_intensity, STATUS_WINDOW_S)
+        self._storm = 0
         self._clear()
 
     def _clear(self) -> None:
@@ -273,6 +321,7 @@ class RestartPolicy:
         self._open_reason = ""
         self._trials = 0
         self._ready_since: float | None = None
+        self._healthy = False
 
     @property
     def circuit(self) -> CircuitState:
@@ -336,6 +385,21 @@ class RestartPolicy:
         if self._ready_since is None:
             self._ready_since = now
 
+    def on_healthy(self, now: float) -> None:
+        """Record that the running server answered a request a client asked for.
+
+        The life counts as healthy from here on: the failure streak, the probation of a
+        trial and the open level are cleared, and its crash, whenever it comes, restarts
+        the server at the first backoff step. Idempotent; ignored when no life is ready
+        (a late answer racing the server's death).
+
+        Args:
+            now: the Trio clock.
+        """
+        self._settle(now)
+        if self._ready_since is not None:
+            self._mark_healthy()
+
     def on_failure(self, now: float, reason: str) -> Backoff | OpenCircuit:
         """Record a failed start or a crash and say what to do next.
 
@@ -355,10 +419,26 @@ class RestartPolicy:
             assert self._last_open_for is not None
             return OpenCircuit(self._retry_at, self._last_open_for, self._open_reason)
         uptime = None if self._ready_since is None else now - self._ready_since
+        healthy = self._healthy
         self._ready_since = None
-        self._streak += 1
+        self._healthy = False
         self._total_failures += 1
         self._last_failure_reason = reason
+        self._minute.record(now)
+        within = self._window.record(now)
+        if healthy:
+            # Issue 18: a server that did work between crashes is not crash-looping.
+            self._healthy_lives += 1
+            if within:
+                self._storm = 0
+                return Backoff(self._delay(1), 1)
+            # OTP intensity exceeded: grow the backoff even though each life worked.
+            self._storm += 1
+            count = self._window.count(now)
+            return Backoff(self._delay(1 + self._storm), 1 + self._storm,
+                           storm=f"{count} restarts in {self._config.restart_period:g} s")
+        self._failed_starts += 1
+        self._streak += 1
         if self._circuit is CircuitState.HALF_OPEN:
             return self._open(now, f"trial start failed: {reason}")
         if self._probation:
@@ -411,14 +491,23 @@ class RestartPolicy:
                       else self._next_open_for()),
             last_failure_reason=self._last_failure_reason,
             ready_since=self._ready_since,
+            healthy_lives=self._healthy_lives,
+            failed_starts=self._failed_starts,
+            restarts_last_minute=self._minute.count(now) if now is not None else len(self._minute),
+            healthy=self._healthy,
         )
 
     def _settle(self, now: float) -> None:
         """Apply the healthy-uptime reset if the running server has earned it."""
         if self._ready_since is not None and now - self._ready_since >= self._config.restart_reset_after:
-            self._streak = 0
-            self._probation = False
-            self._last_open_for = None
+            self._mark_healthy()
+
+    def _mark_healthy(self) -> None:
+        """The running life did useful work: forgive the streak, probation and open level."""
+        self._healthy = True
+        self._streak = 0
+        self._probation = False
+        self._last_open_for = None
 
     def _delay(self, attempt: int) -> float:
         """tenacity's exponential delay for ``attempt`` plus jitter, capped at the max."""
@@ -442,3 +531,60 @@ class RestartPolicy:
         self._retry_at = now + open_for
         self._open_reason = f"circuit open until retry at t={self._retry_at:.1f}: {reason}"
         return OpenCircuit(self._retry_at, open_for, reason)
+
+
+class IntensityWindow:
+    """OTP's restart intensity: at most ``max_restarts`` restarts within ``period`` seconds.
+
+    A restart exactly ``period`` seconds old still counts, as in OTP's
+    ``supervisor:add_restart/3`` (keeps restarts with ``R >= Now - Period``).
+    """
+
+    def __init__(self, max_restarts: int, period: float) -> None:
+        """Create an empty window.
+
+        Args:
+            max_restarts: OTP's MaxR (intensity); 0 allows no restart at all.
+            period: OTP's MaxT, in seconds.
+
+        Raises:
+            ValueError: for ``max_restarts < 0`` or a period that is not a finite
+                number > 0.
+        """
+        if max_restarts < 0:
+            raise ValueError(f"max_restarts must be >= 0, got {max_restarts!r}")
+        if not (math.isfinite(period) and period > 0):
+            raise ValueError(f"period must be a finite number of seconds > 0, got {period!r}")
+        self.max_restarts: Final = max_restarts
+        self.period: Final = period
+        self._restarts: deque[float] = deque()
+
+    def record(self, now: float) -> bool:
+        """Record a restart at ``now``.
+
+        Args:
+            now: the Trio clock.
+
+        Returns:
+            True while the restarts in the window, this one included, are at most
+            ``max_restarts``; False when the limit is exceeded (OTP: the supervisor
+            gives up). The restart is recorded either way.
+        """
+        self._prune(now)
+        self._restarts.append(now)
+        return len(self._restarts) <= self.max_restarts
+
+    def __len__(self) -> int:
+        """The restarts recorded and not yet pruned (as of the last call that passed a time)."""
+        return len(self._restarts)
+
+    def count(self, now: float) -> int:
+        """Return the number of restarts within ``period`` seconds before ``now``."""
+        self._prune(now)
+        return len(self._restarts)
+
+    def _prune(self, now: float) -> None:
+        """Drop restarts older than the window."""
+        threshold = now - self.period
+        while self._restarts and self._restarts[0] < threshold:
+            self._restarts.popleft()

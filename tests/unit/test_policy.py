@@ -20,6 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from actors.core.policy import (
     Backoff,
     CircuitState,
+    IntensityWindow,
     OpenCircuit,
     PolicyConfig,
     PolicyStatistics,
@@ -128,13 +129,14 @@ def test_same_seed_gives_the_same_delays() -> None:
 
 def test_b3_healthy_uptime_resets_the_backoff() -> None:
     """B3: a server ready for restart_reset_after (60 s) before it crashes starts over at
-    attempt 1 with restart_delay; one ready for less continues the streak."""
+    attempt 1 with restart_delay, and its crash does not count toward the breaker; one
+    ready for less (and answering nothing) continues the streak."""
     policy = RestartPolicy(NO_JITTER)
     for _ in range(3):
         failed_start(policy, 0.0)
     assert run_for(policy, 10.0, 59.9) == Backoff(2.0, 4)  # short uptime: streak goes on
     assert run_for(policy, 100.0, 60.0) == Backoff(0.25, 1)  # exactly 60 s: forgiven
-    assert policy.statistics().consecutive_failures == 1
+    assert policy.statistics().consecutive_failures == 0
 
 
 def test_healthy_uptime_resets_the_open_level() -> None:
@@ -185,13 +187,14 @@ def test_crashes_after_a_short_uptime_count_towards_the_circuit() -> None:
 
 
 def test_c2_a_healthy_run_between_streaks_keeps_the_circuit_closed() -> None:
-    """C2: 4 failures, a run that stays healthy for restart_reset_after, 4 failures:
-    still CLOSED (the healthy run reset the consecutive count)."""
+    """C2: 4 failures, a run that stays healthy for restart_reset_after and crashes, 4
+    failures: still CLOSED (the healthy run reset the consecutive count, its crash did
+    not start a new one)."""
     policy = RestartPolicy(NO_JITTER)
     for _ in range(4):
         failed_start(policy, 0.0)
     assert isinstance(run_for(policy, 10.0, 60.0), Backoff)
-    for _ in range(3):
+    for _ in range(4):
         assert isinstance(failed_start(policy, 100.0), Backoff)
     assert policy.circuit is CircuitState.CLOSED
     assert policy.statistics().consecutive_failures == 4
@@ -399,7 +402,8 @@ def test_statistics_follow_the_circuit() -> None:
     open_circuit(policy, 10.0)
     assert policy.statistics(11.0) == PolicyStatistics(
         CircuitState.OPEN, 5, 5, 5, retry_at=40.0, open_for=30.0,
-        last_failure_reason="exited with 1", ready_since=None)
+        last_failure_reason="exited with 1", ready_since=None,
+        failed_starts=5, restarts_last_minute=5)
     policy.before_start(40.0)
     half = policy.statistics(40.0)
     assert (half.circuit, half.starts, half.retry_at) == (CircuitState.HALF_OPEN, 6, 40.0)
@@ -524,3 +528,149 @@ TestPolicyMachine = PolicyMachine.TestCase
 TestPolicyMachine.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
 
 
+# --- IntensityWindow (OTP restart intensity) -------------------------------------------
+
+
+def test_s1_intensity_allows_max_restarts_then_refuses() -> None:
+    """S1: intensity 3 in 5 s, restarts with no delay: 3 allowed, the 4th exceeds."""
+    window = IntensityWindow(3, 5.0)
+    assert [window.record(0.0) for _ in range(4)] == [True, True, True, False]
+    assert window.count(0.0) == 4
+
+
+def test_s4_restarts_spaced_wider_than_the_period_never_exceed() -> None:
+    """S4: a crash every 6 s with intensity 1 in 5 s for an hour never exceeds."""
+    window = IntensityWindow(1, 5.0)
+    assert all(window.record(6.0 * i) for i in range(600))
+    assert window.count(6.0 * 599) == 1
+
+
+def test_s5_two_restarts_inside_the_period_exceed() -> None:
+    """S5: two crashes 1 s apart with intensity 1 in 5 s: the second exceeds."""
+    window = IntensityWindow(1, 5.0)
+    assert window.record(10.0)
+    assert not window.record(11.0)
+
+
+def test_intensity_window_boundary_follows_otp() -> None:
+    """OTP add_restart keeps restarts with R >= Now - Period: a restart exactly
+    `period` old still counts, a hair older does not."""
+    window = IntensityWindow(1, 5.0)
+    window.record(0.0)
+    assert window.count(5.0) == 1
+    assert window.count(5.001) == 0
+    assert window.record(5.001)
+    with pytest.raises(ValueError, match="period"):
+        IntensityWindow(1, 0.0)
+
+
+# --- Issue 18: a server that works between crashes is not crash-looping ---------------
+
+
+def useful_life(policy: RestartPolicy, now: float, uptime: float = 0.1) -> Backoff | OpenCircuit:
+    """A start that becomes ready, answers a client's request, and crashes ``uptime`` later."""
+    assert isinstance(policy.before_start(now), StartNow)
+    policy.on_ready(now)
+    policy.on_healthy(now + uptime / 2)
+    return policy.on_failure(now + uptime, "exited with 1")
+
+
+def test_a_server_that_answers_between_crashes_never_opens_the_circuit() -> None:
+    """A server that answers calls and crashes every 0.1 s of life is restarted at the
+    first backoff step each time and the circuit never opens, however many crashes, as
+    long as the restarts stay within the intensity window. A regression shows as an
+    OpenCircuit after circuit_failures (5) crashes, the bug the issue reports."""
+    policy = RestartPolicy(NO_JITTER)
+    now = 0.0
+    for _ in range(100):
+        d = useful_life(policy, now)
+        assert d == Backoff(0.25, 1)
+        now += 0.1 + d.delay + 6.0  # 10 restarts a minute: within the window
+    stats = policy.statistics(now)
+    assert stats.circuit is CircuitState.CLOSED
+    assert (stats.healthy_lives, stats.failed_starts, stats.consecutive_failures) == (100, 0, 0)
+
+
+def test_a_server_that_never_starts_still_opens_the_circuit() -> None:
+    """Starts that fail before becoming ready open the circuit after circuit_failures."""
+    policy = RestartPolicy(NO_JITTER)
+    decisions = [failed_start(policy, float(i)) for i in range(5)]
+    assert all(isinstance(d, Backoff) for d in decisions[:4])
+    assert isinstance(decisions[4], OpenCircuit)
+    assert policy.statistics().failed_starts == 5
+
+
+def test_a_server_that_dies_before_doing_anything_still_opens_the_circuit() -> None:
+    """A server that becomes ready (handshake and listing done) and exits 100 ms later
+    without answering a client is not healthy: circuit_failures such lives open it."""
+    policy = RestartPolicy(NO_JITTER)
+    decisions = []
+    for i in range(5):
+        assert isinstance(policy.before_start(float(i)), StartNow)
+        policy.on_ready(float(i))
+        decisions.append(policy.on_failure(i + 0.1, "exited with 0"))
+    assert isinstance(decisions[-1], OpenCircuit)
+    assert policy.statistics().healthy_lives == 0
+
+
+def test_one_useful_life_clears_a_failure_streak() -> None:
+    """Four failed starts, then a life that answers a request and crashes: the streak is
+    forgiven, so four more failed starts do not open the circuit (the fifth does)."""
+    policy = RestartPolicy(NO_JITTER)
+    for i in range(4):
+        failed_start(policy, float(i))
+    assert useful_life(policy, 10.0) == Backoff(0.25, 1)
+    for i in range(4):
+        assert isinstance(failed_start(policy, 20.0 + i), Backoff)
+    assert isinstance(failed_start(policy, 30.0), OpenCircuit)
+
+
+def test_a_trial_that_does_work_ends_probation() -> None:
+    """A half-open trial that answers a client is healthy: its later crash restarts it at
+    the first step instead of re-opening the circuit (probation is for trials that die
+    before doing anything)."""
+    policy = RestartPolicy(NO_JITTER)
+    d = open_circuit(policy)
+    assert policy.before_start(d.until) == StartNow(trial=True)
+    policy.on_ready(d.until)
+    policy.on_healthy(d.until + 0.5)
+    assert policy.on_failure(d.until + 1.0, "crashed") == Backoff(0.25, 1)
+    assert policy.circuit is CircuitState.CLOSED
+
+
+def test_a_restart_storm_backs_off_even_when_every_life_worked() -> None:
+    """More than restart_intensity (10) restarts in restart_period (60 s) grow the
+    backoff although each life answered calls, and the decision says it is a storm;
+    once the window drains, restarts are immediate again. Never a tight loop."""
+    policy = RestartPolicy(NO_JITTER)
+    now = 0.0
+    delays = []
+    for _ in range(14):
+        d = useful_life(policy, now, uptime=0.1)
+        assert isinstance(d, Backoff)
+        delays.append(d)
+        now += 0.1 + d.delay
+    assert all(d == Backoff(0.25, 1) for d in delays[:10])
+    storm = delays[10:]
+    assert [d.delay for d in storm] == [0.5, 1.0, 2.0, 4.0]
+    assert all(d.storm is not None and "restarts in 60 s" in d.storm for d in storm)
+    assert policy.circuit is CircuitState.CLOSED
+    assert policy.statistics(now).restarts_last_minute == 14
+    assert useful_life(policy, now + 61.0) == Backoff(0.25, 1)
+
+
+def test_on_healthy_without_a_ready_life_is_ignored() -> None:
+    """A late answer arriving after the server died does not mark the next start healthy."""
+    policy = RestartPolicy(NO_JITTER)
+    for i in range(4):
+        failed_start(policy, float(i))
+    policy.on_healthy(5.0)
+    assert isinstance(failed_start(policy, 6.0), OpenCircuit)
+
+
+def test_restart_intensity_is_validated() -> None:
+    """A zero intensity or period is refused, since it would turn every restart into a storm."""
+    with pytest.raises(ValueError, match="restart_intensity"):
+        PolicyConfig(restart_intensity=0)
+    with pytest.raises(ValueError, match="restart_period"):
+        PolicyConfig(restart_period=0.0)
