@@ -141,6 +141,7 @@ class FastPath:
         except ProxyError:
             return False
         call.proxy_id = proxy_id
+        up.note_call()
         if modern:
             self.era = "modern"
         params["name"] = Raw(wire.encode(route.original))
@@ -264,6 +265,9 @@ class FastCall:
             del fast.calls[self.front_id]
         else:
             return  # cancelled by the client meanwhile: MCP says no answer
+        up = fast.backend.upstreams.get(self.route.server)
+        if up is not None:
+            up.note_answer(ok=env.error is UNSET)
         if env.error is not UNSET:
             frame = wire.encode_line({"jsonrpc": "2.0", "id": self.front_id, "error": env.error})
             fast.backend.note_call(self.route.server, self.route.original, self.started,

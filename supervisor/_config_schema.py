@@ -77,6 +77,8 @@ class _Knobs(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
     circuit_open_max: Duration | UnsetType = UNSET
     restart_wait: Duration | UnsetType = UNSET
     shutdown_grace: Duration | UnsetType = UNSET
+    restart_intensity: int | UnsetType = UNSET
+    restart_period: Duration | UnsetType = UNSET
 
 
 class ExposedToolEntry(msgspec.Struct, forbid_unknown_fields=True):
@@ -160,7 +162,7 @@ class ToolsetEntry(msgspec.Struct, forbid_unknown_fields=True):
 
 
 KNOB_KEYS: Final = tuple(f.encode_name for f in msgspec.structs.fields(_Knobs))
-DURATION_KEYS: Final = (frozenset(KNOB_KEYS) - {"maxMissedPings", "circuitFailures"}) | {
+DURATION_KEYS: Final = (frozenset(KNOB_KEYS) - {"maxMissedPings", "circuitFailures", "restartIntensity"}) | {
     "startupWait",
     "sessionIdleTimeout",
 }

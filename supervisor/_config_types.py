@@ -16,6 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
+from actors.core import policy
 from supervisor._config_schema import KNOB_KEYS, ServerEntry, field_names
 
 DEFAULT_HOST: Final = "127.0.0.1"
@@ -87,16 +88,22 @@ KNOBS: Final = (
     Knob("health_check_interval", "healthCheckInterval", 30.0, 0.0, HOUR),  # 0 disables pings
     Knob("health_check_timeout", "healthCheckTimeout", 5.0, MIN_TIMEOUT_S, 5 * MINUTE),
     Knob("max_missed_pings", "maxMissedPings", 3, 1, MAX_COUNT, count=True),
-    Knob("restart_delay", "restartDelay", 0.25, 0.0, 5 * MINUTE),
-    Knob("restart_delay_max", "restartDelayMax", 30.0, 0.0, HOUR),
-    Knob("restart_reset_after", "restartResetAfter", 60.0, 0.0, DAY),
-    Knob("circuit_failures", "circuitFailures", 5, 1, MAX_COUNT, count=True),
-    Knob("circuit_open_for", "circuitOpenFor", 30.0, MIN_TIMEOUT_S, HOUR),  # 0 would start trials back to back
-    Knob("circuit_open_max", "circuitOpenMax", 300.0, MIN_TIMEOUT_S, DAY),
+    # The restart policy's knobs take their defaults from the policy itself (one place).
+    Knob("restart_delay", "restartDelay", policy.DEFAULT_RESTART_DELAY_S, 0.0, 5 * MINUTE),
+    Knob("restart_delay_max", "restartDelayMax", policy.DEFAULT_RESTART_DELAY_MAX_S, 0.0, HOUR),
+    Knob("restart_reset_after", "restartResetAfter", policy.DEFAULT_RESTART_RESET_AFTER_S, 0.0, DAY),
+    Knob("circuit_failures", "circuitFailures", policy.DEFAULT_CIRCUIT_FAILURES, 1, MAX_COUNT, count=True),
+    # 0 would start trials back to back
+    Knob("circuit_open_for", "circuitOpenFor", policy.DEFAULT_CIRCUIT_OPEN_FOR_S, MIN_TIMEOUT_S, HOUR),
+    Knob("circuit_open_max", "circuitOpenMax", policy.DEFAULT_CIRCUIT_OPEN_MAX_S, MIN_TIMEOUT_S, DAY),
     Knob("restart_wait", "restartWait", 10.0, 0.0, 10 * MINUTE),
     Knob("shutdown_grace", "shutdownGrace", 2.0, 0.0, 5 * MINUTE),
+    Knob("restart_intensity", "restartIntensity", policy.DEFAULT_INTENSITY, 1, MAX_COUNT, count=True),
+    Knob("restart_period", "restartPeriod", policy.DEFAULT_PERIOD_S, MIN_TIMEOUT_S, HOUR),
 )
 assert tuple(k.key for k in KNOBS) == KNOB_KEYS, "knob table and schema disagree"
+_DEFAULT: Final = MappingProxyType({k.attr: k.default for k in KNOBS})
+"""Each knob's default, read by `ServerSpec`'s fields so a default is written once."""
 KNOB_PAIRS: Final = (("restartDelay", "restartDelayMax"), ("circuitOpenFor", "circuitOpenMax"))
 """(first, cap): the first backoff delay / open period may not exceed its cap."""
 
@@ -178,20 +185,22 @@ class ServerSpec:
     protocol: str = "auto"
     exposed_tools: tuple[ExposedTool, ...] | None = None
     hidden_tools: frozenset[str] = frozenset()
-    timeout: float = 60.0
-    max_call_time: float = 600.0
-    startup_timeout: float = 30.0
-    health_check_interval: float = 30.0
-    health_check_timeout: float = 5.0
-    max_missed_pings: int = 3
-    restart_delay: float = 0.25
-    restart_delay_max: float = 30.0
-    restart_reset_after: float = 60.0
-    circuit_failures: int = 5
-    circuit_open_for: float = 30.0
-    circuit_open_max: float = 300.0
-    restart_wait: float = 10.0
-    shutdown_grace: float = 2.0
+    timeout: float = _DEFAULT["timeout"]
+    max_call_time: float = _DEFAULT["max_call_time"]
+    startup_timeout: float = _DEFAULT["startup_timeout"]
+    health_check_interval: float = _DEFAULT["health_check_interval"]
+    health_check_timeout: float = _DEFAULT["health_check_timeout"]
+    max_missed_pings: int = int(_DEFAULT["max_missed_pings"])
+    restart_delay: float = _DEFAULT["restart_delay"]
+    restart_delay_max: float = _DEFAULT["restart_delay_max"]
+    restart_reset_after: float = _DEFAULT["restart_reset_after"]
+    circuit_failures: int = int(_DEFAULT["circuit_failures"])
+    circuit_open_for: float = _DEFAULT["circuit_open_for"]
+    circuit_open_max: float = _DEFAULT["circuit_open_max"]
+    restart_wait: float = _DEFAULT["restart_wait"]
+    shutdown_grace: float = _DEFAULT["shutdown_grace"]
+    restart_intensity: int = int(_DEFAULT["restart_intensity"])
+    restart_period: float = _DEFAULT["restart_period"]
     raw: Mapping[str, Any] = field(default_factory=_empty)
 
     def fingerprint(self) -> str:

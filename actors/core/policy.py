@@ -74,6 +74,10 @@ DEFAULT_INTENSITY: Final = 10
 grows anyway (OTP's MaxR; issue 18: "more than 10 in 60 s" is a storm)."""
 DEFAULT_PERIOD_S: Final = 60.0
 """Window of :data:`DEFAULT_INTENSITY` (OTP's MaxT)."""
+HEALTHY_RESTART_DELAY_S: Final = 0.0
+"""Wait before restarting a server whose life did useful work: none (OTP's supervisor
+restarts a child at once; issue 18: "the restart happens at once"). Repeated failures of
+starts that never became healthy still back off from ``restart_delay``."""
 STATUS_WINDOW_S: Final = 60.0
 """The span of "restarts in the last minute" in status views."""
 
@@ -261,8 +265,8 @@ class RestartPolicy:
     * Healthy lives: a life becomes healthy once the server answers a request a client
       asked for (:meth:`on_healthy`; not our own initialize, list or ping) or stays ready
       for ``restart_reset_after``, whichever comes first. That clears the streak, the
-      probation and the open level. A healthy life that then crashes is restarted at the
-      first backoff step and never counts toward the breaker: the breaker is for
+      probation and the open level. A healthy life that then crashes is restarted at
+      once (:data:`HEALTHY_RESTART_DELAY_S`) and never counts toward the breaker: the breaker is for
       servers that cannot start or die before doing anything (issue 18).
     * Storms: every failure is recorded in an :class:`IntensityWindow`; when healthy
       lives end more than ``restart_intensity`` times in ``restart_period`` the backoff
@@ -358,8 +362,10 @@ class RestartPolicy:
                 return WaitUntil(self._retry_at, f"trial start in progress; {self._open_reason}")
             self._trials += 1
             self._starts += 1
+            self._healthy = False
             return StartNow(trial=True)
         self._starts += 1
+        self._healthy = False  # a new life has done nothing yet
         return StartNow(trial=False)
 
     def on_ready(self, now: float) -> None:
@@ -390,7 +396,7 @@ class RestartPolicy:
 
         The life counts as healthy from here on: the failure streak, the probation of a
         trial and the open level are cleared, and its crash, whenever it comes, restarts
-        the server at the first backoff step. Idempotent; ignored when no life is ready
+        the server at once. Idempotent; ignored when no life is ready
         (a late answer racing the server's death).
 
         Args:
@@ -430,8 +436,9 @@ class RestartPolicy:
             # Issue 18: a server that did work between crashes is not crash-looping.
             self._healthy_lives += 1
             if within:
+                # OTP restarts a child at once; the intensity window below bounds storms.
                 self._storm = 0
-                return Backoff(self._delay(1), 1)
+                return Backoff(HEALTHY_RESTART_DELAY_S, 1)
             # OTP intensity exceeded: grow the backoff even though each life worked.
             self._storm += 1
             count = self._window.count(now)
@@ -460,6 +467,7 @@ class RestartPolicy:
         """
         self._settle(now)
         self._ready_since = None
+        self._healthy = False
         if self._circuit is CircuitState.HALF_OPEN:
             self._circuit = CircuitState.OPEN
             self._trials = 0

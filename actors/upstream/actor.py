@@ -43,13 +43,13 @@ import trio
 from actors.core.catalog import UpstreamLists
 from actors.core.policy import Backoff, CircuitState, OpenCircuit, PolicyConfig, RestartPolicy, WaitUntil
 from actors.core.registration import UpstreamDown, UpstreamUp
-from actors.errors import CallTimeout, UpstreamDied, UpstreamUnavailable
+from actors.errors import CallTimeout, UpstreamDied, UpstreamError, UpstreamUnavailable
 from actors.link import CallOrigin, Link, LinkEvents, open_sdk_link, open_stdio_link
 from actors.messages import EventBus, StateChanged
 from actors.process import Reaper
 from actors.transports import sdk_transport, stdio_argv
 from actors.upstream.failures import classify, with_stderr
-from actors.upstream.status import WAITABLE, Hooks, RouterPort, State, UpstreamStatus
+from actors.upstream.status import USEFUL_METHODS, WAITABLE, Hooks, RouterPort, State, UpstreamStatus
 from actors.upstream.tasks import LinkTasks
 
 logger = logging.getLogger(__name__)
@@ -149,6 +149,10 @@ class Upstream(LinkTasks):
         """When the next start is due: while backing off, and while the circuit is open."""
         self.restarts = 0
         self.starts = 0
+        self.calls = 0
+        """Client calls (`USEFUL_METHODS`) sent to this server since the proxy started."""
+        self.answered = 0
+        """Of those, the ones the server answered (a result or a JSON-RPC error)."""
         self.last_error: str | None = None
         self.link: Link | None = None
         self.lists = UpstreamLists()
@@ -196,7 +200,25 @@ class Upstream(LinkTasks):
             description=self.spec.description,
             starts=self.starts,
             consecutive_failures=stats.consecutive_failures,
+            healthy_lives=stats.healthy_lives,
+            failed_starts=stats.failed_starts,
+            restarts_last_minute=stats.restarts_last_minute,
+            calls=self.calls,
+            answered=self.answered,
+            availability=self.answered / self.calls if self.calls else None,
         )
+
+    def note_answer(self, *, ok: bool) -> None:
+        """A client call was answered by the live server: ``ok`` for a result, False for
+        a JSON-RPC error. A result marks the running life healthy (issue 18), so its
+        crash will not count toward the circuit breaker."""
+        self.answered += 1
+        if ok:
+            self.policy.on_healthy(trio.current_time())
+
+    def note_call(self) -> None:
+        """A client call is on its way to this server (for the availability figure)."""
+        self.calls += 1
 
     async def request(
         self,
@@ -219,20 +241,31 @@ class Upstream(LinkTasks):
             UpstreamDied, CallTimeout, UpstreamError: see `Link.request`.
         """
         spec = self.spec
+        useful = method in USEFUL_METHODS
+        if useful:
+            self.note_call()
         attempts = 2 if retry_safe else 1
         for attempt in range(attempts):
             link = await self.wait_link()
             try:
-                return await link.request(method, params, origin=origin, timeout=spec.timeout,
-                                          max_time=spec.max_call_time)
+                result = await link.request(method, params, origin=origin, timeout=spec.timeout,
+                                            max_time=spec.max_call_time)
+            except UpstreamError:
+                if useful:
+                    self.note_answer(ok=False)
+                raise
             except UpstreamDied:
                 if attempt + 1 == attempts:
                     raise
                 logger.info("%s died under a %s call; retrying once (the tool is retry-safe)",
                             self.name, method)
+                continue
             except CallTimeout as exc:
                 self.last_error = str(exc)
                 raise
+            if useful:
+                self.note_answer(ok=True)
+            return result
         raise AssertionError("unreachable")
 
     async def wait_link(self) -> Link:
@@ -433,6 +466,9 @@ class Upstream(LinkTasks):
         outcome = self.policy.on_failure(now, failure)
         self._outcome = outcome
         if isinstance(outcome, Backoff):
+            if outcome.storm is not None:
+                # OTP intensity: each life worked, but restarts come too fast; say why we wait.
+                failure = f"{failure}; restart storm ({outcome.storm}): backing off {outcome.delay:.2f}s"
             self._set_state(State.BACKING_OFF, failure, retry_at=now + outcome.delay)
         else:
             await self._withdraw(outcome.reason)

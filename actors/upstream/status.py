@@ -22,6 +22,10 @@ class State(str, enum.Enum):
     STOPPED = "stopped"
 
 
+USEFUL_METHODS: Final = frozenset({"tools/call", "resources/read", "prompts/get", "completion/complete"})
+"""Client requests whose answer shows a life did useful work (issue 18): not our own
+initialize, listings or pings."""
+
 WAITABLE: Final = frozenset({State.STARTING, State.BACKING_OFF, State.HALF_OPEN, State.IDLE, State.READY})
 """States a call waits through (bounded by ``restartWait``) instead of failing at once.
 READY is here for the instant between a link dying and the actor recording it."""
@@ -33,7 +37,11 @@ class UpstreamStatus:
 
     Times (``since``, ``retry_at``) are on the Trio clock; ``uptime`` is seconds.
     ``restarts`` counts failures that led to a restart (crashes, failed starts, hangs);
-    ``starts`` counts every start, whatever the reason.
+    ``starts`` counts every start, whatever the reason. ``healthy_lives`` counts lives
+    that did useful work before they ended (answered a client, or stayed up
+    ``restartResetAfter``), ``failed_starts`` the lives that ended before that;
+    ``availability`` is the fraction of client calls the server answered since the proxy
+    started (None before the first call).
     """
 
     name: str
@@ -53,6 +61,12 @@ class UpstreamStatus:
     description: str | None
     starts: int = 0
     consecutive_failures: int = 0
+    healthy_lives: int = 0
+    failed_starts: int = 0
+    restarts_last_minute: int = 0
+    calls: int = 0
+    answered: int = 0
+    availability: float | None = None
 
 
 class RouterPort(Protocol):

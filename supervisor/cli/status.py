@@ -178,6 +178,17 @@ def shorten(text: str | None, width: int = LAST_ERROR_WIDTH) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def fmt_restarts(server: dict[str, Any]) -> str:
+    """Restarts in all, and in the last minute when there were any."""
+    total, recent = server.get("restarts", 0), server.get("restartsLastMinute", 0)
+    return f"{total} ({recent}/min)" if recent else str(total)
+
+
+def fmt_availability(value: Any) -> str:
+    """The fraction of client calls the server answered, as a percentage; "-" before any."""
+    return "-" if value is None else f"{100 * float(value):.0f}%"
+
+
 def render(report: dict[str, Any]) -> Any:
     """One proxy's status as a rich `Table`."""
     from rich.table import Table
@@ -192,6 +203,8 @@ def render(report: dict[str, Any]) -> Any:
     table.add_column("state", no_wrap=True)
     table.add_column("uptime", justify="right", no_wrap=True)
     table.add_column("restarts", justify="right")
+    table.add_column("lives ok/failed", justify="right", no_wrap=True)
+    table.add_column("avail.", justify="right", no_wrap=True)
     table.add_column("circuit", no_wrap=True)
     table.add_column("retry at", no_wrap=True)
     table.add_column("last error", overflow="fold")
@@ -203,12 +216,14 @@ def render(report: dict[str, Any]) -> Any:
             str(s.get("name")),
             Text(state, style=STATE_STYLES.get(state, "")),
             fmt_duration(s.get("uptime")),
-            str(s.get("restarts", 0)),
+            fmt_restarts(s),
+            f"{s.get('healthyLives', 0)}/{s.get('failedStarts', 0)}",
+            fmt_availability(s.get("availability")),
             Text(circuit, style="red" if circuit == "open" else ("yellow" if circuit == "half_open" else "")),
             fmt_retry(s),
             shorten(s.get("lastError")),
             str(s.get("toolCount", 0)),
         )
     if not report.get("servers"):
-        table.add_row("(no servers)", "", "", "", "", "", "", "")
+        table.add_row("(no servers)", "", "", "", "", "", "", "", "", "")
     return table

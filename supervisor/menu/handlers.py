@@ -155,6 +155,11 @@ class Menu(MenuOperations):
                 extra.append(f"circuit {s['circuit']}")
             if s.get("retryInSeconds") is not None:
                 extra.append(f"next try in {s['retryInSeconds']:.0f}s")
+            if s.get("restartsLastMinute"):
+                extra.append(f"{s['restartsLastMinute']} restarts in the last minute")
+            extra.append(f"lives {s.get('healthyLives', 0)} healthy / {s.get('failedStarts', 0)} failed starts")
+            if s.get("availability") is not None:
+                extra.append(f"answered {100 * s['availability']:.0f}% of {s.get('calls', 0)} calls")
             if s.get("reason"):
                 extra.append(f"reason: {s['reason']}")
             if s.get("lastError") and s.get("lastError") != s.get("reason"):

@@ -136,6 +136,16 @@ class MemoryUpstream:
                                                               max_call_time=MAX_CALL_TIME_S))
     state: Any = field(default_factory=lambda: SimpleNamespace(value="ready"))
     relinked: trio.Event = field(default_factory=trio.Event)
+    calls: int = 0
+    answers: list[bool] = field(default_factory=list)
+
+    def note_call(self) -> None:
+        """The actor's availability count: a client call is on its way."""
+        self.calls += 1
+
+    def note_answer(self, *, ok: bool) -> None:
+        """The actor's health signal: the server answered a client's call."""
+        self.answers.append(ok)
 
     async def request(self, method: str, params: Mapping[str, Any] | None, *, origin: Any = None,
                       retry_safe: bool = False) -> dict[str, Any]:

@@ -46,7 +46,9 @@ def a_fleet() -> StubSupervisor:
     return StubSupervisor([
         a_status("git", uptime=3723.0, tool_count=12),
         a_status("flaky", state="backing_off", uptime=None, restarts=2, retry_at=now + 4, pid=None,
-                 last_error="exited with status 3: Traceback (most recent call last): boom"),
+                 last_error="exited with status 3: Traceback (most recent call last): boom",
+                 healthy_lives=2, failed_starts=0, restarts_last_minute=2, calls=9, answered=6,
+                 availability=6 / 9),
         a_status("never", state="circuit_open", circuit="open", uptime=None, restarts=5, retry_at=now + 30,
                  last_error="exited with status 2: fatal: no API key", tool_count=0, pid=None),
     ])
@@ -69,6 +71,7 @@ async def test_the_table_shows_every_column_for_every_server(tmp_path: Path) -> 
     for text in ("server", "state", "uptime", "restarts", "circuit", "retry at", "last error", "tools",
                  "git", "ready", "1h 02m", "12",
                  "flaky", "backing_off", "exited with status 3",
+                 "lives ok/failed", "avail.", "2 (2/min)", "2/0", "67%",
                  "never", "circuit_open", "open", "fatal: no API key",
                  "exposure menu", "toolset dev", "stdio", "config /etc/mcpvisor.json"):
         assert text in out, text

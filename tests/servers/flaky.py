@@ -193,6 +193,11 @@ class Flaky:
             self.error(request_id, METHOD_NOT_FOUND, "Method not found")
 
     def handle_notification(self, method: str, params: dict[str, Any]) -> None:
+        if method == "notifications/initialized" and self.opts.exit_after_start is not None:
+            # Up and listed, then gone before any client call: a start that did nothing.
+            timer = threading.Timer(self.opts.exit_after_start, os._exit, args=(3,))
+            timer.daemon = True
+            timer.start()
         if method != "notifications/cancelled":
             return
         request_id = params.get("requestId")
@@ -362,6 +367,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="print --stderr-text to stderr and exit with STATUS before reading anything",
     )
     p.add_argument("--stderr-text", default="fatal: cannot start", help="stderr line for --exit-at-start")
+    p.add_argument(
+        "--exit-after-start",
+        type=float,
+        metavar="SECONDS",
+        help="exit(3) this long after notifications/initialized, whatever is going on",
+    )
     p.add_argument(
         "--slow-start",
         type=float,

@@ -128,14 +128,14 @@ def test_same_seed_gives_the_same_delays() -> None:
 
 
 def test_b3_healthy_uptime_resets_the_backoff() -> None:
-    """B3: a server ready for restart_reset_after (60 s) before it crashes starts over at
-    attempt 1 with restart_delay, and its crash does not count toward the breaker; one
-    ready for less (and answering nothing) continues the streak."""
+    """B3: a server ready for restart_reset_after (60 s) before it crashes is restarted at
+    once and its crash does not count toward the breaker; one ready for less (and
+    answering nothing) continues the streak."""
     policy = RestartPolicy(NO_JITTER)
     for _ in range(3):
         failed_start(policy, 0.0)
     assert run_for(policy, 10.0, 59.9) == Backoff(2.0, 4)  # short uptime: streak goes on
-    assert run_for(policy, 100.0, 60.0) == Backoff(0.25, 1)  # exactly 60 s: forgiven
+    assert run_for(policy, 100.0, 60.0) == Backoff(0.0, 1)  # exactly 60 s: healthy, at once
     assert policy.statistics().consecutive_failures == 0
 
 
@@ -236,8 +236,8 @@ def test_c4_failed_trials_double_the_open_period_up_to_the_max() -> None:
 
 def test_c4_a_successful_trial_closes_and_clears_after_probation() -> None:
     """C4/point 4: a trial that becomes ready closes the circuit; surviving
-    restart_reset_after clears streak and open level: the next failure backs off from
-    attempt 1 and the next opening lasts 30 s again."""
+    restart_reset_after makes the life healthy, clearing streak and open level: its crash
+    restarts at once and the next opening lasts 30 s again."""
     policy = RestartPolicy(NO_JITTER)
     d = open_circuit(policy)
     assert policy.before_start(d.until) == StartNow(trial=True)
@@ -248,7 +248,7 @@ def test_c4_a_successful_trial_closes_and_clears_after_probation() -> None:
     stats = policy.statistics(d.until + 60)
     assert stats.consecutive_failures == 0
     assert stats.open_for == 30.0
-    assert policy.on_failure(d.until + 61, "later") == Backoff(0.25, 1)
+    assert policy.on_failure(d.until + 61, "later") == Backoff(0.0, 1)
     assert open_circuit(policy, 1000.0).open_for == 30.0
 
 
@@ -462,6 +462,7 @@ class PolicyMachine(RuleBasedStateMachine):
         self.now = 0.0
         self.running = False
         self.ready_at: float | None = None
+        self.answered = False
 
     @rule(dt=st.floats(0.0, 400.0))
     def advance(self, dt: float) -> None:
@@ -486,12 +487,25 @@ class PolicyMachine(RuleBasedStateMachine):
         assert self.policy.circuit is CircuitState.CLOSED
         self.ready_at = self.now
 
+    @precondition(lambda self: self.ready_at is not None)
+    @rule()
+    def answer(self) -> None:
+        self.policy.on_healthy(self.now)
+        self.answered = True
+        assert self.policy.statistics().consecutive_failures == 0
+
     @precondition(lambda self: self.running)
     @rule()
     def fail(self) -> None:
         before = self.policy.circuit
+        healthy = self.ready_at is not None and (
+            self.answered or self.now - self.ready_at >= self.config.restart_reset_after)
         d = self.policy.on_failure(self.now, "boom")
-        if isinstance(d, Backoff):
+        if healthy:
+            # A life that did work is restarted at once, or backs off in a storm; never opens.
+            assert isinstance(d, Backoff)
+            assert d.delay == 0.0 or (d.storm is not None and d.delay <= self.config.restart_delay_max)
+        elif isinstance(d, Backoff):
             assert before is CircuitState.CLOSED
             assert 1 <= d.attempt < self.config.circuit_failures
             base = base_delay(self.config, d.attempt)
@@ -499,17 +513,18 @@ class PolicyMachine(RuleBasedStateMachine):
         else:
             assert self.config.circuit_open_for <= d.open_for <= self.config.circuit_open_max
             assert d.until == self.now + d.open_for
-        self.running, self.ready_at = False, None
+        self.running, self.ready_at, self.answered = False, None, False
 
     @precondition(lambda self: self.running)
     @rule()
     def stop(self) -> None:
         self.policy.on_stopped(self.now)
-        self.running, self.ready_at = False, None
+        self.running, self.ready_at, self.answered = False, None, False
 
     @rule()
     def reset(self) -> None:
-        self.policy.reset()
+        self.policy.reset()  # forgets the run state too: the running life starts over
+        self.ready_at, self.answered = None, False
 
     @invariant()
     def consistent(self) -> None:
@@ -584,7 +599,7 @@ def test_a_server_that_answers_between_crashes_never_opens_the_circuit() -> None
     now = 0.0
     for _ in range(100):
         d = useful_life(policy, now)
-        assert d == Backoff(0.25, 1)
+        assert d == Backoff(0.0, 1)
         now += 0.1 + d.delay + 6.0  # 10 restarts a minute: within the window
     stats = policy.statistics(now)
     assert stats.circuit is CircuitState.CLOSED
@@ -619,7 +634,7 @@ def test_one_useful_life_clears_a_failure_streak() -> None:
     policy = RestartPolicy(NO_JITTER)
     for i in range(4):
         failed_start(policy, float(i))
-    assert useful_life(policy, 10.0) == Backoff(0.25, 1)
+    assert useful_life(policy, 10.0) == Backoff(0.0, 1)
     for i in range(4):
         assert isinstance(failed_start(policy, 20.0 + i), Backoff)
     assert isinstance(failed_start(policy, 30.0), OpenCircuit)
@@ -634,7 +649,7 @@ def test_a_trial_that_does_work_ends_probation() -> None:
     assert policy.before_start(d.until) == StartNow(trial=True)
     policy.on_ready(d.until)
     policy.on_healthy(d.until + 0.5)
-    assert policy.on_failure(d.until + 1.0, "crashed") == Backoff(0.25, 1)
+    assert policy.on_failure(d.until + 1.0, "crashed") == Backoff(0.0, 1)
     assert policy.circuit is CircuitState.CLOSED
 
 
@@ -650,13 +665,13 @@ def test_a_restart_storm_backs_off_even_when_every_life_worked() -> None:
         assert isinstance(d, Backoff)
         delays.append(d)
         now += 0.1 + d.delay
-    assert all(d == Backoff(0.25, 1) for d in delays[:10])
+    assert all(d == Backoff(0.0, 1) for d in delays[:10])
     storm = delays[10:]
     assert [d.delay for d in storm] == [0.5, 1.0, 2.0, 4.0]
     assert all(d.storm is not None and "restarts in 60 s" in d.storm for d in storm)
     assert policy.circuit is CircuitState.CLOSED
     assert policy.statistics(now).restarts_last_minute == 14
-    assert useful_life(policy, now + 61.0) == Backoff(0.25, 1)
+    assert useful_life(policy, now + 61.0) == Backoff(0.0, 1)
 
 
 def test_on_healthy_without_a_ready_life_is_ignored() -> None:

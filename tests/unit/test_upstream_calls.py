@@ -229,9 +229,11 @@ async def test_hung_server_is_found_by_pings_and_restarted(autojump_clock: Clock
             hung = await h.wait_state("s", "backing_off")
         assert hung - ready == 105
         reason = "hung: 3 pings unanswered within 5s"
-        assert h.upstreams["s"].reason == reason
+        # It answered a call before it hung, so that life was healthy: restarted at once
+        # (issue 18), and by now the actor may already say why it is starting again.
+        assert h.upstreams["s"].reason in (reason, f"restart after: {reason}")
         assert str(stuck[0]) == f"server s stopped while handling the request ({reason})"
-        assert await h.wait_state("s", "ready") == hung + 0.25
+        assert await h.wait_state("s", "ready") == hung
         assert [c.t - ready for c in server.calls("ping")] == [30, 65, 100]
 
 

@@ -80,7 +80,7 @@ async def test_jittered_delays_stay_within_their_bounds_and_replay_with_the_seed
 
 async def test_healthy_uptime_resets_the_backoff(autojump_clock: Clock) -> None:
     """RELIABILITY B3: three quick crashes grow the delay (0.25, 0.5, 1); after 60 s of
-    healthy uptime the next crash waits the first delay again."""
+    healthy uptime the life counts as healthy and its crash restarts at once (issue 18)."""
     server = FakeUpstream()
     async with open_harness({"s": server}) as h:
         delays = []
@@ -93,7 +93,7 @@ async def test_healthy_uptime_resets_the_backoff(autojump_clock: Clock) -> None:
         await trio.sleep(61)
         server.kill()
         crashed = await h.wait_state("s", "backing_off")
-        assert await h.wait_state("s", "ready") - crashed == 0.25
+        assert await h.wait_state("s", "ready") - crashed == 0.0  # a healthy life: restarted at once
 
 
 async def test_stop_during_a_long_backoff_is_immediate(autojump_clock: Clock) -> None:
