@@ -211,10 +211,6 @@ async def test_progress_does_not_outlast_the_hard_cap(autojump_clock: Clock) -> 
     assert reply["error"]["code"] == -32001
 
 
-@pytest.mark.xfail(reason="fast path names the wrong hard limit: StdioLink.run_deadlines computes it "
-                          "from the last progress (p.deadline - p.timeout), not from the call's start, "
-                          "so a 100 s cap reads 'the hard limit of 10s' (the SDK path says 100s)",
-                   strict=True)
 async def test_the_hard_cap_error_names_the_configured_limit(autojump_clock: Clock) -> None:
     """The hard-cap error names ``max_call_time`` (the user's setting), as the SDK path's
     does. A regression shows as another number in the message."""
