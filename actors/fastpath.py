@@ -4,9 +4,10 @@ Owns, for one front connection:
 
 * the classifier's verdict for ``tools/call`` requests, their cancellations and the
   client's replies to requests the proxy minted (everything else goes to the SDK);
-* the gate: a call takes this path only after the connection's handshake is done
-  (``notifications/initialized``), or when it carries the 2026-07-28 envelope, so a
-  pipelined call never overtakes the ``initialize`` reply (HOTPATH.md, "Init-gate bug");
+* the gate: a call takes this path only after the connection's handshake is done (the
+  client sent ``notifications/initialized`` and the SDK's ``initialize`` reply has
+  gone into the writer), or when it carries the 2026-07-28 envelope, so a pipelined call never
+  overtakes the ``initialize`` reply (HOTPATH.md, "Init-gate bug");
 * the rewrite: the tool's name replaced in ``params`` (decoded as ``dict[str, Raw]``,
   so arguments and unknown keys such as ``inputResponses`` travel as they came), the
   id and the progress token swapped for the upstream's, the era adapted where the
@@ -79,6 +80,10 @@ class FastPath:
         self.calls: dict[int | str, FastCall] = {}
         self.requests: dict[str, Reply[Any]] = {}
         self.ready = False
+        """The init gate is open: handshake-era calls may take this path."""
+        self._initialize_id: int | str | None = None
+        self._initialize_answered = False
+        self._initialized_read = False
         self.era: str | None = None
         self.client_capabilities: dict[str, Any] = {}
         self._ids = itertools.count(1)
@@ -91,6 +96,7 @@ class FastPath:
         method = env.method
         if method == "initialize" and env.id is not UNSET:
             self.era = "legacy"
+            self._initialize_id = env.id
             if env.params is not UNSET:
                 try:
                     params = wire.decode_dict(env.params)
@@ -99,7 +105,20 @@ class FastPath:
                 caps = params.get("capabilities")
                 self.client_capabilities = caps if isinstance(caps, dict) else {}
         elif method == "notifications/initialized":
-            self.ready = True
+            self._initialized_read = True
+            self.ready = self._initialize_answered
+
+    def sdk_answered(self, response_id: int | str) -> None:
+        """The SDK's successful reply to ``response_id`` is now written or queued in the writer.
+
+        Opens the init gate once that reply is the one to ``initialize`` and the client
+        has sent ``notifications/initialized``: reading the notification is not enough,
+        since the SDK may still be working on ``initialize`` and a quick upstream's
+        answer to a pipelined call would then reach the client first.
+        """
+        if self._initialize_id is not None and response_id == self._initialize_id:
+            self._initialize_answered = True
+            self.ready = self._initialized_read
 
     def owns(self, request_id: int | str) -> bool:
         return request_id in self.calls
