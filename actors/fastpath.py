@@ -203,7 +203,7 @@ class FastPath:
         if call is None:
             return False
         # MCP cancellation: the receiver does not answer a cancelled request.
-        await call.link.cancel_fast(call.proxy_id, cancel.reason if isinstance(cancel.reason, str) else "cancelled")
+        await call.cancel(cancel.reason if isinstance(cancel.reason, str) else "cancelled")
         return True
 
     def client_response(self, env: wire.Envelope, line: bytes) -> bool:
@@ -247,7 +247,7 @@ class FastPath:
         """The client went away: cancel what it left in flight."""
         for call in list(self.calls.values()):
             with trio.move_on_after(CLIENT_GONE_CANCEL_S, shield=True):
-                await call.link.cancel_fast(call.proxy_id, "client disconnected")
+                await call.cancel("client disconnected")
         self.calls.clear()
         for reply in self.requests.values():
             reply.fail(UpstreamError(wire.CONNECTION_CLOSED, "the client disconnected"))
@@ -256,8 +256,8 @@ class FastPath:
 class FastCall:
     """One fast-path call: the client's side as the upstream link sees it."""
 
-    __slots__ = ("client_token", "fast", "front_id", "link", "modern", "params", "proxy_id", "retried", "route",
-                 "started")
+    __slots__ = ("client_token", "fast", "front_id", "link", "modern", "params", "proxy_id", "retried",
+                 "retry_scope", "route", "started")
 
     def __init__(self, fast: FastPath, front_id: int | str, route: ToolRoute, link: StdioLink,
                  client_token: int | str | None, modern: bool) -> None:
@@ -270,6 +270,8 @@ class FastCall:
         self.proxy_id = ""
         self.params: dict[str, Raw] = {}
         self.retried = False
+        self.retry_scope: trio.CancelScope | None = None
+        """Set while the call is retried the slow way: cancelling it abandons the retry."""
         self.started = trio.current_time()
 
     @property
@@ -330,16 +332,31 @@ class FastCall:
         fast = self.fast
         if fast.calls.get(self.front_id) is not self:
             return
-        del fast.calls[self.front_id]
         if isinstance(error, UpstreamDied) and self.route.retry_safe and not self.retried:
+            # The call stays in `fast.calls` while it is retried: its id is still in flight,
+            # the retry's progress reaches the client and a client cancel reaches the retry.
             self.retried = True
-            fast.nursery.start_soon(self._retry_slow, error)
+            self.retry_scope = trio.CancelScope()
+            fast.nursery.start_soon(self._retry_slow, error, self.retry_scope)
             return
+        del fast.calls[self.front_id]
         fast.backend.note_call(self.route.server, self.route.original, self.started, error)
         fast.nursery.start_soon(fast.send, wire.error_frame(self.front_id, **_error_args(error)))
 
-    async def _retry_slow(self, first: UpstreamDied) -> None:
-        """Died under a retry-safe tool: once more on the new process (DESIGN.md), the slow way."""
+    async def cancel(self, reason: str) -> None:
+        """The client cancelled the call or went away: stop it upstream (the caller
+        has already removed it from ``fast.calls``, so nothing answers the client)."""
+        if self.retry_scope is not None:
+            self.retry_scope.cancel(reason=reason)  # the slow request tells the upstream
+        else:
+            await self.link.cancel_fast(self.proxy_id, reason)
+
+    async def _retry_slow(self, first: UpstreamDied, scope: trio.CancelScope) -> None:
+        """Died under a retry-safe tool: once more on the new process (DESIGN.md), the slow way.
+
+        Answers the client unless it cancelled meanwhile (``scope`` cancelled, the call
+        gone from ``fast.calls``): MCP cancellation, no response to a cancelled request.
+        """
         logger.info("%s died under %s; retrying once (the tool is retry-safe)", self.route.server, self.route.original)
         up = self.fast.backend.upstreams.get(self.route.server)
         params = {k: msgspec.json.decode(v) for k, v in self.params.items()}
@@ -348,15 +365,21 @@ class FastCall:
             meta.pop("progressToken", None)
             for key in ENVELOPE_KEYS:
                 meta.pop(key, None)
-        try:
-            if up is None:
-                raise first
-            result = await up.request("tools/call", params, origin=self)
-            frame = wire.result_frame(self.front_id, strip_upstream_stamps(result, modern_front=self.modern))
-            self.fast.backend.note_call(self.route.server, self.route.original, self.started, None)
-        except ProxyError as exc:
-            frame = wire.error_frame(self.front_id, **_error_args(exc))
-            self.fast.backend.note_call(self.route.server, self.route.original, self.started, exc)
+        frame = b""
+        with scope:
+            try:
+                if up is None:
+                    raise first
+                result = await up.request("tools/call", params, origin=self)
+                answer = strip_upstream_stamps(result, modern_front=self.modern)
+                frame = wire.result_frame(self.front_id, answer)
+                self.fast.backend.note_call(self.route.server, self.route.original, self.started, None)
+            except ProxyError as exc:
+                frame = wire.error_frame(self.front_id, **_error_args(exc))
+                self.fast.backend.note_call(self.route.server, self.route.original, self.started, exc)
+        if scope.cancelled_caught or self.fast.calls.get(self.front_id) is not self:
+            return  # cancelled by the client meanwhile
+        del self.fast.calls[self.front_id]
         await self.fast.send(frame)
 
     # --- mid-call traffic --------------------------------------------------------------------
