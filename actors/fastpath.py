@@ -4,9 +4,10 @@ Owns, for one front connection:
 
 * the classifier's verdict for ``tools/call`` requests, their cancellations and the
   client's replies to requests the proxy minted (everything else goes to the SDK);
-* the gate: a call takes this path only after the connection's handshake is done
-  (``notifications/initialized``), or when it carries the 2026-07-28 envelope, so a
-  pipelined call never overtakes the ``initialize`` reply (HOTPATH.md, "Init-gate bug");
+* the gate: a call takes this path only after the connection's handshake is done (the
+  client sent ``notifications/initialized`` and the SDK's ``initialize`` reply has
+  gone into the writer), or when it carries the 2026-07-28 envelope, so a pipelined call never
+  overtakes the ``initialize`` reply (HOTPATH.md, "Init-gate bug");
 * the rewrite: the tool's name replaced in ``params`` (decoded as ``dict[str, Raw]``,
   so arguments and unknown keys such as ``inputResponses`` travel as they came), the
   id and the progress token swapped for the upstream's, the era adapted where the
@@ -79,6 +80,10 @@ class FastPath:
         self.calls: dict[int | str, FastCall] = {}
         self.requests: dict[str, Reply[Any]] = {}
         self.ready = False
+        """The init gate is open: handshake-era calls may take this path."""
+        self._initialize_id: int | str | None = None
+        self._initialize_answered = False
+        self._initialized_read = False
         self.era: str | None = None
         self.client_capabilities: dict[str, Any] = {}
         self._ids = itertools.count(1)
@@ -91,6 +96,7 @@ class FastPath:
         method = env.method
         if method == "initialize" and env.id is not UNSET:
             self.era = "legacy"
+            self._initialize_id = env.id
             if env.params is not UNSET:
                 try:
                     params = wire.decode_dict(env.params)
@@ -99,7 +105,20 @@ class FastPath:
                 caps = params.get("capabilities")
                 self.client_capabilities = caps if isinstance(caps, dict) else {}
         elif method == "notifications/initialized":
-            self.ready = True
+            self._initialized_read = True
+            self.ready = self._initialize_answered
+
+    def sdk_answered(self, response_id: int | str) -> None:
+        """The SDK's successful reply to ``response_id`` is now written or queued in the writer.
+
+        Opens the init gate once that reply is the one to ``initialize`` and the client
+        has sent ``notifications/initialized``: reading the notification is not enough,
+        since the SDK may still be working on ``initialize`` and a quick upstream's
+        answer to a pipelined call would then reach the client first.
+        """
+        if self._initialize_id is not None and response_id == self._initialize_id:
+            self._initialize_answered = True
+            self.ready = self._initialized_read
 
     def owns(self, request_id: int | str) -> bool:
         return request_id in self.calls
@@ -185,7 +204,7 @@ class FastPath:
         if call is None:
             return False
         # MCP cancellation: the receiver does not answer a cancelled request.
-        await call.link.cancel_fast(call.proxy_id, cancel.reason if isinstance(cancel.reason, str) else "cancelled")
+        await call.cancel(cancel.reason if isinstance(cancel.reason, str) else "cancelled")
         return True
 
     def client_response(self, env: wire.Envelope, line: bytes) -> bool:
@@ -229,7 +248,7 @@ class FastPath:
         """The client went away: cancel what it left in flight."""
         for call in list(self.calls.values()):
             with trio.move_on_after(CLIENT_GONE_CANCEL_S, shield=True):
-                await call.link.cancel_fast(call.proxy_id, "client disconnected")
+                await call.cancel("client disconnected")
         self.calls.clear()
         for reply in self.requests.values():
             reply.fail(UpstreamError(wire.CONNECTION_CLOSED, "the client disconnected"))
@@ -238,8 +257,8 @@ class FastPath:
 class FastCall:
     """One fast-path call: the client's side as the upstream link sees it."""
 
-    __slots__ = ("client_token", "fast", "front_id", "link", "modern", "params", "proxy_id", "retried", "route",
-                 "started")
+    __slots__ = ("client_token", "fast", "front_id", "link", "modern", "params", "proxy_id", "retried",
+                 "retry_scope", "route", "started")
 
     def __init__(self, fast: FastPath, front_id: int | str, route: ToolRoute, link: StdioLink,
                  client_token: int | str | None, modern: bool) -> None:
@@ -252,6 +271,8 @@ class FastCall:
         self.proxy_id = ""
         self.params: dict[str, Raw] = {}
         self.retried = False
+        self.retry_scope: trio.CancelScope | None = None
+        """Set while the call is retried the slow way: cancelling it abandons the retry."""
         self.started = trio.current_time()
 
     @property
@@ -315,16 +336,31 @@ class FastCall:
         fast = self.fast
         if fast.calls.get(self.front_id) is not self:
             return
-        del fast.calls[self.front_id]
         if isinstance(error, UpstreamDied) and self.route.retry_safe and not self.retried:
+            # The call stays in `fast.calls` while it is retried: its id is still in flight,
+            # the retry's progress reaches the client and a client cancel reaches the retry.
             self.retried = True
-            fast.nursery.start_soon(self._retry_slow, error)
+            self.retry_scope = trio.CancelScope()
+            fast.nursery.start_soon(self._retry_slow, error, self.retry_scope)
             return
+        del fast.calls[self.front_id]
         fast.backend.note_call(self.route.server, self.route.original, self.started, error)
         fast.nursery.start_soon(fast.send, wire.error_frame(self.front_id, **_error_args(error)))
 
-    async def _retry_slow(self, first: UpstreamDied) -> None:
-        """Died under a retry-safe tool: once more on the new process (DESIGN.md), the slow way."""
+    async def cancel(self, reason: str) -> None:
+        """The client cancelled the call or went away: stop it upstream (the caller
+        has already removed it from ``fast.calls``, so nothing answers the client)."""
+        if self.retry_scope is not None:
+            self.retry_scope.cancel(reason=reason)  # the slow request tells the upstream
+        else:
+            await self.link.cancel_fast(self.proxy_id, reason)
+
+    async def _retry_slow(self, first: UpstreamDied, scope: trio.CancelScope) -> None:
+        """Died under a retry-safe tool: once more on the new process (DESIGN.md), the slow way.
+
+        Answers the client unless it cancelled meanwhile (``scope`` cancelled, the call
+        gone from ``fast.calls``): MCP cancellation, no response to a cancelled request.
+        """
         logger.info("%s died under %s; retrying once (the tool is retry-safe)", self.route.server, self.route.original)
         up = self.fast.backend.upstreams.get(self.route.server)
         params = {k: msgspec.json.decode(v) for k, v in self.params.items()}
@@ -333,15 +369,21 @@ class FastCall:
             meta.pop("progressToken", None)
             for key in ENVELOPE_KEYS:
                 meta.pop(key, None)
-        try:
-            if up is None:
-                raise first
-            result = await up.request("tools/call", params, origin=self)
-            frame = wire.result_frame(self.front_id, strip_upstream_stamps(result, modern_front=self.modern))
-            self.fast.backend.note_call(self.route.server, self.route.original, self.started, None)
-        except ProxyError as exc:
-            frame = wire.error_frame(self.front_id, **_error_args(exc))
-            self.fast.backend.note_call(self.route.server, self.route.original, self.started, exc)
+        frame = b""
+        with scope:
+            try:
+                if up is None:
+                    raise first
+                result = await up.request("tools/call", params, origin=self)
+                answer = strip_upstream_stamps(result, modern_front=self.modern)
+                frame = wire.result_frame(self.front_id, answer)
+                self.fast.backend.note_call(self.route.server, self.route.original, self.started, None)
+            except ProxyError as exc:
+                frame = wire.error_frame(self.front_id, **_error_args(exc))
+                self.fast.backend.note_call(self.route.server, self.route.original, self.started, exc)
+        if scope.cancelled_caught or self.fast.calls.get(self.front_id) is not self:
+            return  # cancelled by the client meanwhile
+        del self.fast.calls[self.front_id]
         await self.fast.send(frame)
 
     # --- mid-call traffic --------------------------------------------------------------------

@@ -57,7 +57,8 @@ CLIENT_QUEUE: Final = 256
 costs bounded memory; RELIABILITY R6)."""
 
 CLIENT_SEND_TIMEOUT_S: Final = 5.0
-"""A client that cannot take a notification in this long is skipped for that one."""
+"""A client that cannot take a notification in this long is skipped for that one (its
+own sender waits; no other client does)."""
 
 LOG_LEVELS: Final = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
@@ -117,7 +118,10 @@ class ClientState:
     subscriptions: set[str] = field(default_factory=set)
     last_active: float = 0.0
     queue: deque[tuple[str, dict[str, Any] | None]] = field(default_factory=deque)
+    """Notifications waiting for this client's sender (at most `CLIENT_QUEUE`)."""
     closed: bool = False
+    wake: trio.Event = field(default_factory=trio.Event)
+    """Set when the queue gains an entry or the connection closes: wakes the sender."""
 
     def capable(self, method: str) -> bool:
         caps = self.connection.client_capabilities
@@ -186,11 +190,16 @@ class SdkOrigin:
 
 
 class ClientRegistry:
-    """Live handshake-era connections, and the per-client notification queues."""
+    """Live handshake-era connections, and the per-client notification queues.
+
+    Each connection gets its own sender task while `run` is running (RELIABILITY R6):
+    a client that stops reading blocks only its own sender, and costs at most
+    `CLIENT_QUEUE` queued notifications and one task until its connection closes.
+    """
 
     def __init__(self) -> None:
         self._clients: dict[int, ClientState] = {}
-        self._wake = trio.Event()
+        self._nursery: trio.Nursery | None = None
 
     def __len__(self) -> int:
         return len(self._clients)
@@ -204,6 +213,8 @@ class ClientRegistry:
             state = ClientState(connection)
             self._clients[id(connection)] = state
             connection.exit_stack.callback(self._forget, connection)
+            if self._nursery is not None:
+                self._nursery.start_soon(self._send_to, state)
         state.last_active = trio.current_time()
         return state
 
@@ -211,6 +222,8 @@ class ClientRegistry:
         state = self._clients.pop(id(connection), None)
         if state is not None:
             state.closed = True
+            state.queue.clear()
+            state.wake.set()  # the sender sees `closed` and ends
 
     def clients(self) -> list[ClientState]:
         return list(self._clients.values())
@@ -230,7 +243,7 @@ class ClientRegistry:
                 return  # coalesce: the client already has this one queued
             q.popleft()
         q.append((method, params))
-        self._wake.set()
+        state.wake.set()
 
     def broadcast(self, method: str, params: dict[str, Any] | None = None,
                   only: Callable[[ClientState], bool] | None = None) -> None:
@@ -239,15 +252,27 @@ class ClientRegistry:
                 self.enqueue(state, method, params)
 
     async def run(self) -> None:
-        """Deliver queued notifications; each client in order, none waits on another."""
-        while True:
-            await self._wake.wait()
-            self._wake = trio.Event()
-            for state in list(self._clients.values()):
-                while state.queue and not state.closed:
-                    method, params = state.queue.popleft()
-                    with trio.move_on_after(CLIENT_SEND_TIMEOUT_S):
-                        await state.connection.notify(method, params)
+        """Deliver queued notifications until cancelled: one sender per client, so none
+        waits on another (a client tracked before `run` starts gets its sender here)."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            try:
+                for state in self._clients.values():
+                    nursery.start_soon(self._send_to, state)
+                await trio.sleep_forever()
+            finally:
+                self._nursery = None
+
+    async def _send_to(self, state: ClientState) -> None:
+        """One client's sender: its queue in order, each notification bounded by
+        `CLIENT_SEND_TIMEOUT_S`; ends when the connection closes."""
+        while not state.closed:
+            await state.wake.wait()
+            state.wake = trio.Event()
+            while state.queue and not state.closed:
+                method, params = state.queue.popleft()
+                with trio.move_on_after(CLIENT_SEND_TIMEOUT_S):
+                    await state.connection.notify(method, params)
 
 
 # --------------------------------------------------------------------------------------

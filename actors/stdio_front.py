@@ -162,6 +162,10 @@ class StdioFront:
                     await self.writer.send(data)
                 except StreamBroken:
                     return
+                if self.fast_path is not None and isinstance(msg, types.JSONRPCResponse):
+                    # The init gate opens only once the initialize reply is written or queued
+                    # in the writer, so no fast-path answer can leave ahead of it.
+                    self.fast_path.sdk_answered(msg.id)
 
 
 @asynccontextmanager

@@ -114,6 +114,8 @@ class Pending:
     sink: FastSink | None = None
     deadline: float = 0.0
     """Fast path: when the call times out unless progress arrives (checked lazily)."""
+    started: float = 0.0
+    """Fast path: when the call was sent; its hard cap (``hard_deadline``) counts from here."""
 
 
 def decode_result(env: wire.Envelope) -> dict[str, Any]:

@@ -102,7 +102,7 @@ class StdioLink(Link):
         now = trio.current_time()
         hard = now + max_time
         self._pending[proxy_id] = Pending(proxy_id, "tools/call", sink, hard, timeout, None, sink=sink,
-                                           deadline=min(now + timeout, hard))
+                                           deadline=min(now + timeout, hard), started=now)
         if self._wheel_scope is not None and self._wheel_scope.deadline > now + timeout:
             self._wheel_scope.deadline = now + timeout
         return proxy_id
@@ -137,7 +137,9 @@ class StdioLink(Link):
             for p in [p for p in self._pending.values() if p.sink is not None and p.deadline <= now]:
                 del self._pending[p.proxy_id]
                 hard = now >= p.hard_deadline
-                limit = p.hard_deadline - (p.deadline - p.timeout) if hard else p.timeout
+                # The hard cap counts from the call's start, not from its last progress
+                # (which only moves the inactivity deadline): name the user's maxCallTime.
+                limit = p.hard_deadline - p.started if hard else p.timeout
                 assert p.sink is not None
                 p.sink.failed(CallTimeout(self.server, round(limit) if hard else limit, hard_cap=hard))
                 await self._abandon(p)

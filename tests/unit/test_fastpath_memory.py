@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 import trio
 import trio.testing
 from mcp_types import (
@@ -211,10 +210,6 @@ async def test_progress_does_not_outlast_the_hard_cap(autojump_clock: Clock) -> 
     assert reply["error"]["code"] == -32001
 
 
-@pytest.mark.xfail(reason="fast path names the wrong hard limit: StdioLink.run_deadlines computes it "
-                          "from the last progress (p.deadline - p.timeout), not from the call's start, "
-                          "so a 100 s cap reads 'the hard limit of 10s' (the SDK path says 100s)",
-                   strict=True)
 async def test_the_hard_cap_error_names_the_configured_limit(autojump_clock: Clock) -> None:
     """The hard-cap error names ``max_call_time`` (the user's setting), as the SDK path's
     does. A regression shows as another number in the message."""
@@ -393,14 +388,11 @@ async def test_a_retry_safe_call_is_sent_once_more_to_the_next_process(autojump_
             assert text(reply) == "contents of a"
 
 
-@pytest.mark.xfail(reason="FastCall.progress drops progress once the call left fast.calls, which "
-                          "FastCall.failed does before starting the slow retry: the retried call's "
-                          "progress never reaches the client (nor can the client cancel it)",
-                   strict=True)
 async def test_progress_of_a_retried_call_reaches_the_client(autojump_clock: Clock) -> None:
     """The retry of a retry-safe call after its upstream died still reports progress to
-    the client, under the client's own token. A regression shows as the progress lost
-    (and the call timing out while the client hears nothing)."""
+    the client, under the client's own token, and its id stays in flight until the
+    answer. A regression shows as the progress lost (and the call timing out while the
+    client hears nothing), or the id free for reuse while the retry runs."""
     with trio.fail_after(BOUND_S):
         async with open_memory_proxy(tools=("echo", "read"), retry_safe=("read",)) as p:
             await p.client.handshake()
@@ -413,3 +405,38 @@ async def test_progress_of_a_retried_call_reaches_the_client(autojump_clock: Clo
                               "params": {"progressToken": retry["id"], "progress": 1}})
             progress = await p.client.receive()
             assert progress.get("params") == {"progressToken": 3, "progress": 1}, progress
+            assert p.stdio.fast_path is not None
+            assert p.stdio.fast_path.owns(1)
+            await fresh.answer(retry, result("contents of a"))
+            assert text(await p.client.receive_id(1)) == "contents of a"
+            assert not p.stdio.fast_path.owns(1)
+
+
+async def test_a_client_cancel_reaches_a_retried_call(autojump_clock: Clock) -> None:
+    """The client cancels a retry-safe call while it is being retried on the restarted
+    process: the new process gets ``notifications/cancelled`` for the retry's id at that
+    instant, the client gets no answer to the cancelled id (MCP cancellation), and the
+    connection keeps serving. A regression shows as no cancel upstream (the retry runs
+    on to its timeout) or a reply to the cancelled id."""
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy(tools=("echo", "read"), retry_safe=("read",)) as p:
+            await p.client.handshake()
+            await p.client.send(call(1, "s_read", {"path": "a"}))
+            await p.server.receive()
+            await p.server.crash(3)
+            fresh = p.restart()
+            retry = await fresh.receive()
+            cancelled_at = trio.current_time()
+            await p.client.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                 "params": {"requestId": 1, "reason": "user pressed Esc"}})
+            cancel = await fresh.receive()
+            assert trio.current_time() == cancelled_at
+            assert cancel["method"] == "notifications/cancelled"
+            assert cancel["params"]["requestId"] == retry["id"]
+            await fresh.answer(retry, result("ignored"))
+            await p.client.send(call(2, "s_echo"))
+            second = await fresh.receive()
+            await fresh.answer(second, result("served"))
+            reply = await p.client.receive()
+            assert reply["id"] == 2
+            assert text(reply) == "served"

@@ -142,11 +142,6 @@ async def test_an_oversized_line_is_refused_and_the_next_line_is_served(autojump
             assert (await p.client.receive())["id"] == 2
 
 
-@pytest.mark.xfail(reason="the fast path opens when the front *reads* notifications/initialized, not "
-                          "when the SDK has answered initialize: a quick upstream's answer to a pipelined "
-                          "call overtakes a slow initialize reply (over real pipes the SDK usually wins "
-                          "the race; on memory streams trio's scheduler decides it either way)",
-                   strict=True)
 async def test_a_pipelined_call_never_overtakes_the_initialize_reply(autojump_clock: Clock) -> None:
     """HOTPATH "Init-gate bug": initialize, notifications/initialized and a tools/call in
     one write, the SDK slow to answer initialize (one virtual second, as on a loaded
