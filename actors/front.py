@@ -507,12 +507,7 @@ class Front:
             server = route.server
         else:
             uri = str(ref.get("uri", ""))
-            server = snapshot.route_resource(uri.split("{", 1)[0]) or ""
-            if not server:
-                for prefix, owner in snapshot.templates:
-                    if uri.startswith(prefix):
-                        server = owner
-                        break
+            server = snapshot.route_completion_ref(uri) or ""
             if not server:
                 raise MCPError(code=wire.INVALID_PARAMS, message=f"no server serves the resource template {uri}")
         raw["ref"] = ref
