@@ -77,6 +77,7 @@ class _Knobs(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
     circuit_open_max: Duration | UnsetType = UNSET
     restart_wait: Duration | UnsetType = UNSET
     shutdown_grace: Duration | UnsetType = UNSET
+    relist_interval: Duration | UnsetType = UNSET
 
 
 class ExposedToolEntry(msgspec.Struct, forbid_unknown_fields=True):

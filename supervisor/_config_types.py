@@ -95,6 +95,8 @@ KNOBS: Final = (
     Knob("circuit_open_max", "circuitOpenMax", 300.0, MIN_TIMEOUT_S, DAY),
     Knob("restart_wait", "restartWait", 10.0, 0.0, 10 * MINUTE),
     Knob("shutdown_grace", "shutdownGrace", 2.0, 0.0, 5 * MINUTE),
+    # Default: the health-check interval (ServerSpec.relist_every); 0 turns re-listing off.
+    Knob("relist_interval", "relistInterval", 30.0, 0.0, HOUR),
 )
 assert tuple(k.key for k in KNOBS) == KNOB_KEYS, "knob table and schema disagree"
 KNOB_PAIRS: Final = (("restartDelay", "restartDelayMax"), ("circuitOpenFor", "circuitOpenMax"))
@@ -192,7 +194,15 @@ class ServerSpec:
     circuit_open_max: float = 300.0
     restart_wait: float = 10.0
     shutdown_grace: float = 2.0
+    relist_interval: float | None = None
+    """``relistInterval``: how often a server that cannot announce list changes is
+    re-listed; None: `health_check_interval`."""
     raw: Mapping[str, Any] = field(default_factory=_empty)
+
+    @property
+    def relist_every(self) -> float:
+        """Seconds between re-listings of a server that cannot announce changes (0: never)."""
+        return self.health_check_interval if self.relist_interval is None else self.relist_interval
 
     def fingerprint(self) -> str:
         """A stable 16-hex-digit hash of everything that needs a restart when it changes.
