@@ -20,7 +20,7 @@ import pytest
 
 from tests.integration.test_cli_mcp import Cli
 
-NPM_DIR = Path(__file__).parent / "npm-filesystem"
+NPM_DIR = Path(__file__).parent.parent / "npm-filesystem"
 """The pinned filesystem server (package.json); .ci/run installs it with `npm ci`."""
 
 LINES: list[tuple[str, str, dict[str, Any]]] = [
