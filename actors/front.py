@@ -31,6 +31,7 @@ from mcp.server.caching import CACHEABLE_METHODS, CacheHint
 from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
     ListenHandler,
@@ -289,6 +290,34 @@ def _level_ok(level: str | None, wanted: str | None) -> bool:
         return True
 
 
+PROXY_NOTIFICATIONS: Final = NotificationOptions(
+    prompts_changed=True, resources_changed=True, tools_changed=True
+)
+"""What the proxy announces on the handshake era: the router broadcasts every tools,
+resources and prompts change to every client (`Front.announce`)."""
+
+
+class ProxyServer(Server[Any]):
+    """The SDK `Server` whose default initialization options say what the proxy does.
+
+    The stdio and websocket fronts pass `Front.init_options` to ``run``, but the SDK's
+    ``StreamableHTTPSessionManager`` drives each HTTP session with no options, and the
+    runner then builds them with ``create_initialization_options()``: with the SDK's
+    defaults an HTTP client would read ``listChanged: false`` and never re-list
+    (issue 14). Defaulting here makes every front advertise the same capabilities.
+    """
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or PROXY_NOTIFICATIONS, experimental_capabilities, extensions
+        )
+
+
 class Front:
     """Builds the SDK server whose handlers route through the router's snapshot."""
 
@@ -302,7 +331,7 @@ class Front:
         self.log_level: str | None = None
         """The most verbose level any client set; upstreams are asked for it (2026-07-28 ones
         per request, handshake-era ones with logging/setLevel, again after each restart)."""
-        self.server: Server[Any] = Server(
+        self.server: Server[Any] = ProxyServer(
             name,
             version=version,
             instructions=instructions,
@@ -328,9 +357,7 @@ class Front:
                                              self._roots_changed)
         # The default OpenTelemetry middleware costs ~6% per request and exports nothing here.
         self.server.middleware = [self._track_middleware]
-        self.init_options = self.server.create_initialization_options(
-            NotificationOptions(prompts_changed=True, resources_changed=True, tools_changed=True)
-        )
+        self.init_options = self.server.create_initialization_options()
 
     # --- plumbing --------------------------------------------------------------------
     async def _track_middleware(self, ctx: ServerRequestContext[Any, Any], call_next: Any) -> Any:
@@ -532,12 +559,7 @@ class Front:
             server = route.server
         else:
             uri = str(ref.get("uri", ""))
-            server = snapshot.route_resource(uri.split("{", 1)[0]) or ""
-            if not server:
-                for prefix, owner in snapshot.templates:
-                    if uri.startswith(prefix):
-                        server = owner
-                        break
+            server = snapshot.route_completion_ref(uri) or ""
             if not server:
                 raise MCPError(code=wire.INVALID_PARAMS, message=f"no server serves the resource template {uri}")
         raw["ref"] = ref

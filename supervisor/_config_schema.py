@@ -79,6 +79,7 @@ class _Knobs(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
     shutdown_grace: Duration | UnsetType = UNSET
     restart_intensity: int | UnsetType = UNSET
     restart_period: Duration | UnsetType = UNSET
+    relist_interval: Duration | UnsetType = UNSET
 
 
 class ExposedToolEntry(msgspec.Struct, forbid_unknown_fields=True):

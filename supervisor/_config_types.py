@@ -100,6 +100,8 @@ KNOBS: Final = (
     Knob("shutdown_grace", "shutdownGrace", 2.0, 0.0, 5 * MINUTE),
     Knob("restart_intensity", "restartIntensity", policy.DEFAULT_INTENSITY, 1, MAX_COUNT, count=True),
     Knob("restart_period", "restartPeriod", policy.DEFAULT_PERIOD_S, MIN_TIMEOUT_S, HOUR),
+    # Default: the health-check interval (ServerSpec.relist_every); 0 turns re-listing off.
+    Knob("relist_interval", "relistInterval", 30.0, 0.0, HOUR),
 )
 assert tuple(k.key for k in KNOBS) == KNOB_KEYS, "knob table and schema disagree"
 _DEFAULT: Final = MappingProxyType({k.attr: k.default for k in KNOBS})
@@ -201,7 +203,15 @@ class ServerSpec:
     shutdown_grace: float = _DEFAULT["shutdown_grace"]
     restart_intensity: int = int(_DEFAULT["restart_intensity"])
     restart_period: float = _DEFAULT["restart_period"]
+    relist_interval: float | None = None
+    """``relistInterval``: how often a server that cannot announce list changes is
+    re-listed; None: `health_check_interval`."""
     raw: Mapping[str, Any] = field(default_factory=_empty)
+
+    @property
+    def relist_every(self) -> float:
+        """Seconds between re-listings of a server that cannot announce changes (0: never)."""
+        return self.health_check_interval if self.relist_interval is None else self.relist_interval
 
     def fingerprint(self) -> str:
         """A stable 16-hex-digit hash of everything that needs a restart when it changes.

@@ -90,6 +90,21 @@ class _Hooks(Hooks):
         return self._sup.front.log_level
 
 
+_NAMING_NOTES: Final = {
+    "prefix": "tool and prompt names are prefixed with the name of the server that provides them.",
+    "auto": "tool and prompt names are the servers' own, prefixed with the server's name only where "
+            "two servers offer the same name.",
+    "none": "tool and prompt names are the servers' own.",
+}
+"""What the proxy's ``instructions`` say about names, per ``settings.namespacing``."""
+
+
+def _instructions(namespacing: str) -> str:
+    """The proxy's ``instructions``: true to the naming in force (no prefix claimed under ``none``)."""
+    note = _NAMING_NOTES.get(namespacing, _NAMING_NOTES["prefix"])
+    return f"mcpvisor: one MCP server in front of several; {note}"
+
+
 class Supervisor:
     """A running proxy: its upstreams, its router, what clients see. Use `open_supervisor`."""
 
@@ -102,8 +117,7 @@ class Supervisor:
         self._rng = rng or random.Random()
         self._era_memory: dict[str, str] = {}
         self.front = Front(self, name="mcpvisor", version=_version(),
-                           instructions="mcpvisor: one MCP server in front of several; tool names are prefixed "
-                                        "with the name of the server that provides them.")
+                           instructions=_instructions(self.settings.namespacing))
         self.store = StateStore(resolve_state_dir(state_dir, configured=self.settings.state_dir))
         self.toolsets = ToolsetExposure(
             self.settings.exposure,

@@ -136,6 +136,8 @@ class Snapshot:
     templates: tuple[tuple[str, str], ...] = ()
     """(literal prefix, server), longest prefix first."""
     templates_list: tuple[Mapping[str, Any], ...] = ()
+    template_owners: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
+    """URI template as listed -> the server that listed it."""
     problems: tuple[str, ...] = ()
     """Collisions and conflicts found while building, for status and logs."""
 
@@ -148,6 +150,14 @@ class Snapshot:
                 return owner
         return None
 
+    def route_completion_ref(self, uri: str) -> str | None:
+        """The server a ``ref/resource`` completion is for: the owner of the template as
+        listed, else of the URI (a concrete resource, or one a template's prefix matches)."""
+        owner = self.template_owners.get(uri)
+        if owner is not None:
+            return owner
+        return self.route_resource(uri) or self.route_resource(uri.split("{", 1)[0])
+
     def exposed_names(self) -> list[str]:
         return [t["name"] for t in self.tools_list]
 
@@ -159,8 +169,13 @@ class _Named:
     item: Candidate
 
 
-def assign_names(candidates: Sequence[Candidate], namespacing: str) -> tuple[list[_Named], list[str]]:
+def assign_names(
+    candidates: Sequence[Candidate], namespacing: str, *, kind: str = "tool"
+) -> tuple[list[_Named], list[str]]:
     """Give each candidate its exposed name; resolve collisions deterministically.
+
+    Tools and prompts are named by the same rules (DESIGN.md "Prompts are namespaced and
+    flattened like tools"); ``kind`` only words the problems reported.
 
     ``prefix``: always ``server_tool``; ``auto``: the bare name unless tools of two
     servers would share it, then those are prefixed; ``none``: bare names, a clash
@@ -186,7 +201,7 @@ def assign_names(candidates: Sequence[Candidate], namespacing: str) -> tuple[lis
             for name, servers in owners.items():
                 if len(servers) > 1:
                     problems.append(f"namespacing 'none': servers {', '.join(sorted(servers))} "
-                                    f"all expose a tool named {name!r}")
+                                    f"all expose a {kind} named {name!r}")
     named: list[_Named] = []
     for c in candidates:
         key = namespaced(c.server, c.original)
@@ -257,25 +272,31 @@ class SnapshotBuilder:
             routes[n.name] = ToolRoute(n.name, c.server, c.original, read_only or idempotent, wire)
             tools_list.append(wire)
 
+        prompt_named: list[_Named] = []
+        if expose_prompts:
+            prompt_candidates = [
+                Candidate(server, str(p.get("name", "")), p)
+                for server in order
+                if (ul := lists.get(server)) is not None
+                for p in ul.prompts
+            ]
+            prompt_named, prompt_problems = assign_names(prompt_candidates, self.namespacing, kind="prompt")
+            problems.extend(prompt_problems)
         prompts: dict[str, PromptRoute] = {}
         prompts_list: list[Mapping[str, Any]] = []
+        for n in prompt_named:
+            c = n.item
+            prompts[n.name] = PromptRoute(n.name, c.server, c.original)
+            prompts_list.append({**c.tool, "name": n.name})
         resources: dict[str, str] = {}
         resources_list: list[Mapping[str, Any]] = []
         templates: list[tuple[str, str]] = []
         templates_list: list[Mapping[str, Any]] = []
+        template_owners: dict[str, str] = {}
         for server in order:
             ul = lists.get(server)
             if ul is None:
                 continue
-            if expose_prompts:
-                for p in ul.prompts:
-                    original = str(p.get("name", ""))
-                    name = fit(f"{flatten(server)}_{flatten(original)}", namespaced(server, original))
-                    if name in prompts:
-                        problems.append(f"prompt name collision on {name!r}; {server}.{original} not exposed")
-                        continue
-                    prompts[name] = PromptRoute(name, server, original)
-                    prompts_list.append({**p, "name": name})
             if expose_resources:
                 for r in ul.resources:
                     uri = str(r.get("uri", ""))
@@ -294,6 +315,7 @@ class SnapshotBuilder:
                         continue
                     templates.append((prefix, server))
                     templates_list.append(t)
+                    template_owners[uri_template] = server
         templates.sort(key=lambda pair: len(pair[0]), reverse=True)
         self.problems = problems
         return Snapshot(
@@ -307,5 +329,6 @@ class SnapshotBuilder:
             resources_list=tuple(resources_list),
             templates=tuple(templates),
             templates_list=tuple(templates_list),
+            template_owners=MappingProxyType(template_owners),
             problems=tuple(problems),
         )

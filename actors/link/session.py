@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 import mcp_types as types
-from mcp.client._probe import negotiate_auto
 from mcp.client.session import ClientSession
+from mcp.shared.exceptions import MCPError
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -69,10 +69,33 @@ def session_callbacks(link: Link) -> dict[str, Any]:
 
 
 async def handshake(session: ClientSession, protocol: str) -> None:
-    """Open the session in the era the config asks for ("auto" probes, then falls back)."""
+    """Open the session in the era the config asks for.
+
+    ``legacy``: ``initialize``. A 2026-07-28 version: ``server/discover``. ``auto``:
+    ``initialize`` first, and ``server/discover`` only when the server refuses the
+    handshake. A server that speaks both eras is thus opened in the handshake era,
+    where a server written the usual way (``ctx.session.create_message``, ``elicit``,
+    ``send_tool_list_changed``) has its back-channel; 2026-07-28 forbids server-to-client
+    requests (SDK-NOTES 1.5), so opening such a server there would take sampling,
+    elicitation and list changes away from it (issue 14, conformance). Trying the
+    handshake first also costs a handshake-only server nothing, where the SDK's
+    ``negotiate_auto`` probes ``server/discover`` first (up to its 10 s timeout for a
+    server that never answers an unknown method).
+
+    Raises:
+        MCPError: ``auto`` and the server refused both the handshake and discover
+            (the discover error, which says what the server speaks).
+        Exception: transport errors propagate as they are: an outage is no era verdict.
+    """
     if protocol == "legacy":
         await session.initialize()
     elif protocol in MODERN_PROTOCOL_VERSIONS:
         await session.discover()
     else:
-        await negotiate_auto(session)
+        try:
+            await session.initialize()
+        except (MCPError, RuntimeError):
+            # MCPError: the server refused ``initialize`` (-32601, or -32022 naming only
+            # 2026-07-28 versions). RuntimeError: the SDK's "Unsupported protocol version
+            # from the server" - it answered with a version outside the handshake era.
+            await session.discover()

@@ -2,8 +2,9 @@
 
 `LinkTasks` is a part of `actors.upstream.actor.Upstream` (its base class): the tasks
 `serve` runs for the life of one link (the re-lister after a list_changed, the
-handshake-era pinger, the 2026-07-28 ``subscriptions/listen`` stream), and the listing
-of everything a server offers.
+handshake-era pinger, the 2026-07-28 ``subscriptions/listen`` stream, the re-listing on
+a cadence of lists the server cannot announce), and the listing of everything a server
+offers.
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 LIST_KINDS: Final = ("tools", "resources", "templates", "prompts")
+
+_CAPABILITY_KINDS: Final = {
+    "tools": ("tools",), "resources": ("resources", "templates"), "prompts": ("prompts",),
+}
+"""Server capability -> the lists whose changes its ``listChanged`` announces."""
 
 RELIST_TIMEOUT_S: Final = 30.0
 """Bound on re-listing after a list_changed notification."""
@@ -73,10 +79,13 @@ class LinkTasks:
 
     async def serve(self, link: Link) -> str:
         """Run health pings and re-listing until the link ends; return why it ended."""
+        quiet = Unannounced(unannounced_kinds(link))
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._relister, link)
+            if self.spec.relist_every > 0:
+                nursery.start_soon(self._poll_quiet_lists, link, quiet)
             if link.modern:
-                nursery.start_soon(self._listen, link)
+                nursery.start_soon(self._listen, link, quiet)
             if not link.modern and self.spec.health_check_interval > 0:
                 nursery.start_soon(self._pinger, link)
             await link.closed.wait()
@@ -113,10 +122,12 @@ class LinkTasks:
             except ProxyError:
                 return  # the link is closing anyway, or the server does not do ping
 
-    async def _listen(self, link: Link) -> None:
+    async def _listen(self, link: Link, quiet: Unannounced) -> None:
         """2026-07-28 upstreams send list changes only on a ``subscriptions/listen`` stream
         (SEP-2575): hold one open for the life of the link, reopened when the set of
-        followed resources changes. Its notifications arrive through the link's reader."""
+        followed resources changes. Its notifications arrive through the link's reader.
+        A server that has no such stream cannot announce anything: every list is then
+        re-listed on the `spec.relist_every` cadence instead."""
         while True:
             changed = self._listen_changed = trio.Event()
             wanted: dict[str, Any] = {"toolsListChanged": True, "promptsListChanged": True,
@@ -135,12 +146,33 @@ class LinkTasks:
                 except ProxyError as exc:
                     if isinstance(exc, UpstreamDied):
                         return
-                    logger.info("%s: no subscriptions/listen stream (%s); list changes will not be seen",
-                                self.name, exc)
+                    logger.info("%s: no subscriptions/listen stream (%s); its lists are re-listed every %gs",
+                                self.name, exc, self.spec.relist_every)
+                    quiet.add(LIST_KINDS)
                     return
                 nursery.cancel_scope.cancel()
             if not changed.is_set():
                 await changed.wait()  # the server ended the stream on purpose: wait for a reason to reopen
+
+    async def _poll_quiet_lists(self, link: Link, quiet: Unannounced) -> None:
+        """Re-list, every `spec.relist_every` seconds, the lists the server cannot announce
+        changes of (`unannounced_kinds`, or all of them once a 2026-07-28 server turns
+        out to have no listen stream), and tell the router only about a list that really
+        changed, so clients hear ``list_changed`` only then."""
+        await quiet.wanted.wait()
+        while True:
+            await trio.sleep(self.spec.relist_every)
+            for kind in [k for k in LIST_KINDS if k in quiet.kinds]:
+                try:
+                    with trio.fail_after(RELIST_TIMEOUT_S):
+                        items = await self._list(link, kind)
+                except (MCPError, ProxyError, trio.TooSlowError) as exc:
+                    logger.debug("%s: could not re-list %s: %s", self.name, kind, exc)
+                    continue
+                if items == getattr(self.lists, kind):
+                    continue
+                self.lists = self.lists.replace(kind, items)
+                await self.router.send(UpstreamListed(self.name, kind, items))
 
     async def _relister(self, link: Link) -> None:
         while True:
@@ -202,3 +234,33 @@ class LinkTasks:
             if not cursor:
                 break
         return tuple(items)
+
+
+class Unannounced:
+    """The lists of one link whose changes the server cannot announce (grows, never shrinks)."""
+
+    def __init__(self, kinds: set[str]) -> None:
+        self.kinds = set(kinds)
+        self.wanted = trio.Event()
+        """Set once there is something to re-list."""
+        if self.kinds:
+            self.wanted.set()
+
+    def add(self, kinds: tuple[str, ...]) -> None:
+        self.kinds.update(kinds)
+        if self.kinds:
+            self.wanted.set()
+
+
+def unannounced_kinds(link: Link) -> set[str]:
+    """The lists a server offers without ``listChanged`` (2026-07-28 servers derive it from
+    whether they serve ``subscriptions/listen``): only re-listing sees those change."""
+    caps = link.capabilities
+    if caps is None:
+        return set()
+    kinds: set[str] = set()
+    for capability, lists in _CAPABILITY_KINDS.items():
+        cap = getattr(caps, capability)
+        if cap is not None and not cap.list_changed:
+            kinds.update(lists)
+    return kinds

@@ -191,3 +191,18 @@ def seconds(value: float) -> str:
     if value < 1:
         return f"{value * 1000:.0f} ms"
     return f"{value:.1f} s"
+
+
+FIRST_MODERN_VERSION: Final = "2026-07-28"
+"""The first version without a handshake (mcp_types.version.MODERN_PROTOCOL_VERSIONS); dated
+versions compare as strings, and the CLI does not import the SDK just to print a status."""
+
+
+def era(protocol_version: str | None) -> str:
+    """The protocol a server was opened in, with its era: ``2025-11-25 (handshake era)``,
+    ``2026-07-28``, or ``-`` when it is not connected."""
+    if not protocol_version:
+        return "-"
+    if protocol_version >= FIRST_MODERN_VERSION:
+        return protocol_version
+    return f"{protocol_version} (handshake era)"

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from supervisor.cli import EXIT_FAILED, EXIT_OK, Formatter
+from supervisor.cli._output import era
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -209,6 +210,7 @@ def render(report: dict[str, Any]) -> Any:
     table.add_column("retry at", no_wrap=True)
     table.add_column("last error", overflow="fold")
     table.add_column("tools", justify="right")
+    table.add_column("protocol", no_wrap=True)
     for s in report.get("servers", []):
         state = str(s.get("state"))
         circuit = str(s.get("circuit"))
@@ -223,7 +225,8 @@ def render(report: dict[str, Any]) -> Any:
             fmt_retry(s),
             shorten(s.get("lastError")),
             str(s.get("toolCount", 0)),
+            era(s.get("protocolVersion")),
         )
     if not report.get("servers"):
-        table.add_row("(no servers)", "", "", "", "", "", "", "", "", "")
+        table.add_row("(no servers)", *[""] * 10)
     return table

@@ -11,10 +11,8 @@ does when the client connects to it directly (issue 14).
 * The suite's client scenarios that need no OAuth, with mcpvisor as the client of the
   suite's server (``client_driver.py``).
 
-Marked ``xfail(strict=True, raises=SuiteFailed)`` where mcpvisor fails today, with the
-failing checks in the reason (see /work/notes/conformance-diagnosis.md for causes): a
-fix makes them pass, and strictness then asks for the mark to go. Any other error (a
-proxy that does not start, a timeout) is a plain failure.
+A failing check fails its test with the suite's own words (`SuiteFailed`); there are no
+expected failures: every pairing passes 100 %.
 
 Times measured on the 2-core machine: a suite run takes 1-3 s; each proxied test ~4-8 s
 with start-up and shutdown.
@@ -33,7 +31,6 @@ import trio
 from tests.conformance import suite as conformance_suite
 from tests.conformance.suite import (
     HERE,
-    SuiteFailed,
     SuiteResult,
     fixture_argv,
     run_client_scenario,
@@ -48,24 +45,6 @@ pytestmark = pytest.mark.slow
 TEST_BOUND_S: Final = 110.0
 """One test: start-ups (seconds each when the box is busy), one suite run, shutdowns."""
 
-PROMPTS_IGNORE_NAMESPACING: Final = (
-    "prompts and completion refs are always server-prefixed whatever settings.namespacing says: "
-    "prompts-get-simple, prompts-get-with-args, prompts-get-embedded-resource, prompts-get-with-image "
-    "('unknown prompt ... did you mean conf_test_simple_prompt') and completion-complete "
-    "('unknown prompt test_prompt_with_arguments') fail"
-)
-AUTO_OPENS_MODERN: Final = (
-    "protocol auto opens a dual-era server in 2026-07-28, where a server written the usual way has no "
-    "back-channel: tools-call-sampling, tools-call-elicitation, elicitation-sep1034-defaults, "
-    "elicitation-sep1330-enums fail with \"Cannot send 'sampling/createMessage': this transport context "
-    'has no back-channel"; and ' + PROMPTS_IGNORE_NAMESPACING
-)
-
-
-def _xfail(reason: str) -> Any:
-    return pytest.mark.xfail(strict=True, raises=SuiteFailed, reason=reason)
-
-
 @pytest.fixture
 def suite() -> None:
     """Skip where the suite or its node is not installed; fail instead under ``CI=true``."""
@@ -76,7 +55,7 @@ def run(fn: Callable[..., Awaitable[SuiteResult]], *args: Any) -> SuiteResult:
     """Run one suite under its own ``trio.run``, bounded by `TEST_BOUND_S`, and print its summary.
 
     The tests are synchronous so a `SuiteFailed` reaches pytest as itself (pytest-trio
-    would wrap it in an ExceptionGroup, which ``xfail(raises=SuiteFailed)`` cannot match).
+    would wrap it in an ExceptionGroup), its summary naming the failed checks.
     """
 
     async def bounded() -> SuiteResult:
@@ -102,24 +81,12 @@ def test_the_fixture_passes_the_whole_active_server_suite_directly(tmp_path: Pat
 
 
 PAIRINGS: Final = [
-    pytest.param("stdio", "legacy", (), id="stdio-legacy", marks=_xfail(PROMPTS_IGNORE_NAMESPACING)),
-    pytest.param("stdio", "2026-07-28", (), id="stdio-2026-07-28", marks=_xfail(PROMPTS_IGNORE_NAMESPACING)),
-    pytest.param("http", "legacy", (), id="http-legacy", marks=_xfail(PROMPTS_IGNORE_NAMESPACING)),
-    pytest.param("http", "2026-07-28", (), id="http-2026-07-28", marks=_xfail(PROMPTS_IGNORE_NAMESPACING)),
-    pytest.param(
-        "stdio",
-        "auto",
-        ("--always-back-channel",),
-        id="stdio-auto-usual-server",
-        marks=_xfail(AUTO_OPENS_MODERN),
-    ),
-    pytest.param(
-        "http",
-        "auto",
-        ("--always-back-channel",),
-        id="http-auto-usual-server",
-        marks=_xfail(AUTO_OPENS_MODERN),
-    ),
+    pytest.param("stdio", "legacy", (), id="stdio-legacy"),
+    pytest.param("stdio", "2026-07-28", (), id="stdio-2026-07-28"),
+    pytest.param("http", "legacy", (), id="http-legacy"),
+    pytest.param("http", "2026-07-28", (), id="http-2026-07-28"),
+    pytest.param("stdio", "auto", ("--always-back-channel",), id="stdio-auto-usual-server"),
+    pytest.param("http", "auto", ("--always-back-channel",), id="http-auto-usual-server"),
 ]
 
 

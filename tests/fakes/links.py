@@ -76,6 +76,7 @@ class FakeSession:
         self._server = server
 
     async def list_tools(self, params: Any = None) -> types.ListToolsResult:
+        self._server.listings.append(trio.current_time())
         return types.ListToolsResult(tools=list(self._server.current_tools()))
 
 
@@ -100,7 +101,8 @@ class FakeLink(Link):
         self.pid = self.proc.pid
         self.stderr = FakeStderr()
         self.session = FakeSession(server)  # type: ignore[assignment]
-        self.capabilities = types.ServerCapabilities(tools=types.ToolsCapability(list_changed=True))
+        self.capabilities = types.ServerCapabilities(
+            tools=types.ToolsCapability(list_changed=server.announces_changes))
         self.protocol_version = "2025-11-25"
         self.tool_calls = 0
         self.hung = False
@@ -166,8 +168,11 @@ class FakeUpstream:
     """A healthy server: starts at once, answers every request. Subclasses inject faults.
 
     Records (virtual times): ``starts``, ``stops``, ``seen`` (every request), ``cancelled``
-    (courtesy cancels received: (t, request id, reason)).
+    (courtesy cancels received: (t, request id, reason)), ``listings`` (``tools/list``s).
     """
+
+    announces_changes = True
+    """What its ``tools.listChanged`` capability says."""
 
     def __init__(self, tools: Sequence[types.Tool] = DEFAULT_TOOLS) -> None:
         self.tools = list(tools)
@@ -176,6 +181,7 @@ class FakeUpstream:
         self.seen: list[Seen] = []
         self.cancelled: list[tuple[float, str, Any]] = []
         self.links: list[FakeLink] = []
+        self.listings: list[float] = []
 
     # --- hooks for subclasses ----------------------------------------------------------
     def current_tools(self) -> Sequence[types.Tool]:
@@ -365,3 +371,10 @@ class ChangingToolsUpstream(FakeUpstream):
 
     def current_tools(self) -> Sequence[types.Tool]:
         return self.tool_sets[min(len(self.starts), len(self.tool_sets)) - 1]
+
+
+class QuietToolsUpstream(FakeUpstream):
+    """Advertises ``tools.listChanged: false`` and never announces anything: change
+    ``self.tools`` and only re-listing can see it."""
+
+    announces_changes = False

@@ -526,7 +526,9 @@ def test_info_masks_secrets_and_lists_tools(cli: Cli) -> None:
     assert data["config"]["env"] == {"API_KEY": "***", "HOME_DIR": "${HOME}"}
     tools = {t["name"]: t["description"] for t in data["tools"]}
     assert tools["echo"] == "Echo the text back as 'echo: {text}'."
+    assert data["protocolVersion"] == "2025-11-25"  # flaky speaks only the handshake era
     text = cli("mcp", "info", "local")
+    assert "opened in: 2025-11-25 (handshake era) (config protocol: legacy)" in text.out
     assert "tools (8):" in text.out
     assert "Add two numbers." in text.out
 

@@ -89,6 +89,23 @@ async def test_resources_prompts_and_completion_are_forwarded(ev_server: tuple[P
             assert done.completion.values == ["alice"]
 
 
+async def test_prompts_and_their_completion_follow_namespacing_none(tmp_path: Path) -> None:
+    """Under ``namespacing: none`` a prompt is listed, got and completed by its own name,
+    and the proxy's instructions claim no prefixes. A regression shows as "unknown
+    prompt 'greet'; did you mean ev_greet" (the conformance suite's prompts-get-*)."""
+    config = write_config(tmp_path, {"ev": everything()}, namespacing="none")
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with embedded_client(config) as client:
+            assert client.instructions is not None
+            assert "prefixed" not in client.instructions
+            assert "greet" in {p.name for p in (await client.list_prompts()).prompts}
+            prompt = await client.get_prompt("greet", {"name": "Ada"})
+            assert "Hello, Ada!" in prompt.messages[0].content.text  # type: ignore[union-attr]
+            done = await client.complete(types.PromptReference(type="ref/prompt", name="greet"),
+                                         {"name": "name", "value": "a"})
+            assert done.completion.values == ["alice"]
+
+
 async def test_progress_logging_sampling_elicitation_and_roots_reach_the_caller(
     ev_server: tuple[Path, Path],
 ) -> None:

@@ -44,7 +44,7 @@ def wide_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
 def a_fleet() -> StubSupervisor:
     now = trio.current_time()
     return StubSupervisor([
-        a_status("git", uptime=3723.0, tool_count=12),
+        a_status("git", uptime=3723.0, tool_count=12, protocol_version="2026-07-28"),
         a_status("flaky", state="backing_off", uptime=None, restarts=2, retry_at=now + 4, pid=None,
                  last_error="exited with status 3: Traceback (most recent call last): boom",
                  healthy_lives=2, failed_starts=0, restarts_last_minute=2, calls=9, answered=6,
@@ -69,7 +69,7 @@ async def test_the_table_shows_every_column_for_every_server(tmp_path: Path) -> 
             nursery.cancel_scope.cancel()
     assert code == 0, err
     for text in ("server", "state", "uptime", "restarts", "circuit", "retry at", "last error", "tools",
-                 "git", "ready", "1h 02m", "12",
+                 "protocol", "git", "ready", "1h 02m", "12", "2026-07-28",
                  "flaky", "backing_off", "exited with status 3",
                  "lives ok/failed", "avail.", "2 (2/min)", "2/0", "67%",
                  "never", "circuit_open", "open", "fatal: no API key",

@@ -548,6 +548,33 @@ def _num_arg(args: dict[str, Any], name: str) -> int | float:
     return value
 
 
+async def serve_modern_only(state: Everything, server: Server[Any], init: Any, read_stream: Any,
+                            write_stream: Any) -> None:
+    """Serve as a server that speaks only 2026-07-28: ``initialize`` is refused with
+    -32022 naming the versions it has, before the SDK sees it (the SDK would lock a
+    connection opened by ``initialize`` to the handshake era); everything else goes
+    to the dual-era server, whose first enveloped request opens a 2026-07-28 connection."""
+    inner_send, inner_receive = anyio.create_memory_object_stream[Any](16)
+
+    async def gate() -> None:
+        async with inner_send:
+            async for item in read_stream:
+                message = getattr(item, "message", None)
+                if isinstance(message, types.JSONRPCRequest) and message.method == "initialize":
+                    requested = str((message.params or {}).get("protocolVersion"))
+                    state.record("initialize", protocolVersion=requested)
+                    error = types.JSONRPCError(jsonrpc="2.0", id=message.id, error=types.ErrorData(
+                        code=types.UNSUPPORTED_PROTOCOL_VERSION, message="this server speaks 2026-07-28 only",
+                        data={"supported": list(MODERN_PROTOCOL_VERSIONS), "requested": requested}))
+                    await write_stream.send(type(item)(error))
+                    continue
+                await inner_send.send(item)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(gate)
+        await server.run(inner_receive, write_stream, init)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--name", default="everything", help="serverInfo name (default: everything)")
@@ -555,6 +582,8 @@ def main() -> None:
         "--tools", type=int, default=0, help="extra generated echo-like tools tool_0..tool_{N-1}"
     )
     parser.add_argument("--record", metavar="PATH", help="append one JSON line per interesting event")
+    parser.add_argument("--modern-only", action="store_true",
+                        help="refuse initialize with -32022: a server that speaks only 2026-07-28")
     opts = parser.parse_args()
 
     state = Everything(opts.name, opts.tools, opts.record)
@@ -566,7 +595,10 @@ def main() -> None:
     async def serve() -> None:
         async with stdio_server() as (read_stream, write_stream):
             print("everything ready", file=sys.stderr, flush=True)
-            await server.run(read_stream, write_stream, init)
+            if opts.modern_only:
+                await serve_modern_only(state, server, init, read_stream, write_stream)
+            else:
+                await server.run(read_stream, write_stream, init)
 
     anyio.run(serve)
 

@@ -85,3 +85,47 @@ def test_a_resource_listed_by_two_servers_goes_to_the_first_and_is_reported() ->
     snap = SnapshotBuilder().build(["a", "b"], lists, [])
     assert snap.route_resource("file:///x") == "a"
     assert any("file:///x" in p for p in snap.problems)
+
+
+def _prompt_names(namespacing: str) -> dict[str, tuple[str, str]]:
+    lists = {"a": UpstreamLists(prompts=({"name": "greet"}, {"name": "only-a"})),
+             "b": UpstreamLists(prompts=({"name": "greet"},))}
+    snap = SnapshotBuilder(namespacing=namespacing).build(["a", "b"], lists, [])
+    assert [p["name"] for p in snap.prompts_list] == list(snap.prompts)
+    return {name: (r.server, r.original) for name, r in snap.prompts.items()}
+
+
+def test_prompt_names_follow_namespacing_exactly_as_tools_do() -> None:
+    """Prompts are named by `assign_names`, like tools: under ``none`` a client gets and
+    completes a prompt by its own name (the conformance suite's ``prompts-get-*``); a
+    regression shows as ``a_only_a`` under none/auto or a dropped colliding prompt."""
+    assert _prompt_names("prefix") == {"a_greet": ("a", "greet"), "a_only_a": ("a", "only-a"),
+                                       "b_greet": ("b", "greet")}
+    auto = _prompt_names("auto")
+    assert auto == {"a_greet": ("a", "greet"), "only-a": ("a", "only-a"), "b_greet": ("b", "greet")}
+    none = _prompt_names("none")
+    # Both "greet"s stay reachable under disambiguated names; the bare one is unique.
+    assert none["only-a"] == ("a", "only-a")
+    assert sorted(v for k, v in none.items() if k != "only-a") == [("a", "greet"), ("b", "greet")]
+    assert all(k.startswith("greet_") for k in none if k != "only-a")
+
+
+def test_a_prompt_clash_under_namespacing_none_is_reported() -> None:
+    greet = UpstreamLists(prompts=({"name": "greet"},))
+    lists = {"a": greet, "b": greet}
+    snap = SnapshotBuilder(namespacing="none").build(["a", "b"], lists, [])
+    assert any("prompt named 'greet'" in p for p in snap.problems), snap.problems
+
+
+def test_a_template_completion_ref_routes_to_the_server_that_listed_the_template() -> None:
+    """``completion/complete`` with ``ref/resource`` names the template as listed; it goes
+    to its owner, also when another server's template has a shorter literal prefix that
+    the longer one starts with."""
+    lists = {"a": UpstreamLists(templates=({"uriTemplate": "mem://{id}", "name": "any"},)),
+             "b": UpstreamLists(templates=({"uriTemplate": "mem://docs/{id}", "name": "doc"},),
+                                resources=({"uri": "mem://fixed", "name": "fixed"},))}
+    snap = SnapshotBuilder().build(["a", "b"], lists, [])
+    assert snap.route_completion_ref("mem://{id}") == "a"
+    assert snap.route_completion_ref("mem://docs/{id}") == "b"
+    assert snap.route_completion_ref("mem://fixed") == "b"
+    assert snap.route_completion_ref("other://{x}") is None

@@ -334,6 +334,20 @@ def test_duration_fields_accept_units_and_bounds() -> None:
     assert 'field "timeout": 0s is too short (at least 1ms)' in problem
 
 
+def test_relist_interval_defaults_to_the_health_check_interval_and_is_validated_like_durations() -> None:
+    """``relistInterval`` (how often a server that cannot announce list changes is
+    re-listed) follows ``healthCheckInterval`` unless set, per server or under settings,
+    and is bounded like the other durations."""
+    config = parse({"settings": {"healthCheckInterval": "10s"},
+                    **servers(a={"command": "x"}, b={"command": "x", "relistInterval": "500ms"})})
+    a, b = config.servers.values()
+    assert (a.relist_every, b.relist_every) == (10.0, 0.5)
+    off = parse({"settings": {"relistInterval": 0}, **servers(a={"command": "x"})})
+    assert off.servers["a"].relist_every == 0
+    (problem,) = problems(servers(a={"command": "x", "relistInterval": "2h"}))
+    assert 'server "a": field "relistInterval": 2h (7200s) is implausibly long (at most 1h)' in problem
+
+
 # -- misspellings and many problems at once ------------------------------------------------
 
 

@@ -269,6 +269,8 @@ def run_info(args: argparse.Namespace) -> int:
                 if result is not None and result.ok
                 else None,
                 "probe": result.to_json() if result is not None else None,
+                "protocol": spec.protocol,
+                "protocolVersion": result.protocol_version if result is not None and result.ok else None,
             }
         )
         return EXIT_OK
@@ -295,6 +297,7 @@ def run_info(args: argparse.Namespace) -> int:
         assert result.failure is not None
         out.say(f"tools: unavailable: {result.failure.message}", style="red")
         return EXIT_OK
+    out.say(f"opened in: {out.era(result.protocol_version)} (config protocol: {spec.protocol})")
     out.say(f"tools ({len(result.tools)}):")
     rows = [[str(t.get("name", "")), _one_line(t.get("description"), 100)] for t in result.tools]
     out.table(["Tool", "Description"], rows)

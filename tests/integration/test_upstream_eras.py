@@ -1,0 +1,61 @@
+"""Which era mcpvisor opens an upstream in (issue 14), with real subprocess servers.
+
+``protocol: auto`` opens a server that speaks both eras in the handshake era (where a
+server written the usual way keeps ``ctx.session.create_message``, ``elicit`` and
+``send_tool_list_changed``), and 2026-07-28 only for a server that refuses the
+handshake; what it found is remembered, so a restart goes straight to that era. A
+regression shows as a dual-era server opened in 2026-07-28 (sampling refused by the
+upstream's SDK), a modern-only server that never comes up, or a restart that probes again.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from actors.errors import ProxyError
+from actors.upstream import State
+from supervisor import open_supervisor
+from tests.helpers import REAL_IO_BOUND_S, everything, read_record, write_config
+
+pytestmark = pytest.mark.slow
+
+
+def _opened(record: Path) -> list[str]:
+    """The era-opening requests a server saw, in order."""
+    return [e["event"] for e in read_record(record) if e["event"] in ("initialize", "discover")]
+
+
+async def test_auto_opens_dual_era_servers_in_the_handshake_era_and_modern_only_ones_in_2026(
+    tmp_path: Path,
+) -> None:
+    dual, modern = tmp_path / "dual.jsonl", tmp_path / "modern.jsonl"
+    config = write_config(tmp_path, {
+        "dual": everything("--record", str(dual)),
+        "modern": everything("--modern-only", "--record", str(modern)),
+    })
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with open_supervisor(config, state_dir=tmp_path / "state", watch=False) as sup:
+            assert await sup.wait_ready() == []
+            assert {s.name: s.protocol_version for s in sup.status()} == {
+                "dual": "2025-11-25", "modern": "2026-07-28"}
+            assert _opened(dual) == ["initialize"]
+            assert _opened(modern) == ["initialize", "discover"]
+            assert text_of_result(await sup.call_tool("modern_echo", {"text": "x"})) == "echo: x"
+
+            # A restart reopens the modern-only server in its era at once: no second handshake.
+            up = sup.upstreams["modern"]
+            with pytest.raises(ProxyError):
+                await sup.call_tool("modern_crash", {})
+            while not (up.state is State.READY and up.starts == 2):
+                await up.wait_changed()
+            assert _opened(modern) == ["initialize", "discover", "discover"]
+            assert up.status().protocol_version == "2026-07-28"
+
+
+def text_of_result(result: dict[str, object]) -> str:
+    content = result.get("content")
+    assert isinstance(content, list)
+    return "".join(str(c.get("text", "")) for c in content if isinstance(c, dict))

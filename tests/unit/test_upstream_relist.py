@@ -1,0 +1,59 @@
+"""Re-listing on a cadence a server that cannot announce list changes (issue 14).
+
+A server without ``listChanged`` (or a 2026-07-28 one without a listen stream) is
+re-listed every ``relistInterval``; clients get ``list_changed`` only when a list really
+changed, and a server that does announce is never polled. Virtual time (`autojump_clock`)
+with the fake upstreams of `tests.fakes.links`. A regression shows as a new tool that
+never appears, a ``list_changed`` every interval, or needless ``tools/list`` traffic.
+"""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from tests.fakes.harness import open_harness
+from tests.fakes.links import FakeUpstream, QuietToolsUpstream, tool
+
+Clock = trio.testing.MockClock
+
+RELIST_S = 10.0
+
+
+async def test_a_quiet_server_is_relisted_and_clients_hear_only_real_changes(autojump_clock: Clock) -> None:
+    quiet = QuietToolsUpstream()
+    async with open_harness({"q": quiet}, knobs={"relist_interval": RELIST_S}) as h:
+        await h.wait_state("q", "ready")
+        mark, started = h.mark(), trio.current_time()
+        await trio.sleep(3.5 * RELIST_S)
+        # Three re-listings found nothing new: no announcement.
+        assert [t - started for t in quiet.listings[1:]] == [RELIST_S, 2 * RELIST_S, 3 * RELIST_S]
+        assert h.tool_announcements(mark) == 0
+        quiet.tools.append(tool("fresh"))
+        await trio.sleep(RELIST_S)
+        assert "fresh" in h.exposed("q")
+        assert h.tool_announcements(mark) == 1
+        await trio.sleep(3 * RELIST_S)
+        assert h.tool_announcements(mark) == 1
+
+
+async def test_the_cadence_defaults_to_the_health_check_interval_and_zero_turns_it_off(
+    autojump_clock: Clock,
+) -> None:
+    every, never = QuietToolsUpstream(), QuietToolsUpstream()
+    async with open_harness({"every": every, "never": never}, knobs={"health_check_interval": 20.0},
+                            per_server={"never": {"relist_interval": 0.0}}) as h:
+        await h.wait_state("every", "ready")
+        await h.wait_state("never", "ready")
+        started = trio.current_time()
+        await trio.sleep(45.0)
+        assert [t - started for t in every.listings[1:]] == [20.0, 40.0]
+        assert len(never.listings) == 1
+
+
+async def test_a_server_that_announces_its_changes_is_not_polled(autojump_clock: Clock) -> None:
+    loud = FakeUpstream()
+    async with open_harness({"loud": loud}, knobs={"relist_interval": RELIST_S}) as h:
+        await h.wait_state("loud", "ready")
+        await trio.sleep(10 * RELIST_S)
+        assert len(loud.listings) == 1
