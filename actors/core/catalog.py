@@ -19,7 +19,10 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from actors.core.compound import CompoundTool
 
 MAX_NAME: Final = 64
 """Longest exposed name. MCP allows 128, but Claude Code and the OpenAI/Anthropic tool APIs
@@ -96,6 +99,9 @@ class ToolRoute:
     on a fresh process if the upstream died under it (DESIGN.md "Behaviour under failure")."""
     wire: Mapping[str, Any]
     """The tool as listed to clients (exposed name, description with any user notes)."""
+    compound: CompoundTool | None = None
+    """Set for a compound tool (`actors.core.compound`): a call is checked and routed to
+    one of its subtools by ``compound.prepare``; ``server`` and ``original`` are unused."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +123,14 @@ class Candidate:
     alias: str | None = None
     """A toolset ``alias``: the exposed name outright, no prefix."""
     notes: tuple[str, ...] = ()
+    compound: CompoundTool | None = None
+    """A compound tool of the config's ``tools`` section: exposed under its own name
+    (``original``), whatever the namespacing; ``server`` is ``""``."""
+
+    @property
+    def key(self) -> str:
+        """The name toolsets use: ``server.tool``, or a compound tool's own name."""
+        return self.original if self.compound is not None else namespaced(self.server, self.original)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +194,8 @@ def assign_names(candidates: Sequence[Candidate], namespacing: str) -> tuple[lis
     owners: dict[str, set[str]] = {}
     if namespacing != "prefix":
         for c in candidates:
-            if c.alias is None:
+            # A compound tool keeps its name; under "auto" a server tool of that name gets prefixed.
+            if c.alias is None and (c.compound is None or namespacing == "auto"):
                 owners.setdefault(plain(c), set()).add(c.server)
         if namespacing == "none":
             for name, servers in owners.items():
@@ -189,9 +204,11 @@ def assign_names(candidates: Sequence[Candidate], namespacing: str) -> tuple[lis
                                     f"all expose a tool named {name!r}")
     named: list[_Named] = []
     for c in candidates:
-        key = namespaced(c.server, c.original)
+        key = c.key
         if c.alias is not None:
             name = bare(c.alias)
+        elif c.compound is not None:
+            name = bare(c.original)
         elif namespacing == "prefix" or (namespacing == "auto" and len(owners[plain(c)]) > 1):
             name = prefixed(c)
         else:
@@ -220,6 +237,15 @@ def exposed_tool(tool: Mapping[str, Any], name: str, notes: Iterable[str] = ()) 
         desc = out.get("description") or ""
         out["description"] = (desc + "\n\n" if desc else "") + "\n".join(f"Note: {n}" for n in notes)
     return out
+
+
+def from_server(item: Mapping[str, Any], server: str) -> Mapping[str, Any]:
+    """A listed resource, template or prompt whose description names its server
+    (``[server] ...``, as MCP Coordinator shows it); the URI and name are untouched."""
+    desc = item.get("description")
+    tag = f"[{server}]"
+    text = f"{tag} {desc}" if isinstance(desc, str) and desc else tag
+    return {**item, "description": text}
 
 
 @dataclass(slots=True)
@@ -254,7 +280,7 @@ class SnapshotBuilder:
             c = n.item
             read_only, idempotent = tool_hints(c.tool)
             wire = exposed_tool(c.tool, n.name, c.notes)
-            routes[n.name] = ToolRoute(n.name, c.server, c.original, read_only or idempotent, wire)
+            routes[n.name] = ToolRoute(n.name, c.server, c.original, read_only or idempotent, wire, c.compound)
             tools_list.append(wire)
 
         prompts: dict[str, PromptRoute] = {}
@@ -275,7 +301,7 @@ class SnapshotBuilder:
                         problems.append(f"prompt name collision on {name!r}; {server}.{original} not exposed")
                         continue
                     prompts[name] = PromptRoute(name, server, original)
-                    prompts_list.append({**p, "name": name})
+                    prompts_list.append(from_server({**p, "name": name}, server))
             if expose_resources:
                 for r in ul.resources:
                     uri = str(r.get("uri", ""))
@@ -284,7 +310,7 @@ class SnapshotBuilder:
                         problems.append(f"resource {uri} is listed by {owner} and {server}; {owner} serves it")
                         continue
                     resources[uri] = server
-                    resources_list.append(r)
+                    resources_list.append(from_server(r, server))
                 for t in ul.templates:
                     uri_template = str(t.get("uriTemplate", ""))
                     prefix = uri_template.split("{", 1)[0]
@@ -293,7 +319,7 @@ class SnapshotBuilder:
                         problems.append(f"template {uri_template} of {server} overlaps {owner}'s; {owner} serves it")
                         continue
                     templates.append((prefix, server))
-                    templates_list.append(t)
+                    templates_list.append(from_server(t, server))
         templates.sort(key=lambda pair: len(pair[0]), reverse=True)
         self.problems = problems
         return Snapshot(
