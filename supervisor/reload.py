@@ -233,7 +233,8 @@ class _Commit:
         filters = {spec.name: server_filter(spec) for spec in self._config.servers.values()}
         # Removed servers leave the order here: their tools are withdrawn in this same step.
         _redeclare(core, self._config)
-        core.reconfigure(plan.order, filters, self._config.settings.namespacing)
+        core.reconfigure(plan.order, filters, self._config.settings.namespacing,
+                         tuple(self._config.compound_tools.values()))
         leaving = [sup.upstreams[name] for name in plan.removed if name in sup.upstreams]
         table = {name: self._fresh.get(name) or sup.upstreams[name] for name in plan.order}
         sup.upstreams.clear()
