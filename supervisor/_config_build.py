@@ -617,7 +617,8 @@ class _Builder:
                 out[name] = CompoundDecl(name=name, description=entry.description, subtools=tuple(subs))
         return out
 
-    def subtools(self, where: str, server: str, raw: Any, servers: Mapping[str, ServerSpec]) -> list[SubtoolDecl]:
+    def subtools(self, where: str, server: str, raw: Any,
+                 servers: Mapping[str, ServerSpec]) -> list[SubtoolDecl]:
         """One server's subtools of a compound tool."""
         at = f"subtools.{server}"
         if server not in self.server_names:
@@ -627,7 +628,8 @@ class _Builder:
             self.warn(where, f'field "{at}": server "{server}" is disabled; its subtools stay unavailable '
                              "until it is enabled")
         if not isinstance(raw, Mapping):
-            self.problem(where, f'field "{at}": expected an object {{"tools": [...]}}, got {describe_type(raw)}')
+            self.problem(where, f'field "{at}": expected an object {{"tools": [...]}}, '
+                                f"got {describe_type(raw)}")
             return []
         entry, problems, _ = convert_collecting(raw, SubtoolServerEntry)
         for p in problems:
@@ -636,14 +638,16 @@ class _Builder:
         if entry is None:
             return []
         if not entry.tools:
-            self.problem(where, f'field "{at}.tools": is empty; name at least one tool, e.g. [{{"name": "search"}}]')
+            self.problem(where, f'field "{at}.tools": is empty; name at least one tool, '
+                                'e.g. [{"name": "search"}]')
         out = []
         for i, item in enumerate(entry.tools):
             field_at = f"{at}.tools[{i}]"
             if isinstance(item, str):
                 item = {"name": item}
             if not isinstance(item, Mapping):
-                self.problem(where, f'field "{field_at}": expected an object {{"name": ...}}, got {describe_type(item)}')
+                self.problem(where, f'field "{field_at}": expected an object {{"name": ...}}, '
+                                    f"got {describe_type(item)}")
                 continue
             sub, sub_problems, _ = convert_collecting(item, SubtoolEntry)
             for p in sub_problems:
@@ -686,6 +690,7 @@ class _Builder:
         out: dict[str, str] = {}
         for server, tools in named.items():
             for tool in tools:
-                exposed = f"{flatten(server)}_{flatten(tool)}" if settings.namespacing == "prefix" else bare(tool)
+                prefix = settings.namespacing == "prefix"
+                exposed = f"{flatten(server)}_{flatten(tool)}" if prefix else bare(tool)
                 out.setdefault(exposed, f"{server}.{tool}")
         return out

@@ -32,9 +32,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-import jsonschema
-import jsonschema.exceptions
-import jsonschema.validators
+import jsonschema  # type: ignore[import-untyped]  # no stubs in the venv
+import jsonschema.exceptions  # type: ignore[import-untyped]
+import jsonschema.validators  # type: ignore[import-untyped]
 
 from actors.core.catalog import tool_hints
 
@@ -163,7 +163,8 @@ class CompoundTool:
     def wire(self) -> dict[str, Any]:
         """The tool as clients see it (name, description, inputSchema)."""
         head = (self.decl.description or f"Calls one of {len(self.subtools)} tools.").strip()
-        lines = [head, "", 'Call with {"server": ..., "tool": ..., "args": {...}}, where server.tool is one of:']
+        lines = [head, "", 'Call with {"server": ..., "tool": ..., "args": {...}}, '
+                           "where server.tool is one of:"]
         lines += [f"- {s.description()}" for s in self.subtools]
         down = self.unavailable()
         if down:
@@ -173,7 +174,8 @@ class CompoundTool:
             args = s.schema()
             branch: dict[str, Any] = {
                 "type": "object",
-                "properties": {"server": {"const": s.decl.server}, "tool": {"const": s.decl.tool}, "args": args},
+                "properties": {"server": {"const": s.decl.server}, "tool": {"const": s.decl.tool},
+                               "args": args},
                 "required": ["server", "tool", *(["args"] if args.get("required") else [])],
                 "additionalProperties": False,
             }
@@ -210,7 +212,8 @@ class CompoundTool:
         for field, value in (("server", server), ("tool", tool)):
             if not isinstance(value, str) or not value:
                 return self._error(field, f"{field!r} must be a non-empty string")
-        assert isinstance(server, str) and isinstance(tool, str)
+        assert isinstance(server, str)
+        assert isinstance(tool, str)
         sub = self.find(server, tool)
         if sub is None:
             field = "server" if all(s.decl.server != server for s in self.subtools) else "tool"
@@ -264,7 +267,8 @@ def resolve_compound(
         else:
             tool = find_tool(d.server, d.tool)
             if tool is None:
-                subs.append(SubtoolState(d, None, f"{d.server} does not list a tool named {d.tool!r}", warning=True))
+                missing = f"{d.server} does not list a tool named {d.tool!r}"
+                subs.append(SubtoolState(d, None, missing, warning=True))
             else:
                 subs.append(SubtoolState(d, tool))
     return CompoundTool(decl, tuple(subs))

@@ -24,7 +24,8 @@ SEARCH = {"name": "search", "description": "Search engine\nsecond line",
                                                             "limit": {"type": "integer", "minimum": 1}},
                           "required": ["query"], "additionalProperties": False}}
 SEARCH_NOTES = {"name": "search_notes", "description": "Search my notes",
-                "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+                "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}},
+                                "required": ["text"]},
                 "annotations": {"readOnlyHint": True}}
 READ_NOTE = {"name": "read_note", "description": "Read one note",
              "inputSchema": {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}}
@@ -36,7 +37,8 @@ RESEARCH = CompoundDecl("research", "Look things up on the web and in my notes",
 ))
 
 
-def core(namespacing: str = "prefix", *, hidden: frozenset[str] = frozenset(), exposure: Any = None) -> RegistryCore:
+def core(namespacing: str = "prefix", *, hidden: frozenset[str] = frozenset(),
+         exposure: Any = None) -> RegistryCore:
     c = RegistryCore(["web", "notes"], namespacing=namespacing, compounds=[RESEARCH], exposure=exposure,
                      filters={"notes": ServerFilter(hidden=hidden)})
     c.apply(UpstreamUp("web", UpstreamLists(tools=(SEARCH,))))
@@ -82,7 +84,8 @@ def test_a_call_becomes_exactly_the_direct_call_of_its_subtool() -> None:
     with the subtool's own retry safety."""
     route = core().snapshot.tools["research"]
     assert route.compound is not None
-    sub = route.compound.prepare({"server": "notes", "tool": "search_notes", "args": {"text": "x", "extra": [1]}})
+    call = {"server": "notes", "tool": "search_notes", "args": {"text": "x", "extra": [1]}}
+    sub = route.compound.prepare(call)
     assert sub == SubCall("notes", "search_notes", {"text": "x", "extra": [1]}, True)
     assert route.compound.prepare({"server": "web", "tool": "search", "args": {"query": "q"}}) == \
         SubCall("web", "search", {"query": "q"}, False)
@@ -136,7 +139,8 @@ def test_server_down_and_back_refreshes_the_description_once_each_way() -> None:
     compound = c.snapshot.tools["research"].compound
     assert compound is not None
     refused = compound.prepare({"server": "notes", "tool": "read_note", "args": {"id": 1}})
-    assert isinstance(refused, dict) and refused["structuredContent"]["error"] == "unavailable"
+    assert isinstance(refused, dict)
+    assert refused["structuredContent"]["error"] == "unavailable"
     assert isinstance(compound.prepare({"server": "web", "tool": "search", "args": {"query": "q"}}), SubCall)
     back = c.apply(UpstreamUp("notes", UpstreamLists(tools=(SEARCH_NOTES, READ_NOTE))))
     assert back.tools
@@ -229,12 +233,14 @@ def test_every_problem_of_the_section_is_one_line_naming_the_field() -> None:
         "equip-toolset": {"subtools": {"web": {"tools": [{"name": "search"}]}}},
     }})
     assert lines == [
-        'config: compound tool "a": field "subtools.nots": no server "nots" in "mcpServers" (did you mean "notes"?)',
+        'config: compound tool "a": field "subtools.nots": no server "nots" in "mcpServers" '
+        '(did you mean "notes"?)',
         'config: compound tool "b": unknown field "descripton" (did you mean "description"?)',
         'config: compound tool "b": field "subtools": is empty; name at least one server and its tools, '
         'e.g. {"web": {"tools": [{"name": "search"}]}}',
         'config: compound tool "c": field "subtools.web": unknown field "extra"',
-        'config: compound tool "c": field "subtools.web.tools[0]": unknown field "desc" (did you mean "description"?)',
+        'config: compound tool "c": field "subtools.web.tools[0]": unknown field "desc" '
+        '(did you mean "description"?)',
         'config: compound tool "web_search": the name clashes with the server tool web.search (exposed as '
         '"web_search" with namespacing "prefix"); choose another',
         'config: compound tool "equip-toolset": the name clashes with the management tool "equip-toolset"; '
