@@ -407,6 +407,11 @@ class Front:
         if route.compound is not None:
             # A compound tool: checked here, then exactly the direct call of its subtool.
             sub = route.compound.prepare(params.arguments or {})
+            if isinstance(sub, dict) and not self.backend.started:
+                # A subtool's server may not have listed yet: wait for start-up like a direct call.
+                await self.backend.wait_startup()
+                route = self.backend.router.snapshot.tools.get(name, route)
+                sub = route.compound.prepare(params.arguments or {}) if route.compound else sub
             if isinstance(sub, dict):
                 return strip_upstream_stamps(sub, modern_front=is_modern(ctx))
             server, original, retry_safe = sub.server, sub.tool, sub.retry_safe

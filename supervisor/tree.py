@@ -177,6 +177,10 @@ class Supervisor:
         server, original, retry_safe, args = route.server, route.original, route.retry_safe, dict(arguments or {})
         if route.compound is not None:
             sub = route.compound.prepare(args)
+            if isinstance(sub, dict) and not self.started:
+                await self.wait_startup()  # a subtool's server may not have listed yet
+                route = self.router.snapshot.tools.get(name, route)
+                sub = route.compound.prepare(args) if route.compound else sub
             if isinstance(sub, dict):
                 return sub
             server, original, retry_safe, args = sub.server, sub.tool, sub.retry_safe, sub.args

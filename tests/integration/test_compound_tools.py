@@ -1,0 +1,210 @@
+"""Compound tools end to end (issue 17): the config's top-level ``tools`` section, in MCP
+Coordinator's shape, over two real subprocess servers, through the real SDK client.
+
+The proxy runs in the test process behind the same stdio front ``mcpvisor serve`` uses
+(fast path included), so a test can also reach the supervisor to stop and start a server
+(`Upstream.disable` / `enable`: its process really stops and starts again). What must hold:
+
+* the client sees one tool ``research`` listing its subtools, with an exact ``oneOf``
+  schema; a call reaches the subtool with exactly the args given, on the fast path and
+  the SDK path, progress included, and the result is the direct call's;
+* a call naming an undeclared subtool or with args failing the subtool's schema is an
+  ``isError`` result naming the field, and the upstream receives nothing;
+* with one server down, the compound tool stays listed, says which subtools are
+  unavailable and why, and the other server's subtools keep working; the server's
+  return is announced by one ``list_changed`` after which the description is whole;
+* a toolset (declared, or built with ``build-toolset``) can name ``research``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from mcp import Client
+
+from tests.helpers import REAL_IO_BOUND_S, Recorder, everything, pipe_transport, read_record, text_of
+
+pytestmark = pytest.mark.slow
+
+SECTION = {"research": {
+    "description": "Look things up on the web and in my notes",
+    "subtools": {
+        "web": {"tools": [{"name": "echo", "description": "Say it back"}, {"name": "add"}]},
+        "notes": {"tools": [{"name": "add"}, {"name": "progress"}]},
+    },
+}}
+
+
+def write(tmp_path: Path, *, fast_path: bool = True, exposure: str = "all",
+          toolsets: dict[str, Any] | None = None) -> Path:
+    doc: dict[str, Any] = {
+        "mcpServers": {
+            "web": everything("--name", "web", "--record", str(tmp_path / "web.jsonl")),
+            # hiddenTools: notes' add is no direct tool, but it is a subtool of research
+            "notes": everything("--name", "notes", "--record", str(tmp_path / "notes.jsonl"), hiddenTools=["add"]),
+        },
+        "tools": SECTION,
+        "settings": {"exposure": exposure, "startupWait": "60s", "startupTimeout": "120s", "fastPath": fast_path},
+    }
+    if toolsets:
+        doc["toolsets"] = toolsets
+    path = tmp_path / "mcpvisor.json"
+    path.write_text(json.dumps(doc, indent=2))
+    return path
+
+
+@asynccontextmanager
+async def proxy(config: Path, recorder: Recorder | None = None, *, toolset: str | None = None,
+                mode: str = "legacy") -> AsyncIterator[tuple[Any, Client]]:
+    """(supervisor, client): a real SDK client over OS pipes to the stdio front of a
+    proxy running here, with real upstream subprocesses."""
+    from actors.stdio_front import StdioFront
+    from supervisor import open_supervisor
+
+    up_r, up_w = os.pipe()
+    down_r, down_w = os.pipe()
+    front_in, client_out, client_in, front_out = (trio.lowlevel.FdStream(fd) for fd in (up_r, up_w, down_r, down_w))
+    kwargs = recorder.kwargs() if recorder is not None else {}
+    async with front_in, front_out, client_in, client_out, \
+            open_supervisor(config, state_dir=config.parent / "state", watch=False, toolset=toolset) as sup, \
+            trio.open_nursery() as nursery:
+        front = StdioFront(sup.front, front_in, front_out, max_message=sup.settings.max_message_bytes,
+                           fast_path=sup.settings.fast_path)
+        nursery.start_soon(front.serve)
+        async with Client(pipe_transport(client_in, client_out), mode=mode, cache=None,  # type: ignore[arg-type]
+                          **kwargs) as client:
+            yield sup, client
+        nursery.cancel_scope.cancel()
+
+
+def calls(path: Path, name: str | None = None) -> list[dict[str, Any]]:
+    return [e for e in read_record(path) if e["event"] == "call" and (name is None or e["name"] == name)]
+
+
+async def research(client: Client) -> Any:
+    return next(t for t in (await client.list_tools()).tools if t.name == "research")
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["fastpath", "sdkpath"])
+async def test_a_compound_call_is_the_direct_call_of_its_subtool(tmp_path: Path, fast_path: bool) -> None:
+    """Listed once with every subtool and an exact schema; each call reaches its server's
+    tool with exactly the args given (a hidden tool too) and answers as a direct call."""
+    config = write(tmp_path, fast_path=fast_path)
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with proxy(config) as (_, client):
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert "notes_add" not in tools  # hidden as a direct tool
+            tool = tools["research"]
+            assert tool.description is not None
+            assert tool.description.startswith("Look things up on the web and in my notes")
+            assert "- web.echo: Say it back" in tool.description
+            assert "- notes.progress: " in tool.description
+            branches = tool.input_schema["oneOf"]
+            by_key = {(b["properties"]["server"]["const"], b["properties"]["tool"]["const"]): b for b in branches}
+            assert list(by_key) == [("web", "echo"), ("web", "add"), ("notes", "add"), ("notes", "progress")]
+            assert by_key[("web", "echo")]["properties"]["args"] == tools["web_echo"].input_schema
+
+            direct = await client.call_tool("web_echo", {"text": "hi"})
+            via = await client.call_tool("research", {"server": "web", "tool": "echo", "args": {"text": "hi"}})
+            assert via.model_dump() == direct.model_dump()
+            added = await client.call_tool("research", {"server": "notes", "tool": "add", "args": {"a": 2, "b": 40}})
+            assert added.structured_content == {"sum": 42}
+            assert not added.is_error
+
+            seen: list[float] = []
+
+            async def progress(done: float, total: float | None, message: str | None) -> None:
+                seen.append(done)
+
+            result = await client.call_tool("research", {"server": "notes", "tool": "progress",
+                                                         "args": {"steps": 3, "interval": 0.01}},
+                                            progress_callback=progress)
+            assert text_of(result) == "done 3"
+            assert seen == [1, 2, 3]
+    assert [c["arguments"] for c in calls(tmp_path / "web.jsonl", "echo")] == [{"text": "hi"}, {"text": "hi"}]
+    assert [c["arguments"] for c in calls(tmp_path / "notes.jsonl", "add")] == [{"a": 2, "b": 40}]
+
+
+async def test_a_bad_call_names_the_field_and_sends_nothing(tmp_path: Path) -> None:
+    """An undeclared subtool, a wrong argument type, a missing required argument: each
+    an isError result naming the field; the upstreams receive no call at all."""
+    config = write(tmp_path)
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with proxy(config) as (_, client):
+            for arguments, field in [
+                ({"server": "web", "tool": "crash", "args": {}}, "tool"),
+                ({"server": "mail", "tool": "echo", "args": {}}, "server"),
+                ({"server": "web", "tool": "echo", "args": {"text": 3}}, "args.text"),
+                ({"server": "notes", "tool": "add", "args": {"a": 1}}, "args.b"),
+            ]:
+                result = await client.call_tool("research", arguments)
+                assert result.is_error, arguments
+                assert f"field {field!r}" in text_of(result)
+                assert result.structured_content is not None
+                assert result.structured_content["field"] == field
+    assert calls(tmp_path / "web.jsonl") == []
+    assert calls(tmp_path / "notes.jsonl") == []
+
+
+async def test_one_server_down_and_back(tmp_path: Path) -> None:
+    """With notes stopped, research stays listed and says notes' subtools are unavailable
+    and why; web's keep working; notes' return is one list_changed, after which the
+    description is as it was and notes' subtools answer again."""
+    config = write(tmp_path)
+    rec = Recorder()
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with proxy(config, rec) as (sup, client):
+            whole = (await research(client)).description
+            changed = rec.changed
+            sup.upstreams["notes"].disable()
+            await changed.wait()
+            down = await research(client)
+            assert down.description is not None
+            assert "- notes.add: unavailable (server notes is down: disabled)" in down.description
+            assert "Unavailable now: notes.add, notes.progress." in down.description
+            assert {b["properties"]["server"]["const"] for b in down.input_schema["oneOf"]} == {"web", "notes"}
+            echoed = await client.call_tool("research", {"server": "web", "tool": "echo", "args": {"text": "up"}})
+            assert text_of(echoed) == "echo: up"
+            refused = await client.call_tool("research", {"server": "notes", "tool": "add", "args": {"a": 1, "b": 2}})
+            assert refused.is_error
+            assert "notes.add is unavailable: server notes is down: disabled" in text_of(refused)
+
+            before, changed = rec.list_changed, rec.changed
+            sup.upstreams["notes"].enable()
+            await changed.wait()
+            assert rec.list_changed == before + 1
+            assert (await research(client)).description == whole
+            added = await client.call_tool("research", {"server": "notes", "tool": "add", "args": {"a": 1, "b": 2}})
+            assert added.structured_content == {"sum": 3}
+
+
+async def test_a_toolset_can_name_the_compound_tool(tmp_path: Path) -> None:
+    """A declared toolset naming research shows it; build-toolset can name it too, and
+    the equipped toolset's research answers."""
+    config = write(tmp_path, exposure="menu", toolsets={"dev": ["research", "web.echo"]})
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with proxy(config, toolset="dev") as (_, client):
+            names = [t.name for t in (await client.list_tools()).tools]
+            assert names == ["enter-configuration-mode", "research", "web_echo"]
+            await client.call_tool("enter-configuration-mode", {})
+            built = await client.call_tool("build-toolset", {"name": "mine", "tools": [{"namespacedName": "research"}],
+                                                             "autoEquip": True})
+            assert not built.is_error, text_of(built)
+            names = [t.name for t in (await client.list_tools()).tools]
+            assert names == ["enter-configuration-mode", "research"]
+            result = await client.call_tool("research", {"server": "web", "tool": "add", "args": {"a": 1, "b": 1}})
+            assert result.structured_content == {"sum": 2}
+            await client.call_tool("enter-configuration-mode", {})
+            available = await client.call_tool("list-available-tools", {})
+            assert "## compound tools (1)" in text_of(available)
+            assert "- notes.add: available" in text_of(available)
+            status = await client.call_tool("get-server-status", {})
+            assert status.structured_content is not None
+            assert status.structured_content["compoundTools"][0]["name"] == "research"
