@@ -208,3 +208,21 @@ async def test_a_toolset_can_name_the_compound_tool(tmp_path: Path) -> None:
             status = await client.call_tool("get-server-status", {})
             assert status.structured_content is not None
             assert status.structured_content["compoundTools"][0]["name"] == "research"
+
+
+def test_mcp_info_shows_the_compound_tool_and_its_subtools_state(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """``mcpvisor mcp info research`` connects to the subtools' servers and says, for
+    each subtool, whether its server lists it."""
+    from supervisor.cli import main
+
+    config = write(tmp_path)
+    doc = json.loads(config.read_text())
+    doc["tools"]["research"]["subtools"]["web"]["tools"].append({"name": "nope"})
+    config.write_text(json.dumps(doc))
+    assert main(["mcp", "info", "research", "--config", str(config), "--format", "json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert [(s["server"], s["tool"], s["available"]) for s in info["subtools"]] == [
+        ("web", "echo", True), ("web", "add", True), ("web", "nope", False), ("notes", "add", True),
+        ("notes", "progress", True)]
+    assert info["subtools"][2]["reason"] == "web does not list a tool named 'nope'"

@@ -246,3 +246,15 @@ def test_every_problem_of_the_section_is_one_line_naming_the_field() -> None:
         'config: compound tool "equip-toolset": the name clashes with the management tool "equip-toolset"; '
         'choose another',
     ]
+
+
+def test_the_coordinator_config_variable_comes_after_mcpvisor_config(tmp_path: Any) -> None:
+    """$MCP_PROXY_CONFIG_PATH is honoured, below $MCPVISOR_CONFIG and above ./mcpvisor.json."""
+    from supervisor.config import find_config
+
+    (tmp_path / "mcpvisor.json").write_text("{}")
+    assert find_config(env={"MCP_PROXY_CONFIG_PATH": "coord.json"}, cwd=tmp_path) == \
+        (tmp_path / "coord.json", "from $MCP_PROXY_CONFIG_PATH")
+    assert find_config(env={"MCP_PROXY_CONFIG_PATH": "coord.json", "MCPVISOR_CONFIG": "mine.json"},
+                       cwd=tmp_path) == (tmp_path / "mine.json", "from $MCPVISOR_CONFIG")
+    assert find_config(env={}, cwd=tmp_path)[0] == tmp_path / "mcpvisor.json"
