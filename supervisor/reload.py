@@ -242,6 +242,18 @@ class _Commit:
         return leaving, diff(before, core.snapshot)
 
 
+class _Recompound:
+    """The `tools` section changed and no server did: new compound tools, one rebuild."""
+
+    def __init__(self, compounds: tuple[Any, ...]) -> None:
+        self.compounds = compounds
+        self.reply: Reply[None] = Reply()
+
+    def run(self, core: RegistryCore) -> tuple[None, Any]:
+        core.compounds = self.compounds
+        return None, core.rebuild()
+
+
 def _redeclare(core: RegistryCore, config: Config) -> None:
     """The config file's (read-only) toolsets, as the new file declares them.
 
@@ -330,6 +342,8 @@ async def apply_config(sup: Supervisor, config: Config) -> dict[str, Any]:
         logging.getLogger().setLevel(settings.log_level.upper())
     applied = dataclasses.replace(config, settings=settings)
     if not plan.touches_servers and not plan.namespacing_changed:
+        if dict(config.compound_tools) != dict(sup.config.compound_tools):
+            await sup.router.ask(_Recompound(tuple(config.compound_tools.values())))
         sup.config, sup.settings = applied, settings
         logger.info("config reloaded: no server changed")
         return {"ok": True, "errors": [], **plan.summary()}

@@ -226,3 +226,25 @@ def test_mcp_info_shows_the_compound_tool_and_its_subtools_state(tmp_path: Path,
         ("web", "echo", True), ("web", "add", True), ("web", "nope", False), ("notes", "add", True),
         ("notes", "progress", True)]
     assert info["subtools"][2]["reason"] == "web does not list a tool named 'nope'"
+
+
+async def test_a_reload_that_changes_only_the_tools_section_applies_it(tmp_path: Path) -> None:
+    """Editing the compound tools (no server changed) reaches clients with one list_changed."""
+    config = write(tmp_path)
+    rec = Recorder()
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with proxy(config, rec) as (sup, client):
+            await research(client)
+            doc = json.loads(config.read_text())
+            doc["tools"]["research"]["description"] = "Only the web now"
+            doc["tools"]["research"]["subtools"] = {"web": {"tools": [{"name": "echo"}]}}
+            config.write_text(json.dumps(doc))
+            before, changed = rec.list_changed, rec.changed
+            report = await sup.reload()
+            assert report["ok"], report
+            await changed.wait()
+            assert rec.list_changed == before + 1
+            tool = await research(client)
+            assert tool.description is not None
+            assert tool.description.startswith("Only the web now")
+            assert [b["properties"]["tool"]["const"] for b in tool.input_schema["oneOf"]] == ["echo"]
