@@ -679,13 +679,13 @@ class _Builder:
         for raw in section.values():
             subtools = raw.get("subtools") if isinstance(raw, Mapping) else None
             for server, sraw in (subtools.items() if isinstance(subtools, Mapping) else ()):
-                spec = servers.get(server)
+                owner = servers.get(server)
                 tools = sraw.get("tools") if isinstance(sraw, Mapping) else None
                 for item in tools if isinstance(tools, list) else ():
                     tool = item.get("name") if isinstance(item, Mapping) else item
-                    if not isinstance(tool, str) or spec is None or tool in spec.hidden_tools:
+                    if not isinstance(tool, str) or owner is None or tool in owner.hidden_tools:
                         continue
-                    if spec.exposed_tools is None:
+                    if owner.exposed_tools is None:
                         named.setdefault(server, set()).add(tool)
         out: dict[str, str] = {}
         for server, tools in named.items():

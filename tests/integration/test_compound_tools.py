@@ -48,10 +48,12 @@ def write(tmp_path: Path, *, fast_path: bool = True, exposure: str = "all",
         "mcpServers": {
             "web": everything("--name", "web", "--record", str(tmp_path / "web.jsonl")),
             # hiddenTools: notes' add is no direct tool, but it is a subtool of research
-            "notes": everything("--name", "notes", "--record", str(tmp_path / "notes.jsonl"), hiddenTools=["add"]),
+            "notes": everything("--name", "notes", "--record", str(tmp_path / "notes.jsonl"),
+                                hiddenTools=["add"]),
         },
         "tools": SECTION,
-        "settings": {"exposure": exposure, "startupWait": "60s", "startupTimeout": "120s", "fastPath": fast_path},
+        "settings": {"exposure": exposure, "startupWait": "60s", "startupTimeout": "120s",
+                     "fastPath": fast_path},
     }
     if toolsets:
         doc["toolsets"] = toolsets
@@ -70,7 +72,8 @@ async def proxy(config: Path, recorder: Recorder | None = None, *, toolset: str 
 
     up_r, up_w = os.pipe()
     down_r, down_w = os.pipe()
-    front_in, client_out, client_in, front_out = (trio.lowlevel.FdStream(fd) for fd in (up_r, up_w, down_r, down_w))
+    front_in, client_out, client_in, front_out = (trio.lowlevel.FdStream(fd)
+                                                  for fd in (up_r, up_w, down_r, down_w))
     kwargs = recorder.kwargs() if recorder is not None else {}
     async with front_in, front_out, client_in, client_out, \
             open_supervisor(config, state_dir=config.parent / "state", watch=False, toolset=toolset) as sup, \
@@ -78,14 +81,19 @@ async def proxy(config: Path, recorder: Recorder | None = None, *, toolset: str 
         front = StdioFront(sup.front, front_in, front_out, max_message=sup.settings.max_message_bytes,
                            fast_path=sup.settings.fast_path)
         nursery.start_soon(front.serve)
-        async with Client(pipe_transport(client_in, client_out), mode=mode, cache=None,  # type: ignore[arg-type]
-                          **kwargs) as client:
+        transport = pipe_transport(client_in, client_out)
+        async with Client(transport, mode=mode, cache=None, **kwargs) as client:
             yield sup, client
         nursery.cancel_scope.cancel()
 
 
 def calls(path: Path, name: str | None = None) -> list[dict[str, Any]]:
     return [e for e in read_record(path) if e["event"] == "call" and (name is None or e["name"] == name)]
+
+
+async def call(client: Client, server: str, tool: str, args: dict[str, Any]) -> Any:
+    """Call ``research`` as a model would: ``{"server", "tool", "args"}``."""
+    return await client.call_tool("research", {"server": server, "tool": tool, "args": args})
 
 
 async def research(client: Client) -> Any:
@@ -107,21 +115,22 @@ async def test_a_compound_call_is_the_direct_call_of_its_subtool(tmp_path: Path,
             assert "- web.echo: Say it back" in tool.description
             assert "- notes.progress: " in tool.description
             branches = tool.input_schema["oneOf"]
-            by_key = {(b["properties"]["server"]["const"], b["properties"]["tool"]["const"]): b for b in branches}
+            by_key = {(b["properties"]["server"]["const"], b["properties"]["tool"]["const"]): b
+                      for b in branches}
             assert list(by_key) == [("web", "echo"), ("web", "add"), ("notes", "add"), ("notes", "progress")]
             assert by_key[("web", "echo")]["properties"]["args"] == tools["web_echo"].input_schema
 
             direct = await client.call_tool("web_echo", {"text": "hi"})
-            via = await client.call_tool("research", {"server": "web", "tool": "echo", "args": {"text": "hi"}})
+            via = await call(client, "web", "echo", {"text": "hi"})
             assert via.model_dump() == direct.model_dump()
-            added = await client.call_tool("research", {"server": "notes", "tool": "add", "args": {"a": 2, "b": 40}})
+            added = await call(client, "notes", "add", {"a": 2, "b": 40})
             assert added.structured_content == {"sum": 42}
             assert not added.is_error
 
             seen: list[float] = []
 
-            async def progress(done: float, total: float | None, message: str | None) -> None:
-                seen.append(done)
+            async def progress(progress: float, total: float | None, message: str | None) -> None:
+                seen.append(progress)
 
             result = await client.call_tool("research", {"server": "notes", "tool": "progress",
                                                          "args": {"steps": 3, "interval": 0.01}},
@@ -169,10 +178,11 @@ async def test_one_server_down_and_back(tmp_path: Path) -> None:
             assert down.description is not None
             assert "- notes.add: unavailable (server notes is down: disabled)" in down.description
             assert "Unavailable now: notes.add, notes.progress." in down.description
-            assert {b["properties"]["server"]["const"] for b in down.input_schema["oneOf"]} == {"web", "notes"}
-            echoed = await client.call_tool("research", {"server": "web", "tool": "echo", "args": {"text": "up"}})
+            servers = {b["properties"]["server"]["const"] for b in down.input_schema["oneOf"]}
+            assert servers == {"web", "notes"}
+            echoed = await call(client, "web", "echo", {"text": "up"})
             assert text_of(echoed) == "echo: up"
-            refused = await client.call_tool("research", {"server": "notes", "tool": "add", "args": {"a": 1, "b": 2}})
+            refused = await call(client, "notes", "add", {"a": 1, "b": 2})
             assert refused.is_error
             assert "notes.add is unavailable: server notes is down: disabled" in text_of(refused)
 
@@ -181,7 +191,7 @@ async def test_one_server_down_and_back(tmp_path: Path) -> None:
             await changed.wait()
             assert rec.list_changed == before + 1
             assert (await research(client)).description == whole
-            added = await client.call_tool("research", {"server": "notes", "tool": "add", "args": {"a": 1, "b": 2}})
+            added = await call(client, "notes", "add", {"a": 1, "b": 2})
             assert added.structured_content == {"sum": 3}
 
 
@@ -194,12 +204,12 @@ async def test_a_toolset_can_name_the_compound_tool(tmp_path: Path) -> None:
             names = [t.name for t in (await client.list_tools()).tools]
             assert names == ["enter-configuration-mode", "research", "web_echo"]
             await client.call_tool("enter-configuration-mode", {})
-            built = await client.call_tool("build-toolset", {"name": "mine", "tools": [{"namespacedName": "research"}],
-                                                             "autoEquip": True})
+            built = await client.call_tool("build-toolset", {
+                "name": "mine", "tools": [{"namespacedName": "research"}], "autoEquip": True})
             assert not built.is_error, text_of(built)
             names = [t.name for t in (await client.list_tools()).tools]
             assert names == ["enter-configuration-mode", "research"]
-            result = await client.call_tool("research", {"server": "web", "tool": "add", "args": {"a": 1, "b": 1}})
+            result = await call(client, "web", "add", {"a": 1, "b": 1})
             assert result.structured_content == {"sum": 2}
             await client.call_tool("enter-configuration-mode", {})
             available = await client.call_tool("list-available-tools", {})

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]
 import pytest
 
 from actors.core.catalog import UpstreamLists

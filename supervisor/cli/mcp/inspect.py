@@ -316,11 +316,14 @@ def _compound_info(args: argparse.Namespace, config: Config, target: Target) -> 
     decl = config.compound_tools[args.name]
     names = list(dict.fromkeys(d.server for d in decl.subtools))
     specs = [config.servers[n] for n in names if n in config.servers and config.servers[n].enabled]
-    results = {} if args.no_probe else _probe(specs, args.timeout, f"Listing the tools of {decl.name}'s servers")
+    what = f"Listing the tools of {decl.name}'s servers"
+    results = {} if args.no_probe else _probe(specs, args.timeout, what)
 
     def find_tool(server: str, tool: str) -> Any:
         result = results.get(server)
-        return next((t for t in result.tools if t.get("name") == tool), None) if result and result.ok else None
+        if result is None or not result.ok:
+            return None
+        return next((t for t in result.tools if t.get("name") == tool), None)
 
     def state_of(server: str) -> tuple[str, str | None] | None:
         if server not in [s.name for s in specs]:
@@ -328,12 +331,18 @@ def _compound_info(args: argparse.Namespace, config: Config, target: Target) -> 
         result = results.get(server)
         if result is None:
             return "not checked", "--no-probe"
-        return ("ready", None) if result.ok else ("unreachable", result.failure.message if result.failure else None)
+        if result.ok:
+            return "ready", None
+        return "unreachable", result.failure.message if result.failure else None
 
-    compound = resolve_compound(decl, find_tool=find_tool, listed=lambda s: bool(results.get(s) and results[s].ok),
-                                state_of=state_of)
-    subtools = [{"server": s.decl.server, "tool": s.decl.tool, "description": s.decl.description,
-                 "available": s.available, "reason": s.reason} for s in compound.subtools]
+    def listed(server: str) -> bool:
+        result = results.get(server)
+        return result is not None and result.ok
+
+    compound = resolve_compound(decl, find_tool=find_tool, listed=listed, state_of=state_of)
+    subtools: list[dict[str, Any]] = [
+        {"server": s.decl.server, "tool": s.decl.tool, "description": s.decl.description,
+         "available": s.available, "reason": s.reason} for s in compound.subtools]
     if args.format == "json":
         out.print_json({"name": decl.name, "kind": "compound tool", "file": str(target.path),
                         "description": decl.description, "subtools": subtools})
