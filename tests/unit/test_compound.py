@@ -258,3 +258,28 @@ def test_the_coordinator_config_variable_comes_after_mcpvisor_config(tmp_path: A
     assert find_config(env={"MCP_PROXY_CONFIG_PATH": "coord.json", "MCPVISOR_CONFIG": "mine.json"},
                        cwd=tmp_path) == (tmp_path / "mine.json", "from $MCPVISOR_CONFIG")
     assert find_config(env={}, cwd=tmp_path)[0] == tmp_path / "mcpvisor.json"
+
+
+SIMPLE = {"type": "object", "properties": {"s": {"type": "string"}, "i": {"type": "integer"},
+                                           "n": {"type": ["number", "null"]}, "b": {"type": "boolean"},
+                                           "any": {"description": "anything"}},
+          "required": ["s"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize("schema", [SIMPLE, {**SIMPLE, "additionalProperties": True}, {"type": "object"}])
+@pytest.mark.parametrize("args", [
+    {"s": "x"}, {}, {"s": 1}, {"s": "x", "i": 2}, {"s": "x", "i": 2.0}, {"s": "x", "i": 2.5},
+    {"s": "x", "i": True}, {"s": "x", "n": None}, {"s": "x", "n": 1.5}, {"s": "x", "n": "1"},
+    {"s": "x", "b": 0}, {"s": "x", "b": False},
+    {"s": "x", "any": [1, {"a": None}]}, {"s": "x", "extra": 1},
+])
+def test_the_quick_check_of_plain_schemas_agrees_with_jsonschema(schema: dict[str, Any],
+                                                                 args: dict[str, Any]) -> None:
+    """Plain schemas skip jsonschema on the hot path; the verdict must be jsonschema's."""
+    from actors.core.compound import resolve_compound
+
+    decl = CompoundDecl("c", None, (SubtoolDecl("s", "t"),))
+    compound = resolve_compound(decl, find_tool=lambda s, t: {"name": "t", "inputSchema": schema},
+                                listed=lambda s: True, state_of=lambda s: ("ready", None))
+    accepted = isinstance(compound.prepare({"server": "s", "tool": "t", "args": args}), SubCall)
+    assert accepted == jsonschema.Draft202012Validator(schema).is_valid(args)
