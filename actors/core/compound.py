@@ -315,12 +315,24 @@ def _validator(schema_json: str) -> Any:
     return _Simple(schema, cls(schema)) if _Simple.fits(schema) else cls(schema)
 
 
+_BY_IDENTITY: Final[dict[int, tuple[Mapping[str, Any], Any]]] = {}
+"""Schema object -> its validator: a rebuild sees the same listed dicts again and again,
+and serialising each schema for `_validator`'s key was most of a rebuild's cost."""
+
+
 def _checker_of(tool: Mapping[str, Any]) -> Any:
     """The validator of a tool's input schema (shared by every subtool with that schema)."""
     schema = tool.get("inputSchema")
     if not isinstance(schema, Mapping):
         return None
-    return _validator(json.dumps(schema, sort_keys=True, separators=(",", ":"), default=str))
+    hit = _BY_IDENTITY.get(id(schema))
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    checker = _validator(json.dumps(schema, sort_keys=True, separators=(",", ":"), default=str))
+    if len(_BY_IDENTITY) >= VALIDATOR_CACHE:
+        _BY_IDENTITY.clear()
+    _BY_IDENTITY[id(schema)] = (schema, checker)  # holding the schema keeps its id unique
+    return checker
 
 
 class _Simple:
