@@ -36,8 +36,8 @@ pytestmark = pytest.mark.slow
 SECTION = {"research": {
     "description": "Look things up on the web and in my notes",
     "subtools": {
-        "web": {"tools": [{"name": "echo", "description": "Say it back"}, {"name": "add"}]},
-        "notes": {"tools": [{"name": "add"}, {"name": "progress"}]},
+        "web": {"tools": [{"name": "echo", "description": "Say it back"}, {"name": "add"}, {"name": "sleep"}]},
+        "notes": {"tools": [{"name": "add"}, {"name": "progress"}, {"name": "sample"}, {"name": "elicit"}]},
     },
 }}
 
@@ -106,7 +106,7 @@ async def test_a_compound_call_is_the_direct_call_of_its_subtool(tmp_path: Path,
     tool with exactly the args given (a hidden tool too) and answers as a direct call."""
     config = write(tmp_path, fast_path=fast_path)
     with trio.fail_after(REAL_IO_BOUND_S):
-        async with proxy(config) as (_, client):
+        async with proxy(config, Recorder()) as (_, client):
             tools = {t.name: t for t in (await client.list_tools()).tools}
             assert "notes_add" not in tools  # hidden as a direct tool
             tool = tools["research"]
@@ -117,7 +117,9 @@ async def test_a_compound_call_is_the_direct_call_of_its_subtool(tmp_path: Path,
             branches = tool.input_schema["oneOf"]
             by_key = {(b["properties"]["server"]["const"], b["properties"]["tool"]["const"]): b
                       for b in branches}
-            assert list(by_key) == [("web", "echo"), ("web", "add"), ("notes", "add"), ("notes", "progress")]
+            assert list(by_key) == [("web", "echo"), ("web", "add"), ("web", "sleep"), ("notes", "add"),
+                                    ("notes", "progress"),
+                                    ("notes", "sample"), ("notes", "elicit")]
             assert by_key[("web", "echo")]["properties"]["args"] == tools["web_echo"].input_schema
 
             direct = await client.call_tool("web_echo", {"text": "hi"})
@@ -137,8 +139,46 @@ async def test_a_compound_call_is_the_direct_call_of_its_subtool(tmp_path: Path,
                                             progress_callback=progress)
             assert text_of(result) == "done 3"
             assert seen == [1, 2, 3]
+            # sampling and elicitation reach the client whose compound call caused them
+            sampled = await call(client, "notes", "sample", {"prompt": "hello"})
+            assert text_of(sampled) == "sampled: from the client"
+            elicited = await call(client, "notes", "elicit", {"message": "who?"})
+            assert text_of(elicited).startswith("elicited: accept")
     assert [c["arguments"] for c in calls(tmp_path / "web.jsonl", "echo")] == [{"text": "hi"}, {"text": "hi"}]
     assert [c["arguments"] for c in calls(tmp_path / "notes.jsonl", "add")] == [{"a": 2, "b": 40}]
+
+
+async def wait_for(path: Path, event: str) -> dict[str, Any]:
+    """The first record of ``event`` the server wrote (polled: the server's own file)."""
+    while True:
+        found = [e for e in read_record(path) if e["event"] == event]
+        if found:
+            return found[0]
+        await trio.sleep(0.02)
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["fastpath", "sdkpath"])
+async def test_cancelling_a_compound_call_cancels_the_subtool_call(tmp_path: Path, fast_path: bool) -> None:
+    """A client's cancellation reaches the server running the subtool, for the very
+    request the compound call became."""
+    config = write(tmp_path, fast_path=fast_path)
+    record = tmp_path / "web.jsonl"
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with proxy(config) as (_, client):
+            await research(client)
+            async with trio.open_nursery() as nursery:
+                scope = trio.CancelScope()
+
+                async def sleeper() -> None:
+                    with scope:
+                        await call(client, "web", "sleep", {"seconds": 600})
+
+                nursery.start_soon(sleeper)
+                started = await wait_for(record, "call")
+                assert (started["name"], started["arguments"]) == ("sleep", {"seconds": 600})
+                scope.cancel()
+            cancelled = await wait_for(record, "cancelled")
+            assert cancelled["requestId"] == started["id"]
 
 
 async def test_a_bad_call_names_the_field_and_sends_nothing(tmp_path: Path) -> None:
@@ -177,7 +217,7 @@ async def test_one_server_down_and_back(tmp_path: Path) -> None:
             down = await research(client)
             assert down.description is not None
             assert "- notes.add: unavailable (server notes is down: disabled)" in down.description
-            assert "Unavailable now: notes.add, notes.progress." in down.description
+            assert "Unavailable now: notes.add, notes.progress, notes.sample, notes.elicit." in down.description
             servers = {b["properties"]["server"]["const"] for b in down.input_schema["oneOf"]}
             assert servers == {"web", "notes"}
             echoed = await call(client, "web", "echo", {"text": "up"})
@@ -233,9 +273,10 @@ def test_mcp_info_shows_the_compound_tool_and_its_subtools_state(tmp_path: Path,
     assert main(["mcp", "info", "research", "--config", str(config), "--format", "json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert [(s["server"], s["tool"], s["available"]) for s in info["subtools"]] == [
-        ("web", "echo", True), ("web", "add", True), ("web", "nope", False), ("notes", "add", True),
-        ("notes", "progress", True)]
-    assert info["subtools"][2]["reason"] == "web does not list a tool named 'nope'"
+        ("web", "echo", True), ("web", "add", True), ("web", "sleep", True), ("web", "nope", False),
+        ("notes", "add", True),
+        ("notes", "progress", True), ("notes", "sample", True), ("notes", "elicit", True)]
+    assert info["subtools"][3]["reason"] == "web does not list a tool named 'nope'"
 
 
 async def test_a_reload_that_changes_only_the_tools_section_applies_it(tmp_path: Path) -> None:
