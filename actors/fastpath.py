@@ -36,7 +36,6 @@ from mcp_types import (
 from msgspec import UNSET, Raw
 
 from actors import wire
-from actors.core.catalog import ToolRoute
 from actors.eras import ENVELOPE_KEYS, adapt_raw_result, is_modern_version, strip_upstream_stamps
 from actors.errors import BridgeUnsupported, ProxyError, UpstreamDied, UpstreamError, error_data
 from actors.framing import FrameWriter, StreamBroken
@@ -45,6 +44,7 @@ from actors.link.stdio import StdioLink
 from actors.messages import Reply
 
 if TYPE_CHECKING:
+    from actors.core.catalog import ToolRoute
     from actors.front import Backend
 
 logger = logging.getLogger(__name__)
@@ -130,11 +130,11 @@ class FastPath:
                 arguments = wire.decode_dict(params["arguments"]) if "arguments" in params else {}
             except (wire.DecodeError, wire.ValidationError):
                 return False
-            sub = route.compound.prepare(arguments)
-            if isinstance(sub, dict):
+            direct = route.direct(arguments)
+            if isinstance(direct, dict):
                 return False
-            route = ToolRoute(route.exposed, sub.server, sub.tool, sub.retry_safe, route.wire)
-            params["arguments"] = Raw(wire.encode(sub.args))
+            route, args = direct
+            params["arguments"] = Raw(wire.encode(args))
         up = self.backend.upstreams.get(route.server)
         link = up.link if up is not None else None
         if up is None or not isinstance(link, StdioLink) or up.state.value != "ready" or link.close_reason:

@@ -103,6 +103,21 @@ class ToolRoute:
     """Set for a compound tool (`actors.core.compound`): a call is checked and routed to
     one of its subtools by ``compound.prepare``; ``server`` and ``original`` are unused."""
 
+    def direct(self, arguments: Mapping[str, Any]) -> tuple[ToolRoute, dict[str, Any]] | dict[str, Any]:
+        """The direct call a call of this tool is: (route to the upstream tool, its arguments).
+
+        For a compound tool that is its subtool's route and ``args``; a call failing the
+        compound tool's check gives the ``isError`` result to answer instead (nothing is
+        sent). Every caller of a tool by exposed name (front, fast path, ``use_tool``)
+        goes through here.
+        """
+        if self.compound is None:
+            return self, dict(arguments)
+        sub = self.compound.prepare(arguments)
+        if isinstance(sub, dict):
+            return sub
+        return ToolRoute(self.exposed, sub.server, sub.tool, sub.retry_safe, self.wire), sub.args
+
 
 @dataclass(frozen=True, slots=True)
 class PromptRoute:
