@@ -48,7 +48,8 @@ examples:
   mcpvisor config path --format json
   mcpvisor config validate --config ~/work/.mcp.json
 
-lookup order: --config, $MCPVISOR_CONFIG, $MCP_PROXY_CONFIG_PATH, ./mcpvisor.json, ./.mcp.json, the user config file
+lookup order: --config, $MCPVISOR_CONFIG, $MCP_PROXY_CONFIG_PATH, ./mcpvisor.json, ./.mcp.json,
+the user config file
 """
 
 
@@ -321,7 +322,8 @@ def lookup_order(args: argparse.Namespace) -> list[dict[str, Any]]:
         if (
             not chosen
             and place["given"]
-            and (place["exists"] or place["source"] in ("--config", f"${CONFIG_ENV_VAR}", f"${COORDINATOR_ENV_VAR}"))
+            and (place["exists"]
+                 or place["source"] in ("--config", f"${CONFIG_ENV_VAR}", f"${COORDINATOR_ENV_VAR}"))
         ):
             place["used"] = chosen = True
     return places
