@@ -142,6 +142,18 @@ class FastPath:
         route = self.backend.router.snapshot.tools.get(name)
         if route is None:
             return False
+        if route.compound is not None:
+            # A compound tool takes this path once checked: it becomes its subtool's direct
+            # call. A call that fails the check goes to the SDK, which answers the isError.
+            try:
+                arguments = wire.decode_dict(params["arguments"]) if "arguments" in params else {}
+            except (wire.DecodeError, wire.ValidationError):
+                return False
+            direct = route.direct(arguments)
+            if isinstance(direct, dict):
+                return False
+            route, args = direct
+            params["arguments"] = Raw(wire.encode(args))
         up = self.backend.upstreams.get(route.server)
         link = up.link if up is not None else None
         if up is None or not isinstance(link, StdioLink) or up.state.value != "ready" or link.close_reason:

@@ -455,14 +455,27 @@ class Front:
                 local = unknown_tool_result(name, snapshot)
             return strip_upstream_stamps(local, modern_front=is_modern(ctx))
         raw = dict(ctx.params or {})
-        raw["name"] = route.original
+        server, original, retry_safe = route.server, route.original, route.retry_safe
+        if route.compound is not None:
+            # A compound tool: checked here, then exactly the direct call of its subtool.
+            sub = route.compound.prepare(params.arguments or {})
+            if isinstance(sub, dict) and not self.backend.started:
+                # A subtool's server may not have listed yet: wait for start-up like a direct call.
+                await self.backend.wait_startup()
+                route = self.backend.router.snapshot.tools.get(name, route)
+                sub = route.compound.prepare(params.arguments or {}) if route.compound else sub
+            if isinstance(sub, dict):
+                return strip_upstream_stamps(sub, modern_front=is_modern(ctx))
+            server, original, retry_safe = sub.server, sub.tool, sub.retry_safe
+            raw["arguments"] = sub.args
+        raw["name"] = original
         started = trio.current_time()
         try:
-            result = await self._forward(route.server, "tools/call", raw, ctx, retry_safe=route.retry_safe)
+            result = await self._forward(server, "tools/call", raw, ctx, retry_safe=retry_safe)
         except MCPError as exc:
-            self.backend.note_call(route.server, route.original, started, exc)
+            self.backend.note_call(server, original, started, exc)
             raise
-        self.backend.note_call(route.server, route.original, started, None)
+        self.backend.note_call(server, original, started, None)
         return result
 
     # --- resources ---------------------------------------------------------------------

@@ -21,9 +21,12 @@ __all__ = [
     "DURATION_KEYS",
     "KNOB_KEYS",
     "AuthEntry",
+    "CompoundEntry",
     "ExposedToolEntry",
     "ServerEntry",
     "SettingsEntry",
+    "SubtoolEntry",
+    "SubtoolServerEntry",
     "ToolRefEntry",
     "ToolsetEntry",
     "close_match",
@@ -159,6 +162,26 @@ class ToolsetEntry(msgspec.Struct, forbid_unknown_fields=True):
     """A toolset in object form: `{"description": ..., "tools": [...]}`."""
 
     tools: list[Any]  # each member is checked on its own, so every bad one is reported
+    description: str | None = None
+
+
+class SubtoolEntry(msgspec.Struct, forbid_unknown_fields=True):
+    """One subtool of a compound tool: `{"name": "search", "description"?: "..."}`."""
+
+    name: str
+    description: str | None = None
+
+
+class SubtoolServerEntry(msgspec.Struct, forbid_unknown_fields=True):
+    """A compound tool's subtools of one server: `{"tools": [...]}`."""
+
+    tools: list[Any]  # each subtool is checked on its own, so every bad one is reported
+
+
+class CompoundEntry(msgspec.Struct, forbid_unknown_fields=True):
+    """A compound tool of the top-level `tools` section (MCP Coordinator's shape)."""
+
+    subtools: dict[str, Any]  # each server's entry is checked on its own (msgspec elides dict keys)
     description: str | None = None
 
 

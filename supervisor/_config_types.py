@@ -1,7 +1,7 @@
 """The resolved config records and the tables behind them (re-exported by `supervisor.config`).
 
 Owns the immutable records (`Config`, `ServerSpec`, `Settings`, `ToolsetDecl`, `ToolRef`,
-`ExposedTool`), `ConfigError`, the supervision knob table with its defaults and bounds
+`ExposedTool`; `CompoundDecl` comes from `actors.core.compound`), `ConfigError`, the supervision knob table with its defaults and bounds
 (DESIGN.md "Behaviour under failure"), and which fields each transport takes.
 """
 
@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from actors.core import policy
+from actors.core.compound import CompoundDecl
 from supervisor._config_schema import KNOB_KEYS, ServerEntry, field_names
 
 DEFAULT_HOST: Final = "127.0.0.1"
@@ -130,7 +131,7 @@ FOREIGN: Final = {
 }
 """Keys other clients write into server entries: tolerated with a warning."""
 SERVER_KEYS: Final = tuple(k for k in field_names(ServerEntry) if k not in FOREIGN)
-TOP_KEYS: Final = ("$schema", "mcpServers", "toolsets", "settings")
+TOP_KEYS: Final = ("$schema", "mcpServers", "toolsets", "settings", "tools")
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +288,8 @@ class Config:
     servers: Mapping[str, ServerSpec] = field(default_factory=_empty)
     toolsets: Mapping[str, ToolsetDecl] = field(default_factory=_empty)
     settings: Settings = field(default_factory=Settings)
+    compound_tools: Mapping[str, CompoundDecl] = field(default_factory=_empty)
+    """The top-level ``tools`` section: compound tools by name, in file order."""
     warnings: tuple[str, ...] = ()
     raw: Mapping[str, Any] = field(default_factory=_empty)
 

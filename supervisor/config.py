@@ -73,6 +73,9 @@ __all__ = [
 
 
 CONFIG_ENV_VAR: Final = "MCPVISOR_CONFIG"
+COORDINATOR_ENV_VAR: Final = "MCP_PROXY_CONFIG_PATH"
+"""MCP Coordinator's variable for its config file, honoured after `$MCPVISOR_CONFIG` so a
+coordinator user's environment keeps working (issue 17)."""
 CONFIG_FILE_NAMES: Final = ("mcpvisor.json", ".mcp.json")
 """Looked for in the current directory, in this order (DESIGN.md "Config file")."""
 
@@ -93,7 +96,8 @@ def find_config(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
 ) -> tuple[Path | None, str]:
-    """Find the config file: `--config`, `$MCPVISOR_CONFIG`, `./mcpvisor.json`, `./.mcp.json`, user dir.
+    """Find the config file: `--config`, `$MCPVISOR_CONFIG`, `$MCP_PROXY_CONFIG_PATH`,
+    `./mcpvisor.json`, `./.mcp.json`, user dir.
 
     Args:
         explicit: the `--config` value, if any.
@@ -102,7 +106,7 @@ def find_config(
             paths are then relative, as the user would write them).
 
     Returns:
-        The path and why it was chosen. An explicit path or `$MCPVISOR_CONFIG` is returned
+        The path and why it was chosen. An explicit path or either variable is returned
         even if it does not exist (the caller reports it); the other places are skipped
         when missing. `(None, "no config found; looked at: ...")` when nothing exists.
     """
@@ -110,8 +114,9 @@ def find_config(
     base = Path() if cwd is None else cwd
     if explicit is not None and os.fspath(explicit):
         return base / explicit, "from --config"
-    if env.get(CONFIG_ENV_VAR):
-        return base / env[CONFIG_ENV_VAR], f"from ${CONFIG_ENV_VAR}"
+    for var in (CONFIG_ENV_VAR, COORDINATOR_ENV_VAR):
+        if env.get(var):
+            return base / env[var], f"from ${var}"
     looked: list[str] = []
     for name in CONFIG_FILE_NAMES:
         candidate = base / name
@@ -122,7 +127,8 @@ def find_config(
     looked.append(str(user))
     if user.is_file():
         return user, "the user config file"
-    return None, "no config found; looked at: " + ", ".join(looked) + f" (and ${CONFIG_ENV_VAR} is not set)"
+    return None, ("no config found; looked at: " + ", ".join(looked)
+                  + f" (and neither ${CONFIG_ENV_VAR} nor ${COORDINATOR_ENV_VAR} is set)")
 
 
 def load_config(path: str | os.PathLike[str], *, env: Mapping[str, str] | None = None) -> Config:

@@ -233,12 +233,25 @@ class _Commit:
         filters = {spec.name: server_filter(spec) for spec in self._config.servers.values()}
         # Removed servers leave the order here: their tools are withdrawn in this same step.
         _redeclare(core, self._config)
-        core.reconfigure(plan.order, filters, self._config.settings.namespacing)
+        core.reconfigure(plan.order, filters, self._config.settings.namespacing,
+                         tuple(self._config.compound_tools.values()))
         leaving = [sup.upstreams[name] for name in plan.removed if name in sup.upstreams]
         table = {name: self._fresh.get(name) or sup.upstreams[name] for name in plan.order}
         sup.upstreams.clear()
         sup.upstreams.update(table)
         return leaving, diff(before, core.snapshot)
+
+
+class _Recompound:
+    """The `tools` section changed and no server did: new compound tools, one rebuild."""
+
+    def __init__(self, compounds: tuple[Any, ...]) -> None:
+        self.compounds = compounds
+        self.reply: Reply[None] = Reply()
+
+    def run(self, core: RegistryCore) -> tuple[None, Any]:
+        core.compounds = self.compounds
+        return None, core.rebuild()
 
 
 def _redeclare(core: RegistryCore, config: Config) -> None:
@@ -329,6 +342,8 @@ async def apply_config(sup: Supervisor, config: Config) -> dict[str, Any]:
         logging.getLogger().setLevel(settings.log_level.upper())
     applied = dataclasses.replace(config, settings=settings)
     if not plan.touches_servers and not plan.namespacing_changed:
+        if dict(config.compound_tools) != dict(sup.config.compound_tools):
+            await sup.router.ask(_Recompound(tuple(config.compound_tools.values())))
         sup.config, sup.settings = applied, settings
         logger.info("config reloaded: no server changed")
         return {"ok": True, "errors": [], **plan.summary()}

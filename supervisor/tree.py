@@ -130,6 +130,7 @@ class Supervisor:
             namespacing=self.settings.namespacing,
             filters={s.name: server_filter(s) for s in config.servers.values()},
             exposure=self.toolsets,
+            compounds=tuple(config.compound_tools.values()),
         )
         self.router = Router(self.core, self._announce)
         self.menu = Menu(self)
@@ -187,16 +188,25 @@ class Supervisor:
             if name in snapshot.local_tools:
                 return await self.call_local_tool(name, dict(arguments or {}), None)
             return unknown_tool_result(name, snapshot)
+        server, original, retry_safe, args = route.server, route.original, route.retry_safe, dict(arguments or {})
+        if route.compound is not None:
+            sub = route.compound.prepare(args)
+            if isinstance(sub, dict) and not self.started:
+                await self.wait_startup()  # a subtool's server may not have listed yet
+                route = self.router.snapshot.tools.get(name, route)
+                sub = route.compound.prepare(args) if route.compound else sub
+            if isinstance(sub, dict):
+                return sub
+            server, original, retry_safe, args = sub.server, sub.tool, sub.retry_safe, sub.args
         started = trio.current_time()
         try:
-            result = await self.upstreams[route.server].request(
-                "tools/call", {"name": route.original, "arguments": dict(arguments or {})},
-                retry_safe=route.retry_safe,
+            result = await self.upstreams[server].request(
+                "tools/call", {"name": original, "arguments": args}, retry_safe=retry_safe,
             )
         except ProxyError as exc:
-            self.note_call(route.server, route.original, started, exc)
+            self.note_call(server, original, started, exc)
             raise
-        self.note_call(route.server, route.original, started, None)
+        self.note_call(server, original, started, None)
         return strip_upstream_stamps(result)
 
     def events(self) -> AsyncIterator[Event]:

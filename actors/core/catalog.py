@@ -19,7 +19,10 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from actors.core.compound import CompoundTool
 
 MAX_NAME: Final = 64
 """Longest exposed name. MCP allows 128, but Claude Code and the OpenAI/Anthropic tool APIs
@@ -96,6 +99,24 @@ class ToolRoute:
     on a fresh process if the upstream died under it (DESIGN.md "Behaviour under failure")."""
     wire: Mapping[str, Any]
     """The tool as listed to clients (exposed name, description with any user notes)."""
+    compound: CompoundTool | None = None
+    """Set for a compound tool (`actors.core.compound`): a call is checked and routed to
+    one of its subtools by ``compound.prepare``; ``server`` and ``original`` are unused."""
+
+    def direct(self, arguments: Mapping[str, Any]) -> tuple[ToolRoute, dict[str, Any]] | dict[str, Any]:
+        """The direct call a call of this tool is: (route to the upstream tool, its arguments).
+
+        For a compound tool that is its subtool's route and ``args``; a call failing the
+        compound tool's check gives the ``isError`` result to answer instead (nothing is
+        sent). Every caller of a tool by exposed name (front, fast path, ``use_tool``)
+        goes through here.
+        """
+        if self.compound is None:
+            return self, dict(arguments)
+        sub = self.compound.prepare(arguments)
+        if isinstance(sub, dict):
+            return sub
+        return ToolRoute(self.exposed, sub.server, sub.tool, sub.retry_safe, self.wire), sub.args
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +138,14 @@ class Candidate:
     alias: str | None = None
     """A toolset ``alias``: the exposed name outright, no prefix."""
     notes: tuple[str, ...] = ()
+    compound: CompoundTool | None = None
+    """A compound tool of the config's ``tools`` section: exposed under its own name
+    (``original``), whatever the namespacing; ``server`` is ``""``."""
+
+    @property
+    def key(self) -> str:
+        """The name toolsets use: ``server.tool``, or a compound tool's own name."""
+        return self.original if self.compound is not None else namespaced(self.server, self.original)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +224,8 @@ def assign_names(
     owners: dict[str, set[str]] = {}
     if namespacing != "prefix":
         for c in candidates:
-            if c.alias is None:
+            # A compound tool keeps its name; under "auto" a server tool of that name gets prefixed.
+            if c.alias is None and (c.compound is None or namespacing == "auto"):
                 owners.setdefault(plain(c), set()).add(c.server)
         if namespacing == "none":
             for name, servers in owners.items():
@@ -204,9 +234,11 @@ def assign_names(
                                     f"all expose a {kind} named {name!r}")
     named: list[_Named] = []
     for c in candidates:
-        key = namespaced(c.server, c.original)
+        key = c.key
         if c.alias is not None:
             name = bare(c.alias)
+        elif c.compound is not None:
+            name = bare(c.original)
         elif namespacing == "prefix" or (namespacing == "auto" and len(owners[plain(c)]) > 1):
             name = prefixed(c)
         else:
@@ -235,6 +267,15 @@ def exposed_tool(tool: Mapping[str, Any], name: str, notes: Iterable[str] = ()) 
         desc = out.get("description") or ""
         out["description"] = (desc + "\n\n" if desc else "") + "\n".join(f"Note: {n}" for n in notes)
     return out
+
+
+def from_server(item: Mapping[str, Any], server: str) -> Mapping[str, Any]:
+    """A listed resource, template or prompt whose description names its server
+    (``[server] ...``, as MCP Coordinator shows it); the URI and name are untouched."""
+    desc = item.get("description")
+    tag = f"[{server}]"
+    text = f"{tag} {desc}" if isinstance(desc, str) and desc else tag
+    return {**item, "description": text}
 
 
 @dataclass(slots=True)
@@ -269,7 +310,7 @@ class SnapshotBuilder:
             c = n.item
             read_only, idempotent = tool_hints(c.tool)
             wire = exposed_tool(c.tool, n.name, c.notes)
-            routes[n.name] = ToolRoute(n.name, c.server, c.original, read_only or idempotent, wire)
+            routes[n.name] = ToolRoute(n.name, c.server, c.original, read_only or idempotent, wire, c.compound)
             tools_list.append(wire)
 
         prompt_named: list[_Named] = []
@@ -287,7 +328,7 @@ class SnapshotBuilder:
         for n in prompt_named:
             c = n.item
             prompts[n.name] = PromptRoute(n.name, c.server, c.original)
-            prompts_list.append({**c.tool, "name": n.name})
+            prompts_list.append(from_server({**c.tool, "name": n.name}, c.server))
         resources: dict[str, str] = {}
         resources_list: list[Mapping[str, Any]] = []
         templates: list[tuple[str, str]] = []
@@ -305,7 +346,7 @@ class SnapshotBuilder:
                         problems.append(f"resource {uri} is listed by {owner} and {server}; {owner} serves it")
                         continue
                     resources[uri] = server
-                    resources_list.append(r)
+                    resources_list.append(from_server(r, server))
                 for t in ul.templates:
                     uri_template = str(t.get("uriTemplate", ""))
                     prefix = uri_template.split("{", 1)[0]
@@ -314,7 +355,7 @@ class SnapshotBuilder:
                         problems.append(f"template {uri_template} of {server} overlaps {owner}'s; {owner} serves it")
                         continue
                     templates.append((prefix, server))
-                    templates_list.append(t)
+                    templates_list.append(from_server(t, server))
                     template_owners[uri_template] = server
         templates.sort(key=lambda pair: len(pair[0]), reverse=True)
         self.problems = problems

@@ -9,12 +9,14 @@ around it, with the mailbox, is `actors.router.Router`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from actors.core.catalog import Candidate, Snapshot, SnapshotBuilder, UpstreamLists
+from actors.core.compound import COMPOUND_SERVER, CompoundDecl, CompoundTool, resolve_compound
 from actors.core.registration import UpstreamDown, UpstreamListed, UpstreamState, UpstreamUp
 
 logger = logging.getLogger(__name__)
@@ -93,9 +95,12 @@ class RegistryCore:
         namespacing: str = "prefix",
         filters: Mapping[str, ServerFilter] | None = None,
         exposure: Exposure | None = None,
+        compounds: Sequence[CompoundDecl] = (),
     ) -> None:
         self.order = list(order)
         self.filters = dict(filters or {})
+        self.compounds: tuple[CompoundDecl, ...] = tuple(compounds)
+        """The config's compound tools (top-level ``tools``), catalog entries like any tool."""
         self.lists: dict[str, UpstreamLists] = {}
         self.states: dict[str, tuple[str, str | None]] = {}
         self.exposure: Exposure = exposure or ExposeAll()
@@ -114,10 +119,24 @@ class RegistryCore:
         return [s for s in self.order if s in self.lists]
 
     def all_candidates(self) -> list[Candidate]:
+        """Every tool clients could be given: each server's (config filters applied), then
+        the compound tools (which may use hidden tools as subtools)."""
         out: list[Candidate] = []
         for server in self.available():
             out.extend(self.filters.get(server, ServerFilter()).select(server, self.lists[server].tools))
+        for ct in self.compound_tools():
+            out.append(Candidate(COMPOUND_SERVER, ct.name, ct.wire(), compound=ct))
         return out
+
+    def compound_tools(self) -> list[CompoundTool]:
+        """The compound tools resolved against the catalog now, in config order."""
+        def state_of(server: str) -> tuple[str, str | None] | None:
+            if server not in self.order:
+                return None
+            return self.states.get(server, ("starting", None))
+
+        return [resolve_compound(d, find_tool=self.find_tool, listed=self.lists.__contains__, state_of=state_of)
+                for d in self.compounds]
 
     def find_tool(self, server: str, original: str) -> Mapping[str, Any] | None:
         ul = self.lists.get(server)
@@ -134,6 +153,9 @@ class RegistryCore:
         old = self.snapshot
         self.snapshot = self._builder.build(self.order, {s: self.lists[s] for s in self.available()},
                                             candidates, local)
+        if self.compounds:  # a declared subtool a running server lacks: a warning, not a refusal
+            extra = tuple(p for ct in self.compound_tools() for p in ct.problems())
+            self.snapshot = dataclasses.replace(self.snapshot, problems=self.snapshot.problems + extra)
         for problem in self.snapshot.problems:
             if problem not in old.problems:
                 logger.warning("%s", problem)
@@ -160,10 +182,14 @@ class RegistryCore:
                 raise TypeError(f"router core cannot apply {type(message).__name__}")
         return self.rebuild()
 
-    def reconfigure(self, order: Sequence[str], filters: Mapping[str, ServerFilter], namespacing: str) -> Changes:
-        """Apply a new config (hot reload): server order, filters, naming."""
+    def reconfigure(self, order: Sequence[str], filters: Mapping[str, ServerFilter], namespacing: str,
+                    compounds: Sequence[CompoundDecl] | None = None) -> Changes:
+        """Apply a new config (hot reload): server order, filters, naming, compound tools
+        (None keeps the current ones)."""
         self.order = list(order)
         self.filters = dict(filters)
+        if compounds is not None:
+            self.compounds = tuple(compounds)
         for server in list(self.lists):
             if server not in self.order:
                 del self.lists[server]

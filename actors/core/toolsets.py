@@ -232,11 +232,12 @@ class Catalog:
         self.by_name: dict[str, CatalogTool] = {}
         for c in candidates:
             name = c.rename or c.original
-            ct = CatalogTool(f"{c.server}.{name}", c.server, name, c)
+            ct = CatalogTool(c.key if c.compound is not None else f"{c.server}.{name}", c.server, name, c)
             self.tools.append(ct)
             self.by_name.setdefault(ct.namespaced, ct)
         for ct in self.tools:  # a renamed tool is also found by its upstream name
-            self.by_name.setdefault(f"{ct.server}.{ct.candidate.original}", ct)
+            if ct.candidate.compound is None:
+                self.by_name.setdefault(f"{ct.server}.{ct.candidate.original}", ct)
         self._by_ref: dict[str, CatalogTool] | None = None
 
     @classmethod
@@ -514,5 +515,6 @@ def full_list(core: RegistryCore, definitions: Mapping[str, Mapping[str, Any]]) 
     """Roughly what ``exposure: all`` would list: every catalog tool plus the management tools."""
     tools: list[Mapping[str, Any]] = [definitions[n] for n in CONFIG_TOOLS if n in definitions]
     for c in core.all_candidates():
-        tools.append(exposed_tool(c.tool, f"{c.server}_{c.rename or c.original}", c.notes))
+        name = c.original if c.compound is not None else f"{c.server}_{c.rename or c.original}"
+        tools.append(exposed_tool(c.tool, name, c.notes))
     return tools

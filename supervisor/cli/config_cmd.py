@@ -48,7 +48,8 @@ examples:
   mcpvisor config path --format json
   mcpvisor config validate --config ~/work/.mcp.json
 
-lookup order: --config, $MCPVISOR_CONFIG, ./mcpvisor.json, ./.mcp.json, the user config file
+lookup order: --config, $MCPVISOR_CONFIG, $MCP_PROXY_CONFIG_PATH, ./mcpvisor.json, ./.mcp.json,
+the user config file
 """
 
 
@@ -103,7 +104,8 @@ def config_option() -> argparse.ArgumentParser:
         "--config",
         metavar="PATH",
         default=argparse.SUPPRESS,
-        help="config file (default: the lookup order: $MCPVISOR_CONFIG, ./mcpvisor.json, "
+        help="config file (default: the lookup order: $MCPVISOR_CONFIG, $MCP_PROXY_CONFIG_PATH, "
+        "./mcpvisor.json, "
         "./.mcp.json, the user config file)",
     )
     return parent
@@ -304,14 +306,13 @@ def register(sub: Any) -> None:
 
 def lookup_order(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Each place the lookup considers, whether it exists, and which one is used."""
-    from supervisor.config import CONFIG_ENV_VAR, CONFIG_FILE_NAMES, user_config_path
+    from supervisor.config import CONFIG_ENV_VAR, CONFIG_FILE_NAMES, COORDINATOR_ENV_VAR, user_config_path
 
     explicit = explicit_config(args)
-    env_value = os.environ.get(CONFIG_ENV_VAR) or None
-    places: list[dict[str, Any]] = [
-        {"source": "--config", "path": explicit, "given": explicit is not None},
-        {"source": f"${CONFIG_ENV_VAR}", "path": env_value, "given": env_value is not None},
-    ]
+    places: list[dict[str, Any]] = [{"source": "--config", "path": explicit, "given": explicit is not None}]
+    for var in (CONFIG_ENV_VAR, COORDINATOR_ENV_VAR):
+        env_value = os.environ.get(var) or None
+        places.append({"source": f"${var}", "path": env_value, "given": env_value is not None})
     places += [{"source": f"./{name}", "path": f"./{name}", "given": True} for name in CONFIG_FILE_NAMES]
     places.append({"source": "user config file", "path": str(user_config_path()), "given": True})
     chosen = False
@@ -321,7 +322,8 @@ def lookup_order(args: argparse.Namespace) -> list[dict[str, Any]]:
         if (
             not chosen
             and place["given"]
-            and (place["exists"] or place["source"] in ("--config", f"${CONFIG_ENV_VAR}"))
+            and (place["exists"]
+                 or place["source"] in ("--config", f"${CONFIG_ENV_VAR}", f"${COORDINATOR_ENV_VAR}"))
         ):
             place["used"] = chosen = True
     return places

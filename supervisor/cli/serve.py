@@ -23,7 +23,7 @@ examples:
   mcpvisor serve --transport http --host 0.0.0.0 --token-file ~/.mcpvisor-token \
       --certfile cert.pem --keyfile key.pem      # beyond this machine: a token (and TLS)
 
-config lookup order: --config, $MCPVISOR_CONFIG, ./mcpvisor.json, ./.mcp.json, the user config dir
+config lookup order: --config, $MCPVISOR_CONFIG, $MCP_PROXY_CONFIG_PATH, ./mcpvisor.json, ./.mcp.json, the user config dir
 """
 
 

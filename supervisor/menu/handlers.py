@@ -25,8 +25,8 @@ from actors.core.toolsets import (
     ToolsetError,
 )
 from supervisor.menu.checks import check_args, failed, ok, string_arg
-from supervisor.menu.operations import MenuBackend, MenuOperations
-from supervisor.menu.render import render_active, render_mode, status_dict
+from supervisor.menu.operations import MenuBackend, MenuOperations, compound_report
+from supervisor.menu.render import render_active, render_compounds, render_mode, status_dict
 
 
 class Menu(MenuOperations):
@@ -73,6 +73,7 @@ class Menu(MenuOperations):
             for t in s["tools"]:
                 lines.append(f"- {t['namespacedName']}  [refId {t['refId']}]"
                              + (f"  {t['description']}" if t["description"] else ""))
+        lines += render_compounds(data["compoundTools"])
         return ok("\n".join(lines), data)
 
     async def _build(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -165,7 +166,11 @@ class Menu(MenuOperations):
             if s.get("lastError") and s.get("lastError") != s.get("reason"):
                 extra.append(f"last error: {s['lastError']}")
             lines.append(f"- {s['name']}: {s['state']} ({', '.join(extra)})")
-        return ok("\n".join(lines), {"servers": servers})
+        compounds = [compound_report(ct) for ct in self.core.compound_tools()]
+        lines += render_compounds(compounds)
+        problems = [p for p in self.core.snapshot.problems if p.startswith("compound tool ")]
+        lines += [f"Warning: {p}" for p in problems]
+        return ok("\n".join(lines), {"servers": servers, "compoundTools": compounds, "warnings": problems})
 
     async def _exit_config(self, args: dict[str, Any]) -> dict[str, Any]:
         check_args(args, ())

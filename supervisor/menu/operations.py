@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import trio
 
 from actors.core.catalog import assign_names
+from actors.core.compound import CompoundTool
 from actors.core.model import Note, SavedState, ToolEntry, Toolset
 from actors.core.toolsets import (
     EXPOSED,
@@ -305,6 +306,9 @@ class MenuOperations:
                                    "(see list-available-tools)")
             return ToolEntry(namespaced_name=hit.namespaced, ref_id=hit.ref_id, alias=alias, pinned=pin_of(hit.tool))
         hit = cat.by_name.get(nn)
+        if hit is not None and hit.candidate.compound is not None:
+            # A compound tool's description follows its subtools' state: nothing to pin.
+            return ToolEntry(namespaced_name=hit.namespaced, ref_id=None, alias=alias, pinned=None)
         if hit is not None:
             return ToolEntry(namespaced_name=hit.namespaced, ref_id=hit.ref_id, alias=alias, pinned=pin_of(hit.tool))
         core = self.core
@@ -494,4 +498,15 @@ class MenuOperations:
                      for ct in cat.tools if ct.server == name]
             servers.append({"name": name, "state": state, "reason": reason, "toolCount": len(tools),
                             "tools": tools})
-        return {"servers": servers, "toolCount": sum(s["toolCount"] for s in servers)}
+        compounds = [compound_report(ct) for ct in core.compound_tools()
+                     if server is None or any(s.decl.server == server for s in ct.subtools)]
+        return {"servers": servers, "toolCount": sum(s["toolCount"] for s in servers),
+                "compoundTools": compounds}
+
+
+def compound_report(ct: CompoundTool) -> dict[str, Any]:
+    """A compound tool and its subtools' state, for list-available-tools and get-server-status."""
+    return {"namespacedName": ct.name, "name": ct.name, "description": one_line(ct.decl.description),
+            "subtools": [{"server": s.decl.server, "tool": s.decl.tool, "available": s.available,
+                          "reason": s.reason} for s in ct.subtools],
+            "unavailable": [s.decl.key for s in ct.unavailable()]}

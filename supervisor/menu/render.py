@@ -70,3 +70,16 @@ def render_active(data: Mapping[str, Any]) -> str:
     for p in data["problems"]:
         lines.append(f"Note: {p}")
     return "\n".join(lines)
+
+
+def render_compounds(compounds: list[dict[str, Any]]) -> list[str]:
+    """Lines for the compound tools of list-available-tools and get-server-status."""
+    if not compounds:
+        return []
+    lines = [f"\n## compound tools ({len(compounds)})"]
+    for c in compounds:
+        lines.append(f"- {c['name']}" + (f"  {c['description']}" if c["description"] else ""))
+        for s in c["subtools"]:
+            state = "available" if s["available"] else f"unavailable: {s['reason']}"
+            lines.append(f"    - {s['server']}.{s['tool']}: {state}")
+    return lines

@@ -32,8 +32,9 @@ def test_path_follows_the_lookup_order(cli: Cli) -> None:  # noqa: F811
     assert env.code == 1
     assert data["why"] == "from $MCPVISOR_CONFIG"
     assert data["exists"] is False
-    assert [p["source"] for p in data["lookup"]][:2] == ["--config", "$MCPVISOR_CONFIG"]
-    assert [p["used"] for p in data["lookup"]] == [False, True, False, False, False]
+    sources = [p["source"] for p in data["lookup"]]
+    assert sources[:3] == ["--config", "$MCPVISOR_CONFIG", "$MCP_PROXY_CONFIG_PATH"]
+    assert [p["used"] for p in data["lookup"]] == [False, True, False, False, False, False]
 
     explicit = cli("config", "--config", ".mcp.json", "path", "--format", "json").json()
     assert explicit["why"] == "from --config"

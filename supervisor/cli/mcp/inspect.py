@@ -248,6 +248,8 @@ def run_test(args: argparse.Namespace) -> int:
 def run_info(args: argparse.Namespace) -> int:
     target = require(args)
     config, missing = load_lenient(target)
+    if args.name not in config.servers and args.name in config.compound_tools:
+        return _compound_info(args, config, target)
     spec = _spec(config, args.name, target)
     entry = out.mask_entry(dict(spec.raw))
     probe = spec.enabled and not args.no_probe and spec.name not in missing
@@ -301,4 +303,57 @@ def run_info(args: argparse.Namespace) -> int:
     out.say(f"tools ({len(result.tools)}):")
     rows = [[str(t.get("name", "")), _one_line(t.get("description"), 100)] for t in result.tools]
     out.table(["Tool", "Description"], rows)
+    listed = {str(t.get("name")) for t in result.tools}
+    for decl in config.compound_tools.values():
+        subs = [d for d in decl.subtools if d.server == spec.name]
+        if subs:
+            states = ", ".join(f"{d.tool} ({'listed' if d.tool in listed else 'NOT listed'})" for d in subs)
+            out.say(f"subtools of compound tool {decl.name}: {states}")
+    return EXIT_OK
+
+
+def _compound_info(args: argparse.Namespace, config: Config, target: Target) -> int:
+    """``mcp info NAME`` for a compound tool: its subtools, each checked on its server."""
+    from actors.core.compound import resolve_compound
+
+    decl = config.compound_tools[args.name]
+    names = list(dict.fromkeys(d.server for d in decl.subtools))
+    specs = [config.servers[n] for n in names if n in config.servers and config.servers[n].enabled]
+    what = f"Listing the tools of {decl.name}'s servers"
+    results = {} if args.no_probe else _probe(specs, args.timeout, what)
+
+    def find_tool(server: str, tool: str) -> Any:
+        result = results.get(server)
+        if result is None or not result.ok:
+            return None
+        return next((t for t in result.tools if t.get("name") == tool), None)
+
+    def state_of(server: str) -> tuple[str, str | None] | None:
+        if server not in [s.name for s in specs]:
+            return None
+        result = results.get(server)
+        if result is None:
+            return "not checked", "--no-probe"
+        if result.ok:
+            return "ready", None
+        return "unreachable", result.failure.message if result.failure else None
+
+    def listed(server: str) -> bool:
+        result = results.get(server)
+        return result is not None and result.ok
+
+    compound = resolve_compound(decl, find_tool=find_tool, listed=listed, state_of=state_of)
+    subtools: list[dict[str, Any]] = [
+        {"server": s.decl.server, "tool": s.decl.tool, "description": s.decl.description,
+         "available": s.available, "reason": s.reason} for s in compound.subtools]
+    if args.format == "json":
+        out.print_json({"name": decl.name, "kind": "compound tool", "file": str(target.path),
+                        "description": decl.description, "subtools": subtools})
+        return EXIT_OK
+    out.say(f"{decl.name}  (compound tool, {len(subtools)} subtools) in {target.path}", style="bold")
+    if decl.description:
+        out.say(f"  {decl.description}")
+    rows = [[f"{s['server']}.{s['tool']}", "available" if s["available"] else f"unavailable: {s['reason']}",
+             _one_line(s["description"], 60)] for s in subtools]
+    out.table(["Subtool", "State", "Description"], rows)
     return EXIT_OK
