@@ -86,6 +86,7 @@ RESTART_SETTINGS: Final = {
     "allowed_origins": "allowedOrigins",
     "max_sessions": "maxSessions",
     "session_idle_timeout": "sessionIdleTimeout",
+    "discovery_budget": "discoveryBudget",
 }
 """Settings whose change needs a proxy restart (attribute -> key in the file): the
 fronts and the exposure were built with them."""
