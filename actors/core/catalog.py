@@ -19,7 +19,10 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from actors.core.discovery import DiscoveryIndex
 
 MAX_NAME: Final = 64
 """Longest exposed name. MCP allows 128, but Claude Code and the OpenAI/Anthropic tool APIs
@@ -138,6 +141,8 @@ class Snapshot:
     templates_list: tuple[Mapping[str, Any], ...] = ()
     problems: tuple[str, ...] = ()
     """Collisions and conflicts found while building, for status and logs."""
+    discovery: DiscoveryIndex | None = None
+    """With ``exposure: discovery``: what discover_tool and use_tool offer (`actors.core.discovery`)."""
 
     def route_resource(self, uri: str) -> str | None:
         server = self.resources.get(uri)

@@ -134,6 +134,9 @@ class RegistryCore:
         old = self.snapshot
         self.snapshot = self._builder.build(self.order, {s: self.lists[s] for s in self.available()},
                                             candidates, local)
+        finish = getattr(self.exposure, "finish", None)
+        if finish is not None:  # discovery reshapes what is listed (actors.core.discovery)
+            self.snapshot = finish(self.snapshot, self)
         for problem in self.snapshot.problems:
             if problem not in old.problems:
                 logger.warning("%s", problem)
