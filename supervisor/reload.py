@@ -253,6 +253,11 @@ def _redeclare(core: RegistryCore, config: Config) -> None:
         from supervisor.config import declared_toolset
 
         exposure.declared = {name: declared_toolset(decl) for name, decl in config.toolsets.items()}
+    book = getattr(exposure, "lazy", None)
+    if book is not None:  # lazy servers (issue 16): keep what is known of those still lazy
+        book.reconfigure({s.name: s.description for s in config.enabled_servers() if s.lazy})
+        descriptions = {s.name: s.description for s in config.servers.values() if s.description}
+        exposure.server_descriptions = descriptions  # type: ignore[attr-defined]
 
 
 async def reload_supervisor(sup: Supervisor, config: Config | None = None) -> dict[str, Any]:

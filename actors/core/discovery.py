@@ -53,6 +53,11 @@ SEARCH_RESULTS: Final = 8
 CLOSE_MATCHES: Final = 5
 """Suggestions for an unknown tool name (as `actors.core.toolsets.CLOSE_MATCHES`)."""
 
+LAZY_BLOCK_BYTES: Final = 1200
+"""Most bytes the ``<mcp_servers>`` block lists servers in; the rest are counted and found
+by ``discover_tool {query}``. The issue's target is a start-up ``tools/list`` under 3 KB
+whatever the number of servers: the three definitions and the head take ~1.6 KB."""
+
 LINE_CHARS: Final = 100
 """A tool's one-line description in the catalog is clipped to this many characters."""
 
@@ -208,6 +213,12 @@ class DiscoveryIndex:
                 for s, _, r in scored[:limit]]
 
 
+def match_servers(query: str, servers: Sequence[LazyServer]) -> list[LazyServer]:
+    """The servers of ``servers`` whose name or description contains a word of ``query``."""
+    words = _WORD.findall(query.lower())
+    return [s for s in servers if any(w in f"{s.name} {s.description or ''}".lower() for w in words)]
+
+
 def lazy_owner(name: str, servers: Sequence[LazyServer]) -> LazyServer | None:
     """The server of ``servers`` whose tools would be named like ``name`` (``big_search``
     or ``big.search`` -> ``big``; the longest server name wins), so a first use can load it."""
@@ -291,9 +302,9 @@ def _servers_block(lazy: Sequence[LazyServer], budget: int) -> list[str]:
     used = 0
     for i, s in enumerate(lazy):
         line = f"- {s.name}: {one_line(s.description) or '(no description)'}"
-        used += len(line) + 1
-        if used > budget and i:
-            lines.append(f"- ... and {len(lazy) - i} more: {', '.join(x.name for x in lazy[i:])}")
+        used += len(line.encode()) + 1
+        if used > budget:
+            lines.append(f'- ... and {len(lazy) - i} more servers; find them with discover_tool {{"query": ...}}')
             break
         lines.append(line)
     lines.append("</mcp_servers>")
@@ -311,7 +322,7 @@ def catalog_text(index: DiscoveryIndex, order: Sequence[str], budget: int) -> st
     for r in index.routes:
         groups.setdefault(r.server, []).append(r)
     servers = [s for s in order if s in groups] + [s for s in groups if s not in order]
-    tail = _servers_block(index.lazy, budget // 2)
+    tail = _servers_block(index.lazy, min(LAZY_BLOCK_BYTES, budget // 2))
     if index.management:
         tail += ["", "Management tools (call them with use_tool too): " + ", ".join(index.management)]
     full = [_HEAD]

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from actors import wire
-from actors.core.discovery import DISCOVER_TOOL, LOAD_MCP, describe_tool
+from actors.core.discovery import DISCOVER_TOOL, LOAD_MCP, describe_tool, match_servers, one_line
 from actors.lazy import LoadFailed
 from supervisor.menu.checks import ok
 
@@ -39,15 +39,17 @@ def discover(snapshot: Snapshot, arguments: Mapping[str, Any]) -> dict[str, Any]
                       '{"query": "a few words"}.', error="invalid_arguments")
     if query is not None:
         matches = index.search(str(query))
+        servers = match_servers(str(query), index.lazy)
         data = {"query": query, "matches": [{"name": m.name, "server": m.server, "description": m.description,
-                                             "score": m.score} for m in matches]}
-        if not matches:
-            lazy = [s.name for s in index.lazy]
-            hint = (f" Servers not loaded yet may have it: {', '.join(lazy)} (load_mcp)." if lazy else "")
-            return ok(f"No tool matches {query!r}.{hint}", {**data, "notLoaded": lazy})
-        lines = [f"{len(matches)} best matches for {query!r} (describe one with {{\"tool_name\": NAME}}):"]
+                                             "score": m.score} for m in matches],
+                "notLoaded": [{"name": s.name, "description": s.description} for s in servers]}
+        lines = [f"{len(matches)} best matches for {query!r} (describe one with {{\"tool_name\": NAME}}):"
+                 if matches else f"No loaded tool matches {query!r}."]
         lines += [f"- {m.name} ({m.server})" + (f": {m.description}" if m.description else "")
                   for m in matches]
+        if servers:
+            lines.append('Servers not loaded yet that match (load one with load_mcp {"mcp_name": NAME}):')
+            lines += [f"- {s.name}: {one_line(s.description)}" for s in servers]
         return ok("\n".join(lines), data)
     name = index.exposed_name(str(tool_name), snapshot)
     if name is None:

@@ -187,3 +187,43 @@ async def test_use_tool_with_bad_arguments_sends_nothing(autojump_clock: trio.te
                                  "params": {"name": "s_echo", "arguments": {"text": "ok"}}})
             request = await p.server.receive()
             assert request["params"]["arguments"] == {"text": "ok"}
+
+
+def test_many_lazy_servers_keep_the_start_up_list_small_and_are_found_by_query() -> None:
+    """Whatever the number of lazy servers, tools/list at start stays under 3 KB; those
+    the block cannot name are counted, and a query finds them."""
+    from actors.core.discovery import size_of
+    from supervisor.menu.discovery import discover
+
+    lazy = {f"srv{i:03d}": f"Toolbox number {i} for topic{i}" for i in range(200)}
+    exposure = ToolsetExposure("discovery", lazy=LazyBook.of(lazy))
+    core = RegistryCore(list(lazy), exposure=exposure)
+    snap = core.snapshot
+    assert size_of(snap.tools_list) < 3 * 1024
+    assert "more servers; find them with discover_tool" in snap.tools_list[0]["description"]
+    found = discover(snap, {"query": "topic150"})
+    assert [s["name"] for s in found["structuredContent"]["notLoaded"]] == ["srv150"]
+
+
+@pytest.mark.parametrize("arguments", [
+    {"q": "x"}, {"q": 1}, {}, {"q": "x", "n": 2}, {"q": "x", "n": 2.0}, {"q": "x", "n": True}, {"q": "x", "n": 1.5},
+    {"q": "x", "flag": False}, {"q": "x", "flag": 0}, {"q": "x", "items": []}, {"q": "x", "items": {}},
+    {"q": "x", "any": None}, {"q": "x", "extra": 1}, {"q": None},
+    {"q": "x", "n": 0}, {"q": "x", "n": 101}, {"q": "x", "n": 100}, {"q": "", "n": 1}, {"q": "x" * 11},
+    {"q": "x", "color": "red"}, {"q": "x", "color": "mauve"}, {"q": "x", "color": 1}, {"q": "x", "when": "nonsense"},
+    {"q": "x", "ratio": 0.0}, {"q": "x", "ratio": 1.0}, {"q": "x", "ratio": 0.5}, {"q": "x", "ratio": "0.5"},
+])
+@pytest.mark.parametrize("closed", [False, True])
+def test_the_quick_check_agrees_with_jsonschema(arguments: dict[str, Any], closed: bool) -> None:
+    """use_tool's quick check of flat schemas never accepts what jsonschema refuses, nor the reverse."""
+    import jsonschema
+
+    schema = {"type": "object", "required": ["q"], "additionalProperties": not closed,
+              "properties": {"q": {"type": "string", "minLength": 1, "maxLength": 10},
+                             "n": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
+                             "flag": {"type": "boolean"}, "items": {"type": "array"},
+                             "any": {"description": "anything"}, "color": {"enum": ["red", "green"]},
+                             "when": {"type": "string", "format": "date-time"},
+                             "ratio": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}}}
+    expected = jsonschema.Draft202012Validator(schema).is_valid(arguments)
+    assert (check_arguments({"inputSchema": schema}, arguments) is None) is expected
