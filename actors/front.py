@@ -430,7 +430,7 @@ class Front:
         loader = self._loader()
         if loader is None:
             return None
-        owner = lazy_owner(name, loader.not_loaded())
+        owner = lazy_owner(name, loader.unloaded())
         if owner is None:
             return None
         try:

@@ -143,7 +143,8 @@ async def run_discovery(params: Params, workdir: Path, size: Result) -> None:
                 if column not in size.columns:
                     size.columns.append(column)
             size.notes.append(f"discovery: load_ms = load_mcp sent -> the loaded server's first use_tool "
-                              f"answered (median of {len(load_ms)} servers); use_tool vs a direct tools/call of "
+                              f"answered (median of {len(load_ms)} servers); use_tool vs a direct tools/call "
+                              "of "
                               f"the same tool in the same session, {pairs} pairs, one of each in turn "
                               "(medians)")
     except Exception as exc:

@@ -304,7 +304,8 @@ def _servers_block(lazy: Sequence[LazyServer], budget: int) -> list[str]:
         line = f"- {s.name}: {one_line(s.description) or '(no description)'}"
         used += len(line.encode()) + 1
         if used > budget:
-            lines.append(f'- ... and {len(lazy) - i} more servers; find them with discover_tool {{"query": ...}}')
+            more = len(lazy) - i
+            lines.append(f'- ... and {more} more servers; find them with discover_tool {{"query": ...}}')
             break
         lines.append(line)
     lines.append("</mcp_servers>")

@@ -24,7 +24,7 @@ from jsonschema import Draft202012Validator
 
 from actors import wire
 from actors.core.catalog import Snapshot, ToolRoute
-from actors.core.discovery import USE_TOOL
+from actors.core.discovery import USE_TOOL, lazy_owner
 
 logger = logging.getLogger(__name__)
 
@@ -65,8 +65,8 @@ _SIMPLE_TYPES: Final[dict[str, Any]] = {
     "object": lambda v: isinstance(v, dict),
     "null": lambda v: v is None,
 }
-_SIMPLE_OBJECT_KEYS: Final = frozenset({"type", "properties", "required", "additionalProperties", "description",
-                                        "title", "$schema"})
+_SIMPLE_OBJECT_KEYS: Final = frozenset({"type", "properties", "required", "additionalProperties",
+                                        "description", "title", "$schema"})
 _ANNOTATION_KEYS: Final = frozenset({"description", "title", "default", "examples", "format"})
 """Property keys that never make a value invalid (``format`` asserts nothing without a
 format checker, as jsonschema is used here)."""
@@ -119,8 +119,9 @@ class _Simple:
     def of(cls, schema: Mapping[str, Any]) -> _Simple | None:
         props = schema.get("properties", {})
         extra = schema.get("additionalProperties", True)
-        if (schema.get("type") != "object" or not set(schema) <= _SIMPLE_OBJECT_KEYS or not isinstance(props, dict)
-                or not isinstance(extra, bool) or not isinstance(schema.get("required", []), list)):
+        if (schema.get("type") != "object" or not set(schema) <= _SIMPLE_OBJECT_KEYS
+                or not isinstance(props, dict) or not isinstance(extra, bool)
+                or not isinstance(schema.get("required", []), list)):
             return None
         types: dict[str, Any] = {}
         for name, prop in props.items():
@@ -216,7 +217,7 @@ def plan_use(snapshot: Snapshot, arguments: Any) -> CallRoute | CallLocal | Need
     name = index.exposed_name(tool_name, snapshot) if index is not None else (
         tool_name if tool_name in snapshot.tools else None)
     if name is None:
-        owner = index.lazy_owner(tool_name) if index is not None else None
+        owner = lazy_owner(tool_name, (*index.lazy, *index.unavailable)) if index is not None else None
         if owner is not None:
             return NeedsLoad(owner.name, tool_name)
         close = index.close_matches(tool_name) if index is not None else []

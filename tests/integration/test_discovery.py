@@ -193,6 +193,7 @@ async def test_lazy_servers_start_on_first_use_in_all_exposure(tmp_path: Path) -
         "s1": flaky("--name", "s1"),
         "big": flaky("--name", "big", lazy=True, description="lazy"),
         "docs": everything("--name", "docs", lazy=True, description="resources"),
+        "broken": flaky("--exit-at-start", "3", "--stderr-text", "fatal: no licence", lazy=True),
     }, exposure="all")
     with trio.fail_after(REAL_IO_BOUND_S):
         async with open_supervisor(config, state_dir=tmp_path / "state") as sup, trio.open_nursery() as nursery:
@@ -201,13 +202,19 @@ async def test_lazy_servers_start_on_first_use_in_all_exposure(tmp_path: Path) -
                 assert "big_echo" not in await names(client)
                 assert [s["state"] for s in
                         (await client.call_tool("get-server-status", {})).structured_content["servers"]] == [
-                    "ready", "not loaded", "not loaded"]
+                    "ready", "not loaded", "not loaded", "not loaded"]
                 echoed = await client.call_tool("big_echo", {"text": "first use"})
                 assert not echoed.is_error and text_of(echoed) == "echo: first use"
                 assert "big_echo" in await names(client)
                 read = await client.read_resource("mem://greeting")
                 assert isinstance(read.contents[0], types.TextResourceContents)
                 assert sup.upstreams["docs"].starts == 1
+                for attempt in range(1, 5):  # three failed first uses, then the last error at once
+                    failed = await client.call_tool("broken_echo", {"text": "x"})
+                    assert failed.is_error
+                    assert "fatal: no licence" in text_of(failed)
+                    assert ("no longer offered" in text_of(failed)) is (attempt >= 3)
+                assert sup.upstreams["broken"].starts == 3
             nursery.cancel_scope.cancel()
 
 
