@@ -36,6 +36,7 @@ from supervisor.tree import open_supervisor
 from tests.helpers import (
     REAL_IO_BOUND_S,
     Recorder,
+    embedded_client,
     everything,
     flaky,
     proxy_client,
@@ -77,8 +78,9 @@ async def test_discovery_over_stdio(tmp_path: Path) -> None:
     config = write_config(tmp_path, servers(tmp_path), exposure="menu")
     rec = Recorder()
     with trio.fail_after(REAL_IO_BOUND_S):
+        # --exposure wins over $MCPVISOR_EXPOSURE, which wins over the file's "menu".
         async with proxy_client(config, "--exposure", "discovery", "--state-dir", str(tmp_path / "state"),
-                                recorder=rec) as client:
+                                recorder=rec, env={"MCPVISOR_EXPOSURE": "all"}) as client:
             assert await names(client) == THREE
             text = await catalog(client)
             assert "## s1" in text and "- s1_echo:" in text
@@ -129,6 +131,40 @@ async def test_discovery_over_stdio(tmp_path: Path) -> None:
             assert text_of(echoed) == "echo: hi"
             again = await client.call_tool(LOAD_MCP, {"mcp_name": "big"})
             assert again.structured_content["started"] is False
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["fastpath", "sdkpath"])
+async def test_use_tool_is_cancelled_and_reports_progress_like_a_direct_call(tmp_path: Path, fast_path: bool) -> None:
+    """Through use_tool, progress reaches the client and a cancelled call's
+    notifications/cancelled reaches the upstream under the id the call went out with, on
+    the fast path and on the SDK path alike; the connection keeps serving."""
+    record = tmp_path / "s1.jsonl"
+    config = write_config(tmp_path, {"s1": flaky("--name", "s1", "--record", str(record))},
+                          exposure="discovery", fastPath=fast_path)
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with embedded_client(config) as client:
+            assert await names(client) == [DISCOVER_TOOL, USE_TOOL]
+            progress: list[float] = []
+
+            async def on_progress(p: float, total: float | None, message: str | None) -> None:
+                progress.append(p)
+
+            done = await client.call_tool(USE_TOOL, {"tool_name": "s1_progress",
+                                                     "arguments": {"steps": 2, "interval": 0.01}},
+                                          progress_callback=on_progress)
+            assert not done.is_error
+            assert progress == [1, 2]
+            with trio.move_on_after(1.0):
+                await client.call_tool(USE_TOOL, {"tool_name": "s1_sleep", "arguments": {"seconds": 30}})
+            with trio.fail_after(20):
+                while not any(e.get("event") == "cancelled" for e in read_record(record)):
+                    await trio.sleep(0.05)
+            after = await client.call_tool(USE_TOOL, {"tool_name": "s1_echo", "arguments": {"text": "after"}})
+            assert text_of(after) == "echo: after"
+    calls = [e for e in read_record(record) if e.get("event") == "call" and e.get("name") == "sleep"]
+    cancels = [e for e in read_record(record) if e.get("event") == "cancelled"]
+    assert calls
+    assert cancels[0]["requestId"] == calls[0]["id"]
 
 
 async def test_concurrent_loads_and_failures_over_http(tmp_path: Path) -> None:
