@@ -15,8 +15,11 @@ Owns, for one front connection:
 * the answer: written by the upstream's reader task straight to this connection's
   writer, with the client's id back in the envelope; no task waits per call.
 
-A call this path cannot take (unknown tool, management tool, server not ready,
-not a stdio upstream, malformed params) goes to the SDK, which answers it exactly
+``use_tool`` (discovery exposure) takes this path when the tool it names is routed and
+its arguments satisfy the tool's schema: the frame goes upstream as that tool's direct
+call (`use_tool_route`). A call this path cannot take (unknown tool, management tool,
+server not ready, not a stdio upstream, malformed params, use_tool with bad arguments)
+goes to the SDK, which answers it exactly
 as it always does; so turning the path off (``settings.fastPath: false``) changes
 cost, not behaviour.
 """
@@ -37,6 +40,8 @@ from mcp_types import (
 from msgspec import UNSET, Raw
 
 from actors import wire
+from actors.core.discovery import USE_TOOL
+from actors.core.use_tool import check_arguments
 from actors.eras import ENVELOPE_KEYS, adapt_raw_result, is_modern_version, strip_upstream_stamps
 from actors.errors import BridgeUnsupported, ProxyError, UpstreamDied, UpstreamError, error_data
 from actors.framing import FrameWriter, StreamBroken
@@ -45,7 +50,7 @@ from actors.link.stdio import StdioLink
 from actors.messages import Reply
 
 if TYPE_CHECKING:
-    from actors.core.catalog import ToolRoute
+    from actors.core.catalog import Snapshot, ToolRoute
     from actors.front import Backend
 
 logger = logging.getLogger(__name__)
@@ -66,6 +71,7 @@ FALLBACK_MAX_CALL_TIME_S: Final = 600.0
 _INPUT_REQUIRED: Final = b'"input_required"'
 _str = msgspec.json.Decoder(str)
 _token = msgspec.json.Decoder(int | str)
+_args = msgspec.json.Decoder(dict[str, Any] | None)
 
 
 class FastPath:
@@ -139,9 +145,15 @@ class FastPath:
             name = _str.decode(params["name"])
         except (KeyError, wire.DecodeError, wire.ValidationError):
             return False
-        route = self.backend.router.snapshot.tools.get(name)
+        snapshot = self.backend.router.snapshot
+        route = snapshot.tools.get(name)
         if route is None:
-            return False
+            # use_tool (discovery exposure) takes this path too once its arguments check out:
+            # the frame goes upstream as the direct call of the tool it names.
+            use = use_tool_route(snapshot, params) if name == USE_TOOL else None
+            if use is None:
+                return False
+            route, params["arguments"] = use
         if route.compound is not None:
             # A compound tool takes this path once checked: it becomes its subtool's direct
             # call. A call that fails the check goes to the SDK, which answers the isError.
@@ -264,6 +276,28 @@ class FastPath:
         self.calls.clear()
         for reply in self.requests.values():
             reply.fail(UpstreamError(wire.CONNECTION_CLOSED, "the client disconnected"))
+
+
+def use_tool_route(snapshot: Snapshot, params: dict[str, Raw]) -> tuple[ToolRoute, Raw] | None:
+    """The route and raw arguments of a ``use_tool`` call whose arguments satisfy the
+    tool's schema; None for anything else (unknown tool, management tool, lazy server not
+    loaded, bad arguments): the SDK path answers those, with the same words as always."""
+    if snapshot.discovery is None or "arguments" not in params:
+        return None
+    try:
+        use = wire.decode_raw_map(params["arguments"])
+        if set(use) - {"tool_name", "arguments"}:
+            return None
+        tool_name = _str.decode(use["tool_name"])
+        raw_args = use.get("arguments")
+        args = _args.decode(raw_args) if raw_args is not None else {}
+    except (KeyError, wire.DecodeError, wire.ValidationError):
+        return None
+    exposed = snapshot.discovery.exposed_name(tool_name, snapshot)
+    route = snapshot.tools.get(exposed) if exposed is not None else None
+    if route is None or not isinstance(args, dict) or check_arguments(route.wire, args) is not None:
+        return None
+    return route, raw_args if raw_args is not None else Raw(b"{}")
 
 
 class FastCall:

@@ -43,10 +43,13 @@ from mcp.server.subscriptions import (
 from mcp.shared.exceptions import MCPError, NoBackChannelError
 
 from actors import wire
-from actors.core.catalog import Snapshot
+from actors.core.catalog import Snapshot, ToolRoute
+from actors.core.discovery import USE_TOOL, lazy_owner
 from actors.core.registry import Changes
+from actors.core.use_tool import CallLocal, NeedsLoad, plan_use
 from actors.eras import complete, is_modern_version, strip_upstream_stamps
 from actors.errors import BridgeUnsupported, ProxyError, UpstreamError, error_data
+from actors.lazy import LazyLoader, LoadFailed
 from actors.link import CallOrigin
 from actors.router import Router
 from actors.upstream import Upstream
@@ -448,6 +451,16 @@ class Front:
             await self.backend.wait_startup()
             snapshot = self.backend.router.snapshot
             route = snapshot.tools.get(name)
+        if route is None and name == USE_TOOL and snapshot.discovery is not None:
+            used = await self._use_tool(ctx, params.arguments)
+            return strip_upstream_stamps(used, modern_front=is_modern(ctx))
+        if route is None and name not in snapshot.local_tools:
+            # A lazy server's tool, named before the server was loaded: load it (first use).
+            failure = await self.load_owner(name)
+            if failure is not None:
+                return strip_upstream_stamps(failure, modern_front=is_modern(ctx))
+            snapshot = self.backend.router.snapshot
+            route = snapshot.tools.get(name)
         if route is None:
             if name in snapshot.local_tools:
                 local = await self.backend.call_local_tool(name, dict(params.arguments or {}), ctx)
@@ -455,15 +468,61 @@ class Front:
                 local = unknown_tool_result(name, snapshot)
             return strip_upstream_stamps(local, modern_front=is_modern(ctx))
         raw = dict(ctx.params or {})
+        return await self._call_route(route, raw, ctx)
+
+    def _loader(self) -> LazyLoader | None:
+        return getattr(self.backend, "loader", None)
+
+    async def load_owner(self, name: str) -> dict[str, Any] | None:
+        """Load the lazy server (not loaded yet) a tool named ``name`` would belong to.
+
+        Returns None when there is none or it loaded; else the ``isError`` result saying why.
+        """
+        loader = self._loader()
+        if loader is None:
+            return None
+        owner = lazy_owner(name, loader.unloaded())
+        if owner is None:
+            return None
+        try:
+            await loader.load(owner.name)
+        except LoadFailed as exc:
+            text = f"{name} belongs to the lazy server {owner.name}, which could not be loaded: {exc}"
+            return wire.tool_error_result(text, {"error": "load_failed", "server": owner.name,
+                                                 "message": str(exc), "givenUp": exc.given_up})
+        return None
+
+    async def _use_tool(self, ctx: ServerRequestContext[Any, Any], arguments: Any) -> Any:
+        """``use_tool {tool_name, arguments}``: checked, then routed exactly as a direct call
+        of that tool (same forwarding, progress, cancellation, timeouts and retries)."""
+        plan = plan_use(self.backend.router.snapshot, arguments)
+        if isinstance(plan, NeedsLoad):
+            failure = await self.load_owner(plan.tool_name)
+            if failure is not None:
+                return failure
+            plan = plan_use(self.backend.router.snapshot, arguments)
+        if isinstance(plan, dict):
+            return plan
+        if isinstance(plan, CallLocal):
+            return await self.backend.call_local_tool(plan.name, plan.arguments, ctx)
+        if isinstance(plan, NeedsLoad):  # loaded, yet the tool is not there
+            return unknown_tool_result(plan.tool_name, self.backend.router.snapshot)
+        raw = dict(ctx.params or {})
+        raw["arguments"] = plan.arguments
+        return await self._call_route(plan.route, raw, ctx)
+
+    async def _call_route(self, route: ToolRoute, raw: dict[str, Any],
+                          ctx: ServerRequestContext[Any, Any]) -> Any:
+        """Forward ``raw`` (the client's tools/call params) as the call of ``route``: a
+        compound tool is checked here and becomes exactly the direct call of its subtool."""
         server, original, retry_safe = route.server, route.original, route.retry_safe
         if route.compound is not None:
-            # A compound tool: checked here, then exactly the direct call of its subtool.
-            sub = route.compound.prepare(params.arguments or {})
+            sub = route.compound.prepare(raw.get("arguments") or {})
             if isinstance(sub, dict) and not self.backend.started:
                 # A subtool's server may not have listed yet: wait for start-up like a direct call.
                 await self.backend.wait_startup()
-                route = self.backend.router.snapshot.tools.get(name, route)
-                sub = route.compound.prepare(params.arguments or {}) if route.compound else sub
+                route = self.backend.router.snapshot.tools.get(route.exposed, route)
+                sub = route.compound.prepare(raw.get("arguments") or {}) if route.compound else sub
             if isinstance(sub, dict):
                 return strip_upstream_stamps(sub, modern_front=is_modern(ctx))
             server, original, retry_safe = sub.server, sub.tool, sub.retry_safe
@@ -496,6 +555,16 @@ class Front:
 
     async def _read_resource(self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams) -> Any:
         uri = str(params.uri)
+        loader = self._loader()
+        if self.backend.router.snapshot.route_resource(uri) is None and loader is not None:
+            # First use: a URI nobody serves may be a lazy server's; load those not loaded yet.
+            for server in loader.not_loaded():
+                try:
+                    await loader.load(server.name)
+                except LoadFailed as exc:
+                    logger.info("resources/read %s: %s", uri, exc)
+                if self.backend.router.snapshot.route_resource(uri) is not None:
+                    break
         return await self._forward(self._resource_owner(uri), "resources/read", ctx.params, ctx)
 
     async def _subscribe(self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams) -> Any:

@@ -332,6 +332,11 @@ async def _main(wanted: Sequence[str], params: Any, workdir: Path, core: list[An
             for p in peers:
                 changed.skip(p.name, "has no toolsets to equip (no equivalent operation)")
             done([changed])
+    if size is not None:
+        from bench.scenarios_discovery import run_discovery
+
+        err("bench: discovery sizes, load_mcp and use_tool ...")
+        await run_discovery(params, workdir, size)
     if "recovery" in wanted:
         err("bench: recovery ...")
         t0 = time.perf_counter()

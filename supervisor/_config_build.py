@@ -44,7 +44,10 @@ from supervisor._config_schema import (
 )
 from supervisor._config_types import (
     APPLIES,
+    DEFAULT_DISCOVERY_BUDGET,
     DEFAULT_MAX_SESSIONS,
+    DISCOVERY_BUDGET_MAX,
+    DISCOVERY_BUDGET_MIN,
     DOTENV_NAME,
     EXPOSURES,
     FOREIGN,
@@ -255,6 +258,13 @@ class _Builder:
             else:
                 self.problem(where, f'field "maxSessions": {entry.max_sessions} is out of range '
                                     f"(1 to {MAX_SESSIONS_HIGH}; the default is {DEFAULT_MAX_SESSIONS})")
+        if entry.discovery_budget is not UNSET:
+            if DISCOVERY_BUDGET_MIN <= entry.discovery_budget <= DISCOVERY_BUDGET_MAX:
+                values["discovery_budget"] = entry.discovery_budget
+            else:
+                self.problem(where, f'field "discoveryBudget": {entry.discovery_budget} is out of range '
+                                    f"({DISCOVERY_BUDGET_MIN} to {DISCOVERY_BUDGET_MAX} bytes; the default "
+                                    f"is {DEFAULT_DISCOVERY_BUDGET})")
         if entry.session_idle_timeout is not UNSET:
             try:
                 values["session_idle_timeout"] = parse_duration(

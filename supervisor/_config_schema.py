@@ -148,6 +148,7 @@ class SettingsEntry(_Knobs, forbid_unknown_fields=True, rename="camel"):
     allowed_origins: list[str] | UnsetType = UNSET
     max_sessions: int | UnsetType = UNSET
     session_idle_timeout: Duration | UnsetType = UNSET
+    discovery_budget: int | UnsetType = UNSET
 
 
 class ToolRefEntry(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):

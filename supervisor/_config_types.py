@@ -62,6 +62,14 @@ DEFAULT_SESSION_IDLE_S: Final = 10 * MINUTE
 (the SDK's default is 30 minutes)."""
 SESSION_IDLE_MIN_S: Final = 1.0
 SESSION_IDLE_MAX_S: Final = DAY
+DEFAULT_DISCOVERY_BUDGET: Final = 8 * 1024
+"""`settings.discoveryBudget` (issue 16): bytes of catalog ``discover_tool``'s description may
+carry (~2,000 tokens at 4 bytes a token); beyond it the description lists servers and tool
+counts and says to search. dynmcp lists every tool; this keeps 20 servers' catalogs in check."""
+DISCOVERY_BUDGET_MIN: Final = 512
+"""Below this not even the servers-and-counts summary of a few servers fits."""
+DISCOVERY_BUDGET_MAX: Final = 1 << 20
+"""1 MiB: far beyond what any model context takes in one tool description."""
 MIN_TOKEN_CHARS: Final = 16
 """A shared token shorter than this is refused: it could be guessed over the network
 (`openssl rand -hex 32` makes a good one)."""
@@ -278,6 +286,7 @@ class Settings:
     allowed_origins: tuple[str, ...] = ()
     max_sessions: int = DEFAULT_MAX_SESSIONS
     session_idle_timeout: float = DEFAULT_SESSION_IDLE_S
+    discovery_budget: int = DEFAULT_DISCOVERY_BUDGET
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

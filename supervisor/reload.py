@@ -86,6 +86,7 @@ RESTART_SETTINGS: Final = {
     "allowed_origins": "allowedOrigins",
     "max_sessions": "maxSessions",
     "session_idle_timeout": "sessionIdleTimeout",
+    "discovery_budget": "discoveryBudget",
 }
 """Settings whose change needs a proxy restart (attribute -> key in the file): the
 fronts and the exposure were built with them."""
@@ -265,6 +266,11 @@ def _redeclare(core: RegistryCore, config: Config) -> None:
         from supervisor.config import declared_toolset
 
         exposure.declared = {name: declared_toolset(decl) for name, decl in config.toolsets.items()}
+    book = getattr(exposure, "lazy", None)
+    if book is not None:  # lazy servers (issue 16): keep what is known of those still lazy
+        book.reconfigure({s.name: s.description for s in config.enabled_servers() if s.lazy})
+        descriptions = {s.name: s.description for s in config.servers.values() if s.description}
+        exposure.server_descriptions = descriptions  # type: ignore[attr-defined]
 
 
 async def reload_supervisor(sup: Supervisor, config: Config | None = None) -> dict[str, Any]:

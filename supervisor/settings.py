@@ -67,14 +67,11 @@ def with_env_overrides(settings: Settings, env: Mapping[str, str] | None = None)
     """``settings`` with ``$MCPVISOR_EXPOSURE`` applied and the exposure checked.
 
     Raises:
-        ConfigError: the exposure is ``discovery`` (arrives in a later release) or unknown.
+        ConfigError: the exposure is not one of ``menu``, ``all``, ``discovery``.
     """
     value = (os.environ if env is None else env).get(EXPOSURE_ENV, "").strip()
     source = f"${EXPOSURE_ENV}" if value else "settings.exposure"
     value = value or settings.exposure
-    if value == "discovery":
-        raise ConfigError(f'{source} is "discovery": lazy discovery (discover_tool, use_tool, load_mcp) arrives '
-                          'in a later release of mcpvisor; use "menu" (the default) or "all" for now')
     if value not in MODES:
         raise ConfigError(f"{source} is {value!r}; use one of: {', '.join(MODES)}")
     return settings if value == settings.exposure else dataclasses.replace(settings, exposure=value)

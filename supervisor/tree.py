@@ -13,7 +13,9 @@ Owns the `Supervisor` object an embedding program (or the CLI) holds:
   ``list_changed``;
 * the exposure (``settings.exposure``, ``$MCPVISOR_EXPOSURE``): the toolsets and
   configuration mode of `actors.core.toolsets`, restored from the state directory before
-  the router starts, and the management tools of `supervisor.menu`.
+  the router starts, and the management tools of `supervisor.menu`; with ``discovery``,
+  ``discover_tool`` and ``load_mcp`` (`supervisor.menu.discovery`);
+* the lazy servers' loader (`actors.lazy.LazyLoader`), shared by every exposure.
 """
 
 from __future__ import annotations
@@ -29,12 +31,15 @@ from typing import Any, Final
 import trio
 
 from actors.core.catalog import Snapshot
+from actors.core.discovery import DISCOVER_TOOL, LOAD_MCP, USE_TOOL, LazyBook
 from actors.core.model import SavedState
 from actors.core.registry import Changes, RegistryCore, ServerFilter
 from actors.core.toolsets import ToolsetError, ToolsetExposure
+from actors.core.use_tool import CallLocal, NeedsLoad, plan_use
 from actors.eras import strip_upstream_stamps
 from actors.errors import ProxyError
 from actors.front import Front, unknown_tool_result
+from actors.lazy import LazyLoader
 from actors.link import CallOrigin
 from actors.messages import CallFinished, Event, EventBus, ListChanged
 from actors.process import Reaper, open_reaper
@@ -48,6 +53,7 @@ from supervisor.config import (
     parse_config,
 )
 from supervisor.menu import DEFINITIONS, Menu
+from supervisor.menu.discovery import discover, load_mcp
 from supervisor.settings import state_dir as resolve_state_dir
 from supervisor.settings import with_env_overrides
 from supervisor.state import CorruptState, StateStore
@@ -119,11 +125,15 @@ class Supervisor:
         self.front = Front(self, name="mcpvisor", version=_version(),
                            instructions=_instructions(self.settings.namespacing))
         self.store = StateStore(resolve_state_dir(state_dir, configured=self.settings.state_dir))
+        self.lazy = LazyBook.of({s.name: s.description for s in config.enabled_servers() if s.lazy})
         self.toolsets = ToolsetExposure(
             self.settings.exposure,
             definitions=DEFINITIONS,
             declared={name: declared_toolset(decl) for name, decl in config.toolsets.items()},
             pin_schemas=self.settings.pin_schemas,
+            lazy=self.lazy,
+            discovery_budget=self.settings.discovery_budget,
+            server_descriptions={s.name: s.description for s in config.servers.values() if s.description},
         )
         self.core = RegistryCore(
             [s.name for s in config.servers.values() if s.enabled],
@@ -133,6 +143,8 @@ class Supervisor:
             compounds=tuple(config.compound_tools.values()),
         )
         self.router = Router(self.core, self._announce)
+        self.loader = LazyLoader(self.router, lambda: self.upstreams, self.lazy)
+        """Every start of a lazy server goes through it (coalesced, 3 failed loads at most)."""
         self.menu = Menu(self)
         self.toolsets.server_state = self.menu.server_state
         self.upstreams: dict[str, Upstream] = {}
@@ -184,11 +196,33 @@ class Supervisor:
             await self.wait_startup()
             snapshot = self.router.snapshot
             route = snapshot.tools.get(name)
+        args = dict(arguments or {})
+        if route is None and name == USE_TOOL and snapshot.discovery is not None:
+            plan = plan_use(snapshot, args)
+            if isinstance(plan, NeedsLoad):
+                failure = await self.front.load_owner(plan.tool_name)
+                if failure is not None:
+                    return failure
+                snapshot = self.router.snapshot
+                plan = plan_use(snapshot, args)
+            if isinstance(plan, dict):
+                return plan
+            if isinstance(plan, NeedsLoad):
+                return unknown_tool_result(plan.tool_name, snapshot)
+            if isinstance(plan, CallLocal):
+                return await self.call_local_tool(plan.name, plan.arguments, None)
+            route, args = plan.route, plan.arguments
+        elif route is None and name not in snapshot.local_tools:
+            failure = await self.front.load_owner(name)  # a lazy server's tool: load it (first use)
+            if failure is not None:
+                return failure
+            snapshot = self.router.snapshot
+            route = snapshot.tools.get(name)
         if route is None:
             if name in snapshot.local_tools:
-                return await self.call_local_tool(name, dict(arguments or {}), None)
+                return await self.call_local_tool(name, args, None)
             return unknown_tool_result(name, snapshot)
-        server, original, retry_safe, args = route.server, route.original, route.retry_safe, dict(arguments or {})
+        server, original, retry_safe = route.server, route.original, route.retry_safe
         if route.compound is not None:
             sub = route.compound.prepare(args)
             if isinstance(sub, dict) and not self.started:
@@ -263,8 +297,15 @@ class Supervisor:
 
     async def call_local_tool(self, name: str, arguments: dict[str, Any], ctx: Any) -> dict[str, Any]:
         """Run a management tool (a name in ``snapshot.local_tools``)."""
-        if name not in self.router.snapshot.local_tools:
-            return unknown_tool_result(name, self.router.snapshot)
+        snapshot = self.router.snapshot
+        if name not in snapshot.local_tools:
+            return unknown_tool_result(name, snapshot)
+        if name == DISCOVER_TOOL:
+            return discover(snapshot, arguments)
+        if name == LOAD_MCP:
+            return await load_mcp(self.loader, arguments)
+        if name == USE_TOOL:  # reached only without a client request (use_tool routes in the front)
+            return await self.call_tool(USE_TOOL, arguments)
         return await self.menu.call(name, arguments)
 
     def note_call(self, server: str, tool: str, started: float, error: BaseException | None) -> None:

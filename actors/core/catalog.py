@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from actors.core.compound import CompoundTool
+    from actors.core.discovery import DiscoveryIndex
 
 MAX_NAME: Final = 64
 """Longest exposed name. MCP allows 128, but Claude Code and the OpenAI/Anthropic tool APIs
@@ -169,6 +170,8 @@ class Snapshot:
     """URI template as listed -> the server that listed it."""
     problems: tuple[str, ...] = ()
     """Collisions and conflicts found while building, for status and logs."""
+    discovery: DiscoveryIndex | None = None
+    """With ``exposure: discovery``: what discover_tool and use_tool offer (`actors.core.discovery`)."""
 
     def route_resource(self, uri: str) -> str | None:
         server = self.resources.get(uri)

@@ -156,6 +156,9 @@ class RegistryCore:
         if self.compounds:  # a declared subtool a running server lacks: a warning, not a refusal
             extra = tuple(p for ct in self.compound_tools() for p in ct.problems())
             self.snapshot = dataclasses.replace(self.snapshot, problems=self.snapshot.problems + extra)
+        finish = getattr(self.exposure, "finish", None)
+        if finish is not None:  # discovery reshapes what is listed (actors.core.discovery)
+            self.snapshot = finish(self.snapshot, self)
         for problem in self.snapshot.problems:
             if problem not in old.problems:
                 logger.warning("%s", problem)

@@ -24,6 +24,9 @@ menu        T, normal mode      T's exposed tools + ``enter-configuration-mode``
 menu        T, configuration    the management tools, with ``exit-configuration-mode``
 all         none                every discovered tool + the management tools
 all         T                   T's exposed tools + the management tools (equip narrows)
+discovery   none / T            discover_tool, use_tool (+ load_mcp): every tool (or T's)
+                                reachable through them, the management tools callable
+                                but not listed (`actors.core.discovery`)
 ==========  ==================  =====================================================
 """
 
@@ -37,14 +40,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from actors.core.catalog import Candidate, exposed_tool
+from actors.core.catalog import Candidate, Snapshot, exposed_tool
+from actors.core.discovery import LazyBook, discovery_view
 from actors.core.model import Note, PinnedSchema, SavedState, ToolEntry, Toolset
 
 if TYPE_CHECKING:
     from actors.core.registry import RegistryCore
 
-MODES: Final = ("menu", "all")
-"""The exposures this module implements; ``discovery`` arrives in a later release."""
+MODES: Final = ("menu", "all", "discovery")
+"""The exposures this module implements (``discovery`` reshaped by `actors.core.discovery`)."""
+
+DEFAULT_DISCOVERY_BUDGET: Final = 8 * 1024
+"""Bytes of catalog in discover_tool's description (as ``settings.discoveryBudget``'s default)."""
 
 LIST_AVAILABLE: Final = "list-available-tools"
 BUILD: Final = "build-toolset"
@@ -401,11 +408,16 @@ class ToolsetExposure:
     pin_schemas: str = "warn"
     server_state: ServerState | None = None
     """Where pending reports get a server's state (default: the core's last known)."""
+    lazy: LazyBook | None = None
+    """The lazy servers and their loads (every mode; discovery lists them)."""
+    discovery_budget: int = DEFAULT_DISCOVERY_BUDGET
+    server_descriptions: Mapping[str, str] = field(default_factory=dict)
+    """Servers' config ``description``s, for discovery's catalog and search."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"exposure {self.mode!r} is not one of {', '.join(MODES)}")
-        if self.mode == "all":
+        if self.mode != "menu":
             self.configuring = False
 
     # --- reads ----------------------------------------------------------------------
@@ -424,7 +436,7 @@ class ToolsetExposure:
 
     def visible_local(self) -> tuple[str, ...]:
         """The management tools listed now."""
-        if self.mode == "all":
+        if self.mode != "menu":
             return CONFIG_TOOLS
         if self.configuring:
             return (*CONFIG_TOOLS, EXIT_CONFIG)
@@ -446,11 +458,17 @@ class ToolsetExposure:
         """(upstream tools to expose, management tools to list first): a pure function
         of this exposure's state and the core's catalog."""
         local = [self.definitions[name] for name in self.visible_local()]
-        if self.mode == "all" and self.equipped is None:
+        if self.mode != "menu" and self.equipped is None:
             return core.all_candidates(), local
         if not self.shows_toolset():
             return [], local
         return [s.candidate for s in self.resolve(core) if s.exposed and s.candidate is not None], local
+
+    def finish(self, snapshot: Snapshot, core: RegistryCore) -> Snapshot:
+        """The snapshot clients see: discovery lists its three tools instead (unchanged otherwise)."""
+        if self.mode != "discovery":
+            return snapshot
+        return discovery_view(snapshot, core, self.lazy, self.discovery_budget, self.server_descriptions)
 
     # --- writes (inside the router; each either applies fully or raises first) -------
     def restore(self, state: SavedState, equip: str | None = None) -> None:

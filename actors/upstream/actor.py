@@ -184,7 +184,7 @@ class Upstream(LinkTasks):
         return UpstreamStatus(
             name=self.name,
             transport=self.spec.transport,
-            state=self.state.value,
+            state="not loaded" if self.state is State.IDLE else self.state.value,
             reason=self.reason,
             since=self.since,
             uptime=(now - self.ready_since) if self.state is State.READY and self.ready_since is not None
@@ -310,6 +310,13 @@ class Upstream(LinkTasks):
             self._loaded = True
             self._poke()
 
+    def unload(self) -> None:
+        """A lazy server's load failed: back to ``idle`` (not ready, nothing retried) until
+        the next `load`. No effect on a server that is ready or not lazy."""
+        if self.spec.lazy and self._loaded and self.state is not State.READY:
+            self._loaded = False
+            self._poke(end_life=True)
+
     def stop(self) -> None:
         """Stop for good: the process is stopped, the tools withdrawn, ``run`` returns."""
         self._desired = "stopped"
@@ -389,7 +396,7 @@ class Upstream(LinkTasks):
 
     def _interrupted(self) -> bool:
         """Something asked the loop to do other than wait for the next start."""
-        return self._desired != "run" or self._restart_reason is not None
+        return self._desired != "run" or self._restart_reason is not None or not self._loaded
 
     async def run(self, *, task_status: trio.TaskStatus[Upstream] = trio.TASK_STATUS_IGNORED) -> None:
         """The actor: run the lifecycle until stopped. Never raises for upstream failures."""
@@ -419,7 +426,7 @@ class Upstream(LinkTasks):
                 why = "enabled"
                 continue
             if not self._loaded:
-                self._set_state(State.IDLE, "lazy: starts on first use")
+                self._set_state(State.IDLE, "lazy: starts on first use or load_mcp")
                 self.first_attempt_done.set()
                 await self._sleep_until(math.inf)
                 why = "loaded on first use"

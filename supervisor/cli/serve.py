@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
 from typing import Any, Final
 
+from supervisor._config_types import EXPOSURES
 from supervisor.cli import EXIT_OK, EXIT_USAGE, Formatter
 from supervisor.config import DEFAULT_HOST, DEFAULT_PORT
 
@@ -19,6 +22,7 @@ examples:
   mcpvisor serve                                 # stdio, config found by the lookup order
   mcpvisor serve --demo --transport http         # the bundled demo servers at http://127.0.0.1:8848/mcp
   mcpvisor serve --config ~/mcp.json --toolset dev
+  mcpvisor serve --exposure discovery            # discover_tool, use_tool, load_mcp instead of every tool
   claude mcp add mcpvisor -- mcpvisor serve      # use it from Claude Code
   mcpvisor serve --transport http --host 0.0.0.0 --token-file ~/.mcpvisor-token \
       --certfile cert.pem --keyfile key.pem      # beyond this machine: a token (and TLS)
@@ -44,6 +48,8 @@ def register(sub: Any) -> None:
     p.add_argument("--certfile", metavar="PATH", help="TLS certificate (PEM) for https/wss")
     p.add_argument("--keyfile", metavar="PATH", help="TLS private key (PEM) for --certfile")
     p.add_argument("--toolset", metavar="NAME", help="equip this toolset at start")
+    p.add_argument("--exposure", choices=EXPOSURES,
+                   help="what clients see (default: $MCPVISOR_EXPOSURE, else settings.exposure, else menu)")
     p.add_argument("--state-dir", metavar="DIR", help="where toolsets are kept (default: $MCPVISOR_STATE_DIR "
                                                       "or ~/.local/state/mcpvisor)")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
@@ -162,6 +168,12 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as exc:
             print(f"mcpvisor: cannot use --certfile/--keyfile: {exc}", file=sys.stderr)
             return EXIT_USAGE
+    if args.exposure:  # the flag wins over $MCPVISOR_EXPOSURE, which wins over the file
+        from supervisor.settings import EXPOSURE_ENV
+
+        os.environ.pop(EXPOSURE_ENV, None)
+        settings = dataclasses.replace(config.settings, exposure=args.exposure)
+        config = dataclasses.replace(config, settings=settings)
     logger.info("config: %s (%s)", path, why)
     for warning in config.warnings:
         logger.warning("%s", warning)

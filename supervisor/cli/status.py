@@ -29,8 +29,8 @@ examples:
   mcpvisor status --format json        # for scripts: one object per running proxy
 
 states: starting, ready, backing_off (restart due at "retry at"), circuit_open (no start
-until "retry at"; calls fail at once), half_open (one trial start), disabled, stopped, idle
-(lazy, not started yet). See docs/supervision.md.
+until "retry at"; calls fail at once), half_open (one trial start), disabled, stopped, not loaded
+(lazy, not started yet: load_mcp or a first use starts it). See docs/supervision.md.
 """
 
 WATCH_INTERVAL_S: Final = 1.0
@@ -46,6 +46,7 @@ STATE_STYLES: Final = {
     "disabled": "dim",
     "stopped": "dim",
     "idle": "blue",
+    "not loaded": "blue",
 }
 
 

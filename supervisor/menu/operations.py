@@ -65,6 +65,16 @@ cancellation, STYLE rule 16): the router applies in microseconds behind at most 
 mailbox of upstream events; 30 s means it is gone (shutting down)."""
 
 
+async def _load_quietly(loader: Any, server: str) -> None:
+    """Load ``server`` for an equipped toolset; a failure is the loader's to log and count."""
+    from actors.lazy import LoadFailed
+
+    try:
+        await loader.load(server)
+    except LoadFailed:
+        pass
+
+
 class MenuBackend(Protocol):
     """What the management tools need from the supervisor."""
 
@@ -144,11 +154,19 @@ class MenuOperations:
         return names
 
     def load_lazy(self) -> None:
-        """Start the lazy servers whose tools the equipped toolset names (idempotent)."""
+        """Start the lazy servers whose tools the equipped toolset names (idempotent), in
+        the background, through the supervisor's loader when it has one (coalesced, with
+        its failure budget; `actors.lazy`)."""
+        loader = getattr(self.backend, "loader", None)
+        start_soon = getattr(self.backend, "start_soon", None)
         for s in self.exposure.resolve(self.core):
             if s.state == PENDING and s.server is not None:
                 up = self.backend.upstreams.get(s.server)
-                if up is not None and up.state.value == "idle":
+                if up is None or up.state.value != "idle":
+                    continue
+                if loader is not None and start_soon is not None and loader.is_lazy(s.server):
+                    start_soon(_load_quietly, loader, s.server)
+                else:
                     up.load()
 
     # --- operations (shared with the embedding API) -----------------------------------

@@ -9,7 +9,7 @@
   connection) and one 2026-07-28 (``subscriptions/listen``), receive the same
   announcements for build, configuration mode, equip, and a lazy server's pending tools
   arriving.
-* start-up: ``discovery`` exposure and an unknown ``--toolset`` exit with status 2.
+* start-up: an unknown exposure and an unknown ``--toolset`` exit with status 2.
 
 The upstreams are the stdlib fixture server (fast to start on a loaded machine).
 Every test is bounded; the conftest fails any test that leaves a process behind.
@@ -182,17 +182,17 @@ async def test_two_http_clients_of_both_eras_receive_the_same_announcements(tmp_
                 nursery.cancel_scope.cancel()
 
 
-def test_mcpvisor_exposure_overrides_the_file_and_discovery_is_rejected() -> None:
+def test_mcpvisor_exposure_overrides_the_file() -> None:
     assert with_env_overrides(Settings(), env={"MCPVISOR_EXPOSURE": "all"}).exposure == "all"
     assert with_env_overrides(Settings(exposure="all"), env={}).exposure == "all"
-    with pytest.raises(ConfigError, match="later release"):
-        with_env_overrides(Settings(exposure="discovery"), env={})
-    with pytest.raises(ConfigError, match=r"\$MCPVISOR_EXPOSURE is 'everything'; use one of: menu, all"):
+    assert with_env_overrides(Settings(), env={"MCPVISOR_EXPOSURE": "discovery"}).exposure == "discovery"
+    with pytest.raises(ConfigError,
+                       match=r"\$MCPVISOR_EXPOSURE is 'everything'; use one of: menu, all, discovery"):
         with_env_overrides(Settings(), env={"MCPVISOR_EXPOSURE": "everything"})
 
 
 @pytest.mark.parametrize(("extra", "env", "message"), [
-    ((), {"MCPVISOR_EXPOSURE": "discovery"}, '$MCPVISOR_EXPOSURE is "discovery"'),
+    ((), {"MCPVISOR_EXPOSURE": "everything"}, "$MCPVISOR_EXPOSURE is 'everything'"),
     (("--toolset", "nope"), {}, "no toolset named 'nope' (--toolset); toolsets: dev"),
 ])
 def test_serve_refuses_to_start_with_status_2(tmp_path: Path, extra: tuple[str, ...], env: dict[str, str],
