@@ -12,7 +12,10 @@ Owns, for one front connection:
   id and the progress token swapped for the upstream's, the era adapted where the
   client and the upstream speak different ones;
 * the answer: written by the upstream's reader task straight to this connection's
-  writer, with the client's id back in the envelope; no task waits per call.
+  writer, with the client's id back in the envelope; no task waits per call;
+* the bridge for a 2026-07-28 client on a handshake-era upstream: the upstream's
+  questions answer the client's leg as ``input_required`` and the call waits, parked
+  under its ``requestState``, for the client's retry (`actors.bridge`).
 
 A call this path cannot take (unknown tool, management tool, server not ready,
 not a stdio upstream, malformed params) goes to the SDK, which answers it exactly
@@ -36,8 +39,9 @@ from mcp_types import (
 from msgspec import UNSET, Raw
 
 from actors import wire
+from actors.bridge import INPUT_WAIT_S, STATE_PREFIX, ParkedCall, ParkedCalls
 from actors.eras import ENVELOPE_KEYS, adapt_raw_result, is_modern_version, strip_upstream_stamps
-from actors.errors import BridgeUnsupported, ProxyError, UpstreamDied, UpstreamError, error_data
+from actors.errors import ProxyError, UpstreamDied, UpstreamError, error_data
 from actors.framing import FrameWriter, StreamBroken
 from actors.link.input_required import drive_input_required
 from actors.link.stdio import StdioLink
@@ -78,6 +82,9 @@ class FastPath:
         self.nursery = nursery
         self.calls: dict[int | str, FastCall] = {}
         self.requests: dict[str, Reply[Any]] = {}
+        self.parked = ParkedCalls()
+        self.bridged: dict[str, FastCall] = {}
+        """Calls parked between a 2026-07-28 client's legs, by their ``requestState``."""
         self.ready = False
         self.era: str | None = None
         self.client_capabilities: dict[str, Any] = {}
@@ -120,6 +127,17 @@ class FastPath:
             name = _str.decode(params["name"])
         except (KeyError, wire.DecodeError, wire.ValidationError):
             return False
+        if modern and "requestState" in params:
+            try:
+                state = _str.decode(params["requestState"])
+            except (wire.DecodeError, wire.ValidationError):
+                return False
+            if state.startswith(STATE_PREFIX):
+                parked = self.bridged.get(state)
+                if parked is None:
+                    return False  # the SDK path's, or unknown: the SDK answers it
+                await parked.resume(env.id, params)  # type: ignore[arg-type]
+                return True
         route = self.backend.router.snapshot.tools.get(name)
         if route is None:
             return False
@@ -230,6 +248,10 @@ class FastPath:
             with trio.move_on_after(CLIENT_GONE_CANCEL_S, shield=True):
                 await call.link.cancel_fast(call.proxy_id, "client disconnected")
         self.calls.clear()
+        for call in list(self.bridged.values()):
+            with trio.move_on_after(CLIENT_GONE_CANCEL_S, shield=True):
+                await call.link.cancel_fast(call.proxy_id, "client disconnected")
+        self.bridged.clear()
         for reply in self.requests.values():
             reply.fail(UpstreamError(wire.CONNECTION_CLOSED, "the client disconnected"))
 
@@ -237,8 +259,8 @@ class FastPath:
 class FastCall:
     """One fast-path call: the client's side as the upstream link sees it."""
 
-    __slots__ = ("client_token", "fast", "front_id", "link", "modern", "params", "proxy_id", "retried", "route",
-                 "started")
+    __slots__ = ("client_token", "fast", "front_id", "link", "modern", "params", "parked", "proxy_id", "retried",
+                 "route", "started")
 
     def __init__(self, fast: FastPath, front_id: int | str, route: ToolRoute, link: StdioLink,
                  client_token: int | str | None, modern: bool) -> None:
@@ -251,6 +273,7 @@ class FastCall:
         self.proxy_id = ""
         self.params: dict[str, Raw] = {}
         self.retried = False
+        self.parked: ParkedCall | None = None
         self.started = trio.current_time()
 
     @property
@@ -262,6 +285,12 @@ class FastCall:
         fast = self.fast
         if fast.calls.get(self.front_id) is self:
             del fast.calls[self.front_id]
+            self._unpark()
+        elif self.parked is not None and self.parked.outcome is None:
+            # Between a 2026-07-28 client's legs: the client's retry takes the outcome.
+            self.parked.finish(self._outcome(env, line))
+            fast.nursery.start_soon(self._expire_parked)
+            return
         else:
             return  # cancelled by the client meanwhile: MCP says no answer
         if env.error is not UNSET:
@@ -340,6 +369,83 @@ class FastCall:
             self.fast.backend.note_call(self.route.server, self.route.original, self.started, exc)
         await self.fast.send(frame)
 
+    # --- the bridge: a 2026-07-28 client, a handshake-era upstream ------------------------------
+    def _outcome(self, env: wire.Envelope, line: bytes) -> dict[str, Any] | ProxyError:
+        """The upstream's answer, kept for the client's next leg."""
+        if env.error is not UNSET:
+            try:
+                err = wire.decode_error(env.error)
+            except (wire.DecodeError, wire.ValidationError):
+                return UpstreamError(wire.INTERNAL_ERROR, "upstream sent a malformed error")
+            return UpstreamError(err.code, err.message, err.data)
+        result = env.result if env.result is not UNSET else Raw(b"{}")
+        adapted = adapt_raw_result(result, line, upstream_modern=self.link.modern, front_modern=True,
+                                   stamp=self.fast.stamp)
+        return wire.decode_dict(adapted)
+
+    async def _ask_client(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        """Put the upstream's question to the 2026-07-28 client as an ``input_required`` leg."""
+        parked = self.parked
+        if parked is None:
+            parked = self.parked = self.fast.parked.open()
+            self.fast.bridged[parked.token] = self
+        return await parked.ask(method, params, self._flush_leg)
+
+    async def _flush_leg(self) -> None:
+        """Answer the client's open leg if there is something to answer it with."""
+        fast, parked = self.fast, self.parked
+        if parked is None or fast.calls.get(self.front_id) is not self:
+            return
+        leg = parked.take_leg()
+        if leg is None:
+            return
+        del fast.calls[self.front_id]
+        if isinstance(leg, ProxyError):
+            self._unpark()
+            fast.backend.note_call(self.route.server, self.route.original, self.started, leg)
+            await fast.send(wire.error_frame(self.front_id, **_error_args(leg)))
+            return
+        if parked.done:
+            self._unpark()
+            fast.backend.note_call(self.route.server, self.route.original, self.started, None)
+        await fast.send(wire.result_frame(self.front_id, leg))
+
+    async def resume(self, front_id: int | str, params: dict[str, Raw]) -> None:
+        """The client retried with its answers (a new request id): hand them to the
+        waiting upstream and answer this leg when there is something to answer."""
+        parked = self.parked
+        assert parked is not None
+        self.front_id = front_id
+        try:
+            meta = wire.decode_raw_map(params["_meta"]) if "_meta" in params else {}
+            token = meta.get("progressToken")
+            if token is not None:
+                self.client_token = _token.decode(token)
+            responses = msgspec.json.decode(params["inputResponses"]) if "inputResponses" in params else None
+        except (wire.DecodeError, wire.ValidationError, msgspec.DecodeError):
+            responses = None
+        self.fast.calls[front_id] = self
+        parked.answer(responses if isinstance(responses, Mapping) else None)
+        if parked.outcome is None and not self.link.has_pending(self.proxy_id):
+            # The upstream call ended while the client was away (its server died, or it timed out).
+            parked.finish(UpstreamDied(self.route.server, self.link.close_reason or "the call ended"))
+        await self._flush_leg()
+
+    async def _expire_parked(self) -> None:
+        """An outcome no leg takes within `INPUT_WAIT_S` (the client left) is dropped."""
+        parked = self.parked
+        if parked is None:
+            return
+        with trio.move_on_after(INPUT_WAIT_S):
+            await parked.delivered.wait()
+        self._unpark()
+
+    def _unpark(self) -> None:
+        parked = self.parked
+        if parked is not None:
+            self.fast.parked.close(parked)
+            self.fast.bridged.pop(parked.token, None)
+
     # --- mid-call traffic --------------------------------------------------------------------
     async def progress(self, params: dict[str, Any]) -> None:
         if self.fast.calls.get(self.front_id) is self:
@@ -348,10 +454,7 @@ class FastCall:
     async def server_request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
         fast = self.fast
         if self.modern:
-            raise BridgeUnsupported(
-                f"the client speaks MCP 2026-07-28, which has no server-to-client requests; {method} from "
-                f"the handshake-era server {self.route.server} cannot be forwarded to it"
-            )
+            return await self._ask_client(method, params)
         if not fast.client_capable(method):
             raise UpstreamError(wire.METHOD_NOT_FOUND, f"the client did not declare support for {method}")
         rid = f"{SERVER_REQUEST_PREFIX}{next(fast._ids)}"

@@ -161,6 +161,10 @@ class Link:
     def in_flight(self) -> int:
         return len(self._pending)
 
+    def has_pending(self, proxy_id: str) -> bool:
+        """Whether the request ``proxy_id`` still waits for the upstream's answer."""
+        return proxy_id in self._pending
+
     def adopt(self, session: ClientSession) -> None:
         self.session = session
         self.protocol_version = session.protocol_version or ""
