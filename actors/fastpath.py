@@ -40,7 +40,7 @@ from msgspec import UNSET, Raw
 
 from actors import wire
 from actors.bridge import INPUT_WAIT_S, STATE_PREFIX, ParkedCall, ParkedCalls
-from actors.eras import ENVELOPE_KEYS, adapt_raw_result, is_modern_version, strip_upstream_stamps
+from actors.eras import ENVELOPE_KEYS, adapt_raw_result, is_modern_version, strip_upstream_stamps, verbose_of
 from actors.errors import ProxyError, UpstreamDied, UpstreamError, error_data
 from actors.framing import FrameWriter, StreamBroken
 from actors.link.input_required import drive_input_required
@@ -151,9 +151,12 @@ class FastPath:
             client_token = _token.decode(token_raw) if token_raw is not None else None
             if modern and not is_modern_version(_str.decode(meta[PROTOCOL_VERSION_META_KEY])):
                 return False  # the SDK answers an unsupported version with -32022
+            level_raw = meta.get(LOG_LEVEL_META_KEY) if modern else None
+            client_level = _str.decode(level_raw) if level_raw is not None else None
         except (KeyError, wire.DecodeError, wire.ValidationError):
             return False
         call = FastCall(self, env.id, route, link, client_token, modern)  # type: ignore[arg-type]
+        call.log_level = client_level
         try:
             proxy_id = link.reserve_fast(call, timeout=up.spec.timeout, max_time=up.spec.max_call_time)
         except ProxyError:
@@ -167,7 +170,7 @@ class FastPath:
                 meta.pop(key, None)
             if link.modern:
                 meta.update(self._envelope_of(link))
-                level = self.log_level()
+                level = verbose_of(self.log_level(), client_level)
                 if level:
                     meta[LOG_LEVEL_META_KEY] = Raw(wire.encode(level))
         if client_token is not None:
@@ -259,8 +262,8 @@ class FastPath:
 class FastCall:
     """One fast-path call: the client's side as the upstream link sees it."""
 
-    __slots__ = ("client_token", "fast", "front_id", "link", "modern", "params", "parked", "proxy_id", "retried",
-                 "route", "started")
+    __slots__ = ("client_token", "fast", "front_id", "link", "log_level", "modern", "params", "parked",
+                 "proxy_id", "retried", "route", "started")
 
     def __init__(self, fast: FastPath, front_id: int | str, route: ToolRoute, link: StdioLink,
                  client_token: int | str | None, modern: bool) -> None:
@@ -274,6 +277,7 @@ class FastCall:
         self.params: dict[str, Raw] = {}
         self.retried = False
         self.parked: ParkedCall | None = None
+        self.log_level: str | None = None
         self.started = trio.current_time()
 
     @property
@@ -421,6 +425,7 @@ class FastCall:
             token = meta.get("progressToken")
             if token is not None:
                 self.client_token = _token.decode(token)
+            self.log_level = _str.decode(meta[LOG_LEVEL_META_KEY]) if LOG_LEVEL_META_KEY in meta else None
             responses = msgspec.json.decode(params["inputResponses"]) if "inputResponses" in params else None
         except (wire.DecodeError, wire.ValidationError, msgspec.DecodeError):
             responses = None
@@ -450,6 +455,10 @@ class FastCall:
     async def progress(self, params: dict[str, Any]) -> None:
         if self.fast.calls.get(self.front_id) is self:
             await self.fast.send(wire.notification_frame("notifications/progress", params))
+
+    async def log(self, params: dict[str, Any]) -> None:
+        if self.fast.calls.get(self.front_id) is self:
+            await self.fast.send(wire.notification_frame("notifications/message", params))
 
     async def server_request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
         fast = self.fast

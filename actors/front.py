@@ -28,6 +28,7 @@ from typing import Any, Final, Protocol
 
 import mcp_types as types
 import trio
+from mcp_types import LOG_LEVEL_META_KEY
 from mcp.server.caching import CACHEABLE_METHODS, CacheHint
 from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
@@ -138,13 +139,17 @@ class ClientState:
 class ConnectionOrigin:
     """A connection asked outside any call (e.g. an upstream's roots/list at start-up)."""
 
-    progress_token = None
+    progress_token: int | str | None = None
     modern = False
+    log_level: str | None = None
 
     def __init__(self, state: ClientState) -> None:
         self._state = state
 
     async def progress(self, params: dict[str, Any]) -> None:
+        return None
+
+    async def log(self, params: dict[str, Any]) -> None:
         return None
 
     async def server_request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
@@ -165,10 +170,15 @@ class SdkOrigin:
         token = meta.get("progressToken") if isinstance(meta, Mapping) else None
         self.progress_token = token if isinstance(token, int | str) and not isinstance(token, bool) else None
         self.modern = is_modern(ctx)
+        level = meta.get(LOG_LEVEL_META_KEY) if isinstance(meta, Mapping) and self.modern else None
+        self.log_level = level if isinstance(level, str) else None
         self._registry = registry
 
     async def progress(self, params: dict[str, Any]) -> None:
         await self.ctx.session._request_outbound.notify("notifications/progress", params)
+
+    async def log(self, params: dict[str, Any]) -> None:
+        await self.ctx.session._request_outbound.notify("notifications/message", params)
 
     async def server_request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
         ctx = self.ctx
@@ -203,6 +213,8 @@ class BridgedOrigin(SdkOrigin):
         token = meta.get("progressToken") if isinstance(meta, Mapping) else None
         if isinstance(token, int | str) and not isinstance(token, bool):
             self.progress_token = token
+        level = meta.get(LOG_LEVEL_META_KEY) if isinstance(meta, Mapping) else None
+        self.log_level = level if isinstance(level, str) else None
 
     async def server_request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
         return await self.parked.ask(method, params)
