@@ -33,6 +33,7 @@ from tests.helpers import (
     embedded_front,
     everything,
     pipe_transport,
+    read_record,
     text_of,
     write_config,
 )
@@ -45,10 +46,11 @@ CLIENT_MODES: Final = ("legacy", "2026-07-28")
 
 
 @asynccontextmanager
-async def proxied_client(tmp_path: Path, front: str, upstream: str, mode: str,
-                         rec: Recorder) -> AsyncIterator[Client]:
-    """A real SDK client of era ``mode`` through the proxy's ``front`` to the fixture in era ``upstream``."""
-    config = write_config(tmp_path, {"ev": everything(protocol=upstream)}, namespacing="prefix",
+async def proxied_client(tmp_path: Path, front: str, upstream: str, mode: str, rec: Recorder,
+                         *flags: str) -> AsyncIterator[Client]:
+    """A real SDK client of era ``mode`` through the proxy's ``front`` to the fixture in era
+    ``upstream`` (started with ``flags``)."""
+    config = write_config(tmp_path, {"ev": everything(*flags, protocol=upstream)}, namespacing="prefix",
                           fastPath=True)
     kwargs: dict[str, Any] = {"mode": mode, "cache": None, "log_level": "debug", **rec.kwargs()}
     if mode == "legacy":
@@ -78,6 +80,7 @@ async def test_sampling_elicitation_and_roots_reach_the_client(tmp_path: Path, f
     rec = Recorder()
     with trio.fail_after(REAL_IO_BOUND_S):
         async with proxied_client(tmp_path, front, upstream, mode, rec) as client:
+            await client.list_tools()  # start-up done: on stdio the calls take the fast path
             expected = "2026-07-28" if mode == "2026-07-28" else LATEST_HANDSHAKE_VERSION
             assert client.protocol_version == expected
             assert text_of(await client.call_tool("ev_sample", {"prompt": "q"})) == "sampled: from the client"
@@ -148,3 +151,26 @@ async def test_progress_and_logging_of_a_call_reach_the_client(tmp_path: Path, f
             assert text_of(await client.call_tool("ev_log", {"level": "warning", "message": "careful"})) \
                 == "logged warning"
             await rec.wait_for_log("careful")
+
+
+@pytest.mark.parametrize(("front", "upstream", "mode"), MATRIX)
+async def test_cancelling_a_call_reaches_the_upstream(tmp_path: Path, front: str, upstream: str,
+                                                      mode: str) -> None:
+    """A client that gives up on a call makes the upstream stop it (it is told, under the
+    proxy's own request id), and the connection keeps serving."""
+    record = tmp_path / "ev.jsonl"
+    rec = Recorder()
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with proxied_client(tmp_path, front, upstream, mode, rec, "--record", str(record)) as client:
+            await client.list_tools()
+            with trio.move_on_after(1.0):
+                await client.call_tool("ev_sleep", {"seconds": 30})
+            with trio.fail_after(20):
+                # The upstream is another process: its record file is the only signal there is.
+                while not any(e.get("event") == "cancelled" for e in read_record(record)):  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+            assert text_of(await client.call_tool("ev_echo", {"text": "after"})) == "echo: after"
+    calls = [e for e in read_record(record) if e.get("event") == "call" and e.get("name") == "sleep"]
+    cancels = [e for e in read_record(record) if e.get("event") == "cancelled"]
+    assert calls
+    assert cancels[0]["requestId"] == calls[0]["id"]
