@@ -41,7 +41,7 @@ from msgspec import UNSET, Raw
 from actors import wire
 from actors.bridge import INPUT_WAIT_S, STATE_PREFIX, ParkedCall, ParkedCalls
 from actors.eras import ENVELOPE_KEYS, adapt_raw_result, is_modern_version, strip_upstream_stamps, verbose_of
-from actors.errors import ProxyError, UpstreamDied, UpstreamError, error_data
+from actors.errors import CallTimeout, ProxyError, UpstreamDied, UpstreamError, error_data
 from actors.framing import FrameWriter, StreamBroken
 from actors.link.input_required import drive_input_required
 from actors.link.stdio import StdioLink
@@ -432,8 +432,10 @@ class FastCall:
         self.fast.calls[front_id] = self
         parked.answer(responses if isinstance(responses, Mapping) else None)
         if parked.outcome is None and not self.link.has_pending(self.proxy_id):
-            # The upstream call ended while the client was away (its server died, or it timed out).
-            parked.finish(UpstreamDied(self.route.server, self.link.close_reason or "the call ended"))
+            # The upstream call ended while the client was away: its server died, or it timed out.
+            reason = self.link.close_reason
+            parked.finish(UpstreamDied(self.route.server, reason) if reason is not None
+                          else CallTimeout(self.route.server, self.route_timeout()))
         await self._flush_leg()
 
     async def _expire_parked(self) -> None:

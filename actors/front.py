@@ -415,12 +415,12 @@ class Front:
 
     async def _forward(self, server: str, method: str, params: Mapping[str, Any] | None,
                        ctx: ServerRequestContext[Any, Any], *, retry_safe: bool = False) -> dict[str, Any]:
-        if is_modern(ctx) and method in INPUT_REQUIRED_METHODS and self._nursery is not None:
+        if is_modern(ctx) and method in INPUT_REQUIRED_METHODS:
             token = request_state_of(params)
             if token is not None:
                 return await self._resume(token, params, ctx)
             up = self._upstream(server)
-            if up.link is None or not up.link.modern:
+            if self._nursery is not None and (up.link is None or not up.link.modern):
                 return await self._forward_bridged(up, method, params, ctx, retry_safe=retry_safe)
         try:
             result = await self._upstream(server).request(

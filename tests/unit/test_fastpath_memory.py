@@ -349,26 +349,76 @@ async def test_an_upstreams_mid_call_request_is_asked_of_the_calling_client(auto
             assert text(await p.client.receive_id(1)) == "done"
 
 
-async def test_a_2026_client_is_not_sent_server_requests(autojump_clock: Clock) -> None:
-    """Era adaptation: a 2026-07-28 client has no server-to-client requests, so a
-    handshake-era upstream's ``sampling/createMessage`` during its call is refused to the
-    upstream (-32601, saying why) and nothing reaches the client; the call still ends
-    normally. A regression shows as a request frame the client cannot take."""
+def retry_of(request_id: Any, leg: dict[str, Any], answers: dict[str, Any],
+             meta: dict[str, Any]) -> dict[str, Any]:
+    """The client's retry of ``s_work`` after an ``input_required`` leg (SEP-2322)."""
+    frame = call(request_id, "s_work", meta=meta)
+    frame["params"]["inputResponses"] = answers
+    frame["params"]["requestState"] = leg["result"]["requestState"]
+    return frame
+
+
+async def test_a_handshake_era_upstreams_question_is_an_input_required_leg_for_a_2026_client(
+    autojump_clock: Clock,
+) -> None:
+    """Era bridge: a 2026-07-28 client has no server-to-client requests, so a handshake-era
+    upstream's ``sampling/createMessage`` during its call answers the client's request as
+    ``input_required`` (the question as it came, under a key of the proxy's); the client's
+    retry (a new id, with ``inputResponses`` and the ``requestState``) answers the waiting
+    upstream request, and the call's result reaches the client under the retry's id. A
+    regression shows as a request frame the client cannot take, a refusal to the upstream,
+    or the result under the wrong id."""
     with trio.fail_after(BOUND_S):
         async with open_memory_proxy() as p:
             meta = {PROTOCOL_VERSION_META_KEY: MODERN, CLIENT_CAPABILITIES_META_KEY: {"sampling": {}}}
             await p.client.send(call(1, "s_work", meta=meta))
             request = await p.server.receive()
+            question = {"messages": [], "maxTokens": 5}
+            await p.server.send({"jsonrpc": "2.0", "id": 77, "method": "sampling/createMessage",
+                                 "params": question})
+            leg = await p.client.receive_id(1)
+            assert leg["result"]["resultType"] == "input_required"
+            (key, asked), = leg["result"]["inputRequests"].items()
+            assert asked == {"method": "sampling/createMessage", "params": question}
+            answer = {"role": "assistant", "content": {"type": "text", "text": "hi"}, "model": "m"}
+            await p.client.send(retry_of(2, leg, {key: answer}, meta))
+            sampled = await p.server.receive()
+            assert sampled["id"] == 77
+            assert sampled["result"] == answer
+            await p.server.answer(request, result("done"))
+            reply = await p.client.receive_id(2)
+            assert text(reply) == "done"
+            assert reply["result"]["resultType"] == "complete"
+
+
+async def test_a_2026_client_that_never_retries_leaves_no_upstream_request_waiting(
+    autojump_clock: Clock,
+) -> None:
+    """Bounded bridge: when the 2026-07-28 client never comes back with its answer, the
+    upstream's question gets an error by `INPUT_WAIT_S` and the call is cancelled at its
+    own timeout; a late retry gets an error, not a hang. A regression shows as an upstream
+    request that is never answered or a retry that waits forever."""
+    from actors.bridge import INPUT_WAIT_S
+
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy() as p:
+            meta = {PROTOCOL_VERSION_META_KEY: MODERN, CLIENT_CAPABILITIES_META_KEY: {"sampling": {}}}
+            await p.client.send(call(1, "s_work", meta=meta))
+            request = await p.server.receive()
+            started = trio.current_time()
             await p.server.send({"jsonrpc": "2.0", "id": 77, "method": "sampling/createMessage",
                                  "params": {"messages": [], "maxTokens": 5}})
-            refusal = await p.server.receive()
-            assert refusal["id"] == 77
-            assert refusal["error"]["code"] == -32601
-            assert "2026-07-28" in refusal["error"]["message"]
-            await p.server.answer(request, result("done"))
-            reply = await p.client.receive()
-            assert reply["id"] == 1
-            assert text(reply) == "done"
+            leg = await p.client.receive_id(1)
+            seen: dict[Any, dict[str, Any]] = {}
+            while 77 not in seen or request["id"] not in seen:
+                frame = await p.server.receive()
+                seen[frame.get("id", frame.get("params", {}).get("requestId"))] = frame
+            assert seen[77]["error"]["code"] == -32001
+            assert trio.current_time() - started <= INPUT_WAIT_S
+            assert seen[request["id"]]["method"] == "notifications/cancelled"
+            await p.client.send(retry_of(2, leg, {}, meta))
+            late = await p.client.receive_id(2)
+            assert "timed out" in late["error"]["message"]
 
 
 async def test_a_retry_safe_call_is_sent_once_more_to_the_next_process(autojump_clock: Clock) -> None:
