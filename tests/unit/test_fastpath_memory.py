@@ -358,19 +358,21 @@ def retry_of(request_id: Any, leg: dict[str, Any], answers: dict[str, Any],
     return frame
 
 
+@pytest.mark.parametrize("fast_path", [True, False], ids=["fast-path", "sdk-path"])
 async def test_a_handshake_era_upstreams_question_is_an_input_required_leg_for_a_2026_client(
-    autojump_clock: Clock,
+    autojump_clock: Clock, fast_path: bool,
 ) -> None:
     """Era bridge: a 2026-07-28 client has no server-to-client requests, so a handshake-era
     upstream's ``sampling/createMessage`` during its call answers the client's request as
     ``input_required`` (the question as it came, under a key of the proxy's); the client's
     retry (a new id, with ``inputResponses`` and the ``requestState``) answers the waiting
-    upstream request, and the call's result reaches the client under the retry's id. A
-    regression shows as a request frame the client cannot take, a refusal to the upstream,
+    upstream request, and the call's result reaches the client under the retry's id (the
+    fast path and the SDK path alike). A regression shows as a request frame the client cannot take, a refusal to the upstream,
     or the result under the wrong id."""
     with trio.fail_after(BOUND_S):
-        async with open_memory_proxy() as p:
-            meta = {PROTOCOL_VERSION_META_KEY: MODERN, CLIENT_CAPABILITIES_META_KEY: {"sampling": {}}}
+        async with open_memory_proxy(fast_path=fast_path) as p:
+            meta = {PROTOCOL_VERSION_META_KEY: MODERN, CLIENT_CAPABILITIES_META_KEY: {"sampling": {}},
+                    CLIENT_INFO_META_KEY: {"name": "t", "version": "1"}}
             await p.client.send(call(1, "s_work", meta=meta))
             request = await p.server.receive()
             question = {"messages": [], "maxTokens": 5}
@@ -391,18 +393,20 @@ async def test_a_handshake_era_upstreams_question_is_an_input_required_leg_for_a
             assert reply["result"]["resultType"] == "complete"
 
 
+@pytest.mark.parametrize("fast_path", [True, False], ids=["fast-path", "sdk-path"])
 async def test_a_2026_client_that_never_retries_leaves_no_upstream_request_waiting(
-    autojump_clock: Clock,
+    autojump_clock: Clock, fast_path: bool,
 ) -> None:
     """Bounded bridge: when the 2026-07-28 client never comes back with its answer, the
     upstream's question gets an error by `INPUT_WAIT_S` and the call is cancelled at its
-    own timeout; a late retry gets an error, not a hang. A regression shows as an upstream
+    own timeout; a late retry gets an error, not a hang (both paths). A regression shows as an upstream
     request that is never answered or a retry that waits forever."""
     from actors.bridge import INPUT_WAIT_S
 
     with trio.fail_after(BOUND_S):
-        async with open_memory_proxy() as p:
-            meta = {PROTOCOL_VERSION_META_KEY: MODERN, CLIENT_CAPABILITIES_META_KEY: {"sampling": {}}}
+        async with open_memory_proxy(fast_path=fast_path) as p:
+            meta = {PROTOCOL_VERSION_META_KEY: MODERN, CLIENT_CAPABILITIES_META_KEY: {"sampling": {}},
+                    CLIENT_INFO_META_KEY: {"name": "t", "version": "1"}}
             await p.client.send(call(1, "s_work", meta=meta))
             request = await p.server.receive()
             started = trio.current_time()
