@@ -367,8 +367,8 @@ async def test_a_handshake_era_upstreams_question_is_an_input_required_leg_for_a
     ``input_required`` (the question as it came, under a key of the proxy's); the client's
     retry (a new id, with ``inputResponses`` and the ``requestState``) answers the waiting
     upstream request, and the call's result reaches the client under the retry's id (the
-    fast path and the SDK path alike). A regression shows as a request frame the client cannot take, a refusal to the upstream,
-    or the result under the wrong id."""
+    fast path and the SDK path alike). A regression shows as a request frame the client
+    cannot take, a refusal to the upstream, or the result under the wrong id."""
     with trio.fail_after(BOUND_S):
         async with open_memory_proxy(fast_path=fast_path) as p:
             meta = {PROTOCOL_VERSION_META_KEY: MODERN, CLIENT_CAPABILITIES_META_KEY: {"sampling": {}},
