@@ -393,7 +393,14 @@ class FastCall:
         if parked is None:
             parked = self.parked = self.fast.parked.open()
             self.fast.bridged[parked.token] = self
-        return await parked.ask(method, params, self._flush_leg)
+        try:
+            return await parked.ask(method, params, self._flush_leg)
+        finally:
+            if parked.outcome is None and not self.link.has_pending(self.proxy_id):
+                # The call ended (timed out, or its server died) while the client was away:
+                # its retry, if it comes within INPUT_WAIT_S, is told; then it is forgotten.
+                parked.finish(self._ended_while_away())
+                self.fast.nursery.start_soon(self._expire_parked)
 
     async def _flush_leg(self) -> None:
         """Answer the client's open leg if there is something to answer it with."""
@@ -432,11 +439,15 @@ class FastCall:
         self.fast.calls[front_id] = self
         parked.answer(responses if isinstance(responses, Mapping) else None)
         if parked.outcome is None and not self.link.has_pending(self.proxy_id):
-            # The upstream call ended while the client was away: its server died, or it timed out.
-            reason = self.link.close_reason
-            parked.finish(UpstreamDied(self.route.server, reason) if reason is not None
-                          else CallTimeout(self.route.server, self.route_timeout()))
+            parked.finish(self._ended_while_away())
         await self._flush_leg()
+
+    def _ended_while_away(self) -> ProxyError:
+        """Why a parked call has no result: its server died, or the call timed out."""
+        reason = self.link.close_reason
+        if reason is not None:
+            return UpstreamDied(self.route.server, reason)
+        return CallTimeout(self.route.server, self.route_timeout())
 
     async def _expire_parked(self) -> None:
         """An outcome no leg takes within `INPUT_WAIT_S` (the client left) is dropped."""
