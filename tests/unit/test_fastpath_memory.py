@@ -467,3 +467,57 @@ async def test_progress_of_a_retried_call_reaches_the_client(autojump_clock: Clo
                               "params": {"progressToken": retry["id"], "progress": 1}})
             progress = await p.client.receive()
             assert progress.get("params") == {"progressToken": 3, "progress": 1}, progress
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["fast-path", "sdk-path"])
+async def test_progress_of_a_bridged_call_follows_the_clients_latest_leg(
+    autojump_clock: Clock, fast_path: bool,
+) -> None:
+    """Across ``input_required`` legs the upstream keeps the one progress token it was
+    given; the client gets the progress that follows its retry under the retry's own
+    token. A regression shows as progress under the first leg's token (which the client
+    forgot when that leg ended) or no progress at all."""
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy(fast_path=fast_path) as p:
+            meta = {PROTOCOL_VERSION_META_KEY: MODERN, CLIENT_CAPABILITIES_META_KEY: {"sampling": {}},
+                    CLIENT_INFO_META_KEY: {"name": "t", "version": "1"}}
+            await p.client.send(call(1, "s_work", meta={**meta, "progressToken": "first"}))
+            request = await p.server.receive()
+            upstream_token = request["params"]["_meta"]["progressToken"]
+            await p.server.send({"jsonrpc": "2.0", "id": 77, "method": "sampling/createMessage",
+                                 "params": {"messages": [], "maxTokens": 5}})
+            leg = await p.client.receive_id(1)
+            (key, _), = leg["result"]["inputRequests"].items()
+            answer = {"role": "assistant", "content": {"type": "text", "text": "hi"}, "model": "m"}
+            await p.client.send(retry_of(2, leg, {key: answer}, {**meta, "progressToken": "second"}))
+            assert (await p.server.receive())["id"] == 77
+            await p.server.send({"jsonrpc": "2.0", "method": "notifications/progress",
+                                 "params": {"progressToken": upstream_token, "progress": 1, "total": 2}})
+            progress = await p.client.receive()
+            assert progress["method"] == "notifications/progress"
+            assert progress["params"]["progressToken"] == "second"
+            await p.server.answer(request, result("done"))
+            assert text(await p.client.receive_id(2)) == "done"
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["fast-path", "sdk-path"])
+async def test_a_2026_client_cancelling_a_bridged_call_cancels_it_upstream(
+    autojump_clock: Clock, fast_path: bool,
+) -> None:
+    """A 2026-07-28 client's call to a handshake-era upstream runs beside the client's
+    request (so it can ask questions); the client's ``notifications/cancelled`` still
+    reaches the upstream at once, under the proxy's id. A regression shows as an upstream
+    left working for a client that gave up."""
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy(fast_path=fast_path) as p:
+            meta = {PROTOCOL_VERSION_META_KEY: MODERN, CLIENT_INFO_META_KEY: {"name": "t", "version": "1"},
+                    CLIENT_CAPABILITIES_META_KEY: {}}
+            await p.client.send(call(1, "s_work", meta=meta))
+            request = await p.server.receive()
+            started = trio.current_time()
+            await p.client.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                 "params": {"requestId": 1, "reason": "user"}})
+            cancel = await p.server.receive()
+            assert cancel["method"] == "notifications/cancelled"
+            assert cancel["params"]["requestId"] == request["id"]
+            assert trio.current_time() == started
