@@ -521,3 +521,29 @@ async def test_a_2026_client_cancelling_a_bridged_call_cancels_it_upstream(
             assert cancel["method"] == "notifications/cancelled"
             assert cancel["params"]["requestId"] == request["id"]
             assert trio.current_time() == started
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["fast-path", "sdk-path"])
+async def test_a_bridged_result_nobody_comes_back_for_is_forgotten(
+    autojump_clock: Clock, fast_path: bool,
+) -> None:
+    """The client left after an ``input_required`` leg and the upstream finished anyway
+    (its question was answered with an error): the parked call is forgotten
+    `INPUT_WAIT_S` later, so a client that walks away costs bounded memory."""
+    from actors.bridge import INPUT_WAIT_S
+
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy(fast_path=fast_path) as p:
+            meta = {PROTOCOL_VERSION_META_KEY: MODERN, CLIENT_CAPABILITIES_META_KEY: {"sampling": {}},
+                    CLIENT_INFO_META_KEY: {"name": "t", "version": "1"}}
+            await p.client.send(call(1, "s_work", meta=meta))
+            request = await p.server.receive()
+            await p.server.send({"jsonrpc": "2.0", "id": 77, "method": "sampling/createMessage",
+                                 "params": {"messages": [], "maxTokens": 5}})
+            await p.client.receive_id(1)
+            parked = p.stdio.fast_path.parked if p.stdio.fast_path is not None else p.front.parked
+            assert len(parked) == 1
+            await p.server.answer(request, result("done without an answer"))
+            await trio.sleep(INPUT_WAIT_S)
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(parked) == 0
