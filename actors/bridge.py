@@ -36,7 +36,8 @@ from actors import wire
 from actors.errors import ProxyError, UpstreamError
 from actors.messages import Reply
 
-__all__ = ["INPUT_WAIT_S", "STATE_PREFIX", "ParkedCall", "ParkedCalls", "request_state_of", "run_parked"]
+__all__ = ["INPUT_WAIT_S", "STATE_PREFIX", "ParkedCall", "ParkedCalls", "declared", "request_state_of",
+           "run_parked"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,18 @@ state (the upstream's own, on a 2026-07-28 upstream) is forwarded as it came."""
 
 TOKEN_BYTES: Final = 16
 """Entropy of a token (128 bits: the token alone resumes the call, so it must not be guessable)."""
+
+
+CAPABILITY_OF: Final = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation",
+                         "roots/list": "roots"}
+"""The client capability each server-to-client request needs (MCP: a server MUST NOT send
+a request the client did not declare)."""
+
+
+def declared(capabilities: object, method: str) -> bool:
+    """Whether a 2026-07-28 client's ``_meta`` capabilities allow asking it ``method``."""
+    needed = CAPABILITY_OF.get(method)
+    return needed is None or (isinstance(capabilities, Mapping) and capabilities.get(needed) is not None)
 
 
 def request_state_of(params: Mapping[str, Any] | None) -> str | None:
@@ -81,9 +94,15 @@ class ParkedCall:
         self.scope: trio.CancelScope | None = None
 
     def cancel(self) -> None:
-        """The client abandoned the call: stop the upstream call (it is told to cancel)."""
+        """The client abandoned the call: stop the upstream call (it is told to cancel) and
+        answer its open questions at once."""
         if self.scope is not None:
             self.scope.cancel()
+        self._fail_waiting(UpstreamError(wire.INTERNAL_ERROR, "the client cancelled the call"))
+
+    def _fail_waiting(self, error: UpstreamError) -> None:
+        for reply in self._waiting.values():
+            reply.fail(error)
 
     async def ask(self, method: str, params: dict[str, Any] | None,
                   asked: Callable[[], Awaitable[None]] | None = None) -> dict[str, Any]:
@@ -119,6 +138,7 @@ class ParkedCall:
     def finish(self, outcome: dict[str, Any] | ProxyError) -> None:
         """The upstream call ended (result or error): the next leg gets it."""
         self.outcome = outcome
+        self._fail_waiting(UpstreamError(wire.INTERNAL_ERROR, "the call has ended"))
         self._wake()
 
     def answer(self, responses: Mapping[str, Any] | None) -> None:

@@ -33,13 +33,14 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 import trio
 from mcp_types import (
+    CLIENT_CAPABILITIES_META_KEY,
     LOG_LEVEL_META_KEY,
     PROTOCOL_VERSION_META_KEY,
 )
 from msgspec import UNSET, Raw
 
 from actors import wire
-from actors.bridge import INPUT_WAIT_S, STATE_PREFIX, ParkedCall, ParkedCalls
+from actors.bridge import INPUT_WAIT_S, STATE_PREFIX, ParkedCall, ParkedCalls, declared
 from actors.eras import ENVELOPE_KEYS, adapt_raw_result, is_modern_version, strip_upstream_stamps, verbose_of
 from actors.errors import CallTimeout, ProxyError, UpstreamDied, UpstreamError, error_data
 from actors.framing import FrameWriter, StreamBroken
@@ -157,6 +158,8 @@ class FastPath:
             return False
         call = FastCall(self, env.id, route, link, client_token, modern)  # type: ignore[arg-type]
         call.log_level = client_level
+        if modern and not link.modern:
+            call.capabilities = meta.get(CLIENT_CAPABILITIES_META_KEY)  # decoded only if the upstream asks
         try:
             proxy_id = link.reserve_fast(call, timeout=up.spec.timeout, max_time=up.spec.max_call_time)
         except ProxyError:
@@ -262,8 +265,8 @@ class FastPath:
 class FastCall:
     """One fast-path call: the client's side as the upstream link sees it."""
 
-    __slots__ = ("client_token", "fast", "front_id", "link", "log_level", "modern", "params", "parked",
-                 "proxy_id", "retried", "route", "started")
+    __slots__ = ("capabilities", "client_token", "fast", "front_id", "link", "log_level", "modern", "params",
+                 "parked", "proxy_id", "retried", "route", "started")
 
     def __init__(self, fast: FastPath, front_id: int | str, route: ToolRoute, link: StdioLink,
                  client_token: int | str | None, modern: bool) -> None:
@@ -278,6 +281,8 @@ class FastCall:
         self.retried = False
         self.parked: ParkedCall | None = None
         self.log_level: str | None = None
+        self.capabilities: Raw | None = None
+        """A 2026-07-28 client's declared capabilities (its ``_meta``), as they came."""
         self.started = trio.current_time()
 
     @property
@@ -389,6 +394,12 @@ class FastCall:
 
     async def _ask_client(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
         """Put the upstream's question to the 2026-07-28 client as an ``input_required`` leg."""
+        try:
+            caps = msgspec.json.decode(self.capabilities) if self.capabilities is not None else None
+        except msgspec.DecodeError:
+            caps = None
+        if not declared(caps, method):
+            raise UpstreamError(wire.METHOD_NOT_FOUND, f"the client did not declare support for {method}")
         parked = self.parked
         if parked is None:
             parked = self.parked = self.fast.parked.open()

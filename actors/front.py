@@ -28,7 +28,6 @@ from typing import Any, Final, Protocol
 
 import mcp_types as types
 import trio
-from mcp_types import LOG_LEVEL_META_KEY
 from mcp.server.caching import CACHEABLE_METHODS, CacheHint
 from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
@@ -42,9 +41,10 @@ from mcp.server.subscriptions import (
     ToolsListChanged,
 )
 from mcp.shared.exceptions import MCPError, NoBackChannelError
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY
 
 from actors import wire
-from actors.bridge import ParkedCall, ParkedCalls, request_state_of, run_parked
+from actors.bridge import ParkedCall, ParkedCalls, declared, request_state_of, run_parked
 from actors.core.catalog import Snapshot
 from actors.core.registry import Changes
 from actors.eras import complete, is_modern_version, strip_upstream_stamps
@@ -202,7 +202,8 @@ class BridgedOrigin(SdkOrigin):
     """A 2026-07-28 client's call to a handshake-era upstream: the upstream's questions
     are put to the client as ``input_required`` legs; progress goes to the current leg."""
 
-    def __init__(self, ctx: ServerRequestContext[Any, Any], registry: ClientRegistry, parked: ParkedCall) -> None:
+    def __init__(self, ctx: ServerRequestContext[Any, Any], registry: ClientRegistry,
+                 parked: ParkedCall) -> None:
         super().__init__(ctx, registry)
         self.parked = parked
 
@@ -217,6 +218,10 @@ class BridgedOrigin(SdkOrigin):
         self.log_level = level if isinstance(level, str) else None
 
     async def server_request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        meta = (self.ctx.params or {}).get("_meta")
+        caps = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, Mapping) else None
+        if not declared(caps, method):
+            raise UpstreamError(wire.METHOD_NOT_FOUND, f"the client did not declare support for {method}")
         return await self.parked.ask(method, params)
 
 
