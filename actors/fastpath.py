@@ -207,6 +207,8 @@ class FastPath:
         call = self.calls.pop(cancel.requestId, None) if cancel.requestId is not None else None
         if call is None:
             return False
+        if call.parked is not None:
+            call.parked.cancel()  # the upstream's open questions are answered at once
         # MCP cancellation: the receiver does not answer a cancelled request.
         await call.link.cancel_fast(call.proxy_id, cancel.reason if isinstance(cancel.reason, str) else "cancelled")
         return True

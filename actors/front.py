@@ -508,7 +508,8 @@ class Front:
         except MCPError as exc:
             self.backend.note_call(route.server, route.original, started, exc)
             raise
-        self.backend.note_call(route.server, route.original, started, None)
+        if result.get("resultType") != "input_required":  # one journal entry per call, not per leg
+            self.backend.note_call(route.server, route.original, started, None)
         return result
 
     # --- resources ---------------------------------------------------------------------
