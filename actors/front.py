@@ -185,7 +185,8 @@ class SdkOrigin:
         if is_modern_version(ctx.protocol_version):
             raise BridgeUnsupported(
                 f"the client speaks MCP {ctx.protocol_version}, which has no server-to-client requests; "
-                f"{method} from a handshake-era server cannot be forwarded to it yet"
+                f"{method} from a handshake-era server can reach it only during tools/call, prompts/get "
+                f"or resources/read (as input_required)"
             )
         state = self._registry.get(ctx.session._connection)
         if state is not None and not state.capable(method):
