@@ -13,7 +13,10 @@ version, clientInfo and capabilities in ``_meta``, and every result says its
   gone for a handshake-era one;
 * a result the proxy builds itself is marked final (`complete`);
 * ``input_required`` for a handshake-era client is driven by
-  `actors.link.input_required.drive_input_required`.
+  `actors.link.input_required.drive_input_required`; a handshake-era upstream's
+  questions for a 2026-07-28 client become ``input_required`` legs (`actors.bridge`);
+* logging: a handshake-era client sets a level per connection (``logging/setLevel``), a
+  2026-07-28 one per request (``_meta``); `verbose_of` and `log_wanted` compare them.
 """
 
 from __future__ import annotations
@@ -34,16 +37,22 @@ from actors import wire
 
 __all__ = [
     "ENVELOPE_KEYS",
+    "LOG_LEVELS",
     "adapt_raw_result",
     "complete",
     "is_modern_version",
+    "log_wanted",
     "strip_upstream_stamps",
+    "verbose_of",
 ]
 
 ENVELOPE_KEYS: Final = (PROTOCOL_VERSION_META_KEY, CLIENT_INFO_META_KEY, CLIENT_CAPABILITIES_META_KEY,
                         LOG_LEVEL_META_KEY)
 """The ``_meta`` keys of a 2026-07-28 request's envelope: the client's never reach an
 upstream (the proxy sends its own, or none to a handshake-era one)."""
+
+LOG_LEVELS: Final = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+"""MCP's logging levels (RFC 5424 severities), least severe first."""
 
 _COMPLETE: Final = Raw(b'"complete"')
 _SERVER_INFO_BYTES: Final = SERVER_INFO_META_KEY.encode()
@@ -52,6 +61,19 @@ _SERVER_INFO_BYTES: Final = SERVER_INFO_META_KEY.encode()
 def is_modern_version(version: str | None) -> bool:
     """Whether ``version`` is a protocol version of the 2026-07-28 era."""
     return version in MODERN_PROTOCOL_VERSIONS
+
+
+def verbose_of(*levels: str | None) -> str | None:
+    """The most verbose of ``levels`` (unknown and None ignored); None if there is none."""
+    known = [level for level in levels if level in LOG_LEVELS]
+    return min(known, key=LOG_LEVELS.index) if known else None
+
+
+def log_wanted(level: object, wanted: str | None) -> bool:
+    """Whether a message at ``level`` passes a client's ``wanted`` level (None: it asked for none)."""
+    if wanted not in LOG_LEVELS:
+        return False
+    return level not in LOG_LEVELS or LOG_LEVELS.index(level) >= LOG_LEVELS.index(wanted)
 
 
 def complete(result: dict[str, Any]) -> dict[str, Any]:

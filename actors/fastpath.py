@@ -13,7 +13,10 @@ Owns, for one front connection:
   id and the progress token swapped for the upstream's, the era adapted where the
   client and the upstream speak different ones;
 * the answer: written by the upstream's reader task straight to this connection's
-  writer, with the client's id back in the envelope; no task waits per call.
+  writer, with the client's id back in the envelope; no task waits per call;
+* the bridge for a 2026-07-28 client on a handshake-era upstream: the upstream's
+  questions answer the client's leg as ``input_required`` and the call waits, parked
+  under its ``requestState``, for the client's retry (`actors.bridge`).
 
 ``use_tool`` (discovery exposure) takes this path when the tool it names is routed and
 its arguments satisfy the tool's schema: the frame goes upstream as that tool's direct
@@ -34,16 +37,18 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 import trio
 from mcp_types import (
+    CLIENT_CAPABILITIES_META_KEY,
     LOG_LEVEL_META_KEY,
     PROTOCOL_VERSION_META_KEY,
 )
 from msgspec import UNSET, Raw
 
 from actors import wire
+from actors.bridge import INPUT_WAIT_S, STATE_PREFIX, ParkedCall, ParkedCalls, declared
 from actors.core.discovery import USE_TOOL
 from actors.core.use_tool import check_arguments
-from actors.eras import ENVELOPE_KEYS, adapt_raw_result, is_modern_version, strip_upstream_stamps
-from actors.errors import BridgeUnsupported, ProxyError, UpstreamDied, UpstreamError, error_data
+from actors.eras import ENVELOPE_KEYS, adapt_raw_result, is_modern_version, strip_upstream_stamps, verbose_of
+from actors.errors import CallTimeout, ProxyError, UpstreamDied, UpstreamError, error_data
 from actors.framing import FrameWriter, StreamBroken
 from actors.link.input_required import drive_input_required
 from actors.link.stdio import StdioLink
@@ -85,6 +90,9 @@ class FastPath:
         self.nursery = nursery
         self.calls: dict[int | str, FastCall] = {}
         self.requests: dict[str, Reply[Any]] = {}
+        self.parked = ParkedCalls()
+        self.bridged: dict[str, FastCall] = {}
+        """Calls parked between a 2026-07-28 client's legs, by their ``requestState``."""
         self.ready = False
         """The init gate is open: handshake-era calls may take this path."""
         self._initialize_id: int | str | None = None
@@ -145,6 +153,17 @@ class FastPath:
             name = _str.decode(params["name"])
         except (KeyError, wire.DecodeError, wire.ValidationError):
             return False
+        if modern and "requestState" in params:
+            try:
+                state = _str.decode(params["requestState"])
+            except (wire.DecodeError, wire.ValidationError):
+                return False
+            if state.startswith(STATE_PREFIX):
+                parked = self.bridged.get(state)
+                if parked is None:
+                    return False  # the SDK path's, or unknown: the SDK answers it
+                await parked.resume(env.id, params)  # type: ignore[arg-type]
+                return True
         snapshot = self.backend.router.snapshot
         route = snapshot.tools.get(name)
         if route is None:
@@ -176,9 +195,14 @@ class FastPath:
             client_token = _token.decode(token_raw) if token_raw is not None else None
             if modern and not is_modern_version(_str.decode(meta[PROTOCOL_VERSION_META_KEY])):
                 return False  # the SDK answers an unsupported version with -32022
+            level_raw = meta.get(LOG_LEVEL_META_KEY) if modern else None
+            client_level = _str.decode(level_raw) if level_raw is not None else None
         except (KeyError, wire.DecodeError, wire.ValidationError):
             return False
         call = FastCall(self, env.id, route, link, client_token, modern)  # type: ignore[arg-type]
+        call.log_level = client_level
+        if modern and not link.modern:
+            call.capabilities = meta.get(CLIENT_CAPABILITIES_META_KEY)  # decoded only if the upstream asks
         try:
             proxy_id = link.reserve_fast(call, timeout=up.spec.timeout, max_time=up.spec.max_call_time)
         except ProxyError:
@@ -193,7 +217,7 @@ class FastPath:
                 meta.pop(key, None)
             if link.modern:
                 meta.update(self._envelope_of(link))
-                level = self.log_level()
+                level = verbose_of(self.log_level(), client_level)
                 if level:
                     meta[LOG_LEVEL_META_KEY] = Raw(wire.encode(level))
         if client_token is not None:
@@ -227,6 +251,8 @@ class FastPath:
         call = self.calls.pop(cancel.requestId, None) if cancel.requestId is not None else None
         if call is None:
             return False
+        if call.parked is not None:
+            call.parked.cancel()  # the upstream's open questions are answered at once
         # MCP cancellation: the receiver does not answer a cancelled request.
         await call.cancel(cancel.reason if isinstance(cancel.reason, str) else "cancelled")
         return True
@@ -274,6 +300,10 @@ class FastPath:
             with trio.move_on_after(CLIENT_GONE_CANCEL_S, shield=True):
                 await call.cancel("client disconnected")
         self.calls.clear()
+        for call in list(self.bridged.values()):
+            with trio.move_on_after(CLIENT_GONE_CANCEL_S, shield=True):
+                await call.link.cancel_fast(call.proxy_id, "client disconnected")
+        self.bridged.clear()
         for reply in self.requests.values():
             reply.fail(UpstreamError(wire.CONNECTION_CLOSED, "the client disconnected"))
 
@@ -303,8 +333,8 @@ def use_tool_route(snapshot: Snapshot, params: dict[str, Raw]) -> tuple[ToolRout
 class FastCall:
     """One fast-path call: the client's side as the upstream link sees it."""
 
-    __slots__ = ("client_token", "fast", "front_id", "link", "modern", "params", "proxy_id", "retried",
-                 "retry_scope", "route", "started")
+    __slots__ = ("capabilities", "client_token", "fast", "front_id", "link", "log_level", "modern", "params",
+                 "parked", "proxy_id", "retried", "retry_scope", "route", "started")
 
     def __init__(self, fast: FastPath, front_id: int | str, route: ToolRoute, link: StdioLink,
                  client_token: int | str | None, modern: bool) -> None:
@@ -319,6 +349,10 @@ class FastCall:
         self.retried = False
         self.retry_scope: trio.CancelScope | None = None
         """Set while the call is retried the slow way: cancelling it abandons the retry."""
+        self.parked: ParkedCall | None = None
+        self.log_level: str | None = None
+        self.capabilities: Raw | None = None
+        """A 2026-07-28 client's declared capabilities (its ``_meta``), as they came."""
         self.started = trio.current_time()
 
     @property
@@ -330,6 +364,12 @@ class FastCall:
         fast = self.fast
         if fast.calls.get(self.front_id) is self:
             del fast.calls[self.front_id]
+            self._unpark()
+        elif self.parked is not None and self.parked.outcome is None:
+            # Between a 2026-07-28 client's legs: the client's retry takes the outcome.
+            self.parked.finish(self._outcome(env, line))
+            fast.nursery.start_soon(self._expire_parked)
+            return
         else:
             return  # cancelled by the client meanwhile: MCP says no answer
         up = fast.backend.upstreams.get(self.route.server)
@@ -432,18 +472,116 @@ class FastCall:
         del self.fast.calls[self.front_id]
         await self.fast.send(frame)
 
+    # --- the bridge: a 2026-07-28 client, a handshake-era upstream ------------------------------
+    def _outcome(self, env: wire.Envelope, line: bytes) -> dict[str, Any] | ProxyError:
+        """The upstream's answer, kept for the client's next leg."""
+        if env.error is not UNSET:
+            try:
+                err = wire.decode_error(env.error)
+            except (wire.DecodeError, wire.ValidationError):
+                return UpstreamError(wire.INTERNAL_ERROR, "upstream sent a malformed error")
+            return UpstreamError(err.code, err.message, err.data)
+        result = env.result if env.result is not UNSET else Raw(b"{}")
+        adapted = adapt_raw_result(result, line, upstream_modern=self.link.modern, front_modern=True,
+                                   stamp=self.fast.stamp)
+        return wire.decode_dict(adapted)
+
+    async def _ask_client(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        """Put the upstream's question to the 2026-07-28 client as an ``input_required`` leg."""
+        try:
+            caps = msgspec.json.decode(self.capabilities) if self.capabilities is not None else None
+        except msgspec.DecodeError:
+            caps = None
+        if not declared(caps, method):
+            raise UpstreamError(wire.METHOD_NOT_FOUND, f"the client did not declare support for {method}")
+        parked = self.parked
+        if parked is None:
+            parked = self.parked = self.fast.parked.open()
+            self.fast.bridged[parked.token] = self
+        try:
+            return await parked.ask(method, params, self._flush_leg)
+        finally:
+            if parked.outcome is None and not self.link.has_pending(self.proxy_id):
+                # The call ended (timed out, or its server died) while the client was away:
+                # its retry, if it comes within INPUT_WAIT_S, is told; then it is forgotten.
+                parked.finish(self._ended_while_away())
+                self.fast.nursery.start_soon(self._expire_parked)
+
+    async def _flush_leg(self) -> None:
+        """Answer the client's open leg if there is something to answer it with."""
+        fast, parked = self.fast, self.parked
+        if parked is None or fast.calls.get(self.front_id) is not self:
+            return
+        leg = parked.take_leg()
+        if leg is None:
+            return
+        del fast.calls[self.front_id]
+        if isinstance(leg, ProxyError):
+            self._unpark()
+            fast.backend.note_call(self.route.server, self.route.original, self.started, leg)
+            await fast.send(wire.error_frame(self.front_id, **_error_args(leg)))
+            return
+        if parked.done:
+            self._unpark()
+            fast.backend.note_call(self.route.server, self.route.original, self.started, None)
+        await fast.send(wire.result_frame(self.front_id, leg))
+
+    async def resume(self, front_id: int | str, params: dict[str, Raw]) -> None:
+        """The client retried with its answers (a new request id): hand them to the
+        waiting upstream and answer this leg when there is something to answer."""
+        parked = self.parked
+        assert parked is not None
+        self.front_id = front_id
+        try:
+            meta = wire.decode_raw_map(params["_meta"]) if "_meta" in params else {}
+            token = meta.get("progressToken")
+            if token is not None:
+                self.client_token = _token.decode(token)
+            self.log_level = _str.decode(meta[LOG_LEVEL_META_KEY]) if LOG_LEVEL_META_KEY in meta else None
+            responses = msgspec.json.decode(params["inputResponses"]) if "inputResponses" in params else None
+        except (wire.DecodeError, wire.ValidationError, msgspec.DecodeError):
+            responses = None
+        self.fast.calls[front_id] = self
+        parked.answer(responses if isinstance(responses, Mapping) else None)
+        if parked.outcome is None and not self.link.has_pending(self.proxy_id):
+            parked.finish(self._ended_while_away())
+        await self._flush_leg()
+
+    def _ended_while_away(self) -> ProxyError:
+        """Why a parked call has no result: its server died, or the call timed out."""
+        reason = self.link.close_reason
+        if reason is not None:
+            return UpstreamDied(self.route.server, reason)
+        return CallTimeout(self.route.server, self.route_timeout())
+
+    async def _expire_parked(self) -> None:
+        """An outcome no leg takes within `INPUT_WAIT_S` (the client left) is dropped."""
+        parked = self.parked
+        if parked is None:
+            return
+        with trio.move_on_after(INPUT_WAIT_S):
+            await parked.delivered.wait()
+        self._unpark()
+
+    def _unpark(self) -> None:
+        parked = self.parked
+        if parked is not None:
+            self.fast.parked.close(parked)
+            self.fast.bridged.pop(parked.token, None)
+
     # --- mid-call traffic --------------------------------------------------------------------
     async def progress(self, params: dict[str, Any]) -> None:
         if self.fast.calls.get(self.front_id) is self:
             await self.fast.send(wire.notification_frame("notifications/progress", params))
 
+    async def log(self, params: dict[str, Any]) -> None:
+        if self.fast.calls.get(self.front_id) is self:
+            await self.fast.send(wire.notification_frame("notifications/message", params))
+
     async def server_request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
         fast = self.fast
         if self.modern:
-            raise BridgeUnsupported(
-                f"the client speaks MCP 2026-07-28, which has no server-to-client requests; {method} from "
-                f"the handshake-era server {self.route.server} cannot be forwarded to it"
-            )
+            return await self._ask_client(method, params)
         if not fast.client_capable(method):
             raise UpstreamError(wire.METHOD_NOT_FOUND, f"the client did not declare support for {method}")
         rid = f"{SERVER_REQUEST_PREFIX}{next(fast._ids)}"

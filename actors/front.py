@@ -13,7 +13,8 @@ Owns:
   2026-07-28: the `subscriptions/listen` bus). It queues per client, so a stuck
   client never holds up the router or other clients;
 * `SdkOrigin`: how an upstream's mid-call progress and requests reach the client
-  whose call caused them.
+  whose call caused them; `BridgedOrigin` for a 2026-07-28 client, whose questions
+  from a handshake-era upstream become ``input_required`` legs (`actors.bridge`).
 """
 
 from __future__ import annotations
@@ -41,8 +42,10 @@ from mcp.server.subscriptions import (
     ToolsListChanged,
 )
 from mcp.shared.exceptions import MCPError, NoBackChannelError
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY
 
 from actors import wire
+from actors.bridge import ParkedCall, ParkedCalls, declared, request_state_of, run_parked
 from actors.core.catalog import Snapshot, ToolRoute
 from actors.core.discovery import USE_TOOL, lazy_owner
 from actors.core.registry import Changes
@@ -51,6 +54,7 @@ from actors.eras import complete, is_modern_version, strip_upstream_stamps
 from actors.errors import BridgeUnsupported, ProxyError, UpstreamError, error_data
 from actors.lazy import LazyLoader, LoadFailed
 from actors.link import CallOrigin
+from actors.link.input_required import INPUT_REQUIRED_METHODS
 from actors.router import Router
 from actors.upstream import Upstream
 
@@ -143,13 +147,17 @@ class ClientState:
 class ConnectionOrigin:
     """A connection asked outside any call (e.g. an upstream's roots/list at start-up)."""
 
-    progress_token = None
+    progress_token: int | str | None = None
     modern = False
+    log_level: str | None = None
 
     def __init__(self, state: ClientState) -> None:
         self._state = state
 
     async def progress(self, params: dict[str, Any]) -> None:
+        return None
+
+    async def log(self, params: dict[str, Any]) -> None:
         return None
 
     async def server_request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
@@ -170,17 +178,23 @@ class SdkOrigin:
         token = meta.get("progressToken") if isinstance(meta, Mapping) else None
         self.progress_token = token if isinstance(token, int | str) and not isinstance(token, bool) else None
         self.modern = is_modern(ctx)
+        level = meta.get(LOG_LEVEL_META_KEY) if isinstance(meta, Mapping) and self.modern else None
+        self.log_level = level if isinstance(level, str) else None
         self._registry = registry
 
     async def progress(self, params: dict[str, Any]) -> None:
         await self.ctx.session._request_outbound.notify("notifications/progress", params)
+
+    async def log(self, params: dict[str, Any]) -> None:
+        await self.ctx.session._request_outbound.notify("notifications/message", params)
 
     async def server_request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
         ctx = self.ctx
         if is_modern_version(ctx.protocol_version):
             raise BridgeUnsupported(
                 f"the client speaks MCP {ctx.protocol_version}, which has no server-to-client requests; "
-                f"{method} from a handshake-era server cannot be forwarded to it yet"
+                f"{method} from a handshake-era server can reach it only during tools/call, prompts/get "
+                f"or resources/read (as input_required)"
             )
         state = self._registry.get(ctx.session._connection)
         if state is not None and not state.capable(method):
@@ -191,6 +205,33 @@ class SdkOrigin:
             raise UpstreamError(exc.error.code, exc.error.message, exc.error.data) from None
         except NoBackChannelError:
             raise BridgeUnsupported(f"this client connection cannot receive {method}") from None
+
+
+class BridgedOrigin(SdkOrigin):
+    """A 2026-07-28 client's call to a handshake-era upstream: the upstream's questions
+    are put to the client as ``input_required`` legs; progress goes to the current leg."""
+
+    def __init__(self, ctx: ServerRequestContext[Any, Any], registry: ClientRegistry,
+                 parked: ParkedCall) -> None:
+        super().__init__(ctx, registry)
+        self.parked = parked
+
+    def next_leg(self, ctx: ServerRequestContext[Any, Any]) -> None:
+        """The client retried: its progress token and response stream are the new leg's."""
+        self.ctx = ctx
+        meta = (ctx.params or {}).get("_meta")
+        token = meta.get("progressToken") if isinstance(meta, Mapping) else None
+        if isinstance(token, int | str) and not isinstance(token, bool):
+            self.progress_token = token
+        level = meta.get(LOG_LEVEL_META_KEY) if isinstance(meta, Mapping) else None
+        self.log_level = level if isinstance(level, str) else None
+
+    async def server_request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        meta = (self.ctx.params or {}).get("_meta")
+        caps = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, Mapping) else None
+        if not declared(caps, method):
+            raise UpstreamError(wire.METHOD_NOT_FOUND, f"the client did not declare support for {method}")
+        return await self.parked.ask(method, params)
 
 
 class ClientRegistry:
@@ -331,6 +372,10 @@ class Front:
         self.bus = InMemorySubscriptionBus()
         self._listen = ListenHandler(self.bus)
         self._subscribers: dict[str, int] = {}
+        self.parked = ParkedCalls()
+        """Calls of 2026-07-28 clients waiting for their retry with the answers (`actors.bridge`)."""
+        self._origins: dict[str, BridgedOrigin] = {}
+        self._nursery: trio.Nursery | None = None
         self.log_level: str | None = None
         """The most verbose level any client set; upstreams are asked for it (2026-07-28 ones
         per request, handshake-era ones with logging/setLevel, again after each restart)."""
@@ -413,11 +458,14 @@ class Front:
         return ConnectionOrigin(state) if state is not None else None
 
     async def run(self, *, task_status: trio.TaskStatus[Front] = trio.TASK_STATUS_IGNORED) -> None:
-        """Run the broadcaster (for the supervisor's lifetime)."""
-        task_status.started(self)
+        """Run the broadcaster and the bridged calls (for the supervisor's lifetime)."""
         try:
-            await self.clients.run()
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started(self)
+                await self.clients.run()
         finally:
+            self._nursery = None
             self._listen.close()
 
     def _upstream(self, server: str) -> Upstream:
@@ -428,6 +476,13 @@ class Front:
 
     async def _forward(self, server: str, method: str, params: Mapping[str, Any] | None,
                        ctx: ServerRequestContext[Any, Any], *, retry_safe: bool = False) -> dict[str, Any]:
+        if is_modern(ctx) and method in INPUT_REQUIRED_METHODS:
+            token = request_state_of(params)
+            if token is not None:
+                return await self._resume(token, params, ctx)
+            up = self._upstream(server)
+            if self._nursery is not None and (up.link is None or not up.link.modern):
+                return await self._forward_bridged(up, method, params, ctx, retry_safe=retry_safe)
         try:
             result = await self._upstream(server).request(
                 method, params, origin=SdkOrigin(ctx, self.clients), retry_safe=retry_safe
@@ -435,6 +490,50 @@ class Front:
         except ProxyError as exc:
             raise to_mcp_error(exc) from None
         return strip_upstream_stamps(result, modern_front=is_modern(ctx))
+
+    async def _forward_bridged(self, up: Upstream, method: str, params: Mapping[str, Any] | None,
+                               ctx: ServerRequestContext[Any, Any], *, retry_safe: bool) -> dict[str, Any]:
+        """A 2026-07-28 client's request to a handshake-era upstream: run it beside the
+        client's leg, so the upstream's questions can become ``input_required`` legs."""
+        parked = self.parked.open()
+        origin = BridgedOrigin(ctx, self.clients, parked)
+        self._origins[parked.token] = origin
+
+        async def forward() -> dict[str, Any]:
+            result = await up.request(method, params, origin=origin, retry_safe=retry_safe)
+            return strip_upstream_stamps(result, modern_front=True)
+
+        def forget() -> None:
+            self.parked.close(parked)
+            self._origins.pop(parked.token, None)
+
+        assert self._nursery is not None
+        await self._nursery.start(run_parked, parked, forward, forget)
+        return await self._leg(parked)
+
+    async def _resume(self, token: str, params: Mapping[str, Any] | None,
+                      ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+        """The client retried a bridged call with its answers: resume the waiting upstream."""
+        parked = self.parked.get(token)
+        origin = self._origins.get(token)
+        if parked is None or origin is None or parked.done:
+            raise MCPError(code=wire.INVALID_PARAMS, message="unknown or expired requestState",
+                           data={"reason": "invalid_request_state"})
+        origin.next_leg(ctx)
+        parked.answer((params or {}).get("inputResponses"))
+        return await self._leg(parked)
+
+    async def _leg(self, parked: ParkedCall) -> dict[str, Any]:
+        """What this leg of a bridged call answers: the next questions, or the outcome.
+        A leg cancelled while it waits (the client cancelled, or left) cancels the call."""
+        try:
+            leg = await parked.next_leg()
+        except trio.Cancelled:
+            parked.cancel()
+            raise
+        if isinstance(leg, ProxyError):
+            raise to_mcp_error(leg)
+        return leg
 
     # --- tools -------------------------------------------------------------------------
     async def _list_tools(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
@@ -534,7 +633,8 @@ class Front:
         except MCPError as exc:
             self.backend.note_call(server, original, started, exc)
             raise
-        self.backend.note_call(server, original, started, None)
+        if result.get("resultType") != "input_required":  # one journal entry per call, not per leg
+            self.backend.note_call(server, original, started, None)
         return result
 
     # --- resources ---------------------------------------------------------------------

@@ -35,7 +35,7 @@ from mcp_types import (
 from msgspec import UNSET
 
 from actors import wire
-from actors.eras import ENVELOPE_KEYS, is_modern_version
+from actors.eras import ENVELOPE_KEYS, is_modern_version, log_wanted, verbose_of
 from actors.errors import CallTimeout, ProxyError, TooManyRequests, UpstreamDied, UpstreamError
 from actors.framing import StreamBroken
 from actors.link.input_required import INPUT_REQUIRED_METHODS, drive_input_required
@@ -66,6 +66,12 @@ class CallOrigin(Protocol):
 
     modern: bool
     """The client speaks 2026-07-28: it drives ``input_required`` rounds itself."""
+
+    log_level: str | None
+    """A 2026-07-28 client's own log level for this request (``_meta``), if it asked for logs."""
+
+    async def log(self, params: dict[str, Any]) -> None:
+        """Deliver an upstream's log message on this request's stream (2026-07-28 clients)."""
 
     async def progress(self, params: dict[str, Any]) -> None:
         """Deliver a progress notification (``params`` already carries the client's token)."""
@@ -163,6 +169,10 @@ class Link:
     def in_flight(self) -> int:
         return len(self._pending)
 
+    def has_pending(self, proxy_id: str) -> bool:
+        """Whether the request ``proxy_id`` still waits for the upstream's answer."""
+        return proxy_id in self._pending
+
     def adopt(self, session: ClientSession) -> None:
         self.session = session
         self.protocol_version = session.protocol_version or ""
@@ -215,7 +225,8 @@ class Link:
         meta.pop("progressToken", None)
         if self._envelope is not None:
             meta.update(self._envelope)
-            level = getattr(self.events, "log_level", None)
+            level = verbose_of(getattr(self.events, "log_level", None),
+                               origin.log_level if origin is not None else None)
             if level:
                 meta.setdefault(LOG_LEVEL_META_KEY, level)  # 2026-07-28 logging is a per-request opt-in
         if origin is not None and origin.progress_token is not None:
@@ -333,6 +344,22 @@ class Link:
                 await origin.progress(params)
             except Exception:
                 logger.debug("dropped progress for %s: client gone", pending.proxy_id, exc_info=True)
+
+    async def log_to_callers(self, params: dict[str, Any]) -> None:
+        """An upstream's log message, for the 2026-07-28 client of the latest call in flight
+        that asked for logs at its level: such a client gets logs only on a request's own
+        stream (handshake-era clients get them by broadcast, `actors.front`). The upstream
+        does not say which call a log belongs to; the latest call is the same guess
+        `pick_origin` makes for its questions."""
+        level = params.get("level")
+        for p in reversed(self._pending.values()):
+            origin = p.origin
+            if origin is not None and origin.modern and log_wanted(level, origin.log_level):
+                try:
+                    await origin.log(params)
+                except Exception:
+                    logger.debug("dropped a log message for %s: client gone", p.proxy_id, exc_info=True)
+                return
 
     async def answer_server_request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
         """Answer a request the upstream sends us by asking the right client."""

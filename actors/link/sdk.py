@@ -102,7 +102,9 @@ def _message_handler(link: SdkLink) -> Callable[[Any], Any]:
 
 def _logging_callback(link: SdkLink) -> Callable[[Any], Any]:
     async def handle(params: types.LoggingMessageNotificationParams) -> None:
-        link.events.log_message(params.model_dump(by_alias=True, mode="json", exclude_none=True))
+        body = params.model_dump(by_alias=True, mode="json", exclude_none=True)
+        link.events.log_message(body)
+        await link.log_to_callers(body)
 
     return handle
 

@@ -219,6 +219,7 @@ class StdioLink(Link):
             except (wire.DecodeError, wire.ValidationError):
                 return
             self.events.log_message(params)
+            await self.log_to_callers(params)
             return
         if method == "notifications/tools/list_changed":
             self.events.list_changed("tools")

@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx2
-import mcp_types as types
 import pytest
 import trio
 from mcp import Client
@@ -91,25 +90,17 @@ async def test_sampling_reaches_the_http_client_whose_call_caused_it(tmp_path: P
             nursery.cancel_scope.cancel()
 
 
-async def test_a_modern_client_gets_a_clear_error_for_sampling_from_a_handshake_era_upstream(
-    tmp_path: Path,
-) -> None:
-    """Bridging server-to-client requests into 2026-07-28 input_required rounds is not done
-    yet: the call fails with a message that says so, instead of hanging."""
+async def test_a_retry_with_an_unknown_request_state_is_refused(tmp_path: Path) -> None:
+    """A 2026-07-28 client's retry carrying a ``requestState`` the proxy never minted (or
+    one that expired) is refused with a clear error instead of running the tool afresh."""
     config = write_config(tmp_path, {"ev": everything(protocol="legacy")})
     with trio.fail_after(REAL_IO_BOUND_S):
         async with open_supervisor(config) as sup, trio.open_nursery() as nursery:
             url = await nursery.start(serve_http, sup, "127.0.0.1", 0)
-
-            async def sampling(ctx: object, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
-                raise AssertionError("must not be asked")
-
-            async with Client(url, cache=None, sampling_callback=sampling) as client:
-                assert client.protocol_version == "2026-07-28"
-                try:
-                    result = await client.call_tool("ev_sample", {"prompt": "q"})
-                    message = text_of(result) if result.is_error else "(no error)"
-                except MCPError as exc:
-                    message = exc.error.message
-                assert "2026-07-28" in message, message
+            async with Client(url, mode="2026-07-28", cache=None) as client:
+                with pytest.raises(MCPError, match="unknown or expired requestState"):
+                    await client.session.call_tool("ev_sample", {"prompt": "q"}, input_responses={},
+                                                   request_state="mcpvisor-bridge:never-minted",
+                                                   allow_input_required=True)
             nursery.cancel_scope.cancel()
+

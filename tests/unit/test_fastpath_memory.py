@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 from mcp_types import (
@@ -344,26 +345,80 @@ async def test_an_upstreams_mid_call_request_is_asked_of_the_calling_client(auto
             assert text(await p.client.receive_id(1)) == "done"
 
 
-async def test_a_2026_client_is_not_sent_server_requests(autojump_clock: Clock) -> None:
-    """Era adaptation: a 2026-07-28 client has no server-to-client requests, so a
-    handshake-era upstream's ``sampling/createMessage`` during its call is refused to the
-    upstream (-32601, saying why) and nothing reaches the client; the call still ends
-    normally. A regression shows as a request frame the client cannot take."""
+def retry_of(request_id: Any, leg: dict[str, Any], answers: dict[str, Any],
+             meta: dict[str, Any]) -> dict[str, Any]:
+    """The client's retry of ``s_work`` after an ``input_required`` leg (SEP-2322)."""
+    frame = call(request_id, "s_work", meta=meta)
+    frame["params"]["inputResponses"] = answers
+    frame["params"]["requestState"] = leg["result"]["requestState"]
+    return frame
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["fast-path", "sdk-path"])
+async def test_a_handshake_era_upstreams_question_is_an_input_required_leg_for_a_2026_client(
+    autojump_clock: Clock, fast_path: bool,
+) -> None:
+    """Era bridge: a 2026-07-28 client has no server-to-client requests, so a handshake-era
+    upstream's ``sampling/createMessage`` during its call answers the client's request as
+    ``input_required`` (the question as it came, under a key of the proxy's); the client's
+    retry (a new id, with ``inputResponses`` and the ``requestState``) answers the waiting
+    upstream request, and the call's result reaches the client under the retry's id (the
+    fast path and the SDK path alike). A regression shows as a request frame the client
+    cannot take, a refusal to the upstream, or the result under the wrong id."""
     with trio.fail_after(BOUND_S):
-        async with open_memory_proxy() as p:
-            meta = {PROTOCOL_VERSION_META_KEY: MODERN, CLIENT_CAPABILITIES_META_KEY: {"sampling": {}}}
+        async with open_memory_proxy(fast_path=fast_path) as p:
+            meta = {PROTOCOL_VERSION_META_KEY: MODERN, CLIENT_CAPABILITIES_META_KEY: {"sampling": {}},
+                    CLIENT_INFO_META_KEY: {"name": "t", "version": "1"}}
             await p.client.send(call(1, "s_work", meta=meta))
             request = await p.server.receive()
+            question = {"messages": [], "maxTokens": 5}
+            await p.server.send({"jsonrpc": "2.0", "id": 77, "method": "sampling/createMessage",
+                                 "params": question})
+            leg = await p.client.receive_id(1)
+            assert leg["result"]["resultType"] == "input_required"
+            (key, asked), = leg["result"]["inputRequests"].items()
+            assert asked == {"method": "sampling/createMessage", "params": question}
+            answer = {"role": "assistant", "content": {"type": "text", "text": "hi"}, "model": "m"}
+            await p.client.send(retry_of(2, leg, {key: answer}, meta))
+            sampled = await p.server.receive()
+            assert sampled["id"] == 77
+            assert sampled["result"] == answer
+            await p.server.answer(request, result("done"))
+            reply = await p.client.receive_id(2)
+            assert text(reply) == "done"
+            assert reply["result"]["resultType"] == "complete"
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["fast-path", "sdk-path"])
+async def test_a_2026_client_that_never_retries_leaves_no_upstream_request_waiting(
+    autojump_clock: Clock, fast_path: bool,
+) -> None:
+    """Bounded bridge: when the 2026-07-28 client never comes back with its answer, the
+    upstream's question gets an error by `INPUT_WAIT_S` and the call is cancelled at its
+    own timeout; a late retry gets an error, not a hang (both paths). A regression shows as an upstream
+    request that is never answered or a retry that waits forever."""
+    from actors.bridge import INPUT_WAIT_S
+
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy(fast_path=fast_path) as p:
+            meta = {PROTOCOL_VERSION_META_KEY: MODERN, CLIENT_CAPABILITIES_META_KEY: {"sampling": {}},
+                    CLIENT_INFO_META_KEY: {"name": "t", "version": "1"}}
+            await p.client.send(call(1, "s_work", meta=meta))
+            request = await p.server.receive()
+            started = trio.current_time()
             await p.server.send({"jsonrpc": "2.0", "id": 77, "method": "sampling/createMessage",
                                  "params": {"messages": [], "maxTokens": 5}})
-            refusal = await p.server.receive()
-            assert refusal["id"] == 77
-            assert refusal["error"]["code"] == -32601
-            assert "2026-07-28" in refusal["error"]["message"]
-            await p.server.answer(request, result("done"))
-            reply = await p.client.receive()
-            assert reply["id"] == 1
-            assert text(reply) == "done"
+            leg = await p.client.receive_id(1)
+            seen: dict[Any, dict[str, Any]] = {}
+            while 77 not in seen or request["id"] not in seen:
+                frame = await p.server.receive()
+                seen[frame.get("id", frame.get("params", {}).get("requestId"))] = frame
+            assert "error" in seen[77]  # the question's own timeout, or the call's if that came first
+            assert trio.current_time() - started <= INPUT_WAIT_S
+            assert seen[request["id"]]["method"] == "notifications/cancelled"
+            await p.client.send(retry_of(2, leg, {}, meta))
+            late = await p.client.receive_id(2)
+            assert "timed out" in late["error"]["message"]
 
 
 async def test_a_retry_safe_call_is_sent_once_more_to_the_next_process(autojump_clock: Clock) -> None:
@@ -440,3 +495,107 @@ async def test_a_client_cancel_reaches_a_retried_call(autojump_clock: Clock) -> 
             reply = await p.client.receive()
             assert reply["id"] == 2
             assert text(reply) == "served"
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["fast-path", "sdk-path"])
+async def test_progress_of_a_bridged_call_follows_the_clients_latest_leg(
+    autojump_clock: Clock, fast_path: bool,
+) -> None:
+    """Across ``input_required`` legs the upstream keeps the one progress token it was
+    given; the client gets the progress that follows its retry under the retry's own
+    token. A regression shows as progress under the first leg's token (which the client
+    forgot when that leg ended) or no progress at all."""
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy(fast_path=fast_path) as p:
+            meta = {PROTOCOL_VERSION_META_KEY: MODERN, CLIENT_CAPABILITIES_META_KEY: {"sampling": {}},
+                    CLIENT_INFO_META_KEY: {"name": "t", "version": "1"}}
+            await p.client.send(call(1, "s_work", meta={**meta, "progressToken": "first"}))
+            request = await p.server.receive()
+            upstream_token = request["params"]["_meta"]["progressToken"]
+            await p.server.send({"jsonrpc": "2.0", "id": 77, "method": "sampling/createMessage",
+                                 "params": {"messages": [], "maxTokens": 5}})
+            leg = await p.client.receive_id(1)
+            (key, _), = leg["result"]["inputRequests"].items()
+            answer = {"role": "assistant", "content": {"type": "text", "text": "hi"}, "model": "m"}
+            await p.client.send(retry_of(2, leg, {key: answer}, {**meta, "progressToken": "second"}))
+            assert (await p.server.receive())["id"] == 77
+            await p.server.send({"jsonrpc": "2.0", "method": "notifications/progress",
+                                 "params": {"progressToken": upstream_token, "progress": 1, "total": 2}})
+            progress = await p.client.receive()
+            assert progress["method"] == "notifications/progress"
+            assert progress["params"]["progressToken"] == "second"
+            await p.server.answer(request, result("done"))
+            assert text(await p.client.receive_id(2)) == "done"
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["fast-path", "sdk-path"])
+async def test_a_2026_client_cancelling_a_bridged_call_cancels_it_upstream(
+    autojump_clock: Clock, fast_path: bool,
+) -> None:
+    """A 2026-07-28 client's call to a handshake-era upstream runs beside the client's
+    request (so it can ask questions); the client's ``notifications/cancelled`` still
+    reaches the upstream at once, under the proxy's id. A regression shows as an upstream
+    left working for a client that gave up."""
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy(fast_path=fast_path) as p:
+            meta = {PROTOCOL_VERSION_META_KEY: MODERN, CLIENT_INFO_META_KEY: {"name": "t", "version": "1"},
+                    CLIENT_CAPABILITIES_META_KEY: {}}
+            await p.client.send(call(1, "s_work", meta=meta))
+            request = await p.server.receive()
+            started = trio.current_time()
+            await p.client.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                 "params": {"requestId": 1, "reason": "user"}})
+            cancel = await p.server.receive()
+            assert cancel["method"] == "notifications/cancelled"
+            assert cancel["params"]["requestId"] == request["id"]
+            assert trio.current_time() == started
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["fast-path", "sdk-path"])
+async def test_a_bridged_result_nobody_comes_back_for_is_forgotten(
+    autojump_clock: Clock, fast_path: bool,
+) -> None:
+    """The client left after an ``input_required`` leg and the upstream finished anyway
+    (its question was answered with an error): the parked call is forgotten
+    `INPUT_WAIT_S` later, so a client that walks away costs bounded memory."""
+    from actors.bridge import INPUT_WAIT_S
+
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy(fast_path=fast_path) as p:
+            meta = {PROTOCOL_VERSION_META_KEY: MODERN, CLIENT_CAPABILITIES_META_KEY: {"sampling": {}},
+                    CLIENT_INFO_META_KEY: {"name": "t", "version": "1"}}
+            await p.client.send(call(1, "s_work", meta=meta))
+            request = await p.server.receive()
+            await p.server.send({"jsonrpc": "2.0", "id": 77, "method": "sampling/createMessage",
+                                 "params": {"messages": [], "maxTokens": 5}})
+            await p.client.receive_id(1)
+            parked = p.stdio.fast_path.parked if p.stdio.fast_path is not None else p.front.parked
+            assert len(parked) == 1
+            await p.server.answer(request, result("done without an answer"))
+            await trio.sleep(INPUT_WAIT_S)
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(parked) == 0
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["fast-path", "sdk-path"])
+async def test_a_question_the_2026_client_did_not_declare_is_refused_at_once(
+    autojump_clock: Clock, fast_path: bool,
+) -> None:
+    """MCP: a server must not ask what the client did not declare. A 2026-07-28 client
+    whose ``_meta`` capabilities lack ``roots`` is not handed a ``roots/list`` leg; the
+    upstream gets -32601 at once and the call goes on. A regression shows as an
+    ``input_required`` leg the client cannot answer and an upstream left waiting."""
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy(fast_path=fast_path) as p:
+            meta = {PROTOCOL_VERSION_META_KEY: MODERN, CLIENT_CAPABILITIES_META_KEY: {"sampling": {}},
+                    CLIENT_INFO_META_KEY: {"name": "t", "version": "1"}}
+            await p.client.send(call(1, "s_work", meta=meta))
+            request = await p.server.receive()
+            started = trio.current_time()
+            await p.server.send({"jsonrpc": "2.0", "id": 78, "method": "roots/list"})
+            refusal = await p.server.receive()
+            assert refusal["id"] == 78
+            assert refusal["error"]["code"] == -32601
+            assert trio.current_time() == started
+            await p.server.answer(request, result("no roots"))
+            assert text(await p.client.receive_id(1)) == "no roots"

@@ -1,0 +1,228 @@
+"""Server-to-client requests of a handshake-era upstream, asked of a 2026-07-28 client.
+
+A handshake-era upstream asks mid-call (``sampling/createMessage``,
+``elicitation/create``, ``roots/list``) and waits for the answer on the same
+connection. A 2026-07-28 client cannot receive such a request: it learns what the
+server needs from an ``input_required`` result, answers, and retries the original
+request with ``inputResponses`` and the echoed ``requestState`` (SEP-2322). The
+proxy joins the two: it keeps the upstream call running, answers the client's
+request with ``input_required`` carrying the upstream's pending questions, and when
+the client retries it hands the answers to the waiting upstream and waits again,
+for the result or the next questions.
+
+Owns:
+
+* `ParkedCall`: one upstream call kept waiting between the client's legs (its
+  questions not yet shown, its questions waiting for an answer, its outcome);
+* `ParkedCalls`: the table of them, keyed by the opaque ``requestState`` token the
+  proxy mints (unguessable, so a token is the capability to resume the call), each
+  dropped when the call ends and its outcome has been delivered, or when the client
+  does not come back in `INPUT_WAIT_S`.
+
+Both the SDK path (`actors.front`) and the stdio fast path (`actors.fastpath`) use it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final
+
+import trio
+
+from actors import wire
+from actors.errors import ProxyError, UpstreamError
+from actors.messages import Reply
+
+__all__ = ["INPUT_WAIT_S", "STATE_PREFIX", "ParkedCall", "ParkedCalls", "declared", "request_state_of",
+           "run_parked"]
+
+logger = logging.getLogger(__name__)
+
+INPUT_WAIT_S: Final = 60.0
+"""How long an upstream's question waits for the 2026-07-28 client to come back with the
+answer (its retry with ``inputResponses``); then the upstream gets an error for it. The
+same as DESIGN.md's default call inactivity timeout: the upstream call would give up on
+a silent client after as long on the handshake-era path."""
+
+STATE_PREFIX: Final = "mcpvisor-bridge:"
+"""Prefix of the ``requestState`` tokens the proxy mints; a retry carrying another
+state (the upstream's own, on a 2026-07-28 upstream) is forwarded as it came."""
+
+TOKEN_BYTES: Final = 16
+"""Entropy of a token (128 bits: the token alone resumes the call, so it must not be guessable)."""
+
+
+CAPABILITY_OF: Final = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation",
+                         "roots/list": "roots"}
+"""The client capability each server-to-client request needs (MCP: a server MUST NOT send
+a request the client did not declare)."""
+
+
+def declared(capabilities: object, method: str) -> bool:
+    """Whether a 2026-07-28 client's ``_meta`` capabilities allow asking it ``method``."""
+    needed = CAPABILITY_OF.get(method)
+    return needed is None or (isinstance(capabilities, Mapping) and capabilities.get(needed) is not None)
+
+
+def request_state_of(params: Mapping[str, Any] | None) -> str | None:
+    """The proxy's own ``requestState`` in a retried request's params, if it carries one."""
+    state = (params or {}).get("requestState")
+    return state if isinstance(state, str) and state.startswith(STATE_PREFIX) else None
+
+
+class ParkedCall:
+    """One upstream call that asks the client questions across ``input_required`` legs.
+
+    The upstream side calls `ask` (from the link's server-request handler) and `finish`
+    (when the call ends); the client side calls `next_leg` for what to answer the
+    client's current leg, and `answer` with the responses of the client's retry.
+    """
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+        self._keys = itertools.count(1)
+        self._unasked: dict[str, dict[str, Any]] = {}
+        self._waiting: dict[str, Reply[dict[str, Any]]] = {}
+        self._changed = trio.Event()
+        self.outcome: dict[str, Any] | ProxyError | None = None
+        self.done = False
+        self.delivered = trio.Event()
+        self.legs = 0
+        self.scope: trio.CancelScope | None = None
+
+    def cancel(self) -> None:
+        """The client abandoned the call: stop the upstream call (it is told to cancel) and
+        answer its open questions at once."""
+        if self.scope is not None:
+            self.scope.cancel()
+        self._fail_waiting(UpstreamError(wire.INTERNAL_ERROR, "the client cancelled the call"))
+
+    def _fail_waiting(self, error: UpstreamError) -> None:
+        for reply in self._waiting.values():
+            reply.fail(error)
+
+    async def ask(self, method: str, params: dict[str, Any] | None,
+                  asked: Callable[[], Awaitable[None]] | None = None) -> dict[str, Any]:
+        """Put one of the upstream's questions to the client; the answer of its retry.
+
+        ``asked`` runs once the question is queued (the fast path uses it to answer the
+        client's open leg at once).
+
+        Raises:
+            UpstreamError: the client did not come back within `INPUT_WAIT_S`, or the
+                call ended first (REQUEST_TIMEOUT / the client's own error).
+        """
+        key = f"q{next(self._keys)}"
+        request: dict[str, Any] = {"method": method}
+        if params is not None:
+            request["params"] = params
+        reply: Reply[dict[str, Any]] = Reply()
+        self._unasked[key] = request
+        self._waiting[key] = reply
+        self._wake()
+        try:
+            if asked is not None:
+                await asked()
+            with trio.fail_after(INPUT_WAIT_S):
+                return await reply.wait()
+        except trio.TooSlowError:
+            raise UpstreamError(wire.REQUEST_TIMEOUT,
+                                f"the client did not answer {method} within {INPUT_WAIT_S:g}s") from None
+        finally:
+            self._unasked.pop(key, None)
+            self._waiting.pop(key, None)
+
+    def finish(self, outcome: dict[str, Any] | ProxyError) -> None:
+        """The upstream call ended (result or error): the next leg gets it."""
+        self.outcome = outcome
+        self._fail_waiting(UpstreamError(wire.INTERNAL_ERROR, "the call has ended"))
+        self._wake()
+
+    def answer(self, responses: Mapping[str, Any] | None) -> None:
+        """The client retried with ``inputResponses``: hand each to the question it answers
+        (an unknown key is ignored, as a server ignores responses it did not ask for)."""
+        for key, response in (responses or {}).items():
+            reply = self._waiting.get(key)
+            if reply is not None and isinstance(response, Mapping):
+                reply.set(dict(response))
+
+    def take_leg(self) -> dict[str, Any] | ProxyError | None:
+        """What the client's current leg answers now: the outcome, an ``input_required``
+        result with the questions not yet shown, or None (nothing yet: wait)."""
+        if self.outcome is not None:
+            self.done = True
+            self.delivered.set()
+            return self.outcome
+        if not self._unasked:
+            return None
+        requests = dict(self._unasked)
+        self._unasked.clear()
+        self.legs += 1
+        return {"resultType": "input_required", "inputRequests": requests, "requestState": self.token}
+
+    async def next_leg(self) -> dict[str, Any] | ProxyError:
+        """Wait until the current leg has something to answer (see `take_leg`)."""
+        while True:
+            leg = self.take_leg()
+            if leg is not None:
+                return leg
+            await self._changed.wait()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+
+class ParkedCalls:
+    """The calls a 2026-07-28 client can resume, by their ``requestState`` token."""
+
+    def __init__(self) -> None:
+        self._calls: dict[str, ParkedCall] = {}
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def open(self) -> ParkedCall:
+        """A new parked call under a fresh token (call `close` when it is delivered)."""
+        token = STATE_PREFIX + secrets.token_urlsafe(TOKEN_BYTES)
+        call = ParkedCall(token)
+        self._calls[token] = call
+        return call
+
+    def get(self, token: str) -> ParkedCall | None:
+        return self._calls.get(token)
+
+    def close(self, call: ParkedCall) -> None:
+        self._calls.pop(call.token, None)
+
+
+async def run_parked(parked: ParkedCall, forward: Callable[[], Awaitable[dict[str, Any]]],
+                     forget: Callable[[], None], *,
+                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """Run one bridged upstream call to its end, beside the client's legs.
+
+    The outcome (result or `ProxyError`) goes to the client's current or next leg; if no
+    leg takes it within `INPUT_WAIT_S` (the client left), it is dropped. ``forget`` runs
+    at the end in every case. Cancelling the parked call (`ParkedCall.cancel`) abandons
+    the upstream request, which tells the upstream to cancel (`actors.link.base`).
+    """
+    try:
+        with trio.CancelScope() as scope:
+            parked.scope = scope
+            task_status.started()
+            try:
+                outcome: dict[str, Any] | ProxyError = await forward()
+            except ProxyError as exc:
+                outcome = exc
+            except Exception as exc:  # a bug must not take the front's nursery down
+                logger.exception("bridged call failed")
+                outcome = ProxyError(f"internal error: {type(exc).__name__}: {exc}")
+            parked.finish(outcome)
+            with trio.move_on_after(INPUT_WAIT_S):
+                await parked.delivered.wait()
+    finally:
+        parked.scope = None
+        forget()
