@@ -39,6 +39,7 @@ from actors import wire
 from actors.eras import ENVELOPE_KEYS, adapt_raw_result, is_modern_version, strip_upstream_stamps
 from actors.errors import BridgeUnsupported, ProxyError, UpstreamDied, UpstreamError, error_data
 from actors.framing import FrameWriter, StreamBroken
+from actors.harness import RUN_META_KEY, CancelledByClient, ClientSession
 from actors.link.input_required import drive_input_required
 from actors.link.stdio import StdioLink
 from actors.messages import Reply
@@ -84,6 +85,9 @@ class FastPath:
         self._ids = itertools.count(1)
         self.stamp = Raw(wire.encode(dict(server_info)))
         self._envelopes: dict[int, Raw] = {}
+        self.session = ClientSession()
+        """This connection's session as the journal labels it (session-scoped servers take
+        the SDK path, whose session is the SDK connection's)."""
 
     # --- what the connection tells us ---------------------------------------------------
     def observe(self, env: wire.Envelope) -> None:
@@ -127,6 +131,8 @@ class FastPath:
         link = up.link if up is not None else None
         if up is None or not isinstance(link, StdioLink) or up.state.value != "ready" or link.close_reason:
             return False
+        if getattr(up.spec, "scope", "shared") == "session":
+            return False  # its instance is the SDK connection's session's (supervisor/sessions.py)
         try:
             meta = wire.decode_raw_map(params["_meta"]) if "_meta" in params else {}
             token_raw = meta.get("progressToken")
@@ -159,6 +165,7 @@ class FastPath:
         else:
             params.pop("_meta", None)
         call.params = params
+        call.run = meta.get(RUN_META_KEY) if meta else None
         self.calls[env.id] = call  # type: ignore[index]
         await link.send_fast(wire.encode_line({"jsonrpc": "2.0", "id": proxy_id, "method": "tools/call",
                                                "params": params}))
@@ -183,6 +190,7 @@ class FastPath:
         call = self.calls.pop(cancel.requestId, None) if cancel.requestId is not None else None
         if call is None:
             return False
+        call._note(CancelledByClient("cancelled by the client"))
         # MCP cancellation: the receiver does not answer a cancelled request.
         await call.link.cancel_fast(call.proxy_id, cancel.reason if isinstance(cancel.reason, str) else "cancelled")
         return True
@@ -238,7 +246,7 @@ class FastCall:
     """One fast-path call: the client's side as the upstream link sees it."""
 
     __slots__ = ("client_token", "fast", "front_id", "link", "modern", "params", "proxy_id", "retried", "route",
-                 "started")
+                 "run", "started")
 
     def __init__(self, fast: FastPath, front_id: int | str, route: ToolRoute, link: StdioLink,
                  client_token: int | str | None, modern: bool) -> None:
@@ -252,6 +260,7 @@ class FastCall:
         self.params: dict[str, Raw] = {}
         self.retried = False
         self.started = trio.current_time()
+        self.run: Raw | None = None
 
     @property
     def progress_token(self) -> int | str | None:
@@ -266,8 +275,7 @@ class FastCall:
             return  # cancelled by the client meanwhile: MCP says no answer
         if env.error is not UNSET:
             frame = wire.encode_line({"jsonrpc": "2.0", "id": self.front_id, "error": env.error})
-            fast.backend.note_call(self.route.server, self.route.original, self.started,
-                                   UpstreamError(0, "error"))
+            self._note(UpstreamError(0, "error"))
         else:
             result: Any = env.result if env.result is not UNSET else Raw(b"{}")
             if self.link.modern or self.modern:
@@ -275,8 +283,15 @@ class FastCall:
                 if result is None:
                     return
             frame = wire.encode_line({"jsonrpc": "2.0", "id": self.front_id, "result": result})
-            fast.backend.note_call(self.route.server, self.route.original, self.started, None)
+            self._note(None, result)
         await fast.send(frame)
+
+    def _note(self, error: BaseException | None, result: Any = None) -> None:
+        """Tell the backend the call finished (the journal encodes and hashes off this path)."""
+        self.fast.backend.note_call(self.route.server, self.route.original, self.started, error,
+                                    session=self.fast.session.label, run=self.run,
+                                    arguments=self.params.get("arguments"), result=result,
+                                    retries=int(self.retried))
 
     def _adapt(self, result: Raw, line: bytes) -> Raw | None:
         """Fit a result to the client's era in one pass over its top-level keys."""
@@ -316,7 +331,7 @@ class FastCall:
             self.retried = True
             fast.nursery.start_soon(self._retry_slow, error)
             return
-        fast.backend.note_call(self.route.server, self.route.original, self.started, error)
+        self._note(error)
         fast.nursery.start_soon(fast.send, wire.error_frame(self.front_id, **_error_args(error)))
 
     async def _retry_slow(self, first: UpstreamDied) -> None:
@@ -334,10 +349,10 @@ class FastCall:
                 raise first
             result = await up.request("tools/call", params, origin=self)
             frame = wire.result_frame(self.front_id, strip_upstream_stamps(result, modern_front=self.modern))
-            self.fast.backend.note_call(self.route.server, self.route.original, self.started, None)
+            self._note(None, result)
         except ProxyError as exc:
             frame = wire.error_frame(self.front_id, **_error_args(exc))
-            self.fast.backend.note_call(self.route.server, self.route.original, self.started, exc)
+            self._note(exc)
         await self.fast.send(frame)
 
     # --- mid-call traffic --------------------------------------------------------------------

@@ -46,6 +46,7 @@ from actors.core.catalog import Snapshot
 from actors.core.registry import Changes
 from actors.eras import complete, is_modern_version, strip_upstream_stamps
 from actors.errors import BridgeUnsupported, ProxyError, UpstreamError, error_data
+from actors.harness import ClientSession, run_label, sdk_session
 from actors.link import CallOrigin
 from actors.router import Router
 from actors.upstream import Upstream
@@ -78,7 +79,11 @@ class Backend(Protocol):
     async def call_local_tool(self, name: str, arguments: dict[str, Any],
                               ctx: ServerRequestContext[Any, Any] | None) -> dict[str, Any]: ...
 
-    def note_call(self, server: str, tool: str, started: float, error: BaseException | None) -> None: ...
+    def note_call(self, server: str, tool: str, started: float, error: BaseException | None, *,
+                  session: str | None = None, run: Any = None, arguments: Any = None, result: Any = None,
+                  retries: int = 0, upstream: Upstream | None = None) -> None: ...
+
+    def upstream_for(self, server: str, session: ClientSession | None) -> Upstream | None: ...
 
 
 def is_modern(ctx: ServerRequestContext[Any, Any] | None) -> bool:
@@ -365,8 +370,10 @@ class Front:
         finally:
             self._listen.close()
 
-    def _upstream(self, server: str) -> Upstream:
-        up = self.backend.upstreams.get(server)
+    def _upstream(self, server: str, ctx: ServerRequestContext[Any, Any] | None = None) -> Upstream:
+        # A session-scoped server answers each client session with its own instance.
+        session = sdk_session(ctx, is_modern(ctx)) if ctx is not None else None
+        up = self.backend.upstream_for(server, session) if session is not None else self.backend.upstreams.get(server)
         if up is None:
             raise MCPError(code=wire.INVALID_PARAMS, message=f"server {server} is not configured any more")
         return up
@@ -374,7 +381,7 @@ class Front:
     async def _forward(self, server: str, method: str, params: Mapping[str, Any] | None,
                        ctx: ServerRequestContext[Any, Any], *, retry_safe: bool = False) -> dict[str, Any]:
         try:
-            result = await self._upstream(server).request(
+            result = await self._upstream(server, ctx).request(
                 method, params, origin=SdkOrigin(ctx, self.clients), retry_safe=retry_safe
             )
         except ProxyError as exc:
@@ -405,12 +412,16 @@ class Front:
         raw = dict(ctx.params or {})
         raw["name"] = route.original
         started = trio.current_time()
+        session = sdk_session(ctx, is_modern(ctx))
+        label = session.label if session is not None else None
         try:
             result = await self._forward(route.server, "tools/call", raw, ctx, retry_safe=route.retry_safe)
-        except MCPError as exc:
-            self.backend.note_call(route.server, route.original, started, exc)
+        except (MCPError, trio.Cancelled) as exc:
+            self.backend.note_call(route.server, route.original, started, exc, session=label,
+                                   run=run_label(ctx, session), arguments=raw.get("arguments"))
             raise
-        self.backend.note_call(route.server, route.original, started, None)
+        self.backend.note_call(route.server, route.original, started, None, session=label,
+                               run=run_label(ctx, session), arguments=raw.get("arguments"), result=result)
         return result
 
     # --- resources ---------------------------------------------------------------------

@@ -101,6 +101,8 @@ class ServerEntry(_Knobs, forbid_unknown_fields=True, rename="camel"):
     docker_args: list[str] | UnsetType = UNSET
     enabled: bool | UnsetType = UNSET
     lazy: bool | UnsetType = UNSET
+    scope: str | UnsetType = UNSET
+    pool: int | UnsetType = UNSET
     description: str | UnsetType | None = UNSET
     protocol: str | UnsetType = UNSET
     exposed_tools: list[str | ExposedToolEntry] | UnsetType = UNSET
@@ -142,6 +144,8 @@ class SettingsEntry(_Knobs, forbid_unknown_fields=True, rename="camel"):
     allowed_origins: list[str] | UnsetType = UNSET
     max_sessions: int | UnsetType = UNSET
     session_idle_timeout: Duration | UnsetType = UNSET
+    journal: str | UnsetType | None = UNSET
+    journal_payloads: bool | UnsetType = UNSET
 
 
 class ToolRefEntry(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
