@@ -181,15 +181,15 @@ class Supervisor:
                 return await self.call_local_tool(name, dict(arguments or {}), None)
             return unknown_tool_result(name, snapshot)
         started = trio.current_time()
+        args = dict(arguments or {})
         try:
             result = await self.upstreams[route.server].request(
-                "tools/call", {"name": route.original, "arguments": dict(arguments or {})},
-                retry_safe=route.retry_safe,
+                "tools/call", {"name": route.original, "arguments": args}, retry_safe=route.retry_safe,
             )
-        except ProxyError as exc:
-            self.note_call(route.server, route.original, started, exc)
+        except (ProxyError, trio.Cancelled) as exc:
+            self.note_call(route.server, route.original, started, exc, arguments=args)
             raise
-        self.note_call(route.server, route.original, started, None)
+        self.note_call(route.server, route.original, started, None, arguments=args, result=result)
         return strip_upstream_stamps(result)
 
     def session(self, label: str | None = None, *, run: str | None = None) -> AbstractAsyncContextManager[SessionView]:
