@@ -373,7 +373,8 @@ class Front:
     def _upstream(self, server: str, ctx: ServerRequestContext[Any, Any] | None = None) -> Upstream:
         # A session-scoped server answers each client session with its own instance.
         session = sdk_session(ctx, is_modern(ctx)) if ctx is not None else None
-        up = self.backend.upstream_for(server, session) if session is not None else self.backend.upstreams.get(server)
+        backend = self.backend
+        up = backend.upstream_for(server, session) if session is not None else backend.upstreams.get(server)
         if up is None:
             raise MCPError(code=wire.INVALID_PARAMS, message=f"server {server} is not configured any more")
         return up

@@ -433,7 +433,8 @@ class _Builder:
             spec["scope"] = entry.scope
         if entry.pool is not UNSET:
             if spec.get("scope") != "session":
-                self.problem(where, 'field "pool" needs "scope": "session" (a shared server has one instance)')
+                self.problem(where, 'field "pool" needs "scope": "session" '
+                                    '(a shared server has one instance)')
             elif not 0 <= entry.pool <= MAX_POOL:
                 self.problem(where, f'field "pool": {entry.pool} is out of range (0 to {MAX_POOL})')
             else:

@@ -264,13 +264,14 @@ class SessionView:
         try:
             if up is None:
                 raise ProxyError(f"server {server} is not running")
-            result = await up.request("tools/call", {"name": original, "arguments": args}, retry_safe=retry_safe)
+            result = await up.request("tools/call", {"name": original, "arguments": args},
+                                      retry_safe=retry_safe)
         except (ProxyError, trio.Cancelled) as exc:
-            sup.note_call(server, original, started, exc, session=self.client.label, run=label, arguments=args,
-                          upstream=up)
+            sup.note_call(server, original, started, exc, session=self.client.label, run=label,
+                          arguments=args, upstream=up)
             raise
-        sup.note_call(server, original, started, None, session=self.client.label, run=label, arguments=args,
-                      result=result, upstream=up)
+        sup.note_call(server, original, started, None, session=self.client.label, run=label,
+                      arguments=args, result=result, upstream=up)
         return strip_upstream_stamps(result)
 
 

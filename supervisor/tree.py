@@ -192,7 +192,8 @@ class Supervisor:
         self.note_call(route.server, route.original, started, None, arguments=args, result=result)
         return strip_upstream_stamps(result)
 
-    def session(self, label: str | None = None, *, run: str | None = None) -> AbstractAsyncContextManager[SessionView]:
+    def session(self, label: str | None = None, *,
+                run: str | None = None) -> AbstractAsyncContextManager[SessionView]:
         """``async with sup.session("episode-7") as s``: an isolated client view, no transport.
 
         ``s.call_tool``, ``s.tools()``, ``s.equip(name)`` act for this session only: its

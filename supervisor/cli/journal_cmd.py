@@ -31,7 +31,8 @@ def register(sub: Any) -> None:
                                    "(calls, errors, p50/p99 latency) and per run (calls, failures).",
                        formatter_class=Formatter, epilog=EPILOG)
     p.add_argument("path", metavar="PATH", help="the journal file")
-    p.add_argument("--format", choices=("table", "json"), default="table", help="output format (default: table)")
+    p.add_argument("--format", choices=("table", "json"), default="table",
+                   help="output format (default: table)")
     p.add_argument("--run", metavar="LABEL", help="only the calls of this run")
     p.set_defaults(func=run)
 

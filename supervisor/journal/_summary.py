@@ -43,7 +43,8 @@ def summarise(path: str | Path, *, run: str | None = None) -> dict[str, Any]:
         try:
             where, args = ("WHERE run = ?", (run,)) if run is not None else ("", ())
             rows = conn.execute(
-                f"SELECT server, tool, run, session, outcome, latency_ms, retries FROM calls {where} ORDER BY id",
+                "SELECT server, tool, run, session, outcome, latency_ms, retries FROM calls "
+                f"{where} ORDER BY id",
                 args,
             ).fetchall()
         finally:
@@ -95,14 +96,14 @@ def format_table(summary: dict[str, Any]) -> str:
     if summary["tools"]:
         lines.append("")
         header = ("server", "tool", "calls", "errors", "p50 ms", "p99 ms")
-        body = [(t["server"], t["tool"], str(t["calls"]), str(t["errors"]), f"{t['p50_ms']:.2f}",
+        body: list[tuple[str, ...]] = [(t["server"], t["tool"], str(t["calls"]), str(t["errors"]), f"{t['p50_ms']:.2f}",
                  f"{t['p99_ms']:.2f}") for t in summary["tools"]]
         lines += _columns(header, body)
     runs = summary["runs"]
     if runs:
         lines.append("")
-        body = [(r["run"] or "-", str(r["calls"]), str(r["failures"])) for r in runs[:RUNS_SHOWN]]
-        lines += _columns(("run", "calls", "failures"), body)
+        runs_body: list[tuple[str, ...]] = [(r["run"] or "-", str(r["calls"]), str(r["failures"])) for r in runs[:RUNS_SHOWN]]
+        lines += _columns(("run", "calls", "failures"), runs_body)
         if len(runs) > RUNS_SHOWN:
             lines.append(f"... and {len(runs) - RUNS_SHOWN} more runs (--format json lists them all)")
     return "\n".join(lines)
@@ -110,6 +111,9 @@ def format_table(summary: dict[str, Any]) -> str:
 
 def _columns(header: tuple[str, ...], body: list[tuple[str, ...]]) -> list[str]:
     widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
-    return ["  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths,
-                                                                                                  strict=True)))
-            .rstrip() for row in [header, *body]]
+    out = []
+    for row in [header, *body]:
+        pairs = enumerate(zip(row, widths, strict=True))
+        cells = [cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in pairs]
+        out.append("  ".join(cells).rstrip())
+    return out

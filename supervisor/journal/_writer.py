@@ -88,8 +88,8 @@ server down or dead under it, cancelled by the client, any other protocol error.
 
 _IS_ERROR: Final = b'"isError":true'
 _INSERT: Final = (
-    "INSERT INTO calls (time, session, run, server, tool, arg_bytes, arg_digest, result_bytes, result_digest, "
-    "arguments, result, outcome, error, latency_ms, retries, restarts, list_version) "
+    "INSERT INTO calls (time, session, run, server, tool, arg_bytes, arg_digest, result_bytes, "
+    "result_digest, arguments, result, outcome, error, latency_ms, retries, restarts, list_version) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _encoder = msgspec.json.Encoder()
@@ -196,7 +196,8 @@ class JournalDB:
                 None if result is None else len(result), _digest(result),
                 args.decode("utf-8", "replace") if self.payloads and args is not None else None,
                 result.decode("utf-8", "replace") if self.payloads and result is not None else None,
-                outcome_of(r.error, result), None if r.error is None else (str(r.error) or type(r.error).__name__),
+                outcome_of(r.error, result),
+                None if r.error is None else (str(r.error) or type(r.error).__name__),
                 r.latency * 1000.0, r.retries, r.restarts, r.list_version,
             ))
         with self.conn:
@@ -240,7 +241,8 @@ class Journal:
     def statistics(self) -> JournalStatistics:
         return JournalStatistics(self.written, self.dropped, self._send.statistics().current_buffer_used)
 
-    async def run(self, db: JournalDB, *, task_status: trio.TaskStatus[Journal] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, db: JournalDB, *,
+                  task_status: trio.TaskStatus[Journal] = trio.TASK_STATUS_IGNORED) -> None:
         """Drain the channel in batches until it is closed and empty."""
         task_status.started(self)
         with self._scope:

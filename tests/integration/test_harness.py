@@ -280,8 +280,10 @@ async def test_two_concurrent_sessions_have_their_own_process_and_state(tmp_path
                     nursery.start_soon(calls, a, "a")
                     nursery.start_soon(calls, b, "b")
                 assert counts == {"a": ["1", "2", "3"], "b": ["1", "2", "3"]}
-                pids = {a.upstream("box").status().pid, b.upstream("box").status().pid,  # type: ignore[union-attr]
-                        sup.upstreams["box"].status().pid}
+                mine, theirs = a.upstream("box"), b.upstream("box")
+                assert mine is not None
+                assert theirs is not None
+                pids = {mine.status().pid, theirs.status().pid, sup.upstreams["box"].status().pid}
                 assert len(pids) == 3
                 assert None not in pids
                 assert a.upstream("shared") is b.upstream("shared") is sup.upstreams["shared"]
