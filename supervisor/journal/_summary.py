@@ -96,13 +96,15 @@ def format_table(summary: dict[str, Any]) -> str:
     if summary["tools"]:
         lines.append("")
         header = ("server", "tool", "calls", "errors", "p50 ms", "p99 ms")
-        body: list[tuple[str, ...]] = [(t["server"], t["tool"], str(t["calls"]), str(t["errors"]), f"{t['p50_ms']:.2f}",
-                 f"{t['p99_ms']:.2f}") for t in summary["tools"]]
+        body: list[tuple[str, ...]] = [
+            (t["server"], t["tool"], str(t["calls"]), str(t["errors"]), f"{t['p50_ms']:.2f}",
+             f"{t['p99_ms']:.2f}") for t in summary["tools"]]
         lines += _columns(header, body)
     runs = summary["runs"]
     if runs:
         lines.append("")
-        runs_body: list[tuple[str, ...]] = [(r["run"] or "-", str(r["calls"]), str(r["failures"])) for r in runs[:RUNS_SHOWN]]
+        runs_body: list[tuple[str, ...]] = [(r["run"] or "-", str(r["calls"]), str(r["failures"]))
+                                            for r in runs[:RUNS_SHOWN]]
         lines += _columns(("run", "calls", "failures"), runs_body)
         if len(runs) > RUNS_SHOWN:
             lines.append(f"... and {len(runs) - RUNS_SHOWN} more runs (--format json lists them all)")

@@ -227,6 +227,8 @@ class Journal:
         # Records carry Trio-clock times; one reading of the wall clock turns them into
         # timestamps a reader understands (STYLE rule 15: no behaviour depends on it).
         self._wall_offset = time.time() - trio.current_time()
+        self._closing = False
+        self._close_requested = trio.Event()
         self._scope = trio.CancelScope(shield=True)
         """The writer's scope: shielded, so records queued before a cancellation are still
         written; `open_journal` bounds it with a deadline once the channel is closed."""
@@ -255,14 +257,22 @@ class Journal:
                 first = await receive.receive()
             except trio.EndOfChannel:
                 return
+            # Gather by sleeping, not by receiving: a task woken per record would cost the
+            # call path a task switch per call (measured: +15% on a 0.08 ms call).
+            if not self._closing:
+                with trio.move_on_after(BATCH_WINDOW_S):
+                    await self._close_requested.wait()
             batch = [first]
-            with trio.move_on_after(BATCH_WINDOW_S):
-                while len(batch) < BATCH_RECORDS:
-                    try:
-                        batch.append(await receive.receive())
-                    except trio.EndOfChannel:
-                        break
-            await self._write(db, batch)
+            while True:
+                try:
+                    batch.append(receive.receive_nowait())
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+                if len(batch) >= BATCH_RECORDS:
+                    await self._write(db, batch)
+                    batch = []
+            if batch:
+                await self._write(db, batch)
 
     async def _write(self, db: JournalDB, batch: list[CallRecord]) -> None:
         try:
@@ -296,6 +306,8 @@ async def open_journal(path: str | os.PathLike[str], *, payloads: bool = False) 
                 # The writer drains what is queued and ends at the closed channel; a disk
                 # that stalls longer than the bound loses the rest (STYLE rule 16).
                 journal._send.close()
+                journal._closing = True
+                journal._close_requested.set()
                 journal._scope.deadline = trio.current_time() + CLOSE_TIMEOUT_S
     finally:
         with trio.CancelScope(shield=True):

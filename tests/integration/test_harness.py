@@ -424,3 +424,61 @@ async def test_the_cli_lists_the_journal_command() -> None:
     """``mcpvisor --help`` names the journal command."""
     with trio.fail_after(REAL_IO_BOUND_S):
         assert "journal" in await cli("--help")
+
+
+async def test_each_http_client_session_gets_its_own_instance_stopped_when_it_leaves(tmp_path: Path) -> None:
+    """Through the HTTP front, each handshake-era client session has its own instance of a
+    session-scoped server (separate state), and closing the session stops its instance."""
+    from mcp import Client
+
+    from supervisor import serve_http
+
+    cfg = harness_config(box=flaky(scope="session"))
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with open_supervisor(cfg, state_dir=tmp_path / "state", watch=False) as sup, \
+                trio.open_nursery() as nursery:
+            url = await nursery.start(serve_http, sup, "127.0.0.1", 0)
+            async with Client(url, mode="legacy", cache=None) as one:
+                async with Client(url, mode="legacy", cache=None) as two:
+                    for client in (one, two, one):
+                        await client.call_tool("box_counter", {})
+                    assert sup.scoped.statistics().in_sessions == {"box": 2}
+                    ones, twos = (held["box"] for held in sup.scoped._held.values())  # in first-call order
+                    counted = [c.text for c in (await two.call_tool("box_counter", {})).content
+                               if isinstance(c, types.TextContent)]
+                    assert counted == ["2"]  # two's own process: one's calls did not count there
+                    assert ones.status().pid != twos.status().pid
+                await wait_state(twos, State.STOPPED)  # two's session ended with its connection
+                assert ones.state is State.READY
+            await wait_state(ones, State.STOPPED)
+            assert sup.scoped.statistics().sessions == 0
+            nursery.cancel_scope.cancel()
+
+
+REPO_DIR = Path(__file__).resolve().parents[2]
+
+
+async def test_the_bench_harness_run_reports_first_calls_and_leaves_no_process(tmp_path: Path) -> None:
+    """`bench.harness_run` (what ``python -m bench --only harness`` runs): every episode
+    gets a fresh instance (pool plus refills), and it reports 0 processes left."""
+    with trio.fail_after(REAL_IO_BOUND_S):
+        argv = ["--workdir", str(tmp_path), "--episodes", "6", "--pool", "2", "--concurrency", "2"]
+        done = await trio.run_process([PY, "-m", "bench.harness_run", *argv], capture_stdout=True,
+                                      capture_stderr=True, cwd=str(REPO_DIR))
+    report = json.loads(done.stdout)
+    assert report["processes_left"] == 0
+    assert report["instances_started"] == 6 + 2  # one per episode, and the pool kept full
+    assert 0 < report["first_call_p50_ms"] <= report["first_call_p99_ms"]
+    assert summarise(tmp_path / "journal.db")["calls"] == 6 * 7
+
+
+async def test_the_example_harness_prints_the_journal_summary(tmp_path: Path) -> None:
+    """``bench/harness_example.py`` (the README's example) runs its episodes and prints
+    the summary: one session and four calls per episode, none failed."""
+    with trio.fail_after(REAL_IO_BOUND_S):
+        done = await trio.run_process([PY, str(REPO_DIR / "bench" / "harness_example.py"), "--episodes", "3",
+                                       "--journal", str(tmp_path / "runs.db")], capture_stdout=True,
+                                      capture_stderr=True, cwd=str(tmp_path))
+    out = done.stdout.decode()
+    assert "12 calls, 3 sessions, 0 retries; ok 12" in out
+    assert "episode-2" in out
