@@ -86,6 +86,8 @@ RESTART_SETTINGS: Final = {
     "allowed_origins": "allowedOrigins",
     "max_sessions": "maxSessions",
     "session_idle_timeout": "sessionIdleTimeout",
+    "journal": "journal",
+    "journal_payloads": "journalPayloads",
 }
 """Settings whose change needs a proxy restart (attribute -> key in the file): the
 fronts and the exposure were built with them."""

@@ -116,6 +116,12 @@ class ScopedServers:
         pool = self._pools.get(server)
         if not pool:
             return None
+        shared = self._sup.upstreams.get(server)
+        if shared is not None:
+            current = self._instance_spec(shared).fingerprint()
+            for stale in [up for up in pool if up.spec.fingerprint() != current]:
+                pool.remove(stale)  # started before a reload changed the server: not what it is now
+                stale.stop()
         # Prefer one that is ready; any other still saves part of its start.
         for up in pool:
             if up.state is State.READY:
@@ -138,14 +144,19 @@ class ScopedServers:
         shared = self._sup.upstreams.get(server)
         if shared is None:
             return None
-        spec = dataclasses.replace(shared.spec, lazy=False)
-        up = Upstream(spec, router=_QuietRouter(), events=self._sup.event_bus, hooks=self._sup._hooks,
-                      reaper=self._sup.reaper, max_message=self._sup.settings.max_message_bytes,
+        up = Upstream(self._instance_spec(shared), router=_QuietRouter(), events=self._sup.event_bus,
+                      hooks=self._sup._hooks, reaper=self._sup.reaper,
+                      max_message=self._sup.settings.max_message_bytes,
                       rng=self._sup._rng, era_memory=self._sup._era_memory)
         if not self._sup.start_soon(up.run):
             return None
         self.started += 1
         return up
+
+    @staticmethod
+    def _instance_spec(shared: Upstream) -> Any:
+        """An instance's spec: the server's, always started (``lazy`` is for the shared one)."""
+        return dataclasses.replace(shared.spec, lazy=False)
 
     async def end(self, session: ClientSession) -> None:
         """Stop the session's instances and wait (bounded by `STOP_WAIT_S`) until they have."""
