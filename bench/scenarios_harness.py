@@ -8,7 +8,9 @@ successful call (p50/p99), peak RSS of the harness process (supervisor included)
 of its whole tree (upstreams included), processes left after the supervisor's block
 (must be 0). The ``journal`` row is the journal's cost: sequential calls through two
 supervisors in one process, with and without a journal, in alternating blocks; its
-``journal_ratio`` is the median per-pair ratio of p50s (target: under 1.1).
+``journal_ratio`` is the median per-pair ratio of p50s (target: under 1.1). The
+``journal-stdio`` row is the same ratio through ``mcpvisor serve`` over stdio (the
+fast path a client meets), in alternating rounds.
 """
 
 from __future__ import annotations
@@ -51,6 +53,35 @@ async def _run(argv: list[str], workdir: Path) -> dict[str, Any]:
     return dict(json.loads(done.stdout.decode().strip().splitlines()[-1]))
 
 
+async def stdio_journal_ratio(params: Params, workdir: Path) -> dict[str, Any]:
+    """The journal's cost on the lean path a client meets: ``mcpvisor serve`` over stdio
+    (the fast path), with ``settings.journal`` and without, sequential ``echo`` calls in
+    alternating rounds; the median of per-round p50 ratios."""
+    from bench.drivers import ServerDef, mcpvisor_subject, open_session
+    from bench.scenarios_calls import latency
+
+    plain = mcpvisor_subject("mcpvisor")
+    journalled = mcpvisor_subject("mcpvisor-journal", journal="journal.db")  # next to its config
+    servers = [ServerDef("bench")]
+    rounds = 3 if params.quick else 5
+    on: list[float] = []
+    off: list[float] = []
+    ratios: list[float] = []
+    async with open_session(plain, servers, workdir) as a, open_session(journalled, servers, workdir) as b:
+        for session in (a, b):
+            await latency(session, "echo", {"text": "warm"}, 30)
+        for i in range(rounds):
+            got: dict[str, float] = {}
+            for session in ((a, b) if i % 2 == 0 else (b, a)):
+                m = await latency(session, "echo", {"text": "x" * 64}, params.calls, params.measure_s)
+                got[session.subject.name] = m["p50_ms"]
+            on.append(got["mcpvisor-journal"])
+            off.append(got["mcpvisor"])
+            ratios.append(got["mcpvisor-journal"] / got["mcpvisor"])
+    return {"ratio_p50": rnd(median(ratios)), "on_p50_ms": rnd(median(on)), "off_p50_ms": rnd(median(off)),
+            "rounds": rounds}
+
+
 async def run_harness(params: Params, workdir: Path) -> Result:
     """Run the scenario (see the module docstring)."""
     result = Result("harness", f"{EPISODES} episodes x (1 session-scoped + 1 shared server), "
@@ -69,7 +100,8 @@ async def run_harness(params: Params, workdir: Path) -> Result:
                                   "--pool", str(pool)], workdir / f"harness-{rnd_i}-{pool}")
                 per_subject[f"pool-{pool}"].append(got)
         latency = await _run(["--latency", str(latency_calls)], workdir / "harness-latency")
-    except (RuntimeError, trio.TooSlowError, ValueError) as exc:
+        stdio = await stdio_journal_ratio(params, workdir)
+    except (RuntimeError, trio.TooSlowError, ValueError, KeyError) as exc:
         result.error = str(exc) or type(exc).__name__
         result.seconds = time.perf_counter() - started
         return result
@@ -82,11 +114,17 @@ async def run_harness(params: Params, workdir: Path) -> Result:
         result.rows.append(row)
     result.rows.append({"subject": "journal", "kind": "mcpvisor", "journal_ratio": latency["ratio_p50"],
                         "on_p50_ms": latency["on_p50_ms"], "off_p50_ms": latency["off_p50_ms"]})
+    result.rows.append({"subject": "journal-stdio", "kind": "mcpvisor", "journal_ratio": stdio["ratio_p50"],
+                        "on_p50_ms": stdio["on_p50_ms"], "off_p50_ms": stdio["off_p50_ms"]})
+    result.notes.append(f"journal-stdio: mcpvisor serve over stdio (fast path), p50 {stdio['on_p50_ms']} ms "
+                        f"with the journal vs {stdio['off_p50_ms']} ms without, {stdio['rounds']} "
+                        "alternating rounds")
     result.notes.append(f"journal on/off: p50 {latency['on_p50_ms']} ms vs {latency['off_p50_ms']} ms over "
                         f"{latency['calls']} calls in {latency['blocks']} alternating block pairs (API path, "
                         f"the smallest denominator: a trivial upstream, no front)")
     for subject in per_subject:
         result.target(subject, "processes_left", "<=", 0, "no process left after the block")
-    result.target("journal", "journal_ratio", "<=", 1.1, "journal cost (p50 on / off)")
+    result.target("journal", "journal_ratio", "<=", 1.1, "journal cost (p50 on / off), API path")
+    result.target("journal-stdio", "journal_ratio", "<=", 1.1, "journal cost (p50 on / off), stdio fast path")
     result.seconds = time.perf_counter() - started
     return result
