@@ -53,6 +53,21 @@ async def _run(argv: list[str], workdir: Path) -> dict[str, Any]:
     return dict(json.loads(done.stdout.decode().strip().splitlines()[-1]))
 
 
+def _this_checkout(subject: Any) -> Any:
+    """``subject`` running this checkout's mcpvisor (the harness runs import it from here
+    too), whatever an installed copy elsewhere holds."""
+    from dataclasses import replace
+
+    from bench.drivers import REPO_DIR
+
+    def launch(*args: Any) -> Any:
+        got = subject.launch(*args)
+        got.env["PYTHONPATH"] = str(REPO_DIR)
+        return got
+
+    return replace(subject, launch=launch)
+
+
 async def stdio_journal_ratio(params: Params, workdir: Path) -> dict[str, Any]:
     """The journal's cost on the lean path a client meets: ``mcpvisor serve`` over stdio
     (the fast path), with ``settings.journal`` and without, sequential ``echo`` calls in
@@ -60,8 +75,8 @@ async def stdio_journal_ratio(params: Params, workdir: Path) -> dict[str, Any]:
     from bench.drivers import ServerDef, mcpvisor_subject, open_session
     from bench.scenarios_calls import latency
 
-    plain = mcpvisor_subject("mcpvisor")
-    journalled = mcpvisor_subject("mcpvisor-journal", journal="journal.db")  # next to its config
+    plain = _this_checkout(mcpvisor_subject("mcpvisor"))
+    journalled = _this_checkout(mcpvisor_subject("mcpvisor-journal", journal="journal.db"))  # by its config
     servers = [ServerDef("bench")]
     rounds = 3 if params.quick else 5
     on: list[float] = []
