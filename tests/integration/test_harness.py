@@ -428,18 +428,24 @@ async def test_the_cli_lists_the_journal_command() -> None:
 
 async def test_each_http_client_session_gets_its_own_instance_stopped_when_it_leaves(tmp_path: Path) -> None:
     """Through the HTTP front, each handshake-era client session has its own instance of a
-    session-scoped server (separate state), and closing the session stops its instance."""
+    session-scoped server (separate state), closing the session stops its instance, and
+    the ``Mcpvisor-Run`` header labels a client's calls in the journal."""
+    import httpx2
     from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
 
     from supervisor import serve_http
 
     cfg = harness_config(box=flaky(scope="session"))
+    journal = tmp_path / "runs.db"
     with trio.fail_after(REAL_IO_BOUND_S):
-        async with open_supervisor(cfg, state_dir=tmp_path / "state", watch=False) as sup, \
+        async with open_supervisor(cfg, state_dir=tmp_path / "state", journal=journal, watch=False) as sup, \
                 trio.open_nursery() as nursery:
             url = await nursery.start(serve_http, sup, "127.0.0.1", 0)
-            async with Client(url, mode="legacy", cache=None) as one:
-                async with Client(url, mode="legacy", cache=None) as two:
+            labelled = httpx2.AsyncClient(headers={"Mcpvisor-Run": "ep-http"})
+            async with Client(url, mode="legacy", cache=None) as one, labelled:
+                async with Client(streamable_http_client(url, http_client=labelled), mode="legacy",
+                                  cache=None) as two:
                     for client in (one, two, one):
                         await client.call_tool("box_counter", {})
                     assert sup.scoped.statistics().in_sessions == {"box": 2}
@@ -453,6 +459,8 @@ async def test_each_http_client_session_gets_its_own_instance_stopped_when_it_le
             await wait_state(ones, State.STOPPED)
             assert sup.scoped.statistics().sessions == 0
             nursery.cancel_scope.cancel()
+    runs = [r["run"] for r in rows(journal)]
+    assert runs == [None, "ep-http", None, "ep-http"]  # the header labels two's calls
 
 
 REPO_DIR = Path(__file__).resolve().parents[2]
