@@ -50,6 +50,7 @@ from actors.core.use_tool import check_arguments
 from actors.eras import ENVELOPE_KEYS, adapt_raw_result, is_modern_version, strip_upstream_stamps, verbose_of
 from actors.errors import CallTimeout, ProxyError, UpstreamDied, UpstreamError, error_data
 from actors.framing import FrameWriter, StreamBroken
+from actors.harness import RUN_META_KEY, CancelledByClient, ClientSession
 from actors.link.input_required import drive_input_required
 from actors.link.stdio import StdioLink
 from actors.messages import Reply
@@ -103,6 +104,9 @@ class FastPath:
         self._ids = itertools.count(1)
         self.stamp = Raw(wire.encode(dict(server_info)))
         self._envelopes: dict[int, Raw] = {}
+        self.session = ClientSession()
+        """This connection's session as the journal labels it (session-scoped servers take
+        the SDK path, whose session is the SDK connection's)."""
 
     # --- what the connection tells us ---------------------------------------------------
     def observe(self, env: wire.Envelope) -> None:
@@ -189,6 +193,8 @@ class FastPath:
         link = up.link if up is not None else None
         if up is None or not isinstance(link, StdioLink) or up.state.value != "ready" or link.close_reason:
             return False
+        if getattr(up.spec, "scope", "shared") == "session":
+            return False  # its instance is the SDK connection's session's (supervisor/sessions.py)
         try:
             meta = wire.decode_raw_map(params["_meta"]) if "_meta" in params else {}
             token_raw = meta.get("progressToken")
@@ -227,6 +233,7 @@ class FastPath:
         else:
             params.pop("_meta", None)
         call.params = params
+        call.run = meta.get(RUN_META_KEY) if meta else None
         self.calls[env.id] = call  # type: ignore[index]
         await link.send_fast(wire.encode_line({"jsonrpc": "2.0", "id": proxy_id, "method": "tools/call",
                                                "params": params}))
@@ -253,6 +260,7 @@ class FastPath:
             return False
         if call.parked is not None:
             call.parked.cancel()  # the upstream's open questions are answered at once
+        call._note(CancelledByClient("cancelled by the client"))
         # MCP cancellation: the receiver does not answer a cancelled request.
         await call.cancel(cancel.reason if isinstance(cancel.reason, str) else "cancelled")
         return True
@@ -334,7 +342,7 @@ class FastCall:
     """One fast-path call: the client's side as the upstream link sees it."""
 
     __slots__ = ("capabilities", "client_token", "fast", "front_id", "link", "log_level", "modern", "params",
-                 "parked", "proxy_id", "retried", "retry_scope", "route", "started")
+                 "parked", "proxy_id", "retried", "retry_scope", "route", "run", "started")
 
     def __init__(self, fast: FastPath, front_id: int | str, route: ToolRoute, link: StdioLink,
                  client_token: int | str | None, modern: bool) -> None:
@@ -354,6 +362,7 @@ class FastCall:
         self.capabilities: Raw | None = None
         """A 2026-07-28 client's declared capabilities (its ``_meta``), as they came."""
         self.started = trio.current_time()
+        self.run: Raw | None = None
 
     @property
     def progress_token(self) -> int | str | None:
@@ -377,8 +386,7 @@ class FastCall:
             up.note_answer(ok=env.error is UNSET)
         if env.error is not UNSET:
             frame = wire.encode_line({"jsonrpc": "2.0", "id": self.front_id, "error": env.error})
-            fast.backend.note_call(self.route.server, self.route.original, self.started,
-                                   UpstreamError(0, "error"))
+            self._note(UpstreamError(0, "error"))
         else:
             result: Any = env.result if env.result is not UNSET else Raw(b"{}")
             if self.link.modern or self.modern:
@@ -386,8 +394,15 @@ class FastCall:
                 if result is None:
                     return
             frame = wire.encode_line({"jsonrpc": "2.0", "id": self.front_id, "result": result})
-            fast.backend.note_call(self.route.server, self.route.original, self.started, None)
+            self._note(None, result)
         await fast.send(frame)
+
+    def _note(self, error: BaseException | None, result: Any = None) -> None:
+        """Tell the backend the call finished (the journal encodes and hashes off this path)."""
+        self.fast.backend.note_call(self.route.server, self.route.original, self.started, error,
+                                    session=self.fast.session.label, run=self.run,
+                                    arguments=self.params.get("arguments"), result=result,
+                                    retries=int(self.retried))
 
     def _adapt(self, result: Raw, line: bytes) -> Raw | None:
         """Fit a result to the client's era in one pass over its top-level keys."""
@@ -430,7 +445,7 @@ class FastCall:
             fast.nursery.start_soon(self._retry_slow, error, self.retry_scope)
             return
         del fast.calls[self.front_id]
-        fast.backend.note_call(self.route.server, self.route.original, self.started, error)
+        self._note(error)
         fast.nursery.start_soon(fast.send, wire.error_frame(self.front_id, **_error_args(error)))
 
     async def cancel(self, reason: str) -> None:
@@ -463,10 +478,10 @@ class FastCall:
                 result = await up.request("tools/call", params, origin=self)
                 answer = strip_upstream_stamps(result, modern_front=self.modern)
                 frame = wire.result_frame(self.front_id, answer)
-                self.fast.backend.note_call(self.route.server, self.route.original, self.started, None)
+                self._note(None, result)
             except ProxyError as exc:
                 frame = wire.error_frame(self.front_id, **_error_args(exc))
-                self.fast.backend.note_call(self.route.server, self.route.original, self.started, exc)
+                self._note(exc)
         if scope.cancelled_caught or self.fast.calls.get(self.front_id) is not self:
             return  # cancelled by the client meanwhile
         del self.fast.calls[self.front_id]
@@ -518,12 +533,12 @@ class FastCall:
         del fast.calls[self.front_id]
         if isinstance(leg, ProxyError):
             self._unpark()
-            fast.backend.note_call(self.route.server, self.route.original, self.started, leg)
+            self._note(leg)
             await fast.send(wire.error_frame(self.front_id, **_error_args(leg)))
             return
         if parked.done:
             self._unpark()
-            fast.backend.note_call(self.route.server, self.route.original, self.started, None)
+            self._note(None, leg)
         await fast.send(wire.result_frame(self.front_id, leg))
 
     async def resume(self, front_id: int | str, params: dict[str, Raw]) -> None:

@@ -52,6 +52,7 @@ from actors.core.registry import Changes
 from actors.core.use_tool import CallLocal, NeedsLoad, plan_use
 from actors.eras import complete, is_modern_version, strip_upstream_stamps
 from actors.errors import BridgeUnsupported, ProxyError, UpstreamError, error_data
+from actors.harness import ClientSession, run_label, sdk_session
 from actors.lazy import LazyLoader, LoadFailed
 from actors.link import CallOrigin
 from actors.link.input_required import INPUT_REQUIRED_METHODS
@@ -87,7 +88,11 @@ class Backend(Protocol):
     async def call_local_tool(self, name: str, arguments: dict[str, Any],
                               ctx: ServerRequestContext[Any, Any] | None) -> dict[str, Any]: ...
 
-    def note_call(self, server: str, tool: str, started: float, error: BaseException | None) -> None: ...
+    def note_call(self, server: str, tool: str, started: float, error: BaseException | None, *,
+                  session: str | None = None, run: Any = None, arguments: Any = None, result: Any = None,
+                  retries: int = 0, upstream: Upstream | None = None) -> None: ...
+
+    def upstream_for(self, server: str, session: ClientSession | None) -> Upstream | None: ...
 
 
 def is_modern(ctx: ServerRequestContext[Any, Any] | None) -> bool:
@@ -468,8 +473,11 @@ class Front:
             self._nursery = None
             self._listen.close()
 
-    def _upstream(self, server: str) -> Upstream:
-        up = self.backend.upstreams.get(server)
+    def _upstream(self, server: str, ctx: ServerRequestContext[Any, Any] | None = None) -> Upstream:
+        # A session-scoped server answers each client session with its own instance.
+        session = sdk_session(ctx, is_modern(ctx)) if ctx is not None else None
+        backend = self.backend
+        up = backend.upstream_for(server, session) if session is not None else backend.upstreams.get(server)
         if up is None:
             raise MCPError(code=wire.INVALID_PARAMS, message=f"server {server} is not configured any more")
         return up
@@ -484,7 +492,7 @@ class Front:
             if self._nursery is not None and (up.link is None or not up.link.modern):
                 return await self._forward_bridged(up, method, params, ctx, retry_safe=retry_safe)
         try:
-            result = await self._upstream(server).request(
+            result = await self._upstream(server, ctx).request(
                 method, params, origin=SdkOrigin(ctx, self.clients), retry_safe=retry_safe
             )
         except ProxyError as exc:
@@ -628,13 +636,17 @@ class Front:
             raw["arguments"] = sub.args
         raw["name"] = original
         started = trio.current_time()
+        session = sdk_session(ctx, is_modern(ctx))
+        label = session.label if session is not None else None
         try:
             result = await self._forward(server, "tools/call", raw, ctx, retry_safe=retry_safe)
-        except MCPError as exc:
-            self.backend.note_call(server, original, started, exc)
+        except (MCPError, trio.Cancelled) as exc:
+            self.backend.note_call(server, original, started, exc, session=label,
+                                   run=run_label(ctx, session), arguments=raw.get("arguments"))
             raise
         if result.get("resultType") != "input_required":  # one journal entry per call, not per leg
-            self.backend.note_call(server, original, started, None)
+            self.backend.note_call(server, original, started, None, session=label,
+                                   run=run_label(ctx, session), arguments=raw.get("arguments"), result=result)
         return result
 
     # --- resources ---------------------------------------------------------------------

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Final
 
 SCENARIOS: Final = ("latency", "latency_work", "throughput", "payload", "http_latency", "http_throughput",
-                    "startup", "rss", "tools_list_size", "list_changed", "recovery")
+                    "startup", "rss", "tools_list_size", "list_changed", "recovery", "harness")
 EXIT_OK: Final = 0
 EXIT_REGRESSION: Final = 1
 EXIT_USAGE: Final = 2
@@ -98,10 +98,15 @@ def run(args: argparse.Namespace) -> int:
     """Run the bench for parsed ``args``; returns the exit code."""
     from dataclasses import replace
 
-    from bench import procs
-    from bench.core import Params
-    from bench.drivers import DIRECT, REPO_DIR, mcpvisor_subject
-    from bench.report import json_lines, machine_info, print_tables, write_results
+    try:
+        from bench import procs
+        from bench.core import Params
+        from bench.drivers import DIRECT, REPO_DIR, mcpvisor_subject
+        from bench.report import json_lines, machine_info, print_tables, write_results
+    except ModuleNotFoundError as exc:  # an install older than psutil in the main dependencies
+        err(f"bench: the bench needs the Python package {exc.name!r}, which is not installed: "
+            f"pip install 'mcpvisor[bench]' (from a checkout: pip install -e '.[bench]')")
+        return EXIT_USAGE
 
     try:
         wanted = selected(args.only)
@@ -342,6 +347,14 @@ async def _main(wanted: Sequence[str], params: Any, workdir: Path, core: list[An
         t0 = time.perf_counter()
         r = await run_recovery([*core, *peers], params, workdir)
         r.seconds = time.perf_counter() - t0
+        done([r])
+    if "harness" in wanted:
+        from bench.scenarios_harness import run_harness
+
+        err("bench: harness (100 episodes, session-scoped servers, the journal's cost) ...")
+        r = await run_harness(params, workdir)
+        for p in peers:
+            r.skip(p.name, "has no session-scoped servers or journal (no equivalent)")
         done([r])
     return [results[n] for n in SCENARIOS if n in results]
 

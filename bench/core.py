@@ -102,6 +102,12 @@ METRICS: Final[dict[str, Metric]] = {
     "recovery_s": Metric("s", True, True, "recovery s"),
     "recovered": Metric("", False, False, "recovered"),
     "cpu_ms_per_call": Metric("ms", True, False, "server CPU ms/call"),
+    "wall_s": Metric("s", True, False, "wall s"),
+    "first_call_p50_ms": Metric("ms", True, False, "first call p50 ms"),
+    "first_call_p99_ms": Metric("ms", True, False, "first call p99 ms"),
+    "peak_tree_rss_mb": Metric("MB", True, False, "peak RSS with upstreams MB"),
+    "processes_left": Metric("", True, True, "processes left"),
+    "journal_ratio": Metric("x", True, True, "journal on/off p50"),
 }
 
 

@@ -56,6 +56,7 @@ from supervisor._config_types import (
     KNOBS,
     LOG_LEVELS,
     MAX_MESSAGE_BYTES,
+    MAX_POOL,
     MAX_SESSIONS_HIGH,
     MIN_MESSAGE_BYTES,
     MIN_TOKEN_CHARS,
@@ -65,6 +66,7 @@ from supervisor._config_types import (
     PIN_SCHEMAS,
     PROTOCOLS,
     REQUIRED,
+    SCOPES,
     SERVER_KEYS,
     SESSION_IDLE_MAX_S,
     SESSION_IDLE_MIN_S,
@@ -250,6 +252,10 @@ class _Builder:
                 )
         if entry.fast_path is not UNSET:
             values["fast_path"] = entry.fast_path
+        if entry.journal is not UNSET:
+            values["journal"] = None if entry.journal is None else self.local_path(entry.journal)
+        if entry.journal_payloads is not UNSET:
+            values["journal_payloads"] = entry.journal_payloads
         if entry.state_dir is not UNSET:
             values["state_dir"] = None if entry.state_dir is None else self.local_path(entry.state_dir)
         if entry.max_sessions is not UNSET:
@@ -443,6 +449,16 @@ class _Builder:
             spec["protocol"] = entry.protocol
         if entry.exposed_tools is not UNSET:
             spec["exposed_tools"] = self.exposed(where, entry.exposed_tools)
+        if entry.scope is not UNSET and self.choice(where, "scope", entry.scope, SCOPES):
+            spec["scope"] = entry.scope
+        if entry.pool is not UNSET:
+            if spec.get("scope") != "session":
+                self.problem(where, 'field "pool" needs "scope": "session" '
+                                    '(a shared server has one instance)')
+            elif not 0 <= entry.pool <= MAX_POOL:
+                self.problem(where, f'field "pool": {entry.pool} is out of range (0 to {MAX_POOL})')
+            else:
+                spec["pool"] = entry.pool
         hidden = [*([] if entry.hidden_tools is UNSET else entry.hidden_tools)]
         hidden += [] if entry.disabled_tools is UNSET else entry.disabled_tools
         own = self.knobs(where, entry)

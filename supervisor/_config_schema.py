@@ -107,6 +107,8 @@ class ServerEntry(_Knobs, forbid_unknown_fields=True, rename="camel"):
     docker_args: list[str] | UnsetType = UNSET
     enabled: bool | UnsetType = UNSET
     lazy: bool | UnsetType = UNSET
+    scope: str | UnsetType = UNSET
+    pool: int | UnsetType = UNSET
     description: str | UnsetType | None = UNSET
     protocol: str | UnsetType = UNSET
     exposed_tools: list[str | ExposedToolEntry] | UnsetType = UNSET
@@ -149,6 +151,8 @@ class SettingsEntry(_Knobs, forbid_unknown_fields=True, rename="camel"):
     max_sessions: int | UnsetType = UNSET
     session_idle_timeout: Duration | UnsetType = UNSET
     discovery_budget: int | UnsetType = UNSET
+    journal: str | UnsetType | None = UNSET
+    journal_payloads: bool | UnsetType = UNSET
 
 
 class ToolRefEntry(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):

@@ -29,6 +29,10 @@ PROTOCOLS: Final = ("auto", "legacy", "2026-07-28")
 EXPOSURES: Final = ("menu", "all", "discovery")
 NAMESPACINGS: Final = ("prefix", "auto", "none")
 PIN_SCHEMAS: Final = ("warn", "refuse")
+SCOPES: Final = ("shared", "session")
+MAX_POOL: Final = 64
+"""Warm instances kept per session-scoped server at most: each is a running process, and a
+harness on one machine runs a few dozen episodes at a time, not hundreds."""
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 
 DOTENV_NAME: Final = ".env"
@@ -192,6 +196,12 @@ class ServerSpec:
     docker_args: tuple[str, ...] = ()
     enabled: bool = True
     lazy: bool = False
+    scope: str = "shared"
+    """``shared``: one instance for every client; ``session``: one per client session
+    (`supervisor.sessions`)."""
+    pool: int = 0
+    """Session scope only: instances kept started and unused, so a session's first call
+    does not wait for a start."""
     description: str | None = None
     protocol: str = "auto"
     exposed_tools: tuple[ExposedTool, ...] | None = None
@@ -287,6 +297,10 @@ class Settings:
     max_sessions: int = DEFAULT_MAX_SESSIONS
     session_idle_timeout: float = DEFAULT_SESSION_IDLE_S
     discovery_budget: int = DEFAULT_DISCOVERY_BUDGET
+    journal: str | None = None
+    """The SQLite file every call is recorded in (`supervisor.journal`); None: no journal."""
+    journal_payloads: bool = False
+    """Record full arguments and results in the journal (otherwise sizes and digests only)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -87,6 +87,8 @@ RESTART_SETTINGS: Final = {
     "max_sessions": "maxSessions",
     "session_idle_timeout": "sessionIdleTimeout",
     "discovery_budget": "discoveryBudget",
+    "journal": "journal",
+    "journal_payloads": "journalPayloads",
 }
 """Settings whose change needs a proxy restart (attribute -> key in the file): the
 fronts and the exposure were built with them."""

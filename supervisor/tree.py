@@ -24,7 +24,7 @@ import logging
 import os
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
 
@@ -40,6 +40,7 @@ from actors.eras import strip_upstream_stamps
 from actors.errors import ProxyError
 from actors.front import Front, unknown_tool_result
 from actors.lazy import LazyLoader
+from actors.harness import ClientSession
 from actors.link import CallOrigin
 from actors.messages import CallFinished, Event, EventBus, ListChanged
 from actors.process import Reaper, open_reaper
@@ -52,8 +53,10 @@ from supervisor.config import (
     load_config,
     parse_config,
 )
+from supervisor.journal import CallRecord, Journal, open_journal
 from supervisor.menu import DEFINITIONS, Menu
 from supervisor.menu.discovery import discover, load_mcp
+from supervisor.sessions import ScopedServers, SessionView, open_session
 from supervisor.settings import state_dir as resolve_state_dir
 from supervisor.settings import with_env_overrides
 from supervisor.state import CorruptState, StateStore
@@ -154,6 +157,10 @@ class Supervisor:
         self.reload_lock = trio.Lock()
         """Reloads are applied one at a time, in call order (`supervisor.reload`)."""
         self._root: trio.Nursery | None = None
+        self.scoped = ScopedServers(self)
+        """The instances of ``"scope": "session"`` servers and their warm pools."""
+        self.journal: Journal | None = None
+        """Where finished calls are recorded (``journal=``, ``settings.journal``), if anywhere."""
 
     # --- the embedding API --------------------------------------------------------------
     def tools(self) -> list[dict[str, Any]]:
@@ -233,15 +240,36 @@ class Supervisor:
                 return sub
             server, original, retry_safe, args = sub.server, sub.tool, sub.retry_safe, sub.args
         started = trio.current_time()
+        args = dict(arguments or {})
         try:
             result = await self.upstreams[server].request(
                 "tools/call", {"name": original, "arguments": args}, retry_safe=retry_safe,
             )
-        except ProxyError as exc:
-            self.note_call(server, original, started, exc)
+        except (ProxyError, trio.Cancelled) as exc:
+            self.note_call(server, original, started, exc, arguments=args)
             raise
-        self.note_call(server, original, started, None)
+        self.note_call(server, original, started, None, arguments=args, result=result)
         return strip_upstream_stamps(result)
+
+    def session(self, label: str | None = None, *,
+                run: str | None = None) -> AbstractAsyncContextManager[SessionView]:
+        """``async with sup.session("episode-7") as s``: an isolated client view, no transport.
+
+        ``s.call_tool``, ``s.tools()``, ``s.equip(name)`` act for this session only: its
+        own equipped toolset, its own instance of every session-scoped server (from the
+        warm pool when there is one). Its calls are journalled with session ``label`` and
+        run ``run`` (default: ``label``). Leaving the block stops its instances and waits
+        for them to be stopped (bounded), also on cancellation or an exception.
+        """
+        return open_session(self, label, run=run)
+
+    def upstream_for(self, server: str, session: ClientSession | None) -> Upstream | None:
+        """The actor a call to ``server`` goes to for ``session``: its own instance when the
+        server is session-scoped (`supervisor.sessions`), the shared one otherwise."""
+        up = self.upstreams.get(server)
+        if up is None or session is None or getattr(up.spec, "scope", "shared") != "session":
+            return up
+        return self.scoped.instance(server, session)
 
     def events(self) -> AsyncIterator[Event]:
         """``async for event in sup.events()``: every upstream state change (with its
@@ -308,10 +336,24 @@ class Supervisor:
             return await self.call_tool(USE_TOOL, arguments)
         return await self.menu.call(name, arguments)
 
-    def note_call(self, server: str, tool: str, started: float, error: BaseException | None) -> None:
+    def note_call(self, server: str, tool: str, started: float, error: BaseException | None, *,
+                  session: str | None = None, run: Any = None, arguments: Any = None, result: Any = None,
+                  retries: int = 0, upstream: Upstream | None = None) -> None:
+        """A call finished: tell ``events()`` subscribers and queue a journal record.
+
+        Never waits: the journal takes the raw arguments and result and works out sizes,
+        digests and the outcome on its own writer task (`supervisor.journal`).
+        """
+        now = trio.current_time()
         if self.event_bus.has_subscribers:
-            self.event_bus.publish(CallFinished(server, tool, trio.current_time() - started, error is None,
+            self.event_bus.publish(CallFinished(server, tool, now - started, error is None,
                                              str(error) if error is not None else None))
+        journal = self.journal
+        if journal is not None:
+            up = upstream if upstream is not None else self.upstreams.get(server)
+            journal.record_nowait(CallRecord(now, server, tool, now - started, error, session, run, arguments,
+                                             result, retries, up.restarts if up is not None else None,
+                                             self.router.snapshot.version))
 
     def _announce(self, snapshot: Snapshot, changes: Changes) -> None:
         self.front.announce(snapshot, changes)
@@ -392,6 +434,8 @@ async def open_supervisor(
     watch: bool = True,
     control: str | os.PathLike[str] | None = None,
     control_transport: str = "embedded",
+    journal: str | os.PathLike[str] | None = None,
+    journal_payloads: bool | None = None,
 ) -> AsyncIterator[Supervisor]:
     """Start every enabled server under supervision for the duration of the block.
 
@@ -407,6 +451,11 @@ async def open_supervisor(
             (`supervisor.control`, what ``mcpvisor status`` reads) for the block's lifetime;
             None: no control channel. A socket that cannot be created is only logged.
         control_transport: the transport the registration reports (``stdio``, ``http``, ``ws``).
+        journal: record every tool call in this SQLite file (default: ``settings.journal``;
+            `supervisor.journal`, ``mcpvisor journal PATH``). Queued records are written
+            when the block exits.
+        journal_payloads: record full arguments and results too (default:
+            ``settings.journalPayloads``; otherwise sizes and digests only).
 
     Raises:
         ConfigError: ``settings.exposure`` / ``$MCPVISOR_EXPOSURE`` is not usable.
@@ -419,8 +468,25 @@ async def open_supervisor(
     cfg = coerce_config(config)
     store = StateStore(resolve_state_dir(state_dir, configured=with_env_overrides(cfg.settings).state_dir))
     saved = await _load_state(store, cfg, toolset)
+    journal_path = journal if journal is not None else cfg.settings.journal
+    payloads = cfg.settings.journal_payloads if journal_payloads is None else journal_payloads
+    async with AsyncExitStack() as stack:
+        # The journal wraps everything else: it closes last, after every call has finished.
+        journal_handle = (await stack.enter_async_context(open_journal(journal_path, payloads=payloads))
+                          if journal_path is not None else None)
+        async with _run_tree(cfg, store, saved, toolset, rng=rng, watch=watch, control=control,
+                             control_transport=control_transport, journal=journal_handle) as sup:
+            yield sup
+
+
+@asynccontextmanager
+async def _run_tree(cfg: Config, store: StateStore, saved: SavedState, toolset: str | None, *,
+                    rng: random.Random | None, watch: bool, control: str | os.PathLike[str] | None,
+                    control_transport: str, journal: Journal | None) -> AsyncIterator[Supervisor]:
+    """The supervision tree of `open_supervisor` (its nurseries, in their nesting order)."""
     async with open_reaper() as reaper, trio.open_nursery() as root:
         sup = Supervisor(cfg, reaper=reaper, rng=rng, state_dir=store.directory)
+        sup.journal = journal
         sup.toolsets.restore(saved, toolset)
         sup.core.rebuild()  # before the router runs: no client yet, nothing to announce
         sup._root = root
@@ -437,6 +503,7 @@ async def open_supervisor(
                 for spec in cfg.enabled_servers():
                     await sup.start_server(spec)
                 sup.menu.load_lazy()
+                sup.scoped.fill_pools()
                 root.start_soon(sup._startup_gate)
                 if watch and cfg.path is not None:
                     from supervisor.reload import watch_config

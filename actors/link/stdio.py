@@ -148,6 +148,7 @@ class StdioLink(Link):
     async def pump_stdout(self) -> None:
         assert self.proc.stdout is not None
         reason = "closed its stdout"
+        stopped = False
         batches = LineReader(self.proc.stdout, self.max_message).__aiter__()
         try:
             async for batch in batches:
@@ -160,11 +161,16 @@ class StdioLink(Link):
                         return
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
+        except trio.Cancelled:
+            # Stopped by us: open_stdio_link closes the link with its reason; waiting here
+            # for an exit status the child has not been asked for would cost a second per stop.
+            stopped = True
+            raise
         finally:
             with trio.CancelScope(shield=True):
                 # Left mid-stream (garbage flood, oversized line): close the reader here, not in GC.
                 await batches.aclose()  # type: ignore[attr-defined]
-                if self.close_reason is None:
+                if self.close_reason is None and not stopped:
                     with trio.move_on_after(EXIT_STATUS_WAIT_S):
                         await self.proc.wait()
                     if self.proc.returncode is not None:

@@ -55,6 +55,9 @@ def register(sub: Any) -> None:
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
                    help="log verbosity (default: settings.logLevel, else info)")
     p.add_argument("--log-file", metavar="PATH", help="also write the log to this file")
+    p.add_argument("--journal", metavar="PATH",
+                   help="record every tool call in this SQLite file (also settings.journal; "
+                        "read it with `mcpvisor journal PATH`)")
     p.set_defaults(func=run)
 
 
@@ -199,6 +202,7 @@ async def _main(args: argparse.Namespace, config: Any) -> None:
 
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async with open_supervisor(config, state_dir=args.state_dir, toolset=args.toolset,
+                                   journal=getattr(args, "journal", None),
                                    control=user_state_dir(args.state_dir), control_transport=args.transport) as sup, \
                 trio.open_nursery() as nursery:
 

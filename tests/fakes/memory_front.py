@@ -179,8 +179,12 @@ class MemoryBackend:
     async def call_local_tool(self, name: str, arguments: dict[str, Any], ctx: Any) -> dict[str, Any]:
         raise AssertionError("no local tools here")
 
-    def note_call(self, server: str, tool: str, started: float, error: BaseException | None) -> None:
+    def note_call(self, server: str, tool: str, started: float, error: BaseException | None,
+                  **detail: Any) -> None:
         self.notes.append((server, tool, error))
+
+    def upstream_for(self, server: str, session: Any) -> Any:
+        return self.upstreams.get(server)
 
 
 class LinkEvents:

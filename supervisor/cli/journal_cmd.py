@@ -1,0 +1,53 @@
+"""``mcpvisor journal PATH``: what a harness run called, summarised from its journal.
+
+Per server and tool: calls, errors, latency p50/p99; per run (episode label): calls and
+failures; the outcome counts. ``--run LABEL`` narrows it to one run; ``--format json``
+gives the same as one JSON object (`supervisor.journal.summarise`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Final
+
+from supervisor.cli import EXIT_FAILED, EXIT_OK, Formatter
+
+EPILOG: Final = """\
+examples:
+  mcpvisor serve --journal runs.db             # record every call while serving
+  mcpvisor journal runs.db                     # per tool and per run
+  mcpvisor journal runs.db --run episode-7     # one run only
+  mcpvisor journal runs.db --format json
+
+outcomes: ok, tool_error (a result with isError), timeout, server_down, cancelled, error.
+"""
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("journal", help="summarise a call journal (serve --journal, settings.journal)",
+                       description="Summarise the calls recorded in a journal: per server and tool "
+                                   "(calls, errors, p50/p99 latency) and per run (calls, failures).",
+                       formatter_class=Formatter, epilog=EPILOG)
+    p.add_argument("path", metavar="PATH", help="the journal file")
+    p.add_argument("--format", choices=("table", "json"), default="table",
+                   help="output format (default: table)")
+    p.add_argument("--run", metavar="LABEL", help="only the calls of this run")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from supervisor.journal import format_table, summarise
+    from supervisor.journal._summary import JournalMissing
+
+    try:
+        summary = summarise(args.path, run=args.run)
+    except JournalMissing as exc:
+        print(f"mcpvisor journal: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.format == "json":
+        print(json.dumps(summary, indent=2))
+    else:
+        print(format_table(summary))
+    return EXIT_OK

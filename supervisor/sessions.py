@@ -1,0 +1,299 @@
+"""Session-scoped servers and the harness's client view: one instance per client session.
+
+Owns:
+
+* `ScopedServers`: for each server marked ``"scope": "session"``, the instances that
+  belong to client sessions (one per session, started on the session's first call to
+  it, stopped when the session ends) and the warm pool (``"pool": N`` instances started
+  and unused; a session takes one and a replacement starts at once; a used instance is
+  never given to another session). The server's shared instance (the ordinary
+  upstream actor under its name) is what clients see the tools of, and what serves
+  calls made outside any session;
+* `SessionView`: what `Supervisor.session` yields: an isolated client view without a
+  transport: its own equipped toolset, its own session-scoped instances, its calls
+  labelled with the run in the journal.
+
+Instances are ordinary `actors.upstream.Upstream` actors (same supervision, timeouts,
+restarts) run in the supervisor's tree, so leaving the supervisor stops them all; they
+report their lists to nobody (`_QuietRouter`): the shared instance speaks for the
+server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+import trio
+
+from actors.core.toolsets import ToolsetError, resolve
+from actors.eras import strip_upstream_stamps
+from actors.errors import ProxyError
+from actors.front import unknown_tool_result
+from actors.harness import ClientSession
+from actors.upstream import State, Upstream
+
+if TYPE_CHECKING:
+    from supervisor.tree import Supervisor
+
+logger = logging.getLogger(__name__)
+
+STOP_WAIT_S: Final = 10.0
+"""Bound on waiting for a session's instances to stop when it ends: close stdin, 2 s,
+SIGTERM, 2 s, SIGKILL (DESIGN.md's stop sequence) fits with room to spare."""
+
+_RETRY_SAFE_HINTS: Final = ("readOnlyHint", "idempotentHint")
+
+
+class _QuietRouter:
+    """The router port of a session instance: its lists go nowhere (the shared one lists)."""
+
+    async def send(self, message: object) -> None:
+        return None
+
+    async def submit(self, message: object) -> None:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ScopedStatistics:
+    """Instances by server: held by sessions, warm in the pool; sessions with instances."""
+
+    in_sessions: Mapping[str, int]
+    warm: Mapping[str, int]
+    sessions: int
+    started: int
+
+
+class ScopedServers:
+    """The instances of session-scoped servers for one supervisor."""
+
+    def __init__(self, sup: Supervisor) -> None:
+        self._sup = sup
+        self._pools: dict[str, deque[Upstream]] = {}
+        self._held: dict[ClientSession, dict[str, Upstream]] = {}
+        self.started = 0
+        """Instances started so far (pool and on demand)."""
+
+    def is_scoped(self, server: str) -> bool:
+        up = self._sup.upstreams.get(server)
+        return up is not None and getattr(up.spec, "scope", "shared") == "session"
+
+    def fill_pools(self) -> None:
+        """Start the warm instances of every session-scoped server (at supervisor start)."""
+        for up in list(self._sup.upstreams.values()):
+            if getattr(up.spec, "scope", "shared") == "session":
+                self._refill(up.name)
+
+    def instance(self, server: str, session: ClientSession) -> Upstream | None:
+        """The session's instance of ``server``: its own, else a warm one, else a new one
+        (starting: a call waits for it like for a restart, bounded by ``restartWait``).
+
+        Never blocks. None once the session has ended or the supervisor is stopping.
+        """
+        if session.ended:
+            return None
+        held = self._held.get(session)
+        if held is None:
+            held = self._held[session] = {}
+            session.on_end(lambda: self.end(session))
+        up = held.get(server)
+        if up is not None and up.state is not State.STOPPED:
+            return up
+        up = self._take_warm(server) or self._start(server)
+        if up is None:
+            return None
+        held[server] = up
+        self._refill(server)
+        return up
+
+    def _take_warm(self, server: str) -> Upstream | None:
+        pool = self._pools.get(server)
+        if not pool:
+            return None
+        shared = self._sup.upstreams.get(server)
+        if shared is not None:
+            current = self._instance_spec(shared).fingerprint()
+            for stale in [up for up in pool if up.spec.fingerprint() != current]:
+                pool.remove(stale)  # started before a reload changed the server: not what it is now
+                stale.stop()
+        # Prefer one that is ready; any other still saves part of its start.
+        for up in pool:
+            if up.state is State.READY:
+                pool.remove(up)
+                return up
+        return pool.popleft()
+
+    def _refill(self, server: str) -> None:
+        shared = self._sup.upstreams.get(server)
+        if shared is None:
+            return
+        pool = self._pools.setdefault(server, deque())
+        while len(pool) < getattr(shared.spec, "pool", 0):
+            up = self._start(server)
+            if up is None:
+                return
+            pool.append(up)
+
+    def _start(self, server: str) -> Upstream | None:
+        shared = self._sup.upstreams.get(server)
+        if shared is None:
+            return None
+        up = Upstream(self._instance_spec(shared), router=_QuietRouter(), events=self._sup.event_bus,
+                      hooks=self._sup._hooks, reaper=self._sup.reaper,
+                      max_message=self._sup.settings.max_message_bytes,
+                      rng=self._sup._rng, era_memory=self._sup._era_memory)
+        if not self._sup.start_soon(up.run):
+            return None
+        self.started += 1
+        return up
+
+    @staticmethod
+    def _instance_spec(shared: Upstream) -> Any:
+        """An instance's spec: the server's, always started (``lazy`` is for the shared one)."""
+        return dataclasses.replace(shared.spec, lazy=False)
+
+    async def end(self, session: ClientSession) -> None:
+        """Stop the session's instances and wait (bounded by `STOP_WAIT_S`) until they have."""
+        held = self._held.pop(session, {})
+        for up in held.values():
+            up.stop()
+        with trio.move_on_after(STOP_WAIT_S, shield=True):
+            for up in held.values():
+                while up.state is not State.STOPPED:
+                    await up.wait_changed()
+
+    def stop_all(self) -> None:
+        """Stop every instance (the supervisor is stopping; its tree reaps them)."""
+        for held in self._held.values():
+            for up in held.values():
+                up.stop()
+        for pool in self._pools.values():
+            for up in pool:
+                up.stop()
+
+    def instances(self, session: ClientSession) -> dict[str, Upstream]:
+        """The session's instances by server name (a copy)."""
+        return dict(self._held.get(session, {}))
+
+    def statistics(self) -> ScopedStatistics:
+        in_sessions: dict[str, int] = {}
+        for held in self._held.values():
+            for name in held:
+                in_sessions[name] = in_sessions.get(name, 0) + 1
+        return ScopedStatistics(in_sessions=in_sessions, warm={k: len(v) for k, v in self._pools.items()},
+                                sessions=len(self._held), started=self.started)
+
+
+class SessionView:
+    """One harness client's view of a supervisor (see `Supervisor.session`).
+
+    Calls go where a client connected through a front would send them, except that
+    session-scoped servers are served by this session's own instances and that an
+    `equip` here changes only this view.
+    """
+
+    def __init__(self, sup: Supervisor, session: ClientSession) -> None:
+        self.sup = sup
+        self.client = session
+        self._equipped: str | None = None
+        self._routes: dict[str, tuple[str, str, bool, Mapping[str, Any]]] | None = None
+
+    @property
+    def label(self) -> str:
+        return self.client.label
+
+    def tools(self) -> list[dict[str, Any]]:
+        """The tools this session sees now (its toolset's, else the proxy's)."""
+        if self._routes is None:
+            return self.sup.tools()
+        return [dict(wire) for _, _, _, wire in self._routes.values()]
+
+    async def equip(self, name: str) -> list[str]:
+        """Equip toolset ``name`` for this session only; returns the names it now sees.
+
+        Raises:
+            ToolsetError: no toolset has that name.
+        """
+        toolsets = self.sup.toolsets.toolsets()
+        toolset = toolsets.get(name)
+        if toolset is None:
+            raise ToolsetError("unknown_toolset", f"no toolset named {name!r}; toolsets: "
+                               f"{', '.join(toolsets) or 'none'}", toolsets=list(toolsets))
+        routes: dict[str, tuple[str, str, bool, Mapping[str, Any]]] = {}
+        for status in resolve(toolset, self.sup.core, pin_schemas=self.sup.settings.pin_schemas):
+            cand = status.candidate
+            if not status.exposed or cand is None:
+                continue
+            exposed = cand.alias or status.namespaced
+            notes = cand.tool.get("annotations") or {}
+            retry_safe = isinstance(notes, Mapping) and any(notes.get(h) for h in _RETRY_SAFE_HINTS)
+            routes[exposed] = (cand.server, cand.original, retry_safe, {**cand.tool, "name": exposed})
+        self._routes = routes
+        self._equipped = name
+        return list(routes)
+
+    def unequip(self) -> None:
+        """Back to the proxy's view."""
+        self._routes = None
+        self._equipped = None
+
+    def upstream(self, server: str) -> Upstream | None:
+        """The instance this session's calls to ``server`` go to."""
+        return self.sup.upstream_for(server, self.client)
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None, *,
+                        run: str | None = None) -> dict[str, Any]:
+        """Call a tool as this session; see `Supervisor.call_tool` (same results and errors).
+
+        ``run`` labels the call in the journal (default: the session's run label).
+        """
+        sup = self.sup
+        if self._routes is not None:
+            found = self._routes.get(name)
+            if found is None:
+                return unknown_tool_result(name, sup.snapshot)
+            server, original, retry_safe = found[0], found[1], found[2]
+        else:
+            if not sup.started:
+                await sup.wait_startup()
+            route = sup.snapshot.tools.get(name)
+            if route is None:
+                if name in sup.snapshot.local_tools:
+                    return await sup.call_local_tool(name, dict(arguments or {}), None)
+                return unknown_tool_result(name, sup.snapshot)
+            server, original, retry_safe = route.server, route.original, route.retry_safe
+        args = dict(arguments or {})
+        up = self.upstream(server)
+        started = trio.current_time()
+        label = run or self.client.run
+        try:
+            if up is None:
+                raise ProxyError(f"server {server} is not running")
+            result = await up.request("tools/call", {"name": original, "arguments": args},
+                                      retry_safe=retry_safe)
+        except (ProxyError, trio.Cancelled) as exc:
+            sup.note_call(server, original, started, exc, session=self.client.label, run=label,
+                          arguments=args, upstream=up)
+            raise
+        sup.note_call(server, original, started, None, session=self.client.label, run=label,
+                      arguments=args, result=result, upstream=up)
+        return strip_upstream_stamps(result)
+
+
+@asynccontextmanager
+async def open_session(sup: Supervisor, label: str | None = None, *,
+                       run: str | None = None) -> AsyncIterator[SessionView]:
+    """The body of `Supervisor.session`: a view whose instances stop when the block ends
+    (also on cancellation or an exception; bounded by `STOP_WAIT_S`)."""
+    session = ClientSession(label, run=run if run is not None else label)
+    try:
+        yield SessionView(sup, session)
+    finally:
+        with trio.CancelScope(shield=True):
+            await session.end()
