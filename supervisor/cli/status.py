@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console()
     for report in reports:
-        console.print(render(report))
+        console.print(render(report, console.width))
     return EXIT_OK
 
 
@@ -121,7 +121,7 @@ def watch(directory: Path, args: argparse.Namespace) -> int:
         with Live(console=console, auto_refresh=False) as live:
             while True:
                 reports, problems = collect(directory, args.timeout)
-                parts: list[RenderableType] = [render(r) for r in reports]
+                parts: list[RenderableType] = [render(r, console.width) for r in reports]
                 parts += [Text(p, style="red") for p in problems]
                 if not reports and not problems:
                     parts.append(Text(f"{no_proxy_message(directory)}; watching...", style="dim"))
@@ -191,43 +191,54 @@ def fmt_availability(value: Any) -> str:
     return "-" if value is None else f"{100 * float(value):.0f}%"
 
 
-def render(report: dict[str, Any]) -> Any:
-    """One proxy's status as a rich `Table`."""
+WIDE_TABLE_COLUMNS: Final = 140
+"""Below this terminal width the table leaves out the detail columns (lives, availability,
+protocol) so the ones that say what is wrong keep their room (an 80-column terminal
+must still show every server's name and state)."""
+
+
+def render(report: dict[str, Any], width: int | None = None) -> Any:
+    """One proxy's status as a rich `Table`; ``width`` (the terminal's) decides whether the
+    detail columns fit (`WIDE_TABLE_COLUMNS`); None shows them all."""
     from rich.table import Table
     from rich.text import Text
 
+    wide = width is None or width >= WIDE_TABLE_COLUMNS
     toolset = report.get("toolset") or "-"
     title = (f"mcpvisor pid {report.get('pid')} · {report.get('transport') or 'embedded'} · "
              f"exposure {report.get('exposure')} · toolset {toolset}")
     caption = f"config {report.get('config') or '-'}"
     table = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
-    table.add_column("server", no_wrap=True)
-    table.add_column("state", no_wrap=True)
+    table.add_column("server", no_wrap=True, min_width=len("server"))
+    table.add_column("state", no_wrap=True, min_width=len("backing_off"))
     table.add_column("uptime", justify="right", no_wrap=True)
     table.add_column("restarts", justify="right")
-    table.add_column("lives ok/failed", justify="right", no_wrap=True)
-    table.add_column("avail.", justify="right", no_wrap=True)
+    if wide:
+        table.add_column("lives ok/failed", justify="right", no_wrap=True)
+        table.add_column("avail.", justify="right", no_wrap=True)
     table.add_column("circuit", no_wrap=True)
     table.add_column("retry at", no_wrap=True)
     table.add_column("last error", overflow="fold")
     table.add_column("tools", justify="right")
-    table.add_column("protocol", no_wrap=True)
+    if wide:
+        table.add_column("protocol", no_wrap=True)
     for s in report.get("servers", []):
         state = str(s.get("state"))
         circuit = str(s.get("circuit"))
+        details = ([f"{s.get('healthyLives', 0)}/{s.get('failedStarts', 0)}", fmt_availability(s.get("availability"))]
+                   if wide else [])
         table.add_row(
             str(s.get("name")),
             Text(state, style=STATE_STYLES.get(state, "")),
             fmt_duration(s.get("uptime")),
             fmt_restarts(s),
-            f"{s.get('healthyLives', 0)}/{s.get('failedStarts', 0)}",
-            fmt_availability(s.get("availability")),
+            *details,
             Text(circuit, style="red" if circuit == "open" else ("yellow" if circuit == "half_open" else "")),
             fmt_retry(s),
             shorten(s.get("lastError")),
             str(s.get("toolCount", 0)),
-            era(s.get("protocolVersion")),
+            *([era(s.get("protocolVersion"))] if wide else []),
         )
     if not report.get("servers"):
-        table.add_row("(no servers)", *[""] * 10)
+        table.add_row("(no servers)", *[""] * (len(table.columns) - 1))
     return table

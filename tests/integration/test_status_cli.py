@@ -123,3 +123,21 @@ async def test_render_of_a_proxy_without_servers() -> None:
     console = Console(file=io.StringIO(), width=200)
     console.print(render(report))
     assert "(no servers)" in console.file.getvalue()  # type: ignore[attr-defined]
+
+
+async def test_an_80_column_terminal_still_shows_every_server_and_state(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a narrow terminal the detail columns (lives, availability, protocol) give way, so
+    each server's name and state stay readable instead of being squeezed to nothing."""
+    monkeypatch.setenv("COLUMNS", "80")
+    with trio.fail_after(BOUND_S):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(lambda task_status: serve_control(a_fleet(), tmp_path, transport="stdio",
+                                                                  task_status=task_status))
+            code, out, err = await run_cli("--state-dir", str(tmp_path))
+            nursery.cancel_scope.cancel()
+    assert code == 0, err
+    for text in ("git", "flaky", "never", "ready", "backing_off", "circuit_open"):
+        assert text in out, text
+    assert "lives ok/failed" not in out and "avail." not in out
+    assert max(len(line) for line in out.splitlines()) <= 80
