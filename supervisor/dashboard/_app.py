@@ -81,9 +81,9 @@ class Api:
         self.hub = hub
         self.guard = guard
 
-    async def _refused(self, conn: HTTPConnection, method: str) -> Response | None:
+    async def _refused(self, conn: HTTPConnection, method: str, *, login: bool = False) -> Response | None:
         headers = {k.lower(): v for k, v in conn.headers.items()}
-        refused = await self.guard.check(method, headers)
+        refused = await self.guard.check(method, headers, login=login)
         if refused is None:
             self.hub.activate()
             return None
@@ -113,7 +113,7 @@ class Api:
         return Response(_asset(name), media_type=TYPES[name.rsplit(".", 1)[1]], headers=PAGE_HEADERS)
 
     async def login(self, request: Request) -> Response:
-        if (refused := await self._refused(request, "GET")) is not None:
+        if (refused := await self._refused(request, "GET", login=True)) is not None:
             return refused
         token = request.query_params.get("token", "")
         if not await self.guard.accepts(token):

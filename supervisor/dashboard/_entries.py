@@ -99,7 +99,7 @@ def check_entry(name: str, entry: Any) -> dict[str, Any]:
     spawn_problem = command_problem(entry)
     if spawn_problem is not None:
         raise FieldErrors({"command": spawn_problem})
-    return entry
+    return dict(entry)
 
 
 def command_problem(entry: Mapping[str, Any]) -> str | None:

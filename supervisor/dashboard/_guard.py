@@ -106,18 +106,19 @@ class DashboardGuard:
             return True
         return self.verifier is not None and await self.verifier.verify_token(presented) is not None
 
-    async def check(self, method: str, headers: Mapping[str, str]) -> Refused | None:
+    async def check(self, method: str, headers: Mapping[str, str], *, login: bool = False) -> Refused | None:
         """None to let the request in, else why not.
 
         Args:
             method: the HTTP method (``GET`` for a websocket handshake).
             headers: request headers, names lowercased.
+            login: the login route, which checks the token it is given itself.
         """
         if not self.rules.host_ok(headers.get("host")):
             return Refused(421, "Invalid Host header")
         if not self.rules.origin_ok(headers.get("origin")):
             return Refused(403, "Invalid Origin header: use this page only from the proxy's own address")
-        needs_token = method in WRITE_METHODS or self.verifier is not None
+        needs_token = not login and (method in WRITE_METHODS or self.verifier is not None)
         if needs_token:
             presented = bearer_token(headers.get("authorization")) or cookie_value(headers)
             if not await self.accepts(presented):
