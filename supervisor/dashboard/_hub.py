@@ -175,6 +175,8 @@ class Hub:
         if event["type"] == "call":
             self.window.record(event["server"], now, event["duration"], event["ok"])
             return
+        if event["type"] == "state" and event["state"] == event.get("previous"):
+            return  # a new attempt in the same state ("starting -> starting"): nothing to show
         self.seq += 1
         self.recent.add({**event, "seq": self.seq, "at": wall_iso()})
         self.changed.set()

@@ -201,9 +201,8 @@ async def open_browser(profile: Path) -> AsyncIterator[Browser]:
                 browser = Browser(ws)
                 nursery.start_soon(browser.reader)
                 yield browser
-                with trio.move_on_after(STOP_BOUND_S):
-                    await ws.send_message(json.dumps({"id": 0, "method": "Browser.close"}))
-                    await process.wait()
+            # The websocket is closed first, with its closing handshake (a browser that
+            # drops it under trio-websocket leaves its socket to the GC); then the group dies.
             nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
