@@ -164,3 +164,34 @@ async def test_a_configured_token_guards_reading_too(tmp_path: Path) -> None:
             assert page.status_code == 200 and "mcpvisor" in page.text
             assert (await http.get(f"{dash.base}/login", params={"token": "guess"})).status_code == 401
     assert CONFIG_TOKEN not in dash.proxy.text()
+
+
+async def test_mcpvisor_dashboard_drives_a_proxy_running_over_stdio(tmp_path: Path) -> None:
+    """``mcpvisor dashboard`` serves the API for a proxy under a stdio client, through its
+    control socket: the status shows, and disabling a server reaches the client at once."""
+    from supervisor.cli.dashboard import serve_dashboard
+    from supervisor.control import list_running
+    from supervisor.dashboard import ensure_token
+    from tests.helpers import Recorder, proxy_client
+
+    state = tmp_path / "state"
+    config = fleet(tmp_path)
+    recorder = Recorder()
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with proxy_client(config, "--state-dir", str(state), recorder=recorder) as client, \
+                trio.open_nursery() as nursery, httpx2.AsyncClient(timeout=60) as http:
+            assert any(t.name == "alpha_echo" for t in (await client.list_tools()).tools)
+            [proxy] = list_running(state)
+            base = await nursery.start(serve_dashboard, proxy.socket, proxy.config, state, 0, False)
+            status = (await http.get(f"{base}/api/status")).json()
+            assert {s["name"]: s["state"] for s in status["servers"]} == {"alpha": "ready", "beta": "ready"}
+            assert status["servers"][0]["metrics"] is None  # not on the control channel
+            assert (await http.post(f"{base}/api/servers/alpha/disable")).status_code == 401
+            changed = recorder.changed
+            token = {"Authorization": f"Bearer {ensure_token(state)}"}
+            off = await http.post(f"{base}/api/servers/alpha/disable", headers=token)
+            assert off.status_code == 200 and off.json()["reload"]["removed"] == ["alpha"]
+            await changed.wait()
+            assert not any(t.name.startswith("alpha_") for t in (await client.list_tools()).tools)
+            assert await server_state(http, base, "alpha") == "disabled"
+            nursery.cancel_scope.cancel()
