@@ -96,7 +96,7 @@ class Page:
 
     async def screenshot(self, path: Path) -> None:
         reply = await self.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})
-        path.write_bytes(base64.b64decode(reply["data"]))
+        await trio.Path(path).write_bytes(base64.b64decode(reply["data"]))
 
 
 class Browser:
@@ -170,7 +170,7 @@ async def open_browser(profile: Path) -> AsyncIterator[Browser]:
     """Start headless Chromium with a fresh profile in ``profile``; stop it (and every
     process it started) on exit."""
     binary = chromium()
-    profile.mkdir(parents=True, exist_ok=True)
+    await trio.Path(profile).mkdir(parents=True, exist_ok=True)
     process = await trio.lowlevel.open_process(
         [binary, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import httpx2
 
-from tests.helpers import SERVERS_DIR, PY, everything, flaky, write_config
+from tests.helpers import PY, SERVERS_DIR, everything, flaky, write_config
 from tests.security.proxy import Proxy, running_proxy
 
 SECRET: Final = "s3cret-value-0123456789"
@@ -29,7 +29,8 @@ def fleet(tmp_path: Path, **settings: Any) -> Path:
 
 
 def flaky_entry(name: str, *flags: str) -> dict[str, Any]:
-    return {"command": PY, "args": [str(SERVERS_DIR / "flaky.py"), "--name", name, *flags], "protocol": "legacy"}
+    args = [str(SERVERS_DIR / "flaky.py"), "--name", name, *flags]
+    return {"command": PY, "args": args, "protocol": "legacy"}
 
 
 @dataclass
@@ -48,7 +49,9 @@ class Dashboard:
 
 
 @asynccontextmanager
-async def serving(tmp_path: Path, config: Path, env: Mapping[str, str] | None = None) -> AsyncIterator[Dashboard]:
+async def serving(
+    tmp_path: Path, config: Path, env: Mapping[str, str] | None = None
+) -> AsyncIterator[Dashboard]:
     state = tmp_path / "state"
     async with running_proxy(config, "--transport", "http", "--port", "0", "--state-dir", str(state),
                              env={"MCPVISOR_TOKEN": "", **(env or {})}) as proxy:

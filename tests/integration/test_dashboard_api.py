@@ -9,13 +9,16 @@ import signal
 from pathlib import Path
 
 import httpx2
+import pytest
 import trio
 from trio_websocket import open_websocket_url
 
 from tests.helpers import REAL_IO_BOUND_S, write_config
-from tests.integration.dashboard import SECRET, fleet, flaky_entry, private, server_state, serving
+from tests.integration.dashboard import SECRET, flaky_entry, fleet, private, server_state, serving
 
 CONFIG_TOKEN = "config-token-0123456789abcdef"
+
+pytestmark = pytest.mark.timeout(REAL_IO_BOUND_S + 60)  # the tests bound themselves; this is the backstop
 
 
 async def test_reading_shows_every_server_and_hides_secrets(tmp_path: Path) -> None:
@@ -37,7 +40,8 @@ async def test_reading_shows_every_server_and_hides_secrets(tmp_path: Path) -> N
             for path in ("/api/servers", "/api/servers/alpha", "/api/status", "/"):
                 assert SECRET not in (await http.get(dash.base + path)).text
             missing = await http.get(f"{dash.base}/api/servers/nope")
-            assert missing.status_code == 404 and "error" in missing.json()
+            assert missing.status_code == 404
+            assert "error" in missing.json()
 
 
 async def test_changes_need_the_token_and_the_proxy_applies_them(tmp_path: Path) -> None:
@@ -66,7 +70,8 @@ async def test_changes_need_the_token_and_the_proxy_applies_them(tmp_path: Path)
             assert bad_args.json()["fields"] == {"args": 'field "args": expected a list, got a string'}
             bad_name = await http.post(api, json={"name": "no spaces", "entry": flaky_entry("x")},
                                        headers=dash.auth())
-            assert bad_name.status_code == 422 and "name" in bad_name.json()["fields"]
+            assert bad_name.status_code == 422
+            assert "name" in bad_name.json()["fields"]
             assert (await http.post(api, content=b"{not json", headers=dash.auth())).status_code == 400
             assert dash.config.read_text() == before
 
@@ -84,18 +89,22 @@ async def test_changes_need_the_token_and_the_proxy_applies_them(tmp_path: Path)
             assert dash.file_entry("alpha")["env"] == {"API_KEY": SECRET, "EXTRA": "1"}  # *** kept the value
             assert edited.json()["reload"]["restarted"] == ["alpha"]
             unknown = await http.put(f"{api}/alpah", json=edit, headers=dash.auth())
-            assert unknown.status_code == 404 and "alpha" in unknown.json()["suggestions"]
+            assert unknown.status_code == 404
+            assert "alpha" in unknown.json()["suggestions"]
 
             off = await http.post(f"{api}/beta/disable", headers=dash.auth())
-            assert off.status_code == 200 and off.json()["changed"] is True
+            assert off.status_code == 200
+            assert off.json()["changed"] is True
             assert dash.file_entry("beta")["enabled"] is False
             assert await server_state(http, dash.base, "beta") == "disabled"
             on = await http.post(f"{api}/beta/enable", headers=dash.auth())
-            assert on.status_code == 200 and "enabled" not in dash.file_entry("beta")
+            assert on.status_code == 200
+            assert "enabled" not in dash.file_entry("beta")
             assert await server_state(http, dash.base, "beta") == "ready"
 
             removed = await http.delete(f"{api}/gamma", headers=dash.auth())
-            assert removed.status_code == 200 and removed.json()["reload"]["removed"] == ["gamma"]
+            assert removed.status_code == 200
+            assert removed.json()["reload"]["removed"] == ["gamma"]
             assert dash.file_entry("gamma") is None
             assert (await http.get(f"{api}/gamma")).status_code == 404
             assert (await http.delete(f"{api}/gamma", headers=dash.auth())).status_code == 404
@@ -115,7 +124,8 @@ async def test_test_runs_the_mcp_test_probe(tmp_path: Path) -> None:
             assert ok["toolCount"] == len(ok["tools"]) > 0
             failed = (await http.post(f"{api}/broken/test", headers=dash.auth())).json()
             assert failed["ok"] is False
-            assert failed["failure"]["kind"] == "exited" and failed["failure"]["status"] == 3
+            assert failed["failure"]["kind"] == "exited"
+            assert failed["failure"]["status"] == 3
             assert "API_KEY is not set" in "\n".join(failed["failure"]["stderr"])
             assert (await http.post(f"{api}/nope/test", headers=dash.auth())).status_code == 404
 
@@ -157,11 +167,14 @@ async def test_a_configured_token_guards_reading_too(tmp_path: Path) -> None:
             assert (await http.get(f"{dash.base}/api/status", headers=bearer)).status_code == 200
             assert (await http.get(f"{dash.base}/api/status", headers=dash.auth())).status_code == 200
             login = await http.get(f"{dash.base}/login", params={"token": dash.token})
-            assert login.status_code == 303 and login.headers["location"] == "/"
+            assert login.status_code == 303
+            assert login.headers["location"] == "/"
             cookie = login.headers["set-cookie"]
-            assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+            assert "HttpOnly" in cookie
+            assert "SameSite=Strict" in cookie
             page = await http.get(f"{dash.base}/", headers={"Cookie": cookie.split(";")[0]})
-            assert page.status_code == 200 and "mcpvisor" in page.text
+            assert page.status_code == 200
+            assert "mcpvisor" in page.text
             assert (await http.get(f"{dash.base}/login", params={"token": "guess"})).status_code == 401
     assert CONFIG_TOKEN not in dash.proxy.text()
 
@@ -190,7 +203,8 @@ async def test_mcpvisor_dashboard_drives_a_proxy_running_over_stdio(tmp_path: Pa
             changed = recorder.changed
             token = {"Authorization": f"Bearer {ensure_token(state)}"}
             off = await http.post(f"{base}/api/servers/alpha/disable", headers=token)
-            assert off.status_code == 200 and off.json()["reload"]["removed"] == ["alpha"]
+            assert off.status_code == 200
+            assert off.json()["reload"]["removed"] == ["alpha"]
             await changed.wait()
             assert not any(t.name.startswith("alpha_") for t in (await client.list_tools()).tools)
             assert await server_state(http, base, "alpha") == "disabled"

@@ -2,8 +2,9 @@
 with real subprocess servers and a connected MCP client.
 
 Runs wherever Debian's ``chromium`` is installed; with ``CI=true`` a missing browser is a
-failure, not a skip (`tests.integration.cdp.chromium`). Screenshots land in docs/ (the
-README shows one): healthy, one server down, the add form with an error.
+failure, not a skip (`tests.integration.cdp.chromium`). It takes the screenshots docs/ keeps
+(healthy, one server down, the add form with an error) into ``$MCPVISOR_SCREENSHOT_DIR``
+(``MCPVISOR_SCREENSHOT_DIR=docs`` refreshes them), else into the test's temporary directory.
 """
 
 from __future__ import annotations
@@ -16,15 +17,16 @@ from typing import Final
 from urllib.parse import quote
 
 import httpx2
+import pytest
 import trio
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.helpers import REAL_IO_BOUND_S, SERVERS_DIR, PY, Recorder, text_of
+from tests.helpers import PY, REAL_IO_BOUND_S, SERVERS_DIR, Recorder, text_of
 from tests.integration.cdp import Page, chromium, open_browser
-from tests.integration.dashboard import SECRET, fleet, flaky_entry, serving
+from tests.integration.dashboard import SECRET, flaky_entry, fleet, serving
 
-DOCS: Final = Path(__file__).resolve().parents[2] / "docs"
+SCREENSHOT_DIR_ENV: Final = "MCPVISOR_SCREENSHOT_DIR"
 BROWSER_BOUND_S: Final = 2 * REAL_IO_BOUND_S
 """A proxy, three fixture servers and a browser on a busy 2-core box."""
 
@@ -47,14 +49,18 @@ async def fill(page: Page, values: dict[str, str]) -> None:
         )
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(BROWSER_BOUND_S + 60)
 async def test_the_dashboard_in_a_browser(tmp_path: Path) -> None:
     chromium()  # skip early (fail under CI=true) without a browser
+    shots = Path(os.environ.get(SCREENSHOT_DIR_ENV) or tmp_path)
     recorder = Recorder()
     with trio.fail_after(BROWSER_BOUND_S):
         async with serving(tmp_path, fleet(tmp_path)) as dash, \
                 httpx2.AsyncClient(timeout=60) as http, \
                 httpx2.AsyncClient() as mcp_http, \
-                Client(streamable_http_client(f"{dash.base}/mcp", http_client=mcp_http), mode="legacy", cache=None,
+                Client(streamable_http_client(f"{dash.base}/mcp", http_client=mcp_http), mode="legacy",
+                       cache=None,
                        **recorder.kwargs()) as client, \
                 open_browser(tmp_path / "profile") as browser:
             page = await browser.page()
@@ -69,7 +75,7 @@ async def test_the_dashboard_in_a_browser(tmp_path: Path) -> None:
                                 f"{row('beta')}?.dataset.state === 'ready'")
             await page.wait_for("document.querySelector('#conn').dataset.state === 'live'")
             assert SECRET not in await page.evaluate("document.documentElement.outerHTML")
-            await page.screenshot(DOCS / "dashboard.png")
+            await page.screenshot(shots / "dashboard.png")
 
             # Killing beta's process: its row goes to backing off and back to ready, no reload.
             marker = await page.evaluate("window.__same_page = Math.random()")
@@ -86,10 +92,12 @@ async def test_the_dashboard_in_a_browser(tmp_path: Path) -> None:
                 "name": "weather", "entry": flaky_entry("weather", "--exit-at-start", "1",
                                                          "--stderr-text", "WEATHER_API_KEY is not set")})
             assert down.status_code == 201, down.text
-            await page.wait_for(f"['backing_off', 'circuit_open'].includes({row('weather')}?.dataset.state) && "
+            await page.wait_for(f"['backing_off', 'circuit_open'].includes({row('weather')}?.dataset.state)"
+                                " && "
                                 f"{row('weather')}.querySelector('td.error').textContent.includes('exited')")
-            await page.screenshot(DOCS / "dashboard-server-down.png")
-            assert (await http.delete(f"{dash.base}/api/servers/weather", headers=dash.auth())).status_code == 200
+            await page.screenshot(shots / "dashboard-server-down.png")
+            gone = await http.delete(f"{dash.base}/api/servers/weather", headers=dash.auth())
+            assert gone.status_code == 200
             await page.wait_for(f"!{row('weather')}")
 
             # A bad command: the error shows next to the command field; nothing is written.
@@ -99,9 +107,9 @@ async def test_the_dashboard_in_a_browser(tmp_path: Path) -> None:
             error = await page.wait_for(
                 "document.querySelector('.field-error[data-for=\"command\"]').textContent")
             assert error == "command not found: /no/such/mcp-server"
-            assert await page.evaluate(
-                "document.querySelector('#server-form').elements.command.getAttribute('aria-invalid')") == "true"
-            await page.screenshot(DOCS / "dashboard-add-error.png")
+            command_field = "document.querySelector('#server-form').elements.command"
+            assert await page.evaluate(f"{command_field}.getAttribute('aria-invalid')") == "true"
+            await page.screenshot(shots / "dashboard-add-error.png")
             assert dash.config.read_text() == before
 
             # Adding a server through the form: a connected client gets one list_changed and its tools.
@@ -120,7 +128,8 @@ async def test_the_dashboard_in_a_browser(tmp_path: Path) -> None:
 
             # A request without the token is refused (the page's own cookie left out).
             status = await page.evaluate(
-                "fetch('/api/servers/alpha/disable', {method: 'POST', credentials: 'omit'}).then(r => r.status)")
+                "fetch('/api/servers/alpha/disable', {method: 'POST', credentials: 'omit'})"
+                ".then(r => r.status)")
             assert status == 401
             # A page from another origin posting to the API is refused (Origin: null here).
             attack = ("data:text/html,<form method=post action='"
