@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 from pathlib import Path
 from typing import Final
 from urllib.parse import quote
@@ -25,6 +26,7 @@ from mcp.client.streamable_http import streamable_http_client
 from tests.helpers import PY, REAL_IO_BOUND_S, SERVERS_DIR, Recorder, text_of
 from tests.integration.cdp import Page, chromium, open_browser
 from tests.integration.dashboard import SECRET, flaky_entry, fleet, serving
+from tests.security.proxy import running_proxy
 
 SCREENSHOT_DIR_ENV: Final = "MCPVISOR_SCREENSHOT_DIR"
 BROWSER_BOUND_S: Final = 2 * REAL_IO_BOUND_S
@@ -140,3 +142,39 @@ async def test_the_dashboard_in_a_browser(tmp_path: Path) -> None:
             assert "Invalid Origin" in refused
             assert "enabled" not in dash.file_entry("alpha")
             assert (await http.get(f"{dash.base}/api/servers/alpha")).json()["status"]["state"] == "ready"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(BROWSER_BOUND_S + 60)
+async def test_the_page_says_when_the_proxy_is_gone_and_reconnects_by_itself(tmp_path: Path) -> None:
+    """The proxy stops: the page says the connection is lost; it comes back on the same
+    port: the page is live again, with the new process's servers, never reloaded."""
+    chromium()
+    config = fleet(tmp_path)
+    state = tmp_path / "state"
+    port = str(free_port())
+    args = ("--transport", "http", "--port", port, "--state-dir", str(state))
+    with trio.fail_after(BROWSER_BOUND_S):
+        async with open_browser(tmp_path / "profile") as browser:
+            page = await browser.page()
+            async with running_proxy(config, *args) as first:
+                await page.navigate(f"http://127.0.0.1:{port}/")
+                await page.wait_for(f"{row('alpha')}?.dataset.state === 'ready'")
+                await page.wait_for("document.querySelector('#conn').dataset.state === 'live'")
+                marker = await page.evaluate("window.__same_page = Math.random()")
+                first_pid = first.process.pid
+            lost = await page.wait_for("document.querySelector('#conn').dataset.state === 'lost' && "
+                                       "document.querySelector('#conn').textContent")
+            assert "connection lost" in lost
+            async with running_proxy(config, *args) as second:
+                assert second.process.pid != first_pid
+                await page.wait_for("document.querySelector('#conn').dataset.state === 'live'")
+                await page.wait_for(f"{row('alpha')}?.dataset.state === 'ready'")
+                assert await page.evaluate("window.__same_page") == marker
