@@ -12,6 +12,7 @@ show as unknown. Only loopback: the page changes the user's config.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any, Final
@@ -67,6 +68,28 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+LAUNCHER: Final = "dashboard-open.html"
+"""A page in the state directory that sends the browser to the login URL (as Jupyter
+does): a browser started with the login URL itself would show the token to every local
+user in its command line (``/proc/PID/cmdline``)."""
+
+
+def launcher(directory: Path, login: str) -> Path:
+    """Write the launcher page (mode 0600, next to the token) and return its path."""
+    import html
+    import os
+
+    path = directory / LAUNCHER
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    target = html.escape(login, quote=True)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(f'<!doctype html><meta http-equiv="refresh" content="0; url={target}">'
+                f'<title>mcpvisor</title><a href="{target}">open the dashboard</a>\n')
+    return path
+
+
 async def serve_dashboard(socket: Path, config: str | None, directory: Path, port: int, open_browser: bool,
                           *, task_status: Any = None) -> None:
     """Serve the dashboard of the proxy at ``socket`` on ``HOST:port`` until cancelled."""
@@ -107,6 +130,7 @@ async def serve_dashboard(socket: Path, config: str | None, directory: Path, por
         if open_browser:
             import webbrowser
 
-            await trio.to_thread.run_sync(webbrowser.open, login)
+            opener = launcher(directory, login)
+            await trio.to_thread.run_sync(webbrowser.open, opener.as_uri())
         if task_status is not None:
             task_status.started(base)
