@@ -80,6 +80,7 @@ class Api:
     def __init__(self, hub: Hub, guard: DashboardGuard) -> None:
         self.hub = hub
         self.guard = guard
+        self._cache: tuple[tuple[str, int, int, int], dict[str, dict[str, Any]]] | None = None
 
     async def _refused(self, conn: HTTPConnection, method: str, *, login: bool = False) -> Response | None:
         headers = {k.lower(): v for k, v in conn.headers.items()}
@@ -94,14 +95,22 @@ class Api:
         return Entries(path) if path is not None else None
 
     async def _configured(self) -> dict[str, dict[str, Any]]:
+        """The config file's servers; read again only when the file changed (the feed asks
+        every second for every open page)."""
         entries = self._entries()
         if entries is None:
             return {}
         try:
-            return await trio.to_thread.run_sync(entries.all)
+            st = entries.path.stat()
+            signature = (str(entries.path), st.st_mtime_ns, st.st_size, st.st_ino)
+            if self._cache is not None and self._cache[0] == signature:
+                return self._cache[1]
+            servers = await trio.to_thread.run_sync(entries.all)
         except Exception as exc:  # an unreadable file: show what runs, say why in the log
             logger.warning("dashboard: cannot read %s: %s", entries.path, exc)
             return {}
+        self._cache = (signature, servers)
+        return servers
 
     # --- pages ----------------------------------------------------------------------------
     async def page(self, request: Request) -> Response:
