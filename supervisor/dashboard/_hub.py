@@ -77,7 +77,7 @@ class LocalSource:
         return status_report(self.sup, transport="http")
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
-        from actors.messages import CallFinished, ListChanged, Notice, StateChanged
+        from actors.messages import CallFinished, ListChanged, StateChanged
 
         async for event in self.sup.events():
             match event:
@@ -88,8 +88,9 @@ class LocalSource:
                            "previous": event.previous, "reason": event.reason, "restarts": event.restarts}
                 case ListChanged():
                     yield {"type": "list", "kinds": list(event.kinds), "version": event.version}
-                case Notice():
-                    yield {"type": "notice", "server": event.server, "text": event.text}
+                case _:  # any other kind the bus carries, as a line in the page's events
+                    text = getattr(event, "text", None) or type(event).__name__
+                    yield {"type": "notice", "server": getattr(event, "server", None), "text": str(text)}
 
     async def reload(self) -> dict[str, Any]:
         result: dict[str, Any] = await self.sup.reload()
