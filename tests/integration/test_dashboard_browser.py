@@ -37,8 +37,12 @@ def row(name: str) -> str:
     return f'document.querySelector(\'#servers tr[data-server="{name}"]\')'
 
 
-async def state_of(page: Page, name: str) -> str:
-    return str(await page.evaluate(f"{row(name)}?.dataset.state"))
+def click(server: str, action: str) -> str:
+    """JavaScript that clicks a row's button, as a person would."""
+    return f"{row(server)}.querySelector('button[data-action=\"{action}\"]').click()"
+
+
+form: Final = "document.querySelector('#server-form')"
 
 
 async def fill(page: Page, values: dict[str, str]) -> None:
@@ -127,6 +131,28 @@ async def test_the_dashboard_in_a_browser(tmp_path: Path) -> None:
             await page.wait_for(f"{row('gamma')}?.dataset.state === 'ready'")
             assert recorder.list_changed == seen + 1
             assert dash.file_entry("gamma")["args"][-1] == "gamma"
+
+            # Editing in the page: the secret shows as ***, and saving keeps it.
+            await page.evaluate(click("alpha", "edit"))
+            assert await page.wait_for(f"{form}.elements.env.value") == "API_KEY=***"
+            await fill(page, {"env": "API_KEY=***\nEXTRA=1"})
+            await page.evaluate("document.querySelector('#save').click()")
+            await page.wait_for("document.querySelector('#notice').textContent === 'saved alpha'")
+            assert dash.file_entry("alpha")["env"] == {"API_KEY": SECRET, "EXTRA": "1"}
+
+            # Disable and enable from the row; remove after saying yes to the confirmation.
+            await page.evaluate(click("beta", "disable"))
+            await page.wait_for(f"{row('beta')}?.dataset.state === 'disabled'")
+            await page.evaluate(click("beta", "enable"))
+            await page.wait_for(f"{row('beta')}?.dataset.state === 'ready'")
+            dialog = browser.expect("Page.javascriptDialogOpening", page.session)
+            async with trio.open_nursery() as clicking:
+                clicking.start_soon(page.evaluate, click("gamma", "remove"))  # blocks until answered
+                asked = await dialog.receive()
+                assert asked["message"] == "Remove server gamma from the config?"
+                await page.send("Page.handleJavaScriptDialog", {"accept": True})
+            await page.wait_for(f"!{row('gamma')}")
+            assert dash.file_entry("gamma") is None
 
             # A request without the token is refused (the page's own cookie left out).
             status = await page.evaluate(
