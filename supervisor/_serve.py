@@ -269,7 +269,8 @@ async def serve_http(
     keyfile: str | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve streamable HTTP at ``http(s)://host:port/mcp`` (hypercorn's trio worker) until cancelled.
+    """Serve streamable HTTP at ``http(s)://host:port/mcp`` (hypercorn's trio worker) until cancelled,
+    with the dashboard, the management API and ``/healthz`` beside it (`supervisor.dashboard`).
 
     ``task_status.started`` receives the URL actually bound (``port=0`` picks a free port).
 
@@ -286,6 +287,9 @@ async def serve_http(
         sup, host, port, tokens=tokens, insecure_no_auth=insecure_no_auth, certfile=certfile, keyfile=keyfile
     )
     install(sup.front.server)
+    from supervisor.dashboard import for_supervisor
+
+    hub, dashboard = for_supervisor(sup, guard)  # `/`, `/api/...`, `/healthz` (supervisor/dashboard)
     allowed_hosts, allowed_origins = guard.rules.sdk_lists()
     app = sup.front.server.streamable_http_app(
         streamable_http_path=HTTP_PATH,
@@ -298,6 +302,7 @@ async def serve_http(
         session_idle_timeout=sup.settings.session_idle_timeout,
         auth=guard.auth_settings,
         token_verifier=guard.verifier,
+        custom_starlette_routes=dashboard,
     )
     config = hypercorn.config.Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
@@ -312,6 +317,7 @@ async def serve_http(
         await hypercorn.trio.serve(app, config, task_status=task_status)  # type: ignore[arg-type]
 
     async with trio.open_nursery() as nursery:
+        await nursery.start(hub.run)
         binds: list[str] = await nursery.start(started)
         url = binds[0].rstrip("/") + HTTP_PATH
         task_status.started(url)

@@ -17,8 +17,8 @@ EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 
-COMMAND_MODULES: Final = ("serve", "status", "mcp", "toolset", "importer", "config_cmd", "journal_cmd",
-                          "bench")
+COMMAND_MODULES: Final = ("serve", "status", "dashboard", "mcp", "toolset", "importer", "config_cmd",
+                          "journal_cmd", "bench")
 """Subcommand modules, in the order ``--help`` lists them."""
 
 

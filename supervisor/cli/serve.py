@@ -193,6 +193,17 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _print_login(sup: Any, url: str) -> None:
+    """Print the dashboard's login URL on stderr, outside the log (a log file must never
+    hold a token; the terminal that started the proxy may)."""
+    from supervisor.dashboard import ensure_token, login_url
+
+    base = url.removesuffix("/mcp")
+    token = ensure_token(Path(sup.store.directory))
+    print(f"mcpvisor: dashboard at {base}/ (log in to change servers: {login_url(base, token)})",
+          file=sys.stderr, flush=True)
+
+
 async def _main(args: argparse.Namespace, config: Any) -> None:
     import trio
 
@@ -240,3 +251,5 @@ async def _main(args: argparse.Namespace, config: Any) -> None:
                     insecure_no_auth=args.insecure_no_auth, certfile=args.certfile, keyfile=args.keyfile,
                     task_status=task_status))
                 nursery.start_soon(banner, url)
+                if args.transport == "http":
+                    _print_login(sup, url)

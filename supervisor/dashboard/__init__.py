@@ -1,0 +1,46 @@
+"""The live dashboard and the management API of the HTTP front (DESIGN.md "HTTP front extras").
+
+``mcpvisor serve --transport http`` serves, next to ``/mcp``: the page at ``/`` (one
+static bundle in ``static/``, nothing from elsewhere), the JSON API under ``/api/``, the
+live feed at ``/api/events`` (websocket) and ``/healthz``. ``mcpvisor dashboard`` serves
+the same against a running proxy's control socket.
+
+Modules: `_guard` (the dashboard token, cookie, Host/Origin), `_entries` (server entries
+through the CLI's config store and checks), `_hub` (status, metrics and events from a
+proxy), `_metrics` (per-server call figures), `_app` (the routes).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from supervisor.dashboard._app import dashboard_routes
+from supervisor.dashboard._guard import TOKEN_FILE, DashboardGuard, ensure_token
+from supervisor.dashboard._hub import ControlSource, Hub, LocalSource
+
+__all__ = [
+    "TOKEN_FILE",
+    "ControlSource",
+    "DashboardGuard",
+    "Hub",
+    "LocalSource",
+    "dashboard_routes",
+    "ensure_token",
+    "for_supervisor",
+    "login_url",
+]
+
+
+def login_url(base: str, token: str) -> str:
+    """The URL that logs a browser in (``base`` is ``scheme://host:port``)."""
+    return f"{base.rstrip('/')}/login?token={token}"
+
+
+def for_supervisor(sup: Any, guard: Any) -> tuple[Hub, list[Any]]:
+    """The hub and routes for the supervisor in this process behind ``guard``
+    (`supervisor._serve.Guard`); the dashboard token lives in ``sup``'s state directory."""
+    token = ensure_token(Path(sup.store.directory))
+    hub = Hub(LocalSource(sup))
+    dguard = DashboardGuard(guard.rules, token, guard.verifier, tls=guard.tls is not None)
+    return hub, dashboard_routes(hub, dguard)

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Install what the test suite needs besides the Python packages, pinned by the project's
+# own files: the MCP conformance suite (and the node 22 it runs on), the filesystem server
+# the install-line tests start through npx, and Debian's chromium for the dashboard's
+# browser tests (only when it is missing; needs root or sudo). Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+npm ci --prefix tests/conformance --no-audit --no-fund
+npm ci --prefix tests/npm-filesystem --no-audit --no-fund
+if ! command -v chromium >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update && $SUDO apt-get install -y --no-install-recommends chromium
+fi
