@@ -19,7 +19,8 @@ Owns:
   dropped when the call ends and its outcome has been delivered, or when the client
   does not come back in `INPUT_WAIT_S`.
 
-Both the SDK path (`actors.front`) and the stdio fast path (`actors.fastpath`) use it.
+Both the SDK path (`actors.front`, `actors.origins`) and the stdio fast path
+(`actors.fastpath`, `actors.fastcall`) use it.
 """
 
 from __future__ import annotations

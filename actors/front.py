@@ -2,34 +2,28 @@
 
 Owns:
 
-* the request handlers (tools, resources, prompts, completion, logging): each reads
-  the router's current snapshot and forwards to the owning upstream actor;
-* `ClientRegistry`: the live handshake-era connections (the SDK creates a
-  `ServerSession` per request, so the connection is captured from each request and
-  from ``notifications/initialized``; SDK-NOTES.md §1.3), their log levels and
-  resource subscriptions;
-* the broadcaster: list_changed, resources/updated and upstream log messages to
-  every client, in both eras (handshake era: each connection's standalone channel;
-  2026-07-28: the `subscriptions/listen` bus). It queues per client, so a stuck
-  client never holds up the router or other clients;
-* `SdkOrigin`: how an upstream's mid-call progress and requests reach the client
-  whose call caused them; `BridgedOrigin` for a 2026-07-28 client, whose questions
-  from a handshake-era upstream become ``input_required`` legs (`actors.bridge`).
+* `Front`: the request handlers (resources, prompts, completion, logging; tools/call
+  is `actors.front_tools`): each reads the router's current snapshot and forwards to
+  the owning upstream actor;
+* the broadcaster's entry points: list_changed, resources/updated and upstream log
+  messages to every client, in both eras (handshake era: each connection's queue in
+  `actors.clients`; 2026-07-28: the `subscriptions/listen` bus), never blocking the router;
+* the bridged calls of 2026-07-28 clients to handshake-era upstreams: each runs beside
+  the client's legs, parked under its ``requestState`` (`actors.bridge`, `actors.origins`);
+* `Backend`, what the front needs from the supervisor; `ProxyServer`, the SDK server
+  whose default options announce what the proxy does.
 """
 
 from __future__ import annotations
 
 import difflib
 import logging
-from collections import deque
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
 import mcp_types as types
 import trio
 from mcp.server.caching import CACHEABLE_METHODS, CacheHint
-from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
@@ -41,37 +35,25 @@ from mcp.server.subscriptions import (
     ResourceUpdated,
     ToolsListChanged,
 )
-from mcp.shared.exceptions import MCPError, NoBackChannelError
-from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY
+from mcp.shared.exceptions import MCPError
 
 from actors import wire
-from actors.bridge import ParkedCall, ParkedCalls, declared, request_state_of, run_parked
-from actors.core.catalog import Snapshot, ToolRoute
-from actors.core.discovery import USE_TOOL, lazy_owner
+from actors.bridge import ParkedCall, ParkedCalls, request_state_of, run_parked
+from actors.clients import CLIENT_SEND_TIMEOUT_S, ClientRegistry, ClientState, level_ok
+from actors.core.catalog import Snapshot
 from actors.core.registry import Changes
-from actors.core.use_tool import CallLocal, NeedsLoad, plan_use
-from actors.eras import complete, is_modern_version, strip_upstream_stamps
-from actors.errors import BridgeUnsupported, ProxyError, UpstreamError, error_data
-from actors.harness import ClientSession, run_label, sdk_session
-from actors.lazy import LazyLoader, LoadFailed
+from actors.eras import LOG_LEVELS, complete, is_modern_version, strip_upstream_stamps
+from actors.errors import ProxyError, error_data
+from actors.front_tools import SIMILAR_NAMES, ToolCalls, loader_of
+from actors.harness import ClientSession, sdk_session
+from actors.lazy import LoadFailed
 from actors.link import CallOrigin
 from actors.link.input_required import INPUT_REQUIRED_METHODS
+from actors.origins import BridgedOrigin, ConnectionOrigin, SdkOrigin, is_modern
 from actors.router import Router
 from actors.upstream import Upstream
 
 logger = logging.getLogger(__name__)
-
-CLIENT_QUEUE: Final = 256
-"""Notifications queued for one client before duplicates are coalesced (a stuck client
-costs bounded memory; RELIABILITY R6)."""
-
-CLIENT_SEND_TIMEOUT_S: Final = 5.0
-"""A client that cannot take a notification in this long is skipped for that one (its
-own sender waits; no other client does)."""
-
-LOG_LEVELS: Final = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
-
-SIMILAR_NAMES: Final = 5
 
 
 class Backend(Protocol):
@@ -95,248 +77,9 @@ class Backend(Protocol):
     def upstream_for(self, server: str, session: ClientSession | None) -> Upstream | None: ...
 
 
-def is_modern(ctx: ServerRequestContext[Any, Any] | None) -> bool:
-    return ctx is not None and is_modern_version(ctx.protocol_version)
-
-
-def unknown_tool_result(name: str, snapshot: Snapshot) -> dict[str, Any]:
-    names = snapshot.exposed_names()
-    close = difflib.get_close_matches(name, names, n=SIMILAR_NAMES, cutoff=0.5)
-    text = f"Unknown tool {name!r}."
-    if close:
-        text += " Did you mean: " + ", ".join(close) + "?"
-    elif names:
-        text += f" {len(names)} tools are exposed; list them with tools/list."
-    else:
-        text += " No tools are exposed right now."
-    return wire.tool_error_result(text, {"error": "unknown_tool", "tool": name, "didYouMean": close})
-
-
 def to_mcp_error(exc: ProxyError) -> MCPError:
     body = error_data(exc)
     return MCPError(code=body["code"], message=body["message"], data=body.get("data"))
-
-
-# --------------------------------------------------------------------------------------
-# connected clients
-# --------------------------------------------------------------------------------------
-
-
-@dataclass(eq=False)
-class ClientState:
-    """One handshake-era connection and what the proxy keeps for it."""
-
-    connection: Connection
-    log_level: str | None = None
-    subscriptions: set[str] = field(default_factory=set)
-    last_active: float = 0.0
-    queue: deque[tuple[str, dict[str, Any] | None]] = field(default_factory=deque)
-    """Notifications waiting for this client's sender (at most `CLIENT_QUEUE`)."""
-    closed: bool = False
-    wake: trio.Event = field(default_factory=trio.Event)
-    """Set when the queue gains an entry or the connection closes: wakes the sender."""
-
-    def capable(self, method: str) -> bool:
-        caps = self.connection.client_capabilities
-        if caps is None:
-            return False
-        if method == "sampling/createMessage":
-            return caps.sampling is not None
-        if method == "elicitation/create":
-            return caps.elicitation is not None
-        if method == "roots/list":
-            return caps.roots is not None
-        return True
-
-
-class ConnectionOrigin:
-    """A connection asked outside any call (e.g. an upstream's roots/list at start-up)."""
-
-    progress_token: int | str | None = None
-    modern = False
-    log_level: str | None = None
-
-    def __init__(self, state: ClientState) -> None:
-        self._state = state
-
-    async def progress(self, params: dict[str, Any]) -> None:
-        return None
-
-    async def log(self, params: dict[str, Any]) -> None:
-        return None
-
-    async def server_request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
-        try:
-            return await self._state.connection.send_raw_request(method, params)
-        except MCPError as exc:
-            raise UpstreamError(exc.error.code, exc.error.message, exc.error.data) from None
-        except NoBackChannelError:
-            raise BridgeUnsupported(f"the client cannot receive {method}") from None
-
-
-class SdkOrigin:
-    """The client whose request (served through the SDK) caused an upstream call."""
-
-    def __init__(self, ctx: ServerRequestContext[Any, Any], registry: ClientRegistry) -> None:
-        self.ctx = ctx
-        meta = (ctx.params or {}).get("_meta")
-        token = meta.get("progressToken") if isinstance(meta, Mapping) else None
-        self.progress_token = token if isinstance(token, int | str) and not isinstance(token, bool) else None
-        self.modern = is_modern(ctx)
-        level = meta.get(LOG_LEVEL_META_KEY) if isinstance(meta, Mapping) and self.modern else None
-        self.log_level = level if isinstance(level, str) else None
-        self._registry = registry
-
-    async def progress(self, params: dict[str, Any]) -> None:
-        await self.ctx.session._request_outbound.notify("notifications/progress", params)
-
-    async def log(self, params: dict[str, Any]) -> None:
-        await self.ctx.session._request_outbound.notify("notifications/message", params)
-
-    async def server_request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
-        ctx = self.ctx
-        if is_modern_version(ctx.protocol_version):
-            raise BridgeUnsupported(
-                f"the client speaks MCP {ctx.protocol_version}, which has no server-to-client requests; "
-                f"{method} from a handshake-era server can reach it only during tools/call, prompts/get "
-                f"or resources/read (as input_required)"
-            )
-        state = self._registry.get(ctx.session._connection)
-        if state is not None and not state.capable(method):
-            raise UpstreamError(wire.METHOD_NOT_FOUND, f"the client did not declare support for {method}")
-        try:
-            return await ctx.session._request_outbound.send_raw_request(method, params, None)
-        except MCPError as exc:
-            raise UpstreamError(exc.error.code, exc.error.message, exc.error.data) from None
-        except NoBackChannelError:
-            raise BridgeUnsupported(f"this client connection cannot receive {method}") from None
-
-
-class BridgedOrigin(SdkOrigin):
-    """A 2026-07-28 client's call to a handshake-era upstream: the upstream's questions
-    are put to the client as ``input_required`` legs; progress goes to the current leg."""
-
-    def __init__(self, ctx: ServerRequestContext[Any, Any], registry: ClientRegistry,
-                 parked: ParkedCall) -> None:
-        super().__init__(ctx, registry)
-        self.parked = parked
-
-    def next_leg(self, ctx: ServerRequestContext[Any, Any]) -> None:
-        """The client retried: its progress token and response stream are the new leg's."""
-        self.ctx = ctx
-        meta = (ctx.params or {}).get("_meta")
-        token = meta.get("progressToken") if isinstance(meta, Mapping) else None
-        if isinstance(token, int | str) and not isinstance(token, bool):
-            self.progress_token = token
-        level = meta.get(LOG_LEVEL_META_KEY) if isinstance(meta, Mapping) else None
-        self.log_level = level if isinstance(level, str) else None
-
-    async def server_request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
-        meta = (self.ctx.params or {}).get("_meta")
-        caps = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, Mapping) else None
-        if not declared(caps, method):
-            raise UpstreamError(wire.METHOD_NOT_FOUND, f"the client did not declare support for {method}")
-        return await self.parked.ask(method, params)
-
-
-class ClientRegistry:
-    """Live handshake-era connections, and the per-client notification queues.
-
-    Each connection gets its own sender task while `run` is running (RELIABILITY R6):
-    a client that stops reading blocks only its own sender, and costs at most
-    `CLIENT_QUEUE` queued notifications and one task until its connection closes.
-    """
-
-    def __init__(self) -> None:
-        self._clients: dict[int, ClientState] = {}
-        self._nursery: trio.Nursery | None = None
-
-    def __len__(self) -> int:
-        return len(self._clients)
-
-    def get(self, connection: Connection) -> ClientState | None:
-        return self._clients.get(id(connection))
-
-    def track(self, connection: Connection) -> ClientState:
-        state = self._clients.get(id(connection))
-        if state is None:
-            state = ClientState(connection)
-            self._clients[id(connection)] = state
-            connection.exit_stack.callback(self._forget, connection)
-            if self._nursery is not None:
-                self._nursery.start_soon(self._send_to, state)
-        state.last_active = trio.current_time()
-        return state
-
-    def _forget(self, connection: Connection) -> None:
-        state = self._clients.pop(id(connection), None)
-        if state is not None:
-            state.closed = True
-            state.queue.clear()
-            state.wake.set()  # the sender sees `closed` and ends
-
-    def clients(self) -> list[ClientState]:
-        return list(self._clients.values())
-
-    def latest(self, method: str) -> ClientState | None:
-        """The most recently active client able to answer ``method``."""
-        best = None
-        for state in self._clients.values():
-            if state.capable(method) and (best is None or state.last_active > best.last_active):
-                best = state
-        return best
-
-    def enqueue(self, state: ClientState, method: str, params: dict[str, Any] | None) -> None:
-        q = state.queue
-        if len(q) >= CLIENT_QUEUE:
-            if (method, params) in q:
-                return  # coalesce: the client already has this one queued
-            q.popleft()
-        q.append((method, params))
-        state.wake.set()
-
-    def broadcast(self, method: str, params: dict[str, Any] | None = None,
-                  only: Callable[[ClientState], bool] | None = None) -> None:
-        for state in self._clients.values():
-            if only is None or only(state):
-                self.enqueue(state, method, params)
-
-    async def run(self) -> None:
-        """Deliver queued notifications until cancelled: one sender per client, so none
-        waits on another (a client tracked before `run` starts gets its sender here)."""
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            try:
-                for state in self._clients.values():
-                    nursery.start_soon(self._send_to, state)
-                await trio.sleep_forever()
-            finally:
-                self._nursery = None
-
-    async def _send_to(self, state: ClientState) -> None:
-        """One client's sender: its queue in order, each notification bounded by
-        `CLIENT_SEND_TIMEOUT_S`; ends when the connection closes."""
-        while not state.closed:
-            await state.wake.wait()
-            state.wake = trio.Event()
-            while state.queue and not state.closed:
-                method, params = state.queue.popleft()
-                with trio.move_on_after(CLIENT_SEND_TIMEOUT_S):
-                    await state.connection.notify(method, params)
-
-
-# --------------------------------------------------------------------------------------
-# the server
-# --------------------------------------------------------------------------------------
-
-
-def _level_ok(level: str | None, wanted: str | None) -> bool:
-    if wanted is None:
-        return True
-    try:
-        return LOG_LEVELS.index(level or "info") >= LOG_LEVELS.index(wanted)
-    except ValueError:
-        return True
 
 
 PROXY_NOTIFICATIONS: Final = NotificationOptions(
@@ -384,12 +127,14 @@ class Front:
         self.log_level: str | None = None
         """The most verbose level any client set; upstreams are asked for it (2026-07-28 ones
         per request, handshake-era ones with logging/setLevel, again after each restart)."""
+        self.tools = ToolCalls(backend, self._forward)
+        """``tools/call``, ``use_tool`` and loading a lazy tool's server (`actors.front_tools`)."""
         self.server: Server[Any] = ProxyServer(
             name,
             version=version,
             instructions=instructions,
             on_list_tools=self._list_tools,
-            on_call_tool=self._call_tool,
+            on_call_tool=self.tools.call_tool,
             on_list_resources=self._list_resources,
             on_list_resource_templates=self._list_templates,
             on_read_resource=self._read_resource,
@@ -456,7 +201,7 @@ class Front:
         out["logger"] = f"{server}.{inner}" if inner else server
         level = out.get("level")
         self.clients.broadcast("notifications/message", out,
-                               only=lambda s: _level_ok(level if isinstance(level, str) else None, s.log_level))
+                               only=lambda s: level_ok(level if isinstance(level, str) else None, s.log_level))
 
     def fallback_origin(self, method: str) -> CallOrigin | None:
         state = self.clients.latest(method)
@@ -548,107 +293,6 @@ class Front:
         await self.backend.wait_startup()
         return complete({"tools": list(self.backend.router.snapshot.tools_list)})
 
-    async def _call_tool(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> Any:
-        snapshot = self.backend.router.snapshot
-        name = params.name
-        route = snapshot.tools.get(name)
-        if route is None and not self.backend.started:
-            # A client that calls before listing (it remembered the names) waits for start-up
-            # like a tools/list would, instead of being told the tool does not exist.
-            await self.backend.wait_startup()
-            snapshot = self.backend.router.snapshot
-            route = snapshot.tools.get(name)
-        if route is None and name == USE_TOOL and snapshot.discovery is not None:
-            used = await self._use_tool(ctx, params.arguments)
-            return strip_upstream_stamps(used, modern_front=is_modern(ctx))
-        if route is None and name not in snapshot.local_tools:
-            # A lazy server's tool, named before the server was loaded: load it (first use).
-            failure = await self.load_owner(name)
-            if failure is not None:
-                return strip_upstream_stamps(failure, modern_front=is_modern(ctx))
-            snapshot = self.backend.router.snapshot
-            route = snapshot.tools.get(name)
-        if route is None:
-            if name in snapshot.local_tools:
-                local = await self.backend.call_local_tool(name, dict(params.arguments or {}), ctx)
-            else:
-                local = unknown_tool_result(name, snapshot)
-            return strip_upstream_stamps(local, modern_front=is_modern(ctx))
-        raw = dict(ctx.params or {})
-        return await self._call_route(route, raw, ctx)
-
-    def _loader(self) -> LazyLoader | None:
-        return getattr(self.backend, "loader", None)
-
-    async def load_owner(self, name: str) -> dict[str, Any] | None:
-        """Load the lazy server (not loaded yet) a tool named ``name`` would belong to.
-
-        Returns None when there is none or it loaded; else the ``isError`` result saying why.
-        """
-        loader = self._loader()
-        if loader is None:
-            return None
-        owner = lazy_owner(name, loader.unloaded())
-        if owner is None:
-            return None
-        try:
-            await loader.load(owner.name)
-        except LoadFailed as exc:
-            text = f"{name} belongs to the lazy server {owner.name}, which could not be loaded: {exc}"
-            return wire.tool_error_result(text, {"error": "load_failed", "server": owner.name,
-                                                 "message": str(exc), "givenUp": exc.given_up})
-        return None
-
-    async def _use_tool(self, ctx: ServerRequestContext[Any, Any], arguments: Any) -> Any:
-        """``use_tool {tool_name, arguments}``: checked, then routed exactly as a direct call
-        of that tool (same forwarding, progress, cancellation, timeouts and retries)."""
-        plan = plan_use(self.backend.router.snapshot, arguments)
-        if isinstance(plan, NeedsLoad):
-            failure = await self.load_owner(plan.tool_name)
-            if failure is not None:
-                return failure
-            plan = plan_use(self.backend.router.snapshot, arguments)
-        if isinstance(plan, dict):
-            return plan
-        if isinstance(plan, CallLocal):
-            return await self.backend.call_local_tool(plan.name, plan.arguments, ctx)
-        if isinstance(plan, NeedsLoad):  # loaded, yet the tool is not there
-            return unknown_tool_result(plan.tool_name, self.backend.router.snapshot)
-        raw = dict(ctx.params or {})
-        raw["arguments"] = plan.arguments
-        return await self._call_route(plan.route, raw, ctx)
-
-    async def _call_route(self, route: ToolRoute, raw: dict[str, Any],
-                          ctx: ServerRequestContext[Any, Any]) -> Any:
-        """Forward ``raw`` (the client's tools/call params) as the call of ``route``: a
-        compound tool is checked here and becomes exactly the direct call of its subtool."""
-        server, original, retry_safe = route.server, route.original, route.retry_safe
-        if route.compound is not None:
-            sub = route.compound.prepare(raw.get("arguments") or {})
-            if isinstance(sub, dict) and not self.backend.started:
-                # A subtool's server may not have listed yet: wait for start-up like a direct call.
-                await self.backend.wait_startup()
-                route = self.backend.router.snapshot.tools.get(route.exposed, route)
-                sub = route.compound.prepare(raw.get("arguments") or {}) if route.compound else sub
-            if isinstance(sub, dict):
-                return strip_upstream_stamps(sub, modern_front=is_modern(ctx))
-            server, original, retry_safe = sub.server, sub.tool, sub.retry_safe
-            raw["arguments"] = sub.args
-        raw["name"] = original
-        started = trio.current_time()
-        session = sdk_session(ctx, is_modern(ctx))
-        label = session.label if session is not None else None
-        try:
-            result = await self._forward(server, "tools/call", raw, ctx, retry_safe=retry_safe)
-        except (MCPError, trio.Cancelled) as exc:
-            self.backend.note_call(server, original, started, exc, session=label,
-                                   run=run_label(ctx, session), arguments=raw.get("arguments"))
-            raise
-        if result.get("resultType") != "input_required":  # one journal entry per call, not per leg
-            self.backend.note_call(server, original, started, None, session=label,
-                                   run=run_label(ctx, session), arguments=raw.get("arguments"), result=result)
-        return result
-
     # --- resources ---------------------------------------------------------------------
     async def _list_resources(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
         await self.backend.wait_startup()
@@ -667,7 +311,7 @@ class Front:
 
     async def _read_resource(self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams) -> Any:
         uri = str(params.uri)
-        loader = self._loader()
+        loader = loader_of(self.backend)
         if self.backend.router.snapshot.route_resource(uri) is None and loader is not None:
             # First use: a URI nobody serves may be a lazy server's; load those not loaded yet.
             for server in loader.not_loaded():

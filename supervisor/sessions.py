@@ -34,7 +34,7 @@ import trio
 from actors.core.toolsets import ToolsetError, resolve
 from actors.eras import strip_upstream_stamps
 from actors.errors import ProxyError
-from actors.front import unknown_tool_result
+from actors.front_tools import unknown_tool_result
 from actors.harness import ClientSession
 from actors.upstream import State, Upstream
 

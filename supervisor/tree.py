@@ -38,9 +38,10 @@ from actors.core.toolsets import ToolsetError, ToolsetExposure
 from actors.core.use_tool import CallLocal, NeedsLoad, plan_use
 from actors.eras import strip_upstream_stamps
 from actors.errors import ProxyError
-from actors.front import Front, unknown_tool_result
-from actors.lazy import LazyLoader
+from actors.front import Front
+from actors.front_tools import unknown_tool_result
 from actors.harness import ClientSession
+from actors.lazy import LazyLoader
 from actors.link import CallOrigin
 from actors.messages import CallFinished, Event, EventBus, ListChanged
 from actors.process import Reaper, open_reaper
@@ -207,7 +208,7 @@ class Supervisor:
         if route is None and name == USE_TOOL and snapshot.discovery is not None:
             plan = plan_use(snapshot, args)
             if isinstance(plan, NeedsLoad):
-                failure = await self.front.load_owner(plan.tool_name)
+                failure = await self.front.tools.load_owner(plan.tool_name)
                 if failure is not None:
                     return failure
                 snapshot = self.router.snapshot
@@ -220,7 +221,7 @@ class Supervisor:
                 return await self.call_local_tool(plan.name, plan.arguments, None)
             route, args = plan.route, plan.arguments
         elif route is None and name not in snapshot.local_tools:
-            failure = await self.front.load_owner(name)  # a lazy server's tool: load it (first use)
+            failure = await self.front.tools.load_owner(name)  # a lazy server's tool: load it (first use)
             if failure is not None:
                 return failure
             snapshot = self.router.snapshot

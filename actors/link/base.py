@@ -96,7 +96,7 @@ class LinkEvents(Protocol):
 
 class FastSink(CallOrigin, Protocol):
     """A fast-path call's client side: the response is written from the reader task, no
-    task waits for it (actors/fastpath.py)."""
+    task waits for it (`actors.fastcall.FastCall`)."""
 
     async def deliver(self, env: wire.Envelope, line: bytes) -> None:
         """The upstream answered: write the response to the client."""

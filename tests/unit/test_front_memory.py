@@ -16,7 +16,7 @@ from typing import Any
 import trio
 import trio.testing
 
-from actors.front import CLIENT_QUEUE, CLIENT_SEND_TIMEOUT_S
+from actors.clients import CLIENT_QUEUE, CLIENT_SEND_TIMEOUT_S
 from actors.router import Changes
 from tests.fakes.memory_front import RawClient, open_memory_proxy
 

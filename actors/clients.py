@@ -1,0 +1,157 @@
+"""The handshake-era clients connected to the shared front, and the broadcaster's queues.
+
+Owns:
+
+* `ClientState`: one live handshake-era connection (the SDK creates a `ServerSession`
+  per request, so the front captures the connection from each request and from
+  ``notifications/initialized``; SDK-NOTES.md §1.3), its log level, resource
+  subscriptions and notification queue;
+* `ClientRegistry`: every such connection, and one sender task per client that
+  delivers its queue (list_changed, resources/updated, upstream log messages). A
+  stuck client blocks only its own sender and costs bounded memory (RELIABILITY R6);
+* `level_ok`: whether a log message reaches a client at the level it set.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import trio
+from mcp.server.connection import Connection
+
+from actors.eras import LOG_LEVELS
+
+CLIENT_QUEUE: Final = 256
+"""Notifications queued for one client before duplicates are coalesced (a stuck client
+costs bounded memory; RELIABILITY R6)."""
+
+CLIENT_SEND_TIMEOUT_S: Final = 5.0
+"""A client that cannot take a notification in this long is skipped for that one (its
+own sender waits; no other client does)."""
+
+
+def level_ok(level: str | None, wanted: str | None) -> bool:
+    """A message at ``level`` passes a client that asked for ``wanted`` (MCP logging levels)."""
+    if wanted is None:
+        return True
+    try:
+        return LOG_LEVELS.index(level or "info") >= LOG_LEVELS.index(wanted)
+    except ValueError:
+        return True
+
+
+@dataclass(eq=False)
+class ClientState:
+    """One handshake-era connection and what the proxy keeps for it."""
+
+    connection: Connection
+    log_level: str | None = None
+    subscriptions: set[str] = field(default_factory=set)
+    last_active: float = 0.0
+    queue: deque[tuple[str, dict[str, Any] | None]] = field(default_factory=deque)
+    """Notifications waiting for this client's sender (at most `CLIENT_QUEUE`)."""
+    closed: bool = False
+    wake: trio.Event = field(default_factory=trio.Event)
+    """Set when the queue gains an entry or the connection closes: wakes the sender."""
+
+    def capable(self, method: str) -> bool:
+        caps = self.connection.client_capabilities
+        if caps is None:
+            return False
+        if method == "sampling/createMessage":
+            return caps.sampling is not None
+        if method == "elicitation/create":
+            return caps.elicitation is not None
+        if method == "roots/list":
+            return caps.roots is not None
+        return True
+
+
+class ClientRegistry:
+    """Live handshake-era connections, and the per-client notification queues.
+
+    Each connection gets its own sender task while `run` is running (RELIABILITY R6):
+    a client that stops reading blocks only its own sender, and costs at most
+    `CLIENT_QUEUE` queued notifications and one task until its connection closes.
+    """
+
+    def __init__(self) -> None:
+        self._clients: dict[int, ClientState] = {}
+        self._nursery: trio.Nursery | None = None
+
+    def __len__(self) -> int:
+        return len(self._clients)
+
+    def get(self, connection: Connection) -> ClientState | None:
+        return self._clients.get(id(connection))
+
+    def track(self, connection: Connection) -> ClientState:
+        state = self._clients.get(id(connection))
+        if state is None:
+            state = ClientState(connection)
+            self._clients[id(connection)] = state
+            connection.exit_stack.callback(self._forget, connection)
+            if self._nursery is not None:
+                self._nursery.start_soon(self._send_to, state)
+        state.last_active = trio.current_time()
+        return state
+
+    def _forget(self, connection: Connection) -> None:
+        state = self._clients.pop(id(connection), None)
+        if state is not None:
+            state.closed = True
+            state.queue.clear()
+            state.wake.set()  # the sender sees `closed` and ends
+
+    def clients(self) -> list[ClientState]:
+        return list(self._clients.values())
+
+    def latest(self, method: str) -> ClientState | None:
+        """The most recently active client able to answer ``method``."""
+        best = None
+        for state in self._clients.values():
+            if state.capable(method) and (best is None or state.last_active > best.last_active):
+                best = state
+        return best
+
+    def enqueue(self, state: ClientState, method: str, params: dict[str, Any] | None) -> None:
+        q = state.queue
+        if len(q) >= CLIENT_QUEUE:
+            if (method, params) in q:
+                return  # coalesce: the client already has this one queued
+            q.popleft()
+        q.append((method, params))
+        state.wake.set()
+
+    def broadcast(self, method: str, params: dict[str, Any] | None = None,
+                  only: Callable[[ClientState], bool] | None = None) -> None:
+        for state in self._clients.values():
+            if only is None or only(state):
+                self.enqueue(state, method, params)
+
+    async def run(self) -> None:
+        """Deliver queued notifications until cancelled: one sender per client, so none
+        waits on another (a client tracked before `run` starts gets its sender here)."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            try:
+                for state in self._clients.values():
+                    nursery.start_soon(self._send_to, state)
+                await trio.sleep_forever()
+            finally:
+                self._nursery = None
+
+    async def _send_to(self, state: ClientState) -> None:
+        """One client's sender: its queue in order, each notification bounded by
+        `CLIENT_SEND_TIMEOUT_S`; ends when the connection closes."""
+        while not state.closed:
+            await state.wake.wait()
+            state.wake = trio.Event()
+            while state.queue and not state.closed:
+                method, params = state.queue.popleft()
+                with trio.move_on_after(CLIENT_SEND_TIMEOUT_S):
+                    await state.connection.notify(method, params)
+

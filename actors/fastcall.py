@@ -1,0 +1,320 @@
+"""One call on the lean tool-call path (`actors.fastpath`), as the upstream link sees it.
+
+Owns, for one fast-path ``tools/call``:
+
+* the answer: written by the upstream's reader task straight to the front
+  connection's writer, with the client's id back in the envelope and the result
+  fitted to the client's era; no task waits per call;
+* the journal entry of the call (`FastCall.note`), the retry of a retry-safe tool
+  whose server died (once, the slow way), and the cancel sent upstream;
+* the mid-call traffic: progress, log messages and the upstream's requests to the
+  client (`CallOrigin`);
+* the bridge for a 2026-07-28 client on a handshake-era upstream: the upstream's
+  questions answer the client's leg as ``input_required`` and the call waits, parked
+  under its ``requestState``, for the client's retry (`actors.bridge`); and the
+  reverse, a 2026-07-28 upstream's ``input_required`` driven for a handshake-era client.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
+import trio
+from mcp_types import LOG_LEVEL_META_KEY
+from msgspec import UNSET, Raw
+
+from actors import wire
+from actors.bridge import INPUT_WAIT_S, ParkedCall, declared
+from actors.eras import ENVELOPE_KEYS, adapt_raw_result, strip_upstream_stamps
+from actors.errors import CallTimeout, ProxyError, UpstreamDied, UpstreamError, error_data
+from actors.link.input_required import drive_input_required
+
+if TYPE_CHECKING:
+    from actors.core.catalog import ToolRoute
+    from actors.fastpath import FastPath
+    from actors.link.stdio import StdioLink
+
+logger = logging.getLogger(__name__)
+
+FALLBACK_TIMEOUT_S: Final = 60.0
+"""``timeout`` for a call whose server a reload removed mid-call (DESIGN.md's default)."""
+
+FALLBACK_MAX_CALL_TIME_S: Final = 600.0
+"""``maxCallTime`` for a call whose server a reload removed mid-call (DESIGN.md's default)."""
+
+_INPUT_REQUIRED: Final = b'"input_required"'
+_str = msgspec.json.Decoder(str)
+_token = msgspec.json.Decoder(int | str)
+
+
+class FastCall:
+    """One fast-path call: the client's side as the upstream link sees it."""
+
+    __slots__ = ("capabilities", "client_token", "fast", "front_id", "link", "log_level", "modern", "params",
+                 "parked", "proxy_id", "retried", "retry_scope", "route", "run", "started")
+
+    def __init__(self, fast: FastPath, front_id: int | str, route: ToolRoute, link: StdioLink,
+                 client_token: int | str | None, modern: bool) -> None:
+        self.fast = fast
+        self.front_id = front_id
+        self.route = route
+        self.link = link
+        self.client_token = client_token
+        self.modern = modern
+        self.proxy_id = ""
+        self.params: dict[str, Raw] = {}
+        self.retried = False
+        self.retry_scope: trio.CancelScope | None = None
+        """Set while the call is retried the slow way: cancelling it abandons the retry."""
+        self.parked: ParkedCall | None = None
+        self.log_level: str | None = None
+        self.capabilities: Raw | None = None
+        """A 2026-07-28 client's declared capabilities (its ``_meta``), as they came."""
+        self.started = trio.current_time()
+        self.run: Raw | None = None
+
+    @property
+    def progress_token(self) -> int | str | None:
+        return self.client_token
+
+    # --- the answer ------------------------------------------------------------------------
+    async def deliver(self, env: wire.Envelope, line: bytes) -> None:
+        fast = self.fast
+        if fast.calls.get(self.front_id) is self:
+            del fast.calls[self.front_id]
+            self._unpark()
+        elif self.parked is not None and self.parked.outcome is None:
+            # Between a 2026-07-28 client's legs: the client's retry takes the outcome.
+            self.parked.finish(self._outcome(env, line))
+            fast.nursery.start_soon(self._expire_parked)
+            return
+        else:
+            return  # cancelled by the client meanwhile: MCP says no answer
+        up = fast.backend.upstreams.get(self.route.server)
+        if up is not None:
+            up.note_answer(ok=env.error is UNSET)
+        if env.error is not UNSET:
+            frame = wire.encode_line({"jsonrpc": "2.0", "id": self.front_id, "error": env.error})
+            self.note(UpstreamError(0, "error"))
+        else:
+            result: Any = env.result if env.result is not UNSET else Raw(b"{}")
+            if self.link.modern or self.modern:
+                result = self._adapt(result, line)
+                if result is None:
+                    return
+            frame = wire.encode_line({"jsonrpc": "2.0", "id": self.front_id, "result": result})
+            self.note(None, result)
+        await fast.send(frame)
+
+    def note(self, error: BaseException | None, result: Any = None) -> None:
+        """Tell the backend the call finished (the journal encodes and hashes off this path)."""
+        self.fast.backend.note_call(self.route.server, self.route.original, self.started, error,
+                                    session=self.fast.session.label, run=self.run,
+                                    arguments=self.params.get("arguments"), result=result,
+                                    retries=int(self.retried))
+
+    def _adapt(self, result: Raw, line: bytes) -> Raw | None:
+        """Fit a result to the client's era in one pass over its top-level keys."""
+        upstream_modern, front_modern = self.link.modern, self.modern
+        if upstream_modern and not front_modern and _INPUT_REQUIRED in line:
+            fields = wire.decode_raw_map(result)
+            if bytes(fields.get("resultType", b"")) == _INPUT_REQUIRED:
+                self.fast.nursery.start_soon(self._drive_input_required, wire.decode_dict(result))
+                return None
+        return adapt_raw_result(result, line, upstream_modern=upstream_modern, front_modern=front_modern,
+                                stamp=self.fast.stamp)
+
+    async def _drive_input_required(self, first: dict[str, Any]) -> None:
+        params = {k: msgspec.json.decode(v) for k, v in self.params.items()}
+        try:
+            result = await drive_input_required(self.link, "tools/call", params, first, self,
+                                                self.route_timeout(), self.route_max_time())
+        except ProxyError as exc:
+            await self.fast.send(wire.error_frame(self.front_id, **_error_args(exc)))
+            return
+        await self.fast.send(wire.result_frame(self.front_id, strip_upstream_stamps(result)))
+
+    def route_timeout(self) -> float:
+        up = self.fast.backend.upstreams.get(self.route.server)
+        return up.spec.timeout if up is not None else FALLBACK_TIMEOUT_S
+
+    def route_max_time(self) -> float:
+        up = self.fast.backend.upstreams.get(self.route.server)
+        return up.spec.max_call_time if up is not None else FALLBACK_MAX_CALL_TIME_S
+
+    def failed(self, error: ProxyError) -> None:
+        fast = self.fast
+        if fast.calls.get(self.front_id) is not self:
+            return
+        if isinstance(error, UpstreamDied) and self.route.retry_safe and not self.retried:
+            # The call stays in `fast.calls` while it is retried: its id is still in flight,
+            # the retry's progress reaches the client and a client cancel reaches the retry.
+            self.retried = True
+            self.retry_scope = trio.CancelScope()
+            fast.nursery.start_soon(self._retry_slow, error, self.retry_scope)
+            return
+        del fast.calls[self.front_id]
+        self.note(error)
+        fast.nursery.start_soon(fast.send, wire.error_frame(self.front_id, **_error_args(error)))
+
+    async def cancel(self, reason: str) -> None:
+        """The client cancelled the call or went away: stop it upstream (the caller
+        has already removed it from ``fast.calls``, so nothing answers the client)."""
+        if self.retry_scope is not None:
+            self.retry_scope.cancel(reason=reason)  # the slow request tells the upstream
+        else:
+            await self.link.cancel_fast(self.proxy_id, reason)
+
+    async def _retry_slow(self, first: UpstreamDied, scope: trio.CancelScope) -> None:
+        """Died under a retry-safe tool: once more on the new process (DESIGN.md), the slow way.
+
+        Answers the client unless it cancelled meanwhile (``scope`` cancelled, the call
+        gone from ``fast.calls``): MCP cancellation, no response to a cancelled request.
+        """
+        logger.info("%s died under %s; retrying once (the tool is retry-safe)", self.route.server, self.route.original)
+        up = self.fast.backend.upstreams.get(self.route.server)
+        params = {k: msgspec.json.decode(v) for k, v in self.params.items()}
+        meta = params.get("_meta")
+        if isinstance(meta, dict):
+            meta.pop("progressToken", None)
+            for key in ENVELOPE_KEYS:
+                meta.pop(key, None)
+        frame = b""
+        with scope:
+            try:
+                if up is None:
+                    raise first
+                result = await up.request("tools/call", params, origin=self)
+                answer = strip_upstream_stamps(result, modern_front=self.modern)
+                frame = wire.result_frame(self.front_id, answer)
+                self.note(None, result)
+            except ProxyError as exc:
+                frame = wire.error_frame(self.front_id, **_error_args(exc))
+                self.note(exc)
+        if scope.cancelled_caught or self.fast.calls.get(self.front_id) is not self:
+            return  # cancelled by the client meanwhile
+        del self.fast.calls[self.front_id]
+        await self.fast.send(frame)
+
+    # --- the bridge: a 2026-07-28 client, a handshake-era upstream ------------------------------
+    def _outcome(self, env: wire.Envelope, line: bytes) -> dict[str, Any] | ProxyError:
+        """The upstream's answer, kept for the client's next leg."""
+        if env.error is not UNSET:
+            try:
+                err = wire.decode_error(env.error)
+            except (wire.DecodeError, wire.ValidationError):
+                return UpstreamError(wire.INTERNAL_ERROR, "upstream sent a malformed error")
+            return UpstreamError(err.code, err.message, err.data)
+        result = env.result if env.result is not UNSET else Raw(b"{}")
+        adapted = adapt_raw_result(result, line, upstream_modern=self.link.modern, front_modern=True,
+                                   stamp=self.fast.stamp)
+        return wire.decode_dict(adapted)
+
+    async def _ask_client(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        """Put the upstream's question to the 2026-07-28 client as an ``input_required`` leg."""
+        try:
+            caps = msgspec.json.decode(self.capabilities) if self.capabilities is not None else None
+        except msgspec.DecodeError:
+            caps = None
+        if not declared(caps, method):
+            raise UpstreamError(wire.METHOD_NOT_FOUND, f"the client did not declare support for {method}")
+        parked = self.parked
+        if parked is None:
+            parked = self.parked = self.fast.parked.open()
+            self.fast.bridged[parked.token] = self
+        try:
+            return await parked.ask(method, params, self._flush_leg)
+        finally:
+            if parked.outcome is None and not self.link.has_pending(self.proxy_id):
+                # The call ended (timed out, or its server died) while the client was away:
+                # its retry, if it comes within INPUT_WAIT_S, is told; then it is forgotten.
+                parked.finish(self._ended_while_away())
+                self.fast.nursery.start_soon(self._expire_parked)
+
+    async def _flush_leg(self) -> None:
+        """Answer the client's open leg if there is something to answer it with."""
+        fast, parked = self.fast, self.parked
+        if parked is None or fast.calls.get(self.front_id) is not self:
+            return
+        leg = parked.take_leg()
+        if leg is None:
+            return
+        del fast.calls[self.front_id]
+        if isinstance(leg, ProxyError):
+            self._unpark()
+            self.note(leg)
+            await fast.send(wire.error_frame(self.front_id, **_error_args(leg)))
+            return
+        if parked.done:
+            self._unpark()
+            self.note(None, leg)
+        await fast.send(wire.result_frame(self.front_id, leg))
+
+    async def resume(self, front_id: int | str, params: dict[str, Raw]) -> None:
+        """The client retried with its answers (a new request id): hand them to the
+        waiting upstream and answer this leg when there is something to answer."""
+        parked = self.parked
+        assert parked is not None
+        self.front_id = front_id
+        try:
+            meta = wire.decode_raw_map(params["_meta"]) if "_meta" in params else {}
+            token = meta.get("progressToken")
+            if token is not None:
+                self.client_token = _token.decode(token)
+            self.log_level = _str.decode(meta[LOG_LEVEL_META_KEY]) if LOG_LEVEL_META_KEY in meta else None
+            responses = msgspec.json.decode(params["inputResponses"]) if "inputResponses" in params else None
+        except (wire.DecodeError, wire.ValidationError, msgspec.DecodeError):
+            responses = None
+        self.fast.calls[front_id] = self
+        parked.answer(responses if isinstance(responses, Mapping) else None)
+        if parked.outcome is None and not self.link.has_pending(self.proxy_id):
+            parked.finish(self._ended_while_away())
+        await self._flush_leg()
+
+    def _ended_while_away(self) -> ProxyError:
+        """Why a parked call has no result: its server died, or the call timed out."""
+        reason = self.link.close_reason
+        if reason is not None:
+            return UpstreamDied(self.route.server, reason)
+        return CallTimeout(self.route.server, self.route_timeout())
+
+    async def _expire_parked(self) -> None:
+        """An outcome no leg takes within `INPUT_WAIT_S` (the client left) is dropped."""
+        parked = self.parked
+        if parked is None:
+            return
+        with trio.move_on_after(INPUT_WAIT_S):
+            await parked.delivered.wait()
+        self._unpark()
+
+    def _unpark(self) -> None:
+        parked = self.parked
+        if parked is not None:
+            self.fast.parked.close(parked)
+            self.fast.bridged.pop(parked.token, None)
+
+    # --- mid-call traffic --------------------------------------------------------------------
+    async def progress(self, params: dict[str, Any]) -> None:
+        if self.fast.calls.get(self.front_id) is self:
+            await self.fast.send(wire.notification_frame("notifications/progress", params))
+
+    async def log(self, params: dict[str, Any]) -> None:
+        if self.fast.calls.get(self.front_id) is self:
+            await self.fast.send(wire.notification_frame("notifications/message", params))
+
+    async def server_request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        fast = self.fast
+        if self.modern:
+            return await self._ask_client(method, params)
+        if not fast.client_capable(method):
+            raise UpstreamError(wire.METHOD_NOT_FOUND, f"the client did not declare support for {method}")
+        return await fast.ask_client(method, params, self.route_max_time)
+
+
+def _error_args(error: ProxyError) -> dict[str, Any]:
+    """``code``, ``message`` and ``data`` of ``error`` as `wire.error_frame` takes them."""
+    body = error_data(error)
+    return {"code": body["code"], "message": body["message"], "data": body.get("data")}

@@ -1,0 +1,122 @@
+"""How an upstream's mid-call traffic reaches the client of the shared (SDK) front.
+
+Owns the `CallOrigin` implementations of `actors.front`:
+
+* `ConnectionOrigin`: a handshake-era connection asked outside any call (e.g. an
+  upstream's roots/list at start-up);
+* `SdkOrigin`: the client whose request caused an upstream call; its progress, log
+  messages and the upstream's requests (sampling, elicitation, roots) go to it;
+* `BridgedOrigin`: a 2026-07-28 client's call to a handshake-era upstream, whose
+  questions become ``input_required`` legs (`actors.bridge`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError, NoBackChannelError
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY
+
+from actors import wire
+from actors.bridge import ParkedCall, declared
+from actors.clients import ClientRegistry, ClientState
+from actors.eras import is_modern_version
+from actors.errors import BridgeUnsupported, UpstreamError
+
+
+def is_modern(ctx: ServerRequestContext[Any, Any] | None) -> bool:
+    """The request came from a 2026-07-28 client (its protocol version says so)."""
+    return ctx is not None and is_modern_version(ctx.protocol_version)
+
+
+class ConnectionOrigin:
+    """A connection asked outside any call (e.g. an upstream's roots/list at start-up)."""
+
+    progress_token: int | str | None = None
+    modern = False
+    log_level: str | None = None
+
+    def __init__(self, state: ClientState) -> None:
+        self._state = state
+
+    async def progress(self, params: dict[str, Any]) -> None:
+        return None
+
+    async def log(self, params: dict[str, Any]) -> None:
+        return None
+
+    async def server_request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        try:
+            return await self._state.connection.send_raw_request(method, params)
+        except MCPError as exc:
+            raise UpstreamError(exc.error.code, exc.error.message, exc.error.data) from None
+        except NoBackChannelError:
+            raise BridgeUnsupported(f"the client cannot receive {method}") from None
+
+
+class SdkOrigin:
+    """The client whose request (served through the SDK) caused an upstream call."""
+
+    def __init__(self, ctx: ServerRequestContext[Any, Any], registry: ClientRegistry) -> None:
+        self.ctx = ctx
+        meta = (ctx.params or {}).get("_meta")
+        token = meta.get("progressToken") if isinstance(meta, Mapping) else None
+        self.progress_token = token if isinstance(token, int | str) and not isinstance(token, bool) else None
+        self.modern = is_modern(ctx)
+        level = meta.get(LOG_LEVEL_META_KEY) if isinstance(meta, Mapping) and self.modern else None
+        self.log_level = level if isinstance(level, str) else None
+        self._registry = registry
+
+    async def progress(self, params: dict[str, Any]) -> None:
+        await self.ctx.session._request_outbound.notify("notifications/progress", params)
+
+    async def log(self, params: dict[str, Any]) -> None:
+        await self.ctx.session._request_outbound.notify("notifications/message", params)
+
+    async def server_request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        ctx = self.ctx
+        if is_modern_version(ctx.protocol_version):
+            raise BridgeUnsupported(
+                f"the client speaks MCP {ctx.protocol_version}, which has no server-to-client requests; "
+                f"{method} from a handshake-era server can reach it only during tools/call, prompts/get "
+                f"or resources/read (as input_required)"
+            )
+        state = self._registry.get(ctx.session._connection)
+        if state is not None and not state.capable(method):
+            raise UpstreamError(wire.METHOD_NOT_FOUND, f"the client did not declare support for {method}")
+        try:
+            return await ctx.session._request_outbound.send_raw_request(method, params, None)
+        except MCPError as exc:
+            raise UpstreamError(exc.error.code, exc.error.message, exc.error.data) from None
+        except NoBackChannelError:
+            raise BridgeUnsupported(f"this client connection cannot receive {method}") from None
+
+
+class BridgedOrigin(SdkOrigin):
+    """A 2026-07-28 client's call to a handshake-era upstream: the upstream's questions
+    are put to the client as ``input_required`` legs; progress goes to the current leg."""
+
+    def __init__(self, ctx: ServerRequestContext[Any, Any], registry: ClientRegistry,
+                 parked: ParkedCall) -> None:
+        super().__init__(ctx, registry)
+        self.parked = parked
+
+    def next_leg(self, ctx: ServerRequestContext[Any, Any]) -> None:
+        """The client retried: its progress token and response stream are the new leg's."""
+        self.ctx = ctx
+        meta = (ctx.params or {}).get("_meta")
+        token = meta.get("progressToken") if isinstance(meta, Mapping) else None
+        if isinstance(token, int | str) and not isinstance(token, bool):
+            self.progress_token = token
+        level = meta.get(LOG_LEVEL_META_KEY) if isinstance(meta, Mapping) else None
+        self.log_level = level if isinstance(level, str) else None
+
+    async def server_request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        meta = (self.ctx.params or {}).get("_meta")
+        caps = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, Mapping) else None
+        if not declared(caps, method):
+            raise UpstreamError(wire.METHOD_NOT_FOUND, f"the client did not declare support for {method}")
+        return await self.parked.ask(method, params)
+
