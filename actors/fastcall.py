@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from actors.core.catalog import ToolRoute
     from actors.fastpath import FastPath
     from actors.link.stdio import StdioLink
+    from actors.upstream import Upstream
 
 logger = logging.getLogger(__name__)
 
@@ -54,13 +55,16 @@ class FastCall:
     """One fast-path call: the client's side as the upstream link sees it."""
 
     __slots__ = ("capabilities", "client_token", "fast", "front_id", "link", "log_level", "modern", "params",
-                 "parked", "proxy_id", "retried", "retry_scope", "route", "run", "started")
+                 "parked", "proxy_id", "retried", "retry_scope", "route", "run", "started", "up")
 
-    def __init__(self, fast: FastPath, front_id: int | str, route: ToolRoute, link: StdioLink,
+    def __init__(self, fast: FastPath, front_id: int | str, route: ToolRoute, up: Upstream, link: StdioLink,
                  client_token: int | str | None, modern: bool) -> None:
         self.fast = fast
         self.front_id = front_id
         self.route = route
+        self.up = up
+        """The actor the call went to: the server's, or the connection's own instance of a
+        session-scoped server."""
         self.link = link
         self.client_token = client_token
         self.modern = modern
@@ -93,9 +97,7 @@ class FastCall:
             return
         else:
             return  # cancelled by the client meanwhile: MCP says no answer
-        up = fast.backend.upstreams.get(self.route.server)
-        if up is not None:
-            up.note_answer(ok=env.error is UNSET)
+        self.up.note_answer(ok=env.error is UNSET)
         if env.error is not UNSET:
             frame = wire.encode_line({"jsonrpc": "2.0", "id": self.front_id, "error": env.error})
             self.note(UpstreamError(0, "error"))
@@ -114,7 +116,7 @@ class FastCall:
         self.fast.backend.note_call(self.route.server, self.route.original, self.started, error,
                                     session=self.fast.session.label, run=self.run,
                                     arguments=self.params.get("arguments"), result=result,
-                                    retries=int(self.retried))
+                                    retries=int(self.retried), upstream=self.up)
 
     def _adapt(self, result: Raw, line: bytes) -> Raw | None:
         """Fit a result to the client's era in one pass over its top-level keys."""
@@ -175,7 +177,11 @@ class FastCall:
         gone from ``fast.calls``): MCP cancellation, no response to a cancelled request.
         """
         logger.info("%s died under %s; retrying once (the tool is retry-safe)", self.route.server, self.route.original)
-        up = self.fast.backend.upstreams.get(self.route.server)
+        # The same actor the call was routed to, as it is now: a reload may have replaced the
+        # server's; a session-scoped server's is this connection's instance (None once it ended).
+        fast = self.fast
+        session = None if self.modern else fast.session
+        up = fast.backend.upstream_for(self.route.server, session)
         params = {k: msgspec.json.decode(v) for k, v in self.params.items()}
         meta = params.get("_meta")
         if isinstance(meta, dict):

@@ -76,7 +76,8 @@ class FastPath:
     """The byte-level ``tools/call`` path of one stdio front connection."""
 
     def __init__(self, backend: Backend, writer: FrameWriter, nursery: trio.Nursery,
-                 server_info: Mapping[str, Any], log_level: Callable[[], str | None] = lambda: None) -> None:
+                 server_info: Mapping[str, Any], session: ClientSession | None = None,
+                 log_level: Callable[[], str | None] = lambda: None) -> None:
         self.backend = backend
         self.log_level = log_level
         self.writer = writer
@@ -96,9 +97,10 @@ class FastPath:
         self._ids = itertools.count(1)
         self.stamp = Raw(wire.encode(dict(server_info)))
         self._envelopes: dict[int, Raw] = {}
-        self.session = ClientSession()
-        """This connection's session as the journal labels it (session-scoped servers take
-        the SDK path, whose session is the SDK connection's)."""
+        self.session = session if session is not None else ClientSession()
+        """This connection's session: the key of its instances of session-scoped servers
+        (the same object the SDK path uses for the connection, `Front.serve_connection`)
+        and the label the journal records."""
 
     # --- what the connection tells us ---------------------------------------------------
     def observe(self, env: wire.Envelope) -> None:
@@ -182,11 +184,18 @@ class FastPath:
             route, args = direct
             params["arguments"] = Raw(wire.encode(args))
         up = self.backend.upstreams.get(route.server)
-        link = up.link if up is not None else None
-        if up is None or not isinstance(link, StdioLink) or up.state.value != "ready" or link.close_reason:
+        if up is None:
             return False
-        if getattr(up.spec, "scope", "shared") == "session":
-            return False  # its instance is the SDK connection's session's (supervisor/sessions.py)
+        if not modern and getattr(up.spec, "scope", "shared") == "session":
+            # This connection's own instance, the one the SDK path would use (supervisor/sessions.py),
+            # started by this call if there is none yet (the call then takes the SDK path, which
+            # waits for it). A 2026-07-28 call keeps the shared instance, as on the SDK path.
+            up = self.backend.upstream_for(route.server, self.session)
+            if up is None:
+                return False
+        link = up.link
+        if not isinstance(link, StdioLink) or up.state.value != "ready" or link.close_reason:
+            return False
         try:
             meta = wire.decode_raw_map(params["_meta"]) if "_meta" in params else {}
             token_raw = meta.get("progressToken")
@@ -197,7 +206,7 @@ class FastPath:
             client_level = _str.decode(level_raw) if level_raw is not None else None
         except (KeyError, wire.DecodeError, wire.ValidationError):
             return False
-        call = FastCall(self, env.id, route, link, client_token, modern)  # type: ignore[arg-type]
+        call = FastCall(self, env.id, route, up, link, client_token, modern)  # type: ignore[arg-type]
         call.log_level = client_level
         if modern and not link.modern:
             call.capabilities = meta.get(CLIENT_CAPABILITIES_META_KEY)  # decoded only if the upstream asks

@@ -10,6 +10,10 @@ Owns:
   `actors.clients`; 2026-07-28: the `subscriptions/listen` bus), never blocking the router;
 * the bridged calls of 2026-07-28 clients to handshake-era upstreams: each runs beside
   the client's legs, parked under its ``requestState`` (`actors.bridge`, `actors.origins`);
+* the client session of each request (`session_of`): one per handshake-era connection;
+  a transport serving its connection itself (`serve_connection`, the stdio front) hands
+  its own session over, so its fast path and the SDK reach the same session-scoped
+  instances;
 * `Backend`, what the front needs from the supervisor; `ProxyServer`, the SDK server
   whose default options announce what the proxy does.
 """
@@ -19,7 +23,7 @@ from __future__ import annotations
 import difflib
 import logging
 from collections.abc import Mapping
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import mcp_types as types
 import trio
@@ -27,6 +31,7 @@ from mcp.server.caching import CACHEABLE_METHODS, CacheHint
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
+from mcp.server.runner import serve_dual_era_loop
 from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
     ListenHandler,
@@ -52,6 +57,10 @@ from actors.link.input_required import INPUT_REQUIRED_METHODS
 from actors.origins import BridgedOrigin, ConnectionOrigin, SdkOrigin, is_modern
 from actors.router import Router
 from actors.upstream import Upstream
+
+if TYPE_CHECKING:
+    from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+    from mcp.shared.message import SessionMessage
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +136,10 @@ class Front:
         self.log_level: str | None = None
         """The most verbose level any client set; upstreams are asked for it (2026-07-28 ones
         per request, handshake-era ones with logging/setLevel, again after each restart)."""
-        self.tools = ToolCalls(backend, self._forward)
+        self._sessions: dict[str, ClientSession] = {}
+        """Sessions transports made for the connections they serve (`serve_connection`),
+        by the session id the SDK's loop was given."""
+        self.tools = ToolCalls(backend, self._forward, self.session_of)
         """``tools/call``, ``use_tool`` and loading a lazy tool's server (`actors.front_tools`)."""
         self.server: Server[Any] = ProxyServer(
             name,
@@ -218,9 +230,40 @@ class Front:
             self._nursery = None
             self._listen.close()
 
+    async def serve_connection(self, read: MemoryObjectReceiveStream[SessionMessage | Exception],
+                               write: MemoryObjectSendStream[SessionMessage], session: ClientSession) -> None:
+        """Serve one client connection through the SDK server as ``session``.
+
+        What ``Server.run`` does (the server's lifespan around the SDK's dual-era loop),
+        with the connection's session id set to ``session.label``, so `session_of` gives
+        the SDK's requests on this connection exactly ``session``: the one the transport's
+        own path (the stdio fast path) uses, so both reach the same session-scoped
+        instances. Returns when the client's side (``read``) ends; the SDK closes
+        ``write``. The caller ends ``session`` (the SDK also ends it when the
+        connection closes, if one of its requests used it).
+
+        Args:
+            read: the client's messages, as the SDK reads them.
+            write: where the SDK puts what it sends the client.
+            session: the connection's session, made by the transport.
+        """
+        key = session.label
+        self._sessions[key] = session
+        try:
+            async with self.server.lifespan(self.server) as lifespan_state:
+                await serve_dual_era_loop(self.server, read, write, lifespan_state=lifespan_state,
+                                          session_id=key, init_options=self.init_options)
+        finally:
+            if self._sessions.get(key) is session:
+                del self._sessions[key]
+
+    def session_of(self, ctx: ServerRequestContext[Any, Any]) -> ClientSession | None:
+        """The client session of a request served through the SDK (`actors.harness.sdk_session`)."""
+        return sdk_session(ctx, is_modern(ctx), self._sessions)
+
     def _upstream(self, server: str, ctx: ServerRequestContext[Any, Any] | None = None) -> Upstream:
         # A session-scoped server answers each client session with its own instance.
-        session = sdk_session(ctx, is_modern(ctx)) if ctx is not None else None
+        session = self.session_of(ctx) if ctx is not None else None
         backend = self.backend
         up = backend.upstream_for(server, session) if session is not None else backend.upstreams.get(server)
         if up is None:

@@ -27,7 +27,7 @@ from actors import wire
 from actors.core.discovery import USE_TOOL, lazy_owner
 from actors.core.use_tool import CallLocal, NeedsLoad, plan_use
 from actors.eras import strip_upstream_stamps
-from actors.harness import run_label, sdk_session
+from actors.harness import ClientSession, run_label
 from actors.lazy import LazyLoader, LoadFailed
 from actors.origins import is_modern
 
@@ -40,6 +40,9 @@ SIMILAR_NAMES: Final = 5
 
 Forward = Callable[..., Awaitable[dict[str, Any]]]
 """`Front._forward`: ``(server, method, params, ctx, *, retry_safe)`` to the owning upstream."""
+
+SessionOf = Callable[[ServerRequestContext[Any, Any]], ClientSession | None]
+"""`Front.session_of`: the client session a request belongs to (None: 2026-07-28, no connection)."""
 
 
 def unknown_tool_result(name: str, snapshot: Snapshot) -> dict[str, Any]:
@@ -64,9 +67,10 @@ def loader_of(backend: Backend) -> LazyLoader | None:
 class ToolCalls:
     """The front's ``tools/call`` handler and the lazy-load path it shares with ``use_tool``."""
 
-    def __init__(self, backend: Backend, forward: Forward) -> None:
+    def __init__(self, backend: Backend, forward: Forward, session_of: SessionOf) -> None:
         self._backend = backend
         self._forward = forward
+        self._session_of = session_of
 
     async def call_tool(self, ctx: ServerRequestContext[Any, Any],
                         params: types.CallToolRequestParams) -> Any:
@@ -155,7 +159,7 @@ class ToolCalls:
             raw["arguments"] = sub.args
         raw["name"] = original
         started = trio.current_time()
-        session = sdk_session(ctx, is_modern(ctx))
+        session = self._session_of(ctx)
         label = session.label if session is not None else None
         try:
             result = await self._forward(server, "tools/call", raw, ctx, retry_safe=retry_safe)

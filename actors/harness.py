@@ -8,7 +8,9 @@ Owns:
 * `run_label`: the episode/run label of a call: the ``_meta`` key `RUN_META_KEY`, else
   the HTTP header `RUN_HEADER`, else the session's own label;
 * `sdk_session`: the `ClientSession` of a request served through the SDK (one per
-  handshake-era connection, kept on the connection and ended with it).
+  handshake-era connection, kept on the connection and ended with it; a transport that
+  made the connection's session itself, the stdio front, hands it over by session id so
+  its own path and the SDK's are one session).
 """
 
 from __future__ import annotations
@@ -86,10 +88,19 @@ def run_label(ctx: Any, session: ClientSession | None) -> str | None:
     return session.run if session is not None else None
 
 
-def sdk_session(ctx: Any, modern: bool) -> ClientSession | None:
-    """The `ClientSession` of a handshake-era connection, made on its first request and
+def sdk_session(ctx: Any, modern: bool,
+                made: Mapping[str, ClientSession] | None = None) -> ClientSession | None:
+    """The `ClientSession` of a handshake-era connection, taken on its first request and
     ended when the connection closes; None for 2026-07-28 requests (no connection: they
-    use the shared instance of a session-scoped server)."""
+    use the shared instance of a session-scoped server).
+
+    ``made`` holds the sessions transports made for their own connections, by the
+    session id they gave the SDK's loop (`actors.front.Front.serve_connection`): such a
+    connection's session is that object, so calls the transport serves itself (the stdio
+    fast path) and calls the SDK serves reach the same session-scoped instances. Any
+    other connection gets a new session (labelled with its session id when it has one:
+    an HTTP session's ``Mcp-Session-Id``).
+    """
     if modern or ctx is None:
         return None
     connection = getattr(ctx.session, "_connection", None)
@@ -98,7 +109,10 @@ def sdk_session(ctx: Any, modern: bool) -> ClientSession | None:
         return None
     session = state.get(_STATE_KEY)
     if session is None:
-        session = ClientSession(connection.session_id or None)
+        session_id = connection.session_id
+        session = made.get(session_id) if made and session_id else None
+        if session is None:
+            session = ClientSession(session_id or None)
         state[_STATE_KEY] = session
         connection.exit_stack.push_async_callback(session.end)
     return session if isinstance(session, ClientSession) else None

@@ -10,7 +10,11 @@ Owns the client's stdin/stdout for one connection (what Claude Code launches):
   error the spec asks for; everything else goes to the SDK `Server` over in-memory
   streams (HOTPATH.md: the SDK's stdio transport moves every read and write to a
   worker thread, ~0.55 ms per call; ours does not);
-* the writer turns the SDK's outgoing messages into lines on one `FrameWriter`.
+* the writer turns the SDK's outgoing messages into lines on one `FrameWriter`;
+* the connection's `ClientSession`: one per connection, shared by the fast path and
+  the SDK's handlers (`Front.serve_connection`), so a session-scoped server's calls
+  reach one instance whichever way they go; it ends when the connection does, which
+  stops that instance.
 
 This is the seam the fast path of `tools/call` plugs into (actors/fastpath.py).
 """
@@ -32,6 +36,7 @@ from msgspec import UNSET
 from actors import wire
 from actors.fastpath import FastPath
 from actors.framing import FrameWriter, LineReader, OversizedLine, StreamBroken
+from actors.harness import ClientSession
 
 logger = logging.getLogger(__name__)
 
@@ -53,25 +58,31 @@ class StdioFront:
         self._to_sdk, self._sdk_in = anyio.create_memory_object_stream[SessionMessage | Exception](SDK_BUFFER)
         self._sdk_out, self._from_sdk = anyio.create_memory_object_stream[SessionMessage](SDK_BUFFER)
         self._in_flight: set[int | str] = set()
+        self.session = ClientSession()
+        """This connection's session: the key of its session-scoped instances, on both paths."""
 
     async def serve(self) -> None:
-        """Serve until the client closes its end (EOF on stdin)."""
-        async with trio.open_nursery() as nursery:
-            if self._use_fast_path:
-                self.fast_path = FastPath(self.front.backend, self.writer, nursery,
-                                          self.front.server.server_info_stamp,
-                                          log_level=lambda: self.front.log_level)
-            nursery.start_soon(self._pump_out)
-            nursery.start_soon(self._run_server)
-            try:
-                await self._pump_in()
-            finally:
-                if self.fast_path is not None:
-                    await self.fast_path.close()
-                await self._to_sdk.aclose()
+        """Serve until the client closes its end (EOF on stdin), then end the session
+        (its session-scoped instances stop; `supervisor.sessions` bounds the wait)."""
+        try:
+            async with trio.open_nursery() as nursery:
+                if self._use_fast_path:
+                    self.fast_path = FastPath(self.front.backend, self.writer, nursery,
+                                              self.front.server.server_info_stamp, self.session,
+                                              log_level=lambda: self.front.log_level)
+                nursery.start_soon(self._pump_out)
+                nursery.start_soon(self._run_server)
+                try:
+                    await self._pump_in()
+                finally:
+                    if self.fast_path is not None:
+                        await self.fast_path.close()
+                    await self._to_sdk.aclose()
+        finally:
+            await self.session.end()
 
     async def _run_server(self) -> None:
-        await self.front.server.run(self._sdk_in, self._sdk_out, self.front.init_options)
+        await self.front.serve_connection(self._sdk_in, self._sdk_out, self.session)
 
     async def _reply(self, frame: bytes) -> None:
         try:
