@@ -25,6 +25,7 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any, Final
 
 import anyio
@@ -44,6 +45,19 @@ SDK_BUFFER: Final = 256
 """Messages queued between our pumps and the SDK server in each direction."""
 
 
+@dataclass(frozen=True, slots=True)
+class StdioFrontStatistics:
+    """What one stdio connection has served so far (for tests and bench/)."""
+
+    sdk_tool_calls: int
+    """``tools/call`` requests the SDK served: the fast path was off, or could not take
+    them (before the handshake, a server not ready or not on stdio, a management tool...)."""
+    fast_in_flight: int
+    """Fast-path calls waiting for their upstream's answer now."""
+    sdk_in_flight: int
+    """Requests the SDK is serving now."""
+
+
 class StdioFront:
     """One client connection over a pair of byte streams (normally our stdin/stdout)."""
 
@@ -60,6 +74,13 @@ class StdioFront:
         self._in_flight: set[int | str] = set()
         self.session = ClientSession()
         """This connection's session: the key of its session-scoped instances, on both paths."""
+        self._sdk_tool_calls = 0
+
+    def statistics(self) -> StdioFrontStatistics:
+        """Calls served the SDK way so far and requests in flight (a frozen record)."""
+        fast = self.fast_path
+        return StdioFrontStatistics(self._sdk_tool_calls, len(fast.calls) if fast is not None else 0,
+                                    len(self._in_flight))
 
     async def serve(self) -> None:
         """Serve until the client closes its end (EOF on stdin), then end the session
@@ -136,6 +157,8 @@ class StdioFront:
             if self.fast_path is not None and await self.fast_path.client_request(env, line):
                 return
             self._in_flight.add(rid)
+            if env.method == "tools/call":
+                self._sdk_tool_calls += 1  # counted off the fast path: it costs that path nothing
         elif env.method == "notifications/cancelled":
             if self.fast_path is not None and await self.fast_path.client_cancel(env):
                 return

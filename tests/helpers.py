@@ -144,26 +144,38 @@ async def pipe_transport(receive: trio.abc.ReceiveStream, send: trio.abc.SendStr
 
 
 @asynccontextmanager
+async def embedded_connection(sup: Any
+                              ) -> AsyncIterator[tuple[trio.abc.SendStream, trio.abc.ReceiveStream, Any]]:
+    """One client connection to the running supervisor ``sup`` through the stdio front
+    (`actors.stdio_front`, fast path and all) that `mcpvisor serve` puts on its
+    stdin/stdout, on OS pipes; yields the client's ends (send, receive) and the
+    `StdioFront`. Several may be open on one supervisor at once. Closing the client's
+    send end is the client leaving (EOF): the front ends its session."""
+    from actors.stdio_front import StdioFront
+
+    up_r, up_w = os.pipe()      # client -> proxy
+    down_r, down_w = os.pipe()  # proxy -> client
+    front_in, client_out, client_in, front_out = (trio.lowlevel.FdStream(fd) for fd in (up_r, up_w, down_r, down_w))
+    async with front_in, front_out, client_in, client_out, trio.open_nursery() as nursery:
+        front = StdioFront(sup.front, front_in, front_out,
+                           max_message=sup.settings.max_message_bytes, fast_path=sup.settings.fast_path)
+        nursery.start_soon(front.serve)
+        yield client_out, client_in, front
+        nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
 async def embedded_front(config: Path, *, state_dir: Path | None = None
                          ) -> AsyncIterator[tuple[trio.abc.SendStream, trio.abc.ReceiveStream]]:
     """A proxy running in this process behind the same stdio front (`actors.stdio_front`,
     fast path and all) that `mcpvisor serve` puts on its stdin/stdout, on OS pipes, with
     the same real upstream subprocesses; yields the client's ends (send, receive). It
     saves the second ``import mcp`` (seconds on a 2-core machine)."""
-    from actors.stdio_front import StdioFront
     from supervisor import open_supervisor
 
-    up_r, up_w = os.pipe()      # client -> proxy
-    down_r, down_w = os.pipe()  # proxy -> client
-    front_in, client_out, client_in, front_out = (trio.lowlevel.FdStream(fd) for fd in (up_r, up_w, down_r, down_w))
-    async with front_in, front_out, client_in, client_out, \
-            open_supervisor(config, state_dir=state_dir or config.parent / "state", watch=False) as sup, \
-            trio.open_nursery() as nursery:
-        front = StdioFront(sup.front, front_in, front_out,
-                           max_message=sup.settings.max_message_bytes, fast_path=sup.settings.fast_path)
-        nursery.start_soon(front.serve)
-        yield client_out, client_in
-        nursery.cancel_scope.cancel()
+    async with open_supervisor(config, state_dir=state_dir or config.parent / "state", watch=False) as sup, \
+            embedded_connection(sup) as (send, receive, _):
+        yield send, receive
 
 
 @asynccontextmanager

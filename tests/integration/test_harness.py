@@ -13,6 +13,8 @@ import json
 import signal
 import sqlite3
 import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,17 @@ from actors.upstream import State
 from supervisor.journal import summarise
 from supervisor.journal._writer import outcome_of
 from supervisor.tree import Supervisor, open_supervisor
-from tests.helpers import PY, REAL_IO_BOUND_S, flaky, proxy_client, write_config
+from tests.helpers import (
+    PY,
+    REAL_IO_BOUND_S,
+    embedded_connection,
+    flaky,
+    pipe_transport,
+    proxy_client,
+    read_record,
+    text_of,
+    write_config,
+)
 
 pytestmark = pytest.mark.timeout(REAL_IO_BOUND_S * 2.5)  # real processes on a loaded 2-core machine
 
@@ -163,8 +175,9 @@ async def test_the_summary_counts_per_tool_and_per_run_and_narrows_to_one_run(tm
 
 
 async def test_calls_through_the_stdio_front_are_journalled_with_the_meta_run_label(tmp_path: Path) -> None:
-    """``serve --journal``: calls on the fast path (shared server) and on the SDK path
-    (session-scoped server) are both recorded, labelled by ``_meta["mcpvisor/run"]``."""
+    """``serve --journal``: calls on the fast path and on the SDK path (a session-scoped
+    server's first call, while its instance starts) are both recorded, labelled by
+    ``_meta["mcpvisor/run"]``."""
     journal = tmp_path / "runs.db"
     config = write_config(tmp_path, {"shared": flaky(), "box": flaky(scope="session")},
                           stateDir=str(tmp_path / "state"))
@@ -461,6 +474,68 @@ async def test_each_http_client_session_gets_its_own_instance_stopped_when_it_le
             nursery.cancel_scope.cancel()
     runs = [r["run"] for r in rows(journal)]
     assert runs == [None, "ep-http", None, "ep-http"]  # the header labels two's calls
+
+
+@pytest.mark.parametrize("pool", [0, 2], ids=["started-on-first-call", "warm-pool"])
+async def test_each_stdio_connection_has_its_own_instance_on_the_fast_path_too(tmp_path: Path,
+                                                                               pool: int) -> None:
+    """Two clients connected at once through the stdio front each count 1, 2, 3 on a
+    session-scoped server: each connection's calls reach one process of its own, whether
+    they go the SDK way (the first call, while its instance starts) or the fast way (every
+    call once the instance is ready: all three with a warm pool). A client leaving stops
+    its instance's process and leaves the other's running. A regression shows as counts
+    shared between the clients or restarting at 1 when the path changes (the two paths
+    reaching different processes), as calls taking the SDK path once the instance is
+    ready, or as a process outliving its client."""
+    from mcp import Client
+
+    record = tmp_path / "calls.jsonl"
+    cfg = harness_config(box=flaky("--record", str(record), scope="session", pool=pool))
+    slow_calls = 0 if pool else 1  # with no pool, the first call waits for the start, the SDK way
+
+    @asynccontextmanager
+    async def connect(sup: Supervisor) -> AsyncIterator[tuple[Client, Any]]:
+        async with embedded_connection(sup) as (send, receive, front), \
+                Client(pipe_transport(receive, send), mode="legacy", cache=None) as client:
+            yield client, front
+
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with open_supervisor(cfg, state_dir=tmp_path / "state", watch=False) as sup:
+            assert await sup.wait_ready() == []
+            for warm in list(sup.scoped._pools.get("box", ())):
+                await wait_state(warm, State.READY)
+            async with connect(sup) as (one, front_one):
+                async with connect(sup) as (two, front_two):
+                    counts: dict[str, list[str]] = {"one": [], "two": []}
+
+                    async def calls(client: Client, key: str) -> None:
+                        for _ in range(3):
+                            counts[key].append(text_of(await client.call_tool("box_counter", {})))
+
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(calls, one, "one")
+                        nursery.start_soon(calls, two, "two")
+                    assert counts == {"one": ["1", "2", "3"], "two": ["1", "2", "3"]}
+                    assert front_one.statistics().sdk_tool_calls == slow_calls
+                    assert front_two.statistics().sdk_tool_calls == slow_calls
+                    ones = sup.scoped.instances(front_one.session)["box"]
+                    twos = sup.scoped.instances(front_two.session)["box"]
+                    one_pid, two_pid = ones.status().pid, twos.status().pid
+                    assert one_pid is not None
+                    assert two_pid is not None
+                    assert len({one_pid, two_pid, sup.upstreams["box"].status().pid}) == 3
+                    by_pid: dict[int, int] = {}
+                    for event in read_record(record):
+                        if event["event"] == "call":
+                            by_pid[event["pid"]] = by_pid.get(event["pid"], 0) + 1
+                    assert by_pid == {one_pid: 3, two_pid: 3}  # both paths reached the same process
+                await wait_state(twos, State.STOPPED)  # two left: its instance stopped with it
+                assert not psutil.pid_exists(two_pid)
+                assert ones.state is State.READY
+                assert text_of(await one.call_tool("box_counter", {})) == "4"
+            await wait_state(ones, State.STOPPED)
+            assert not psutil.pid_exists(one_pid)
+            assert sup.scoped.statistics().sessions == 0
 
 
 REPO_DIR = Path(__file__).resolve().parents[2]
