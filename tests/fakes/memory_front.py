@@ -17,7 +17,9 @@ Pieces:
   writes to the child's stdin, writes the child's stdout); `crash` ends the "process".
 * `RawClient`: newline-delimited JSON-RPC to the front, byte by byte.
 * `MemoryBackend`: what `Front` reads of the supervisor (a fixed snapshot, the
-  upstreams, a record of ``note_call``).
+  upstreams, a record of ``note_call``; with ``open_memory_proxy(instances=N)`` the
+  server is session-scoped and each client session is handed its own instance, as
+  `supervisor.sessions.ScopedServers` does).
 """
 
 from __future__ import annotations
@@ -172,6 +174,12 @@ class MemoryBackend:
         self.upstreams: dict[str, MemoryUpstream] = {upstream.name: upstream}
         self.started = True
         self.notes: list[tuple[str, str, BaseException | None]] = []
+        self.spare: list[MemoryUpstream] = []
+        """Instances not yet handed to a session (the server is session-scoped when any are given)."""
+        self.held: dict[Any, MemoryUpstream] = {}
+        """Each client session's instance, by its `ClientSession`."""
+        self.ended: list[Any] = []
+        """Sessions that ended, in order (their instances would be stopped)."""
 
     async def wait_startup(self) -> None:
         return None
@@ -184,7 +192,22 @@ class MemoryBackend:
         self.notes.append((server, tool, error))
 
     def upstream_for(self, server: str, session: Any) -> Any:
-        return self.upstreams.get(server)
+        """The server's upstream; a session-scoped one's instance for ``session`` (the next
+        spare on its first call; None once the session ended or when none is left)."""
+        up = self.upstreams.get(server)
+        if up is None or session is None or getattr(up.spec, "scope", "shared") != "session":
+            return up
+        held = self.held.get(session)
+        if held is None:
+            if session.ended or not self.spare:
+                return None
+            held = self.held[session] = self.spare.pop(0)
+
+            async def ended() -> None:
+                self.ended.append(session)
+
+            session.on_end(ended)
+        return held
 
 
 class LinkEvents:
@@ -255,6 +278,9 @@ class MemoryProxy:
     served: trio.Event
     upstream: MemoryUpstream
     links: list[StdioLink]
+    instances: list[tuple[MemoryUpstream, ScriptedServer]]
+    """A session-scoped server's instances (``open_memory_proxy(instances=N)``), in the
+    order client sessions take them, each with the "process" behind it."""
 
     async def connect(self) -> RawClient:
         """Another client connection to the same front (as a second Claude window would)."""
@@ -315,15 +341,24 @@ def close_link(link: StdioLink) -> None:
 @asynccontextmanager
 async def open_memory_proxy(*, tools: Sequence[str] = ("echo", "work"), retry_safe: Sequence[str] = (),
                             fast_path: bool = True, upstream_version: str = "2025-11-25",
-                            ) -> AsyncIterator[MemoryProxy]:
+                            instances: int = 0) -> AsyncIterator[MemoryProxy]:
     """The front, one stdio front connection and one upstream "s", all on memory streams.
 
     The upstream's handshake is taken as done (``upstream_version`` is what it negotiated);
-    its tools are exposed as ``s_<tool>``.
+    its tools are exposed as ``s_<tool>``. With ``instances``, "s" is session-scoped
+    (``"scope": "session"``) and has that many more "processes", one per client session.
     """
     link, server = new_link(upstream_version)
     upstream = MemoryUpstream("s", link)
     backend = MemoryBackend(upstream, tools, retry_safe)
+    scoped: list[tuple[MemoryUpstream, ScriptedServer]] = []
+    if instances:
+        upstream.spec.scope = "session"
+        for _ in range(instances):
+            inst_link, inst_server = new_link(upstream_version)
+            instance = MemoryUpstream("s", inst_link, spec=upstream.spec)
+            scoped.append((instance, inst_server))
+        backend.spare = [instance for instance, _ in scoped]
     front = Front(backend)  # type: ignore[arg-type]
     client, stdio = connect_client(front, fast_path=fast_path)
     served = trio.Event()
@@ -332,13 +367,15 @@ async def open_memory_proxy(*, tools: Sequence[str] = ("echo", "work"), retry_sa
         await stdio.serve()
         served.set()
 
-    links = [link]
+    links = [link, *(instance.link for instance, _ in scoped)]
     try:
         async with trio.open_nursery() as nursery:
-            start_link(link, nursery)
+            for each in links:
+                start_link(each, nursery)
             await nursery.start(front.run)
             nursery.start_soon(serve)
-            yield MemoryProxy(front, backend, link, server, client, stdio, nursery, served, upstream, links)
+            yield MemoryProxy(front, backend, link, server, client, stdio, nursery, served, upstream, links,
+                              scoped)
             nursery.cancel_scope.cancel()
     finally:
         for each in links:

@@ -10,6 +10,7 @@ result in the wrong protocol era.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -22,7 +23,7 @@ from mcp_types import (
     SERVER_INFO_META_KEY,
 )
 
-from tests.fakes.memory_front import CALL_TIMEOUT_S, MAX_CALL_TIME_S, open_memory_proxy
+from tests.fakes.memory_front import CALL_TIMEOUT_S, MAX_CALL_TIME_S, connect_client, open_memory_proxy
 
 Clock = trio.testing.MockClock
 
@@ -599,3 +600,72 @@ async def test_a_question_the_2026_client_did_not_declare_is_refused_at_once(
             assert trio.current_time() == started
             await p.server.answer(request, result("no roots"))
             assert text(await p.client.receive_id(1)) == "no roots"
+
+
+async def test_a_session_scoped_servers_calls_reach_the_connections_own_instance_either_way(
+    autojump_clock: Clock,
+) -> None:
+    """``"scope": "session"``: a connection's first call, made while its instance is still
+    starting, goes the SDK way; the next, once it is ready, the fast way; both reach the
+    same instance, held under the one session the stdio front made for the connection. A
+    second connection gets an instance of its own, on the fast path from its first call;
+    the shared instance gets nothing. The first client leaving ends its session (its
+    instance would stop) and only its. A regression shows as a call reaching the wrong
+    "process", two sessions for one connection, or a session outliving its client."""
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy(instances=2) as p:
+            (mine, my_server), (theirs, their_server) = p.instances
+            mine.state = SimpleNamespace(value="starting")
+            await p.client.handshake()
+            await p.client.send(call(1, "s_echo", {"text": "first"}))
+            request = await my_server.receive_method("tools/call")
+            assert p.stdio.statistics().sdk_tool_calls == 1
+            await my_server.answer(request, result("first"))
+            assert text(await p.client.receive_id(1)) == "first"
+
+            mine.state = SimpleNamespace(value="ready")
+            await p.client.send(call(2, "s_echo", {"text": "second"}))
+            request = await my_server.receive()
+            assert p.stdio.fast_path is not None
+            assert p.stdio.fast_path.owns(2)
+            await my_server.answer(request, result("second"))
+            assert text(await p.client.receive_id(2)) == "second"
+            assert p.stdio.statistics().sdk_tool_calls == 1
+            assert p.backend.held == {p.stdio.session: mine}
+
+            other, other_stdio = connect_client(p.front, fast_path=True)
+            p.nursery.start_soon(other_stdio.serve)
+            await other.handshake()
+            await other.send(call(1, "s_echo", {"text": "other"}))
+            request = await their_server.receive()
+            assert other_stdio.fast_path is not None
+            assert other_stdio.fast_path.owns(1)
+            await their_server.answer(request, result("other"))
+            assert text(await other.receive_id(1)) == "other"
+            assert p.backend.held == {p.stdio.session: mine, other_stdio.session: theirs}
+            assert (mine.calls, theirs.calls, p.upstream.calls) == (1, 1, 0)  # fast-path calls each
+
+            await p.client.close()
+            await p.served.wait()
+            assert p.backend.ended == [p.stdio.session]
+            assert not other_stdio.session.ended
+
+
+async def test_a_2026_call_to_a_session_scoped_server_goes_to_the_shared_instance_as_on_the_sdk_path(
+    autojump_clock: Clock,
+) -> None:
+    """A 2026-07-28 request has no connection on the SDK path, which sends it to the
+    server's shared instance; the fast path does the same, so a client's calls meet one
+    process whichever way they go. A regression shows as the call reaching a session's
+    instance (or none, on the SDK path, when it could have gone the fast way)."""
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy(instances=1) as p:
+            meta = {PROTOCOL_VERSION_META_KEY: MODERN, CLIENT_CAPABILITIES_META_KEY: {},
+                    CLIENT_INFO_META_KEY: {"name": "t", "version": "1"}}
+            await p.client.send(call(1, "s_echo", meta=meta))
+            request = await p.server.receive()
+            assert p.stdio.fast_path is not None
+            assert p.stdio.fast_path.owns(1)
+            await p.server.answer(request, result("shared"))
+            assert text(await p.client.receive_id(1)) == "shared"
+            assert p.backend.held == {}
