@@ -44,8 +44,10 @@ PORT_WAIT_S: Final = 90.0
 """How long an HTTP server may take to accept connections (a loaded 2-core box, npx start-up)."""
 
 BASE_ENV_KEYS: Final = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TMPDIR",
-                         "MCPVISOR_TEST_TAG")
-"""Passed to every child; MCPVISOR_TEST_TAG lets the test suite see what the bench started."""
+                         "PYTHONPATH", "MCPVISOR_TEST_TAG")
+"""Passed to every child; MCPVISOR_TEST_TAG lets the test suite see what the bench started, and
+PYTHONPATH makes the `mcpvisor serve` it starts the same code as the bench itself (a checkout
+run with PYTHONPATH measures that checkout, not whatever is installed)."""
 
 
 def base_env(extra: Mapping[str, str] | None = None, *, tag: str | None = None) -> dict[str, str]:
