@@ -225,7 +225,8 @@ def match_servers(query: str, servers: Sequence[LazyServer]) -> list[LazyServer]
     of ``query`` (`STOP_WORDS` left out)."""
     words = query_words(query)
     return [s for s in servers
-            if any(_starts_a_word(w, _WORD.findall(f"{s.name} {s.description or ''}".lower())) for w in words)]
+            if any(_starts_a_word(w, _WORD.findall(f"{s.name} {s.description or ''}".lower()))
+                   for w in words)]
 
 
 def query_words(query: str) -> list[str]:
