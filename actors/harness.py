@@ -8,13 +8,15 @@ Owns:
 * `run_label`: the episode/run label of a call: the ``_meta`` key `RUN_META_KEY`, else
   the HTTP header `RUN_HEADER`, else the session's own label;
 * `sdk_session`: the `ClientSession` of a request served through the SDK (one per
-  handshake-era connection, kept on the connection and ended with it).
+  handshake-era connection, kept on the connection and ended with it; on stdio the
+  connection's own, `CONNECTION_SESSION`, so the fast path and the SDK path agree).
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from typing import Any, Final
 
 RUN_META_KEY: Final = "mcpvisor/run"
@@ -86,6 +88,14 @@ def run_label(ctx: Any, session: ClientSession | None) -> str | None:
     return session.run if session is not None else None
 
 
+CONNECTION_SESSION: Final[ContextVar[ClientSession | None]] = ContextVar(
+    "mcpvisor_connection_session", default=None)
+"""Set by a front that already made its connection's session (the stdio front's fast path)
+around the SDK's serving of that connection: `sdk_session` adopts it, so one connection is
+one session (one journal label, one set of session-scoped instances) whichever path a call
+takes."""
+
+
 def sdk_session(ctx: Any, modern: bool) -> ClientSession | None:
     """The `ClientSession` of a handshake-era connection, made on its first request and
     ended when the connection closes; None for 2026-07-28 requests (no connection: they
@@ -98,7 +108,7 @@ def sdk_session(ctx: Any, modern: bool) -> ClientSession | None:
         return None
     session = state.get(_STATE_KEY)
     if session is None:
-        session = ClientSession(connection.session_id or None)
+        session = CONNECTION_SESSION.get() or ClientSession(connection.session_id or None)
         state[_STATE_KEY] = session
         connection.exit_stack.push_async_callback(session.end)
     return session if isinstance(session, ClientSession) else None

@@ -32,6 +32,7 @@ from msgspec import UNSET
 from actors import wire
 from actors.fastpath import FastPath
 from actors.framing import FrameWriter, LineReader, OversizedLine, StreamBroken
+from actors.harness import CONNECTION_SESSION
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +72,10 @@ class StdioFront:
                 await self._to_sdk.aclose()
 
     async def _run_server(self) -> None:
+        if self.fast_path is not None:
+            # The SDK's handlers run in tasks spawned from here, so they see the fast
+            # path's session as this connection's (`CONNECTION_SESSION`).
+            CONNECTION_SESSION.set(self.fast_path.session)
         await self.front.server.run(self._sdk_in, self._sdk_out, self.front.init_options)
 
     async def _reply(self, frame: bytes) -> None:

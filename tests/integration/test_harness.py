@@ -164,7 +164,8 @@ async def test_the_summary_counts_per_tool_and_per_run_and_narrows_to_one_run(tm
 
 async def test_calls_through_the_stdio_front_are_journalled_with_the_meta_run_label(tmp_path: Path) -> None:
     """``serve --journal``: calls on the fast path (shared server) and on the SDK path
-    (session-scoped server) are both recorded, labelled by ``_meta["mcpvisor/run"]``."""
+    (session-scoped server) are both recorded, labelled by ``_meta["mcpvisor/run"]``, under
+    the one session of the connection."""
     journal = tmp_path / "runs.db"
     config = write_config(tmp_path, {"shared": flaky(), "box": flaky(scope="session")},
                           stateDir=str(tmp_path / "state"))
@@ -180,6 +181,8 @@ async def test_calls_through_the_stdio_front_are_journalled_with_the_meta_run_la
     assert [(r["server"], r["run"], r["outcome"]) for r in found] == [
         ("shared", "ep-9", "ok"), ("box", "ep-9", "ok"), ("box", None, "ok")]
     assert all(r["session"] for r in found)
+    # One stdio connection is one client session, whichever path (fast or SDK) a call took.
+    assert len({r["session"] for r in found}) == 1, found
     assert all(r["arg_bytes"] == 2 for r in found)
 
 
