@@ -128,7 +128,7 @@ def resolve_config(args: argparse.Namespace) -> tuple[Path, str]:
     from supervisor.config import demo_config_path, find_config
 
     if args.demo:
-        return demo_config_path(), "the bundled demo config (--demo)"
+        return demo_config_path(), "--demo: the bundled demo config"
     path, why = find_config(args.config)
     if path is None:
         raise FileNotFoundError(
