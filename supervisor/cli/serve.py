@@ -24,7 +24,7 @@ examples:
   mcpvisor serve --config ~/mcp.json --toolset dev
   mcpvisor serve --exposure discovery            # discover_tool, use_tool, load_mcp instead of every tool
   claude mcp add mcpvisor -- mcpvisor serve      # use it from Claude Code
-  mcpvisor serve --transport http --host 0.0.0.0 --token-file ~/.mcpvisor-token \
+  mcpvisor serve --transport http --host 0.0.0.0 --token-file ~/.mcpvisor-token \\
       --certfile cert.pem --keyfile key.pem      # beyond this machine: a token (and TLS)
 
 config lookup order: --config, $MCPVISOR_CONFIG, $MCP_PROXY_CONFIG_PATH, ./mcpvisor.json, ./.mcp.json, the user config dir
