@@ -174,7 +174,8 @@ class FastCall:
         Answers the client unless it cancelled meanwhile (``scope`` cancelled, the call
         gone from ``fast.calls``): MCP cancellation, no response to a cancelled request.
         """
-        logger.info("%s died under %s; retrying once (the tool is retry-safe)", self.route.server, self.route.original)
+        logger.info("%s: died during %s; retrying once on the new process (the tool is retry-safe)",
+                    self.route.server, self.route.original)
         up = self.fast.backend.upstreams.get(self.route.server)
         params = {k: msgspec.json.decode(v) for k, v in self.params.items()}
         meta = params.get("_meta")
