@@ -156,6 +156,8 @@ async def test_the_summary_counts_per_tool_and_per_run_and_narrows_to_one_run(tm
     assert "echo" in table
     assert "ep-2" in table
     assert "server_down 1" in table
+    none = await cli("journal", str(journal), "--run", "no-such-run")
+    assert "0 calls, 0 sessions, 0 retries\n" in none  # no dangling "; " without outcomes
     missing = await trio.run_process([PY, "-m", "supervisor", "journal", str(tmp_path / "nope.db")],
                                      capture_stdout=True, capture_stderr=True, check=False)
     assert missing.returncode == 1
