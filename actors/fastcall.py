@@ -176,7 +176,8 @@ class FastCall:
         Answers the client unless it cancelled meanwhile (``scope`` cancelled, the call
         gone from ``fast.calls``): MCP cancellation, no response to a cancelled request.
         """
-        logger.info("%s died under %s; retrying once (the tool is retry-safe)", self.route.server, self.route.original)
+        logger.info("%s: died during %s; retrying once on the new process (the tool is retry-safe)",
+                    self.route.server, self.route.original)
         # The same actor the call was routed to, as it is now: a reload may have replaced the
         # server's; a session-scoped server's is this connection's instance (None once it ended).
         fast = self.fast

@@ -63,6 +63,12 @@ LINE_CHARS: Final = 100
 
 _WORD: Final = re.compile(r"[a-z0-9]+")
 
+STOP_WORDS: Final = frozenset(
+    "a an the of to for and or in on at by with from into is are it its my me i this that "
+    "some please".split())
+"""Query words that say nothing about a tool ("slugify *a* title"): left out of a search,
+since as substrings they would match almost every name and description."""
+
 # Scores of one query word against one tool (`DiscoveryIndex.search`): a whole word of the
 # name counts most, then part of the name, then the description, then the server.
 _SCORE_NAME_WORD: Final = 4
@@ -184,27 +190,28 @@ class DiscoveryIndex:
     def search(self, query: str, limit: int = SEARCH_RESULTS) -> list[Match]:
         """The tools best matching ``query`` (a few words), best first.
 
-        Each query word scores against each tool's name (a whole word of it counts most),
-        its description and its server's name and description; ties keep catalog order.
+        Each query word (`STOP_WORDS` left out) scores against each tool's name (a whole
+        word of it counts most, then any part), and against the start of a word of its
+        description and of its server's name and description; ties keep catalog order.
         """
-        words = _WORD.findall(query.lower())
+        words = query_words(query)
         if not words:
             return []
         scored: list[tuple[int, int, ToolRoute]] = []
         for pos, route in enumerate(self.routes):
             name_words = set(_WORD.findall(route.exposed.lower()))
             name = route.exposed.lower()
-            desc = str(route.wire.get("description") or "").lower()
-            server = f"{route.server} {self.server_descriptions.get(route.server, '')}".lower()
+            desc = _WORD.findall(str(route.wire.get("description") or "").lower())
+            server = _WORD.findall(f"{route.server} {self.server_descriptions.get(route.server, '')}".lower())
             score = 0
             for w in words:
                 if w in name_words:
                     score += _SCORE_NAME_WORD
                 elif w in name:
                     score += _SCORE_NAME_PART
-                if w in desc:
+                if _starts_a_word(w, desc):
                     score += _SCORE_DESCRIPTION
-                if w in server:
+                if _starts_a_word(w, server):
                     score += _SCORE_SERVER
             if score:
                 scored.append((-score, pos, route))
@@ -214,9 +221,22 @@ class DiscoveryIndex:
 
 
 def match_servers(query: str, servers: Sequence[LazyServer]) -> list[LazyServer]:
-    """The servers of ``servers`` whose name or description contains a word of ``query``."""
-    words = _WORD.findall(query.lower())
-    return [s for s in servers if any(w in f"{s.name} {s.description or ''}".lower() for w in words)]
+    """The servers of ``servers`` with a word of name or description that starts with a word
+    of ``query`` (`STOP_WORDS` left out)."""
+    words = query_words(query)
+    return [s for s in servers
+            if any(_starts_a_word(w, _WORD.findall(f"{s.name} {s.description or ''}".lower()))
+                   for w in words)]
+
+
+def query_words(query: str) -> list[str]:
+    """The words of a search query that can tell tools apart: lower case, no `STOP_WORDS`."""
+    return [w for w in _WORD.findall(query.lower()) if w not in STOP_WORDS]
+
+
+def _starts_a_word(word: str, words: Sequence[str]) -> bool:
+    """Whether some word of ``words`` starts with ``word`` ("slug" finds "slugify")."""
+    return any(w.startswith(word) for w in words)
 
 
 def lazy_owner(name: str, servers: Sequence[LazyServer]) -> LazyServer | None:

@@ -257,7 +257,7 @@ class Upstream(LinkTasks):
             except UpstreamDied:
                 if attempt + 1 == attempts:
                     raise
-                logger.info("%s died under a %s call; retrying once (the tool is retry-safe)",
+                logger.info("%s: died during %s; retrying once on the new process (the tool is retry-safe)",
                             self.name, method)
                 continue
             except CallTimeout as exc:

@@ -348,15 +348,16 @@ def run_path(args: argparse.Namespace) -> int:
         out.say(f"{found.path}" + ("" if found.exists else "  (does not exist)"))
         out.say(f"  chosen because: {found.why}")
     out.say("lookup order:")
+    width = max(len(str(place["source"])) for place in places)
     for i, place in enumerate(places, start=1):
         if not place["given"]:
             state = "not given" if place["source"] == "--config" else "not set"
-            out.say(f"  {i}. {place['source']:<18} {state}")
+            out.say(f"  {i}. {place['source']:<{width}}  {state}")
             continue
         state = "exists" if place["exists"] else "missing"
         mark = "  <- in use" if place["used"] else ""
         shown = place["path"] if place["path"] != place["source"] else ""
-        out.say(f"  {i}. {place['source']:<18} {shown + '  ' if shown else ''}{state}{mark}")
+        out.say(f"  {i}. {place['source']:<{width}}  {shown + '  ' if shown else ''}{state}{mark}")
     return EXIT_OK if found and found.exists else EXIT_FAILED
 
 

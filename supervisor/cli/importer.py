@@ -108,7 +108,7 @@ def _read(args: argparse.Namespace) -> tuple[list[Found], list[str], list[str]]:
     if args.only:
         found = [f for f in found if f.name in args.only or f.original in args.only]
     found = [_without_empty(f) for f in found]
-    looked = [str(s.path) for s in sources]
+    looked = list(dict.fromkeys(str(s.path) for s in sources))  # ~/.claude.json is read twice, named once
     if not existing:
         raise CommandError(
             f"no {args.client} config found; looked at: {', '.join(looked)} "

@@ -24,7 +24,7 @@ examples:
   mcpvisor serve --config ~/mcp.json --toolset dev
   mcpvisor serve --exposure discovery            # discover_tool, use_tool, load_mcp instead of every tool
   claude mcp add mcpvisor -- mcpvisor serve      # use it from Claude Code
-  mcpvisor serve --transport http --host 0.0.0.0 --token-file ~/.mcpvisor-token \
+  mcpvisor serve --transport http --host 0.0.0.0 --token-file ~/.mcpvisor-token \\
       --certfile cert.pem --keyfile key.pem      # beyond this machine: a token (and TLS)
 
 config lookup order: --config, $MCPVISOR_CONFIG, $MCP_PROXY_CONFIG_PATH, ./mcpvisor.json, ./.mcp.json, the user config dir
@@ -128,7 +128,7 @@ def resolve_config(args: argparse.Namespace) -> tuple[Path, str]:
     from supervisor.config import demo_config_path, find_config
 
     if args.demo:
-        return demo_config_path(), "the bundled demo config (--demo)"
+        return demo_config_path(), "--demo: the bundled demo config"
     path, why = find_config(args.config)
     if path is None:
         raise FileNotFoundError(

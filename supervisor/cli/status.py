@@ -34,8 +34,9 @@ until "retry at"; calls fail at once), half_open (one trial start), disabled, st
 """
 
 WATCH_INTERVAL_S: Final = 1.0
-LAST_ERROR_WIDTH: Final = 60
-"""Characters of the last error shown in the table (the JSON has all of it)."""
+LAST_ERROR_WIDTH: Final = 200
+"""Characters of a server's last error shown under the table, on its own line(s) (the JSON
+has all of it)."""
 
 STATE_STYLES: Final = {
     "ready": "green",
@@ -159,8 +160,9 @@ def fmt_duration(seconds: float | None) -> str:
     return f"{days}d {hours:02d}h"
 
 
-def fmt_retry(server: dict[str, Any]) -> str:
-    """Local wall time of the next start, and how far away it is: ``14:03:07 (in 12s)``."""
+def fmt_retry(server: dict[str, Any], countdown: bool = True) -> str:
+    """Local wall time of the next start, and (``countdown``) how far away it is:
+    ``14:03:07 (in 12s)``."""
     at = server.get("retryAt")
     if not at:
         return "-"
@@ -169,7 +171,7 @@ def fmt_retry(server: dict[str, Any]) -> str:
     except ValueError:
         return str(at)
     left = server.get("retryInSeconds")
-    suffix = f" (in {fmt_duration(left)})" if isinstance(left, int | float) else ""
+    suffix = f" (in {fmt_duration(left)})" if countdown and isinstance(left, int | float) else ""
     return when.strftime("%H:%M:%S") + suffix
 
 
@@ -191,15 +193,19 @@ def fmt_availability(value: Any) -> str:
     return "-" if value is None else f"{100 * float(value):.0f}%"
 
 
-WIDE_TABLE_COLUMNS: Final = 140
+WIDE_TABLE_COLUMNS: Final = 150
 """Below this terminal width the table leaves out the detail columns (lives, availability,
-protocol) so the ones that say what is wrong keep their room (an 80-column terminal
-must still show every server's name and state)."""
+protocol) and the countdown after "retry at", so the ones that say what is wrong keep their
+room: an 80-column terminal must still show every server's name, state, restarts and next
+try. (The wide table is about 145 columns with a server backing off.)"""
 
 
 def render(report: dict[str, Any], width: int | None = None) -> Any:
-    """One proxy's status as a rich `Table`; ``width`` (the terminal's) decides whether the
-    detail columns fit (`WIDE_TABLE_COLUMNS`); None shows them all."""
+    """One proxy's status as a rich `Table`, then each server's last error on its own line
+    (a cell of a table with ten columns cannot hold an error message: it came out one
+    letter per line); ``width`` (the terminal's) decides whether the detail columns fit
+    (`WIDE_TABLE_COLUMNS`); None shows them all."""
+    from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
@@ -212,21 +218,20 @@ def render(report: dict[str, Any], width: int | None = None) -> Any:
     table.add_column("server", no_wrap=True, min_width=len("server"))
     table.add_column("state", no_wrap=True, min_width=len("backing_off"))
     table.add_column("uptime", justify="right", no_wrap=True)
-    table.add_column("restarts", justify="right")
+    table.add_column("restarts", justify="right", no_wrap=True)
     if wide:
         table.add_column("lives ok/failed", justify="right", no_wrap=True)
         table.add_column("avail.", justify="right", no_wrap=True)
     table.add_column("circuit", no_wrap=True)
     table.add_column("retry at", no_wrap=True)
-    table.add_column("last error", overflow="fold")
     table.add_column("tools", justify="right")
     if wide:
         table.add_column("protocol", no_wrap=True)
     for s in report.get("servers", []):
         state = str(s.get("state"))
         circuit = str(s.get("circuit"))
-        details = ([f"{s.get('healthyLives', 0)}/{s.get('failedStarts', 0)}", fmt_availability(s.get("availability"))]
-                   if wide else [])
+        details = ([f"{s.get('healthyLives', 0)}/{s.get('failedStarts', 0)}",
+                    fmt_availability(s.get("availability"))] if wide else [])
         table.add_row(
             str(s.get("name")),
             Text(state, style=STATE_STYLES.get(state, "")),
@@ -234,11 +239,19 @@ def render(report: dict[str, Any], width: int | None = None) -> Any:
             fmt_restarts(s),
             *details,
             Text(circuit, style="red" if circuit == "open" else ("yellow" if circuit == "half_open" else "")),
-            fmt_retry(s),
-            shorten(s.get("lastError")),
+            fmt_retry(s, countdown=wide),
             str(s.get("toolCount", 0)),
             *([era(s.get("protocolVersion"))] if wide else []),
         )
     if not report.get("servers"):
         table.add_row("(no servers)", *[""] * (len(table.columns) - 1))
-    return table
+    errors = [(str(s.get("name")), shorten(s.get("lastError"))) for s in report.get("servers", [])
+              if s.get("lastError")]
+    if not errors:
+        return table
+    lines = Text("last error\n", style="bold")
+    for name, error in errors:
+        lines.append(f"  {name}: ", style="bold")
+        lines.append(f"{error}\n")
+    lines.rstrip()
+    return Group(table, lines)

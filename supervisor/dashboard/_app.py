@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 from importlib import resources
+from pathlib import Path
 from typing import Any, Final
 
 import trio
@@ -74,6 +75,20 @@ def _asset(name: str) -> bytes:
     return resources.files("supervisor.dashboard").joinpath("static", name).read_bytes()
 
 
+
+DEMO_READ_ONLY: Final = ("the bundled demo config (serve --demo) is part of the package and is not edited: "
+                         "to change servers, run `mcpvisor serve --transport http` with your own config "
+                         "(`mcpvisor mcp add NAME -- COMMAND ARGS...` creates ./mcpvisor.json)")
+"""Why a change is refused under ``serve --demo``: the file is package data (in a source
+checkout, a tracked file), and editing it would change every later demo."""
+
+
+def is_bundled_demo(path: Path | None) -> bool:
+    """Whether ``path`` is the demo config shipped inside the package."""
+    from supervisor.config import demo_config_path
+
+    return path is not None and path.resolve() == demo_config_path()
+
 class Api:
     """The endpoints, bound to one `Hub` and one `DashboardGuard`."""
 
@@ -89,6 +104,11 @@ class Api:
             self.hub.activate()
             return None
         return _error(refused.status, refused.error)
+
+    def _editable(self) -> bool:
+        """Whether the page may change servers: a config file that is not the bundled demo."""
+        path = self.hub.source.config_path
+        return path is not None and not is_bundled_demo(path)
 
     def _entries(self) -> Entries | None:
         path = self.hub.source.config_path
@@ -139,7 +159,7 @@ class Api:
         if (refused := await self._refused(request, "GET")) is not None:
             return refused
         report = await self.hub.status(await self._configured())
-        report["configEditable"] = self.hub.source.config_path is not None
+        report["configEditable"] = self._editable()
         return JSONResponse(report)
 
     async def servers(self, request: Request) -> Response:
@@ -154,7 +174,7 @@ class Api:
             entry = configured.get(server["name"])
             rows.append({"name": server["name"], "entry": masked(entry) if entry is not None else None,
                          "status": server})
-        return JSONResponse({"servers": rows, "configEditable": self.hub.source.config_path is not None})
+        return JSONResponse({"servers": rows, "configEditable": self._editable()})
 
     async def server(self, request: Request) -> Response:
         if request.method == "PUT":
@@ -193,6 +213,8 @@ class Api:
         entries = self._entries()
         if entries is None:
             return _error(409, "this proxy was not started from a config file: there is nothing to edit")
+        if is_bundled_demo(entries.path):
+            return _error(409, DEMO_READ_ONLY)
         try:
             body = await self._body(request)
             result = await trio.to_thread.run_sync(change, entries, body)

@@ -90,9 +90,10 @@ def summarise(path: str | Path, *, run: str | None = None) -> dict[str, Any]:
 
 def format_table(summary: dict[str, Any]) -> str:
     """The summary as aligned text: totals, then per tool, then per run."""
+    totals = f"{summary['calls']} calls, {summary['sessions']} sessions, {summary['retries']} retries"
+    outcomes = ", ".join(f"{k} {v}" for k, v in summary["outcomes"].items())
     lines = [f"journal {summary['path']}" + (f" (run {summary['run']})" if summary["run"] else ""),
-             f"{summary['calls']} calls, {summary['sessions']} sessions, {summary['retries']} retries; "
-             + ", ".join(f"{k} {v}" for k, v in summary["outcomes"].items())]
+             totals + (f"; {outcomes}" if outcomes else "")]
     if summary["tools"]:
         lines.append("")
         header = ("server", "tool", "calls", "errors", "p50 ms", "p99 ms")

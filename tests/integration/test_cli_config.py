@@ -16,6 +16,11 @@ def test_path_follows_the_lookup_order(cli: Cli) -> None:  # noqa: F811
     assert "./mcpvisor.json" in none.out
     assert "./.mcp.json" in none.out
     assert "not set" in none.out
+    # The lookup lines are a table: every state starts in the same column, even after the
+    # longest source ($MCP_PROXY_CONFIG_PATH).
+    lookup = none.out.split("lookup order:\n", 1)[1].splitlines()
+    starts = {line.index("not set") if "not set" in line else line.index("not given") for line in lookup[:3]}
+    assert len(starts) == 1, lookup
 
     cli.write({"mcpServers": {}}, cli.cwd / ".mcp.json")
     claude = cli("config", "path")

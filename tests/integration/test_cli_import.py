@@ -130,6 +130,9 @@ def test_nothing_to_read_or_a_broken_file(cli: Cli) -> None:  # noqa: F811
     none = cli("import", "cursor")
     assert none.code == 1
     assert "no cursor config found; looked at" in none.err
+    claude = cli("import", "claude-code")  # ~/.claude.json holds two sources: named once
+    assert claude.code == 1
+    assert claude.err.count(".claude.json") == 1, claude.err
     assert cli("import", "vscode", "missing.json").code == 2
     broken = cli.root / "broken.json"
     broken.write_text('{"mcpServers": {"a": [}')

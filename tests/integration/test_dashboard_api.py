@@ -13,6 +13,7 @@ import pytest
 import trio
 from trio_websocket import open_websocket_url
 
+from supervisor.config import demo_config_path
 from tests.helpers import REAL_IO_BOUND_S, write_config
 from tests.integration.dashboard import SECRET, flaky_entry, fleet, private, server_state, serving
 
@@ -108,6 +109,32 @@ async def test_changes_need_the_token_and_the_proxy_applies_them(tmp_path: Path)
             assert dash.file_entry("gamma") is None
             assert (await http.get(f"{api}/gamma")).status_code == 404
             assert (await http.delete(f"{api}/gamma", headers=dash.auth())).status_code == 404
+
+
+async def test_the_bundled_demo_config_is_never_edited(tmp_path: Path) -> None:
+    """Under ``serve --demo`` the page and the API show the servers but refuse changes
+    (409, saying what to do instead): the demo config is package data, and an add used to
+    rewrite it for every later demo."""
+    demo = demo_config_path()
+    before = demo.read_bytes()
+    gamma = {"name": "gamma", "entry": flaky_entry("gamma")}
+    try:
+        with trio.fail_after(REAL_IO_BOUND_S):
+            async with serving(tmp_path, demo) as dash, httpx2.AsyncClient(timeout=60) as http:
+                api = f"{dash.base}/api/servers"
+                listing = (await http.get(api)).json()
+                assert listing["configEditable"] is False
+                assert {row["name"] for row in listing["servers"]} == {"notes", "calc", "text"}
+                added = await http.post(api, json=gamma, headers=dash.auth())
+                assert added.status_code == 409
+                assert "bundled demo config" in added.json()["error"]
+                assert (await http.post(f"{api}/calc/disable", headers=dash.auth())).status_code == 409
+                assert (await http.delete(f"{api}/calc", headers=dash.auth())).status_code == 409
+                assert await server_state(http, dash.base, "calc") == "ready"
+        assert demo.read_bytes() == before
+    finally:
+        if demo.read_bytes() != before:  # a regression must not leave the checkout edited
+            demo.write_bytes(before)
 
 
 async def test_test_runs_the_mcp_test_probe(tmp_path: Path) -> None:

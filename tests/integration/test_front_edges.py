@@ -254,3 +254,5 @@ def test_help_lists_serve_with_an_example() -> None:
     done = subprocess.run([sys.executable, "-m", "supervisor", "serve", "--help"], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0 and "examples:" in done.stdout and "--transport" in done.stdout
+    # A long example is continued with a shell backslash, not joined into one run of spaces.
+    assert "--token-file ~/.mcpvisor-token \\\n      --certfile cert.pem" in done.stdout

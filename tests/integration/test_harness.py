@@ -168,6 +168,8 @@ async def test_the_summary_counts_per_tool_and_per_run_and_narrows_to_one_run(tm
     assert "echo" in table
     assert "ep-2" in table
     assert "server_down 1" in table
+    none = await cli("journal", str(journal), "--run", "no-such-run")
+    assert "0 calls, 0 sessions, 0 retries\n" in none  # no dangling "; " without outcomes
     missing = await trio.run_process([PY, "-m", "supervisor", "journal", str(tmp_path / "nope.db")],
                                      capture_stdout=True, capture_stderr=True, check=False)
     assert missing.returncode == 1
@@ -177,7 +179,7 @@ async def test_the_summary_counts_per_tool_and_per_run_and_narrows_to_one_run(tm
 async def test_calls_through_the_stdio_front_are_journalled_with_the_meta_run_label(tmp_path: Path) -> None:
     """``serve --journal``: calls on the fast path and on the SDK path (a session-scoped
     server's first call, while its instance starts) are both recorded, labelled by
-    ``_meta["mcpvisor/run"]``."""
+    ``_meta["mcpvisor/run"]``, under the one session of the connection."""
     journal = tmp_path / "runs.db"
     config = write_config(tmp_path, {"shared": flaky(), "box": flaky(scope="session")},
                           stateDir=str(tmp_path / "state"))
@@ -193,6 +195,8 @@ async def test_calls_through_the_stdio_front_are_journalled_with_the_meta_run_la
     assert [(r["server"], r["run"], r["outcome"]) for r in found] == [
         ("shared", "ep-9", "ok"), ("box", "ep-9", "ok"), ("box", None, "ok")]
     assert all(r["session"] for r in found)
+    # One stdio connection is one client session, whichever path (fast or SDK) a call took.
+    assert len({r["session"] for r in found}) == 1, found
     assert all(r["arg_bytes"] == 2 for r in found)
 
 

@@ -19,7 +19,7 @@ import pytest
 import trio
 
 from supervisor.cli import main as cli_main
-from supervisor.cli.status import fmt_duration, fmt_retry, render, shorten
+from supervisor.cli.status import LAST_ERROR_WIDTH, fmt_duration, fmt_retry, render, shorten
 from supervisor.control import serve_control, status_report
 from tests.fakes.supervisor import StubSupervisor, a_status
 
@@ -113,7 +113,7 @@ def test_formatting_helpers() -> None:
     assert fmt_retry({"retryAt": "2030-01-01T00:00:00.000Z", "retryInSeconds": 12.0}).endswith("(in 12.0s)")
     assert shorten(None) == "-"
     assert shorten("a\n  b") == "a b"
-    assert len(shorten("x" * 200)) == 60
+    assert len(shorten("x" * 1000)) == LAST_ERROR_WIDTH
 
 
 async def test_render_of_a_proxy_without_servers() -> None:
@@ -128,7 +128,9 @@ async def test_render_of_a_proxy_without_servers() -> None:
 async def test_an_80_column_terminal_still_shows_every_server_and_state(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """In a narrow terminal the detail columns (lives, availability, protocol) give way, so
-    each server's name and state stay readable instead of being squeezed to nothing."""
+    each server's name and state stay readable instead of being squeezed to nothing, and
+    each last error is whole on its own line under the table (in a cell it came out one
+    letter per line)."""
     monkeypatch.setenv("COLUMNS", "80")
     with trio.fail_after(BOUND_S):
         async with trio.open_nursery() as nursery:
@@ -141,3 +143,7 @@ async def test_an_80_column_terminal_still_shows_every_server_and_state(
         assert text in out, text
     assert "lives ok/failed" not in out and "avail." not in out
     assert max(len(line) for line in out.splitlines()) <= 80
+    assert "  flaky: exited with status 3: Traceback (most recent call last): boom" in out.splitlines()
+    assert "  never: exited with status 2: fatal: no API key" in out.splitlines()
+    assert "restarts" in out and "2 (2/min)" in out
+    assert "(in " not in out  # the countdown after "retry at" is a detail too

@@ -23,6 +23,7 @@ from actors.core.discovery import (
     MAX_LOAD_FAILURES,
     USE_TOOL,
     LazyBook,
+    match_servers,
 )
 from actors.core.registration import UpstreamUp
 from actors.core.registry import RegistryCore
@@ -105,6 +106,19 @@ def test_a_query_ranks_by_name_then_description_then_server() -> None:
     assert [m.name for m in index.search("working tree")] == ["git_status"]
     assert [m.name for m in index.search("web")][:2] == ["web_search", "web_fetch"]
     assert index.search("zzz") == []
+
+
+def test_a_query_matches_words_not_letters_inside_them() -> None:
+    """"slugify a title" must not offer every tool whose description contains the letter a."""
+    core = discovery_core(lazy={"big": "Text utilities: word count, slugify, reverse, shout"})
+    index = core.snapshot.discovery
+    assert index is not None
+    assert index.search("slugify a title") == []
+    assert [s.name for s in match_servers("slugify a title", index.lazy)] == ["big"]
+    assert [m.name for m in index.search("the status of a tree")] == ["git_status"]
+    assert [m.name for m in index.search("fetch a page")] == ["web_fetch", "web_search"]
+    assert index.search("a") == []
+    assert match_servers("to the", index.lazy) == []
 
 
 def test_use_tool_plans_check_arguments_before_anything_is_sent() -> None:
