@@ -98,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
     if not reports:
         if not problems:
             print(f"mcpvisor: {no_proxy_message(directory)}", file=sys.stderr)
+        if args.format == "json":
+            print("[]")  # a script still gets valid JSON: no proxies
         return EXIT_FAILED
     if args.format == "json":
         print(json.dumps([{k: v for k, v in r.items() if k != "ok"} for r in reports], indent=2))

@@ -60,6 +60,13 @@ async def test_no_running_proxy_is_a_clear_message_and_exit_1(tmp_path: Path) ->
     assert f"no running mcpvisor proxy found in {tmp_path}" in err
 
 
+async def test_json_with_no_running_proxy_is_an_empty_list(tmp_path: Path) -> None:
+    """A script asking for JSON gets valid JSON (no proxies) besides the message and exit 1."""
+    code, out, err = await run_cli("--state-dir", str(tmp_path), "--format", "json")
+    assert code == 1 and json.loads(out) == []
+    assert "no running mcpvisor proxy" in err
+
+
 async def test_the_table_shows_every_column_for_every_server(tmp_path: Path) -> None:
     with trio.fail_after(BOUND_S):
         async with trio.open_nursery() as nursery:
