@@ -185,6 +185,11 @@ class Flaky:
             self.result(request_id, {})
         elif method == "tools/list":
             self.result(request_id, {"tools": TOOLS})
+            if self.opts.exit_after_start is not None:
+                # Up and listed, then gone before any client call: a start that did nothing.
+                timer = threading.Timer(self.opts.exit_after_start, os._exit, args=(3,))
+                timer.daemon = True
+                timer.start()
         elif method == "tools/call":
             self.handle_call(request_id, params)
         elif self.opts.ignore_unknown:
@@ -193,11 +198,6 @@ class Flaky:
             self.error(request_id, METHOD_NOT_FOUND, "Method not found")
 
     def handle_notification(self, method: str, params: dict[str, Any]) -> None:
-        if method == "notifications/initialized" and self.opts.exit_after_start is not None:
-            # Up and listed, then gone before any client call: a start that did nothing.
-            timer = threading.Timer(self.opts.exit_after_start, os._exit, args=(3,))
-            timer.daemon = True
-            timer.start()
         if method != "notifications/cancelled":
             return
         request_id = params.get("requestId")
@@ -371,7 +371,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--exit-after-start",
         type=float,
         metavar="SECONDS",
-        help="exit(3) this long after notifications/initialized, whatever is going on",
+        help="exit(3) this long after answering tools/list (so after the proxy saw it ready)",
     )
     p.add_argument(
         "--slow-start",
