@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
     from supervisor.cli.status import no_proxy_message
     from supervisor.control import list_running
-    from supervisor.state import state_dir
+    from supervisor.settings import state_dir
 
     directory = state_dir(args.state_dir)
     proxies = [p for p in list_running(directory) if args.pid in (None, p.pid)]

@@ -236,3 +236,12 @@ async def test_mcpvisor_dashboard_drives_a_proxy_running_over_stdio(tmp_path: Pa
             assert not any(t.name.startswith("alpha_") for t in (await client.list_tools()).tools)
             assert await server_state(http, base, "alpha") == "disabled"
             nursery.cancel_scope.cancel()
+
+
+def test_mcpvisor_dashboard_with_no_running_proxy_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``mcpvisor dashboard`` in a state dir with no proxy: exit 1 and the message says how
+    to start one (the command's own entry point, as a user runs it)."""
+    from supervisor.cli import main
+
+    assert main(["dashboard", "--state-dir", str(tmp_path), "--no-open"]) == 1
+    assert f"no running mcpvisor proxy found in {tmp_path}" in capsys.readouterr().err
