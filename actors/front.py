@@ -69,7 +69,10 @@ class Backend(Protocol):
     """What the front needs from the supervisor."""
 
     router: Router
-    upstreams: Mapping[str, Upstream]
+
+    @property
+    def upstreams(self) -> Mapping[str, Upstream]:
+        """The upstream actors by server name (read-only here: the supervisor owns them)."""
 
     async def wait_startup(self) -> None: ...
 
@@ -145,20 +148,23 @@ class Front:
             name,
             version=version,
             instructions=instructions,
-            on_list_tools=self._list_tools,
+            on_list_tools=self._list_tools,  # type: ignore[arg-type]  # see _list_tools
             on_call_tool=self.tools.call_tool,
-            on_list_resources=self._list_resources,
-            on_list_resource_templates=self._list_templates,
+            on_list_resources=self._list_resources,  # type: ignore[arg-type]  # see _list_tools
+            on_list_resource_templates=self._list_templates,  # type: ignore[arg-type]  # see _list_tools
             on_read_resource=self._read_resource,
             on_subscribe_resource=self._subscribe,
             on_unsubscribe_resource=self._unsubscribe,
-            on_list_prompts=self._list_prompts,
+            on_list_prompts=self._list_prompts,  # type: ignore[arg-type]  # see _list_tools
             on_get_prompt=self._get_prompt,
             on_completion=self._complete,
             on_subscriptions_listen=self._listen,
             # 2026-07-28 list results carry freshness hints: ours change whenever an
             # upstream or a toolset does, so clients may cache nothing (list_changed tells them).
-            cache_hints={method: CacheHint(ttl_ms=0, scope="private") for method in CACHEABLE_METHODS},
+            # The SDK types CACHEABLE_METHODS as frozenset[str], not of its own CacheableMethod
+            # Literal (its tests weld the two together), so its keys do not type-check.
+            cache_hints={method: CacheHint(ttl_ms=0, scope="private")  # type: ignore[misc]
+                         for method in CACHEABLE_METHODS},
         )
         self.server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self._set_level)
         self.server.add_notification_handler("notifications/initialized", types.NotificationParams,
@@ -332,6 +338,9 @@ class Front:
         return leg
 
     # --- tools -------------------------------------------------------------------------
+    # The list handlers answer with plain dicts: the SDK types ``on_list_*`` as returning its
+    # result models, but its runner takes any ``HandlerResult`` (model, dict or None,
+    # ``mcp.server.runner._dump_result``), and a dict skips a pydantic round trip per list.
     async def _list_tools(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
         await self.backend.wait_startup()
         return complete({"tools": list(self.backend.router.snapshot.tools_list)})

@@ -174,13 +174,13 @@ class StdioFront:
         if env.jsonrpc != "2.0":
             if env.method is not UNSET and rid is not UNSET:
                 await self._reply(wire.error_frame(rid, wire.INVALID_REQUEST, 'invalid request: "jsonrpc" must be "2.0"'))
-                self._in_flight.discard(rid)  # type: ignore[arg-type]
+                self._in_flight.discard(rid)
             return
         try:
             message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
         except Exception:
             if env.method is not UNSET and rid is not UNSET:
-                self._in_flight.discard(rid)  # type: ignore[arg-type]
+                self._in_flight.discard(rid)
                 await self._reply(wire.error_frame(rid, wire.INVALID_REQUEST, "invalid request: malformed message"))
             return
         await self._to_sdk.send(SessionMessage(message))
@@ -190,7 +190,7 @@ class StdioFront:
             async for message in self._from_sdk:
                 msg = message.message
                 if isinstance(msg, types.JSONRPCResponse | types.JSONRPCError):
-                    self._in_flight.discard(msg.id)  # type: ignore[arg-type]
+                    self._in_flight.discard(msg.id)
                 data = msg.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
                 try:
                     await self.writer.send(data)

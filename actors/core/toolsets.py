@@ -144,6 +144,12 @@ def _type_of(schema: Any) -> str:
     return "any"
 
 
+def _properties_of(schema: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A JSON schema's ``properties`` when it is a mapping, else an empty one."""
+    props = schema.get("properties")
+    return props if isinstance(props, Mapping) else {}
+
+
 def _schema_changes(what: str, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> list[str]:
     if old == new or (not old and not new):
         return []
@@ -153,8 +159,8 @@ def _schema_changes(what: str, old: Mapping[str, Any] | None, new: Mapping[str, 
         return [f"{what} schema removed"]
     out: list[str] = []
     label = "parameter" if what == "input" else "output field"
-    old_props = old.get("properties") if isinstance(old.get("properties"), Mapping) else {}
-    new_props = new.get("properties") if isinstance(new.get("properties"), Mapping) else {}
+    old_props = _properties_of(old)
+    new_props = _properties_of(new)
     for name in new_props:
         if name not in old_props:
             out.append(f"{what} {label} {name!r} added ({_type_of(new_props[name])})")

@@ -61,14 +61,18 @@ CANCEL_WRITE_S: Final = 2.0
 class CallOrigin(Protocol):
     """The client side of one forwarded request: who gets its mid-call traffic."""
 
-    progress_token: int | str | None
-    """The client's own progress token for this request, if it asked for progress."""
+    # Read-only properties: a link only reads them, and `FastCall.progress_token` is a property.
+    @property
+    def progress_token(self) -> int | str | None:
+        """The client's own progress token for this request, if it asked for progress."""
 
-    modern: bool
-    """The client speaks 2026-07-28: it drives ``input_required`` rounds itself."""
+    @property
+    def modern(self) -> bool:
+        """The client speaks 2026-07-28: it drives ``input_required`` rounds itself."""
 
-    log_level: str | None
-    """A 2026-07-28 client's own log level for this request (``_meta``), if it asked for logs."""
+    @property
+    def log_level(self) -> str | None:
+        """A 2026-07-28 client's own log level for this request (``_meta``), if it asked for logs."""
 
     async def log(self, params: dict[str, Any]) -> None:
         """Deliver an upstream's log message on this request's stream (2026-07-28 clients)."""
@@ -296,10 +300,12 @@ class Link:
                 await self._abandon(pending)
 
     async def _wait(self, pending: Pending) -> wire.Envelope:
+        done = pending.done
+        assert done is not None, "only fast-path calls have no event, and no task waits for them"
         now = trio.current_time()
         with trio.CancelScope(deadline=min(now + pending.timeout, pending.hard_deadline)) as scope:
             pending.scope = scope
-            await pending.done.wait()
+            await done.wait()
         pending.scope = None
         if pending.failure is not None:
             raise pending.failure

@@ -79,8 +79,11 @@ class MenuBackend(Protocol):
     """What the management tools need from the supervisor."""
 
     router: Router
-    upstreams: Mapping[str, Upstream]
     store: StateStore
+
+    @property
+    def upstreams(self) -> Mapping[str, Upstream]:
+        """The upstream actors by server name (read-only here: the supervisor owns them)."""
 
     def status(self) -> list[UpstreamStatus]: ...
 
@@ -323,6 +326,7 @@ class MenuOperations:
                 raise ToolsetError("unknown_tool", f"unknown tool: no tool has refId {rid!r} "
                                    "(see list-available-tools)")
             return ToolEntry(namespaced_name=hit.namespaced, ref_id=hit.ref_id, alias=alias, pinned=pin_of(hit.tool))
+        assert isinstance(nn, str)  # checked above: exactly one of the two was given, as a string
         hit = cat.by_name.get(nn)
         if hit is not None and hit.candidate.compound is not None:
             # A compound tool's description follows its subtools' state: nothing to pin.

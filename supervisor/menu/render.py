@@ -16,7 +16,10 @@ def _camel(key: str) -> str:
 
 def status_dict(status: Any, now: float) -> dict[str, Any]:
     """An `UpstreamStatus` as JSON-able camelCase; trio-clock times become relative seconds."""
-    raw = dataclasses.asdict(status) if dataclasses.is_dataclass(status) else dict(vars(status))
+    if dataclasses.is_dataclass(status) and not isinstance(status, type):
+        raw = dataclasses.asdict(status)
+    else:
+        raw = dict(vars(status))
     out: dict[str, Any] = {}
     for key, value in raw.items():
         if key == "retry_at":
