@@ -265,7 +265,7 @@ class Link:
         params: Mapping[str, Any] | None,
         *,
         origin: CallOrigin | None = None,
-        timeout: float,
+        timeout: float,  # noqa: ASYNC109 - an idle timeout that progress resets, not a deadline
         max_time: float,
     ) -> dict[str, Any]:
         """Forward one request and return the upstream's result.
@@ -287,7 +287,8 @@ class Link:
         return await drive_input_required(self, method, params, result, origin, timeout, max_time)
 
     async def request_once(self, method: str, params: Mapping[str, Any] | None, *, origin: CallOrigin | None,
-                            timeout: float, max_time: float) -> dict[str, Any]:
+                            timeout: float,  # noqa: ASYNC109 - an idle timeout that progress resets, not a deadline
+                            max_time: float) -> dict[str, Any]:
         pending, out = self._prepare(method, params, origin, timeout, max_time)
         answered = False
         try:
