@@ -218,8 +218,8 @@ class Front:
         inner = out.get("logger")
         out["logger"] = f"{server}.{inner}" if inner else server
         level = out.get("level")
-        self.clients.broadcast("notifications/message", out,
-                               only=lambda s: level_ok(level if isinstance(level, str) else None, s.log_level))
+        wanted = level if isinstance(level, str) else None
+        self.clients.broadcast("notifications/message", out, only=lambda s: level_ok(wanted, s.log_level))
 
     def fallback_origin(self, method: str) -> CallOrigin | None:
         state = self.clients.latest(method)
@@ -361,7 +361,8 @@ class Front:
                            data={"uri": uri})
         return server
 
-    async def _read_resource(self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams) -> Any:
+    async def _read_resource(self, ctx: ServerRequestContext[Any, Any],
+                             params: types.ReadResourceRequestParams) -> Any:
         uri = str(params.uri)
         loader = loader_of(self.backend)
         if self.backend.router.snapshot.route_resource(uri) is None and loader is not None:
@@ -375,7 +376,8 @@ class Front:
                     break
         return await self._forward(self._resource_owner(uri), "resources/read", ctx.params, ctx)
 
-    async def _subscribe(self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams) -> Any:
+    async def _subscribe(self, ctx: ServerRequestContext[Any, Any],
+                         params: types.SubscribeRequestParams) -> Any:
         uri = str(params.uri)
         server = self._resource_owner(uri)
         state = self.clients.track(ctx.session._connection)
@@ -413,7 +415,8 @@ class Front:
                 except ProxyError:
                     pass
 
-    async def _unsubscribe(self, ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams) -> Any:
+    async def _unsubscribe(self, ctx: ServerRequestContext[Any, Any],
+                           params: types.UnsubscribeRequestParams) -> Any:
         uri = str(params.uri)
         state = self.clients.track(ctx.session._connection)
         server = self.backend.router.snapshot.route_resource(uri)
@@ -426,7 +429,8 @@ class Front:
         await self.backend.wait_startup()
         return complete({"prompts": list(self.backend.router.snapshot.prompts_list)})
 
-    async def _get_prompt(self, ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams) -> Any:
+    async def _get_prompt(self, ctx: ServerRequestContext[Any, Any],
+                          params: types.GetPromptRequestParams) -> Any:
         route = self.backend.router.snapshot.prompts.get(params.name)
         if route is None:
             names = list(self.backend.router.snapshot.prompts)
@@ -437,7 +441,8 @@ class Front:
         raw["name"] = route.original
         return await self._forward(route.server, "prompts/get", raw, ctx)
 
-    async def _complete(self, ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams) -> Any:
+    async def _complete(self, ctx: ServerRequestContext[Any, Any],
+                        params: types.CompleteRequestParams) -> Any:
         raw = dict(ctx.params or {})
         ref = dict(raw.get("ref") or {})
         snapshot = self.backend.router.snapshot
@@ -451,12 +456,14 @@ class Front:
             uri = str(ref.get("uri", ""))
             server = snapshot.route_completion_ref(uri) or ""
             if not server:
-                raise MCPError(code=wire.INVALID_PARAMS, message=f"no server serves the resource template {uri}")
+                raise MCPError(code=wire.INVALID_PARAMS,
+                               message=f"no server serves the resource template {uri}")
         raw["ref"] = ref
         return await self._forward(server, "completion/complete", raw, ctx)
 
     # --- logging and roots ---------------------------------------------------------------
-    async def _set_level(self, ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams) -> Any:
+    async def _set_level(self, ctx: ServerRequestContext[Any, Any],
+                         params: types.SetLevelRequestParams) -> Any:
         state = self.clients.track(ctx.session._connection)
         state.log_level = params.level
         levels = [s.log_level for s in self.clients.clients() if s.log_level]

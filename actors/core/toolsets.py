@@ -193,7 +193,8 @@ def describe_changes(pinned: PinnedSchema, tool: Mapping[str, Any]) -> list[str]
         out.append(f"description changed (was {_clip(pinned.description)!r}, now {_clip(desc)!r})")
     out += _schema_changes("input", pinned.input_schema, tool.get("inputSchema") or {})
     out_schema = tool.get("outputSchema")
-    out += _schema_changes("output", pinned.output_schema, out_schema if isinstance(out_schema, Mapping) else None)
+    out += _schema_changes("output", pinned.output_schema,
+                           out_schema if isinstance(out_schema, Mapping) else None)
     return out
 
 
@@ -336,7 +337,8 @@ def resolve(
         if status.exposed and status.hit is not None:
             note_list = notes.get(status.namespaced, ())
             status = dataclasses.replace(status, candidate=dataclasses.replace(
-                status.hit.candidate, alias=entry.alias, notes=tuple(f"{n.name}: {n.note}" for n in note_list)))
+                status.hit.candidate, alias=entry.alias,
+                notes=tuple(f"{n.name}: {n.note}" for n in note_list)))
         out.append(status)
     return out
 
@@ -355,13 +357,16 @@ def _resolve_entry(entry: ToolEntry, cat: Catalog, core: RegistryCore, pin_schem
             if server not in core.lists:
                 state, reason = state_of(server)
                 return EntryStatus(entry, PENDING, server, name,
-                                   f"server {server} is {state.replace('_', ' ')}" + (f": {reason}" if reason else ""))
+                                   f"server {server} is {state.replace('_', ' ')}"
+                                   + (f": {reason}" if reason else ""))
             if core.find_tool(server, tool) is not None:
                 return EntryStatus(entry, MISSING, server, name,
-                                   f"{server} lists {tool!r} but the config hides it (exposedTools/hiddenTools)")
+                                   f"{server} lists {tool!r} but the config hides it "
+                                   "(exposedTools/hiddenTools)")
             close = cat.close_matches(name)
             hint = f"; close matches: {', '.join(close)}" if close else ""
-            return EntryStatus(entry, MISSING, server, name, f"{server} no longer lists a tool named {tool!r}{hint}")
+            return EntryStatus(entry, MISSING, server, name,
+                               f"{server} no longer lists a tool named {tool!r}{hint}")
     else:
         hit = cat.by_ref.get(entry.ref_id or "")
         if hit is None:
@@ -502,7 +507,8 @@ class ToolsetExposure:
             ToolsetError: nothing is equipped (nothing changes).
         """
         if self.equipped is None:
-            raise ToolsetError("nothing_equipped", "No toolset is equipped.", toolsets=sorted(self.toolsets()))
+            raise ToolsetError("nothing_equipped", "No toolset is equipped.",
+                               toolsets=sorted(self.toolsets()))
         old = self.equipped
         self.equipped = None
         self.configuring = self.mode == "menu"

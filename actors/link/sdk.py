@@ -124,7 +124,8 @@ async def open_sdk_link(
     async with transport as streams, trio.open_nursery() as nursery:
         read, write = streams[0], streams[1]
         link.nursery = nursery
-        session = ClientSession(read, write, client_info=client_info(), message_handler=_message_handler(link),
+        session = ClientSession(read, write, client_info=client_info(),
+                                message_handler=_message_handler(link),
                                 logging_callback=_logging_callback(link), **session_callbacks(link))
         try:
             async with session:
