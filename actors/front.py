@@ -69,7 +69,10 @@ class Backend(Protocol):
     """What the front needs from the supervisor."""
 
     router: Router
-    upstreams: Mapping[str, Upstream]
+
+    @property
+    def upstreams(self) -> Mapping[str, Upstream]:
+        """The upstream actors by server name (read-only here: the supervisor owns them)."""
 
     async def wait_startup(self) -> None: ...
 
@@ -145,20 +148,23 @@ class Front:
             name,
             version=version,
             instructions=instructions,
-            on_list_tools=self._list_tools,
+            on_list_tools=self._list_tools,  # type: ignore[arg-type]  # see _list_tools
             on_call_tool=self.tools.call_tool,
-            on_list_resources=self._list_resources,
-            on_list_resource_templates=self._list_templates,
+            on_list_resources=self._list_resources,  # type: ignore[arg-type]  # see _list_tools
+            on_list_resource_templates=self._list_templates,  # type: ignore[arg-type]  # see _list_tools
             on_read_resource=self._read_resource,
             on_subscribe_resource=self._subscribe,
             on_unsubscribe_resource=self._unsubscribe,
-            on_list_prompts=self._list_prompts,
+            on_list_prompts=self._list_prompts,  # type: ignore[arg-type]  # see _list_tools
             on_get_prompt=self._get_prompt,
             on_completion=self._complete,
             on_subscriptions_listen=self._listen,
             # 2026-07-28 list results carry freshness hints: ours change whenever an
             # upstream or a toolset does, so clients may cache nothing (list_changed tells them).
-            cache_hints={method: CacheHint(ttl_ms=0, scope="private") for method in CACHEABLE_METHODS},
+            # The SDK types CACHEABLE_METHODS as frozenset[str], not of its own CacheableMethod
+            # Literal (its tests weld the two together), so its keys do not type-check.
+            cache_hints={method: CacheHint(ttl_ms=0, scope="private")  # type: ignore[misc]
+                         for method in CACHEABLE_METHODS},
         )
         self.server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self._set_level)
         self.server.add_notification_handler("notifications/initialized", types.NotificationParams,
@@ -212,8 +218,8 @@ class Front:
         inner = out.get("logger")
         out["logger"] = f"{server}.{inner}" if inner else server
         level = out.get("level")
-        self.clients.broadcast("notifications/message", out,
-                               only=lambda s: level_ok(level if isinstance(level, str) else None, s.log_level))
+        wanted = level if isinstance(level, str) else None
+        self.clients.broadcast("notifications/message", out, only=lambda s: level_ok(wanted, s.log_level))
 
     def fallback_origin(self, method: str) -> CallOrigin | None:
         state = self.clients.latest(method)
@@ -332,6 +338,9 @@ class Front:
         return leg
 
     # --- tools -------------------------------------------------------------------------
+    # The list handlers answer with plain dicts: the SDK types ``on_list_*`` as returning its
+    # result models, but its runner takes any ``HandlerResult`` (model, dict or None,
+    # ``mcp.server.runner._dump_result``), and a dict skips a pydantic round trip per list.
     async def _list_tools(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
         await self.backend.wait_startup()
         return complete({"tools": list(self.backend.router.snapshot.tools_list)})
@@ -352,7 +361,8 @@ class Front:
                            data={"uri": uri})
         return server
 
-    async def _read_resource(self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams) -> Any:
+    async def _read_resource(self, ctx: ServerRequestContext[Any, Any],
+                             params: types.ReadResourceRequestParams) -> Any:
         uri = str(params.uri)
         loader = loader_of(self.backend)
         if self.backend.router.snapshot.route_resource(uri) is None and loader is not None:
@@ -366,7 +376,8 @@ class Front:
                     break
         return await self._forward(self._resource_owner(uri), "resources/read", ctx.params, ctx)
 
-    async def _subscribe(self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams) -> Any:
+    async def _subscribe(self, ctx: ServerRequestContext[Any, Any],
+                         params: types.SubscribeRequestParams) -> Any:
         uri = str(params.uri)
         server = self._resource_owner(uri)
         state = self.clients.track(ctx.session._connection)
@@ -404,7 +415,8 @@ class Front:
                 except ProxyError:
                     pass
 
-    async def _unsubscribe(self, ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams) -> Any:
+    async def _unsubscribe(self, ctx: ServerRequestContext[Any, Any],
+                           params: types.UnsubscribeRequestParams) -> Any:
         uri = str(params.uri)
         state = self.clients.track(ctx.session._connection)
         server = self.backend.router.snapshot.route_resource(uri)
@@ -417,7 +429,8 @@ class Front:
         await self.backend.wait_startup()
         return complete({"prompts": list(self.backend.router.snapshot.prompts_list)})
 
-    async def _get_prompt(self, ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams) -> Any:
+    async def _get_prompt(self, ctx: ServerRequestContext[Any, Any],
+                          params: types.GetPromptRequestParams) -> Any:
         route = self.backend.router.snapshot.prompts.get(params.name)
         if route is None:
             names = list(self.backend.router.snapshot.prompts)
@@ -428,7 +441,8 @@ class Front:
         raw["name"] = route.original
         return await self._forward(route.server, "prompts/get", raw, ctx)
 
-    async def _complete(self, ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams) -> Any:
+    async def _complete(self, ctx: ServerRequestContext[Any, Any],
+                        params: types.CompleteRequestParams) -> Any:
         raw = dict(ctx.params or {})
         ref = dict(raw.get("ref") or {})
         snapshot = self.backend.router.snapshot
@@ -442,12 +456,14 @@ class Front:
             uri = str(ref.get("uri", ""))
             server = snapshot.route_completion_ref(uri) or ""
             if not server:
-                raise MCPError(code=wire.INVALID_PARAMS, message=f"no server serves the resource template {uri}")
+                raise MCPError(code=wire.INVALID_PARAMS,
+                               message=f"no server serves the resource template {uri}")
         raw["ref"] = ref
         return await self._forward(server, "completion/complete", raw, ctx)
 
     # --- logging and roots ---------------------------------------------------------------
-    async def _set_level(self, ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams) -> Any:
+    async def _set_level(self, ctx: ServerRequestContext[Any, Any],
+                         params: types.SetLevelRequestParams) -> Any:
         state = self.clients.track(ctx.session._connection)
         state.log_level = params.level
         levels = [s.log_level for s in self.clients.clients() if s.log_level]

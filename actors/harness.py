@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from contextvars import ContextVar
 from typing import Any, Final
 
 RUN_META_KEY: Final = "mcpvisor/run"

@@ -108,7 +108,8 @@ class Reaper:
                 start_new_session=True,
             )
         except OSError as exc:
-            logger.warning("could not start the process watchdog (%s); children may outlive a killed proxy", exc)
+            logger.warning("could not start the process watchdog (%s); children may outlive a killed proxy",
+                           exc)
             return
         assert self._proc.stdin is not None
         self._writer = FrameWriter(self._proc.stdin)
@@ -144,7 +145,7 @@ class Reaper:
                 await self._proc.wait()
 
 
-class open_reaper:  # noqa: N801 - an async context manager named like trio's open_* functions
+class open_reaper:  # lower case: an async context manager named like trio's open_* functions
     """``async with open_reaper() as reaper:`` a watchdog for the block's lifetime."""
 
     def __init__(self) -> None:
@@ -194,7 +195,8 @@ async def spawn(
             start_new_session=True,
         )
     except FileNotFoundError as exc:
-        if cwd is not None and not os.path.isdir(cwd):
+        # One stat on a failed spawn only, to say which of the two was missing.
+        if cwd is not None and not os.path.isdir(cwd):  # noqa: ASYNC240
             raise SpawnError(f"working directory does not exist: {cwd}") from exc
         raise SpawnError(f"command not found: {command}") from exc
     except PermissionError as exc:
@@ -259,7 +261,8 @@ async def _sweep_group(pgid: int, grace: float) -> None:
         return
     _signal_group(pgid, signal.SIGTERM)
     with trio.move_on_after(grace):
-        while _group_alive(pgid):
+        # Polled: the group's other members are not our children, nothing signals their exit.
+        while _group_alive(pgid):  # noqa: ASYNC110
             await trio.sleep(SWEEP_POLL_S)
         return
     _signal_group(pgid, signal.SIGKILL)

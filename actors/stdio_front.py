@@ -118,7 +118,8 @@ class StdioFront:
                     if isinstance(line, OversizedLine):
                         await self._reply(wire.error_frame(
                             None, wire.INVALID_REQUEST,
-                            f"message of {line.size}+ bytes is larger than the limit of {self.max_message} bytes"))
+                            f"message of {line.size}+ bytes is larger than the limit of "
+                            f"{self.max_message} bytes"))
                         continue
                     await self._frame_in(line)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -129,8 +130,9 @@ class StdioFront:
             env = wire.decode_envelope(line)
         except wire.ValidationError:
             # JSON, but not an object: JSON-RPC batches were removed in MCP 2025-06-18.
-            await self._reply(wire.error_frame(None, wire.INVALID_REQUEST,
-                                               "invalid request: expected one JSON-RPC object (batches are not supported)"))
+            await self._reply(wire.error_frame(
+                None, wire.INVALID_REQUEST,
+                "invalid request: expected one JSON-RPC object (batches are not supported)"))
             return
         except wire.DecodeError as exc:
             await self._reply(wire.error_frame(None, wire.PARSE_ERROR, f"parse error: {exc}"))
@@ -142,17 +144,20 @@ class StdioFront:
                     await self._reply(wire.error_frame(rid, wire.INVALID_REQUEST,
                                                        "invalid request: no method, result or error"))
                 else:
-                    await self._reply(wire.error_frame(None, wire.INVALID_REQUEST, "invalid request: no method"))
+                    await self._reply(wire.error_frame(None, wire.INVALID_REQUEST,
+                                                       "invalid request: no method"))
                 return
             if self.fast_path is not None and self.fast_path.client_response(env, line):
                 return
         elif rid is not UNSET:
             if rid is None:
-                await self._reply(wire.error_frame(None, wire.INVALID_REQUEST, "invalid request: id must not be null"))
+                await self._reply(wire.error_frame(None, wire.INVALID_REQUEST,
+                                                   "invalid request: id must not be null"))
                 return
             if rid in self._in_flight or (self.fast_path is not None and self.fast_path.owns(rid)):
-                await self._reply(wire.error_frame(rid, wire.INVALID_REQUEST,
-                                                   f"invalid request: id {rid!r} is already in use by a request in flight"))
+                await self._reply(wire.error_frame(
+                    rid, wire.INVALID_REQUEST,
+                    f"invalid request: id {rid!r} is already in use by a request in flight"))
                 return
             if self.fast_path is not None and await self.fast_path.client_request(env, line):
                 return
@@ -169,19 +174,22 @@ class StdioFront:
                     return  # MCP cancellation: malformed cancels SHOULD be ignored
                 if cancelled is not None:
                     self._in_flight.discard(cancelled)
-        if self.fast_path is not None and (env.method == "initialize" or env.method == "notifications/initialized"):
+        if self.fast_path is not None and (env.method == "initialize"
+                                           or env.method == "notifications/initialized"):
             self.fast_path.observe(env)
         if env.jsonrpc != "2.0":
             if env.method is not UNSET and rid is not UNSET:
-                await self._reply(wire.error_frame(rid, wire.INVALID_REQUEST, 'invalid request: "jsonrpc" must be "2.0"'))
-                self._in_flight.discard(rid)  # type: ignore[arg-type]
+                await self._reply(wire.error_frame(rid, wire.INVALID_REQUEST,
+                                                   'invalid request: "jsonrpc" must be "2.0"'))
+                self._in_flight.discard(rid)
             return
         try:
             message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
         except Exception:
             if env.method is not UNSET and rid is not UNSET:
-                self._in_flight.discard(rid)  # type: ignore[arg-type]
-                await self._reply(wire.error_frame(rid, wire.INVALID_REQUEST, "invalid request: malformed message"))
+                self._in_flight.discard(rid)
+                await self._reply(wire.error_frame(rid, wire.INVALID_REQUEST,
+                                                   "invalid request: malformed message"))
             return
         await self._to_sdk.send(SessionMessage(message))
 
@@ -190,7 +198,7 @@ class StdioFront:
             async for message in self._from_sdk:
                 msg = message.message
                 if isinstance(msg, types.JSONRPCResponse | types.JSONRPCError):
-                    self._in_flight.discard(msg.id)  # type: ignore[arg-type]
+                    self._in_flight.discard(msg.id)
                 data = msg.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
                 try:
                     await self.writer.send(data)

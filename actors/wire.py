@@ -10,9 +10,8 @@ from __future__ import annotations
 from typing import Any, Final
 
 import msgspec
-from msgspec import UNSET, Raw, UnsetType
-
 from mcp_types import PROTOCOL_VERSION_META_KEY
+from msgspec import UNSET, Raw, UnsetType
 
 # JSON-RPC 2.0 / MCP error codes (MCP basic/index.mdx).
 PARSE_ERROR: Final = -32700
@@ -35,7 +34,7 @@ class Envelope(msgspec.Struct, omit_defaults=True):
     """Any JSON-RPC message, envelope decoded, payloads left raw."""
 
     jsonrpc: str | UnsetType = UNSET
-    id: int | str | None | UnsetType = UNSET
+    id: int | str | UnsetType | None = UNSET
     method: str | UnsetType = UNSET
     params: Raw | UnsetType = UNSET
     result: Raw | UnsetType = UNSET

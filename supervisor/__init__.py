@@ -40,9 +40,17 @@ _EXPORTS = {
 __all__ = ["__version__", *_EXPORTS]
 
 if TYPE_CHECKING:
-    from supervisor._serve import serve, serve_http, serve_stdio, serve_ws
-    from supervisor.config import Config, ConfigError, load_config, parse_config
-    from supervisor.tree import Supervisor, open_supervisor
+    # Redundant aliases mark re-exports (__all__ is built from _EXPORTS, which ruff cannot read).
+    from supervisor._serve import serve as serve
+    from supervisor._serve import serve_http as serve_http
+    from supervisor._serve import serve_stdio as serve_stdio
+    from supervisor._serve import serve_ws as serve_ws
+    from supervisor.config import Config as Config
+    from supervisor.config import ConfigError as ConfigError
+    from supervisor.config import load_config as load_config
+    from supervisor.config import parse_config as parse_config
+    from supervisor.tree import Supervisor as Supervisor
+    from supervisor.tree import open_supervisor as open_supervisor
 
 
 def __getattr__(name: str) -> Any:

@@ -111,12 +111,14 @@ class ToolRules(Checker):
             where = f'compound tool "{name}"'
             before = len(self.problems)
             if not NAME_RE.match(name):
-                self.problem("", f'compound tool name "{name}" (in "tools") is invalid: {NAME_RULE.split(" (")[0]}')
+                self.problem("", f'compound tool name "{name}" (in "tools") is invalid: '
+                                 f'{NAME_RULE.split(" (")[0]}')
             elif name in MANAGEMENT_TOOLS:
                 self.problem(where, f'the name clashes with the management tool "{name}"; choose another')
             elif name in taken:
                 self.problem(where, f'the name clashes with the server tool {taken[name]} '
-                                    f'(exposed as "{name}" with namespacing "{settings.namespacing}"); choose another')
+                                    f'(exposed as "{name}" with namespacing "{settings.namespacing}"); '
+                                    'choose another')
             if not isinstance(raw, Mapping):
                 self.problem(where, f'expected an object with "subtools", got {describe_type(raw)}')
                 continue

@@ -1,8 +1,9 @@
 """The resolved config records and the tables behind them (re-exported by `supervisor.config`).
 
 Owns the immutable records (`Config`, `ServerSpec`, `Settings`, `ToolsetDecl`, `ToolRef`,
-`ExposedTool`; `CompoundDecl` comes from `actors.core.compound`), `ConfigError`, the supervision knob table with its defaults and bounds
-(DESIGN.md "Behaviour under failure"), and which fields each transport takes.
+`ExposedTool`; `CompoundDecl` comes from `actors.core.compound`), `ConfigError`, the supervision
+knob table with its defaults and bounds (DESIGN.md "Behaviour under failure"), and which fields
+each transport takes.
 """
 
 from __future__ import annotations

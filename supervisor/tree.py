@@ -65,7 +65,8 @@ from supervisor.state import CorruptState, StateStore
 logger = logging.getLogger(__name__)
 
 READY_STATES: Final = frozenset({State.READY})
-SETTLED_STATES: Final = frozenset({State.READY, State.CIRCUIT_OPEN, State.DISABLED, State.STOPPED, State.IDLE})
+SETTLED_STATES: Final = frozenset({State.READY, State.CIRCUIT_OPEN, State.DISABLED, State.STOPPED,
+                                   State.IDLE})
 
 
 def coerce_config(config: Config | str | Path | Mapping[str, Any]) -> Config:
@@ -172,7 +173,8 @@ class Supervisor:
     def snapshot(self) -> Snapshot:
         return self.router.snapshot
 
-    async def wait_ready(self, timeout: float | None = None) -> list[str]:
+    # The default comes from settings.startupWait: a caller's cancel scope could not supply it.
+    async def wait_ready(self, timeout: float | None = None) -> list[str]:  # noqa: ASYNC109
         """Wait until every eager server is ready or has settled (circuit open, disabled).
 
         Args:
@@ -188,7 +190,8 @@ class Supervisor:
                 if not pending:
                     break
                 await pending[0].wait_changed()
-        return [name for name, u in self.upstreams.items() if u.state not in READY_STATES and u.state is not State.IDLE]
+        return [name for name, u in self.upstreams.items()
+                if u.state not in READY_STATES and u.state is not State.IDLE]
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Call a tool by its exposed name, as a client would; returns the ``CallToolResult``.
@@ -363,8 +366,9 @@ class Supervisor:
     # --- lifecycle -------------------------------------------------------------------------
     def make_upstream(self, spec: ServerSpec) -> Upstream:
         """A new actor for ``spec`` wired to this tree (not started: `start_actor`)."""
-        return Upstream(spec, router=self.router, events=self.event_bus, hooks=self._hooks, reaper=self.reaper,
-                        max_message=self.settings.max_message_bytes, rng=self._rng, era_memory=self._era_memory)
+        return Upstream(spec, router=self.router, events=self.event_bus, hooks=self._hooks,
+                        reaper=self.reaper, max_message=self.settings.max_message_bytes, rng=self._rng,
+                        era_memory=self._era_memory)
 
     async def start_server(self, spec: ServerSpec) -> Upstream:
         up = self.make_upstream(spec)
@@ -421,7 +425,8 @@ async def _load_state(store: StateStore, config: Config, toolset: str | None) ->
             except Exception as exc:  # the toolset is still equipped for this run
                 logger.warning("could not record the equipped toolset in %s: %s", store.path, exc)
     elif saved.equipped and saved.equipped not in config.toolsets and saved.equipped not in saved.toolsets:
-        logger.warning("the equipped toolset %r no longer exists; starting with none equipped", saved.equipped)
+        logger.warning("the equipped toolset %r no longer exists; starting with none equipped",
+                       saved.equipped)
     return saved
 
 

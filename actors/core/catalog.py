@@ -82,7 +82,8 @@ class UpstreamLists:
 
     def replace(self, kind: str, items: Sequence[Mapping[str, Any]]) -> UpstreamLists:
         values = {
-            "tools": self.tools, "resources": self.resources, "templates": self.templates, "prompts": self.prompts,
+            "tools": self.tools, "resources": self.resources, "templates": self.templates,
+            "prompts": self.prompts,
         }
         values[kind] = tuple(items)
         return UpstreamLists(**values)
@@ -313,7 +314,8 @@ class SnapshotBuilder:
             c = n.item
             read_only, idempotent = tool_hints(c.tool)
             wire = exposed_tool(c.tool, n.name, c.notes)
-            routes[n.name] = ToolRoute(n.name, c.server, c.original, read_only or idempotent, wire, c.compound)
+            routes[n.name] = ToolRoute(n.name, c.server, c.original, read_only or idempotent, wire,
+                                       c.compound)
             tools_list.append(wire)
 
         prompt_named: list[_Named] = []
@@ -346,7 +348,8 @@ class SnapshotBuilder:
                     uri = str(r.get("uri", ""))
                     owner = resources.get(uri)
                     if owner is not None:
-                        problems.append(f"resource {uri} is listed by {owner} and {server}; {owner} serves it")
+                        problems.append(
+                            f"resource {uri} is listed by {owner} and {server}; {owner} serves it")
                         continue
                     resources[uri] = server
                     resources_list.append(from_server(r, server))
@@ -355,7 +358,8 @@ class SnapshotBuilder:
                     prefix = uri_template.split("{", 1)[0]
                     if any(p == prefix for p, _ in templates):
                         owner = next(s for p, s in templates if p == prefix)
-                        problems.append(f"template {uri_template} of {server} overlaps {owner}'s; {owner} serves it")
+                        problems.append(
+                            f"template {uri_template} of {server} overlaps {owner}'s; {owner} serves it")
                         continue
                     templates.append((prefix, server))
                     templates_list.append(from_server(t, server))

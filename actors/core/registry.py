@@ -135,7 +135,8 @@ class RegistryCore:
                 return None
             return self.states.get(server, ("starting", None))
 
-        return [resolve_compound(d, find_tool=self.find_tool, listed=self.lists.__contains__, state_of=state_of)
+        return [resolve_compound(d, find_tool=self.find_tool, listed=self.lists.__contains__,
+                                 state_of=state_of)
                 for d in self.compounds]
 
     def find_tool(self, server: str, original: str) -> Mapping[str, Any] | None:

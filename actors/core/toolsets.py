@@ -144,6 +144,12 @@ def _type_of(schema: Any) -> str:
     return "any"
 
 
+def _properties_of(schema: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A JSON schema's ``properties`` when it is a mapping, else an empty one."""
+    props = schema.get("properties")
+    return props if isinstance(props, Mapping) else {}
+
+
 def _schema_changes(what: str, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> list[str]:
     if old == new or (not old and not new):
         return []
@@ -153,8 +159,8 @@ def _schema_changes(what: str, old: Mapping[str, Any] | None, new: Mapping[str, 
         return [f"{what} schema removed"]
     out: list[str] = []
     label = "parameter" if what == "input" else "output field"
-    old_props = old.get("properties") if isinstance(old.get("properties"), Mapping) else {}
-    new_props = new.get("properties") if isinstance(new.get("properties"), Mapping) else {}
+    old_props = _properties_of(old)
+    new_props = _properties_of(new)
     for name in new_props:
         if name not in old_props:
             out.append(f"{what} {label} {name!r} added ({_type_of(new_props[name])})")
@@ -187,7 +193,8 @@ def describe_changes(pinned: PinnedSchema, tool: Mapping[str, Any]) -> list[str]
         out.append(f"description changed (was {_clip(pinned.description)!r}, now {_clip(desc)!r})")
     out += _schema_changes("input", pinned.input_schema, tool.get("inputSchema") or {})
     out_schema = tool.get("outputSchema")
-    out += _schema_changes("output", pinned.output_schema, out_schema if isinstance(out_schema, Mapping) else None)
+    out += _schema_changes("output", pinned.output_schema,
+                           out_schema if isinstance(out_schema, Mapping) else None)
     return out
 
 
@@ -330,7 +337,8 @@ def resolve(
         if status.exposed and status.hit is not None:
             note_list = notes.get(status.namespaced, ())
             status = dataclasses.replace(status, candidate=dataclasses.replace(
-                status.hit.candidate, alias=entry.alias, notes=tuple(f"{n.name}: {n.note}" for n in note_list)))
+                status.hit.candidate, alias=entry.alias,
+                notes=tuple(f"{n.name}: {n.note}" for n in note_list)))
         out.append(status)
     return out
 
@@ -349,13 +357,16 @@ def _resolve_entry(entry: ToolEntry, cat: Catalog, core: RegistryCore, pin_schem
             if server not in core.lists:
                 state, reason = state_of(server)
                 return EntryStatus(entry, PENDING, server, name,
-                                   f"server {server} is {state.replace('_', ' ')}" + (f": {reason}" if reason else ""))
+                                   f"server {server} is {state.replace('_', ' ')}"
+                                   + (f": {reason}" if reason else ""))
             if core.find_tool(server, tool) is not None:
                 return EntryStatus(entry, MISSING, server, name,
-                                   f"{server} lists {tool!r} but the config hides it (exposedTools/hiddenTools)")
+                                   f"{server} lists {tool!r} but the config hides it "
+                                   "(exposedTools/hiddenTools)")
             close = cat.close_matches(name)
             hint = f"; close matches: {', '.join(close)}" if close else ""
-            return EntryStatus(entry, MISSING, server, name, f"{server} no longer lists a tool named {tool!r}{hint}")
+            return EntryStatus(entry, MISSING, server, name,
+                               f"{server} no longer lists a tool named {tool!r}{hint}")
     else:
         hit = cat.by_ref.get(entry.ref_id or "")
         if hit is None:
@@ -496,7 +507,8 @@ class ToolsetExposure:
             ToolsetError: nothing is equipped (nothing changes).
         """
         if self.equipped is None:
-            raise ToolsetError("nothing_equipped", "No toolset is equipped.", toolsets=sorted(self.toolsets()))
+            raise ToolsetError("nothing_equipped", "No toolset is equipped.",
+                               toolsets=sorted(self.toolsets()))
         old = self.equipped
         self.equipped = None
         self.configuring = self.mode == "menu"

@@ -61,14 +61,18 @@ CANCEL_WRITE_S: Final = 2.0
 class CallOrigin(Protocol):
     """The client side of one forwarded request: who gets its mid-call traffic."""
 
-    progress_token: int | str | None
-    """The client's own progress token for this request, if it asked for progress."""
+    # Read-only properties: a link only reads them, and `FastCall.progress_token` is a property.
+    @property
+    def progress_token(self) -> int | str | None:
+        """The client's own progress token for this request, if it asked for progress."""
 
-    modern: bool
-    """The client speaks 2026-07-28: it drives ``input_required`` rounds itself."""
+    @property
+    def modern(self) -> bool:
+        """The client speaks 2026-07-28: it drives ``input_required`` rounds itself."""
 
-    log_level: str | None
-    """A 2026-07-28 client's own log level for this request (``_meta``), if it asked for logs."""
+    @property
+    def log_level(self) -> str | None:
+        """A 2026-07-28 client's own log level for this request (``_meta``), if it asked for logs."""
 
     async def log(self, params: dict[str, Any]) -> None:
         """Deliver an upstream's log message on this request's stream (2026-07-28 clients)."""
@@ -261,7 +265,7 @@ class Link:
         params: Mapping[str, Any] | None,
         *,
         origin: CallOrigin | None = None,
-        timeout: float,
+        timeout: float,  # noqa: ASYNC109 - an idle timeout that progress resets, not a deadline
         max_time: float,
     ) -> dict[str, Any]:
         """Forward one request and return the upstream's result.
@@ -283,7 +287,8 @@ class Link:
         return await drive_input_required(self, method, params, result, origin, timeout, max_time)
 
     async def request_once(self, method: str, params: Mapping[str, Any] | None, *, origin: CallOrigin | None,
-                            timeout: float, max_time: float) -> dict[str, Any]:
+                            timeout: float,  # noqa: ASYNC109 - an idle timeout that progress resets, not a deadline
+                            max_time: float) -> dict[str, Any]:
         pending, out = self._prepare(method, params, origin, timeout, max_time)
         answered = False
         try:
@@ -296,10 +301,12 @@ class Link:
                 await self._abandon(pending)
 
     async def _wait(self, pending: Pending) -> wire.Envelope:
+        done = pending.done
+        assert done is not None, "only fast-path calls have no event, and no task waits for them"
         now = trio.current_time()
         with trio.CancelScope(deadline=min(now + pending.timeout, pending.hard_deadline)) as scope:
             pending.scope = scope
-            await pending.done.wait()
+            await done.wait()
         pending.scope = None
         if pending.failure is not None:
             raise pending.failure

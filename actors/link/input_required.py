@@ -32,7 +32,8 @@ STATE_ONLY_BACKOFF_S: Final = (0.05, 0.1, 0.2, 0.25)
 
 
 async def drive_input_required(link: Link, method: str, params: Mapping[str, Any] | None,
-                               result: dict[str, Any], origin: CallOrigin | None, timeout: float,
+                               result: dict[str, Any], origin: CallOrigin | None,
+                               timeout: float,  # noqa: ASYNC109 - an idle timeout that progress resets, not a deadline
                                max_time: float) -> dict[str, Any]:
     """A 2026-07-28 upstream asked for input (sampling, elicitation, roots) and the client
     speaks the handshake era: ask the client with server-to-client requests, retry with the

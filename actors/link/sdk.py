@@ -7,13 +7,13 @@ dispatcher, to send a request under our own id and hear its progress).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
 import mcp_types as types
 import trio
-from mcp.client.session import ClientSession
+from mcp.client.session import ClientSession, IncomingMessage, LoggingFnT, MessageHandlerFnT
 from mcp.shared.exceptions import MCPError
 
 from actors import wire
@@ -40,6 +40,8 @@ class SdkLink(Link):
     async def _send_and_wait(self, pending: Pending, params: dict[str, Any]) -> wire.Envelope:
         assert self.session is not None
         session = self.session
+        done = pending.done
+        assert done is not None, "a call through the SDK always has its event (only stdio has a fast path)"
         data: dict[str, Any] = {"method": pending.method, "params": params}
         opts: dict[str, Any] = {"request_id": pending.proxy_id, "cancel_on_abandon": True}
         session._stamp(data, opts)  # type: ignore[arg-type]
@@ -69,7 +71,7 @@ class SdkLink(Link):
                         {"code": exc.error.code, "message": exc.error.message, "data": exc.error.data}))  # type: ignore[arg-type]
             except Exception as exc:  # a transport error (httpx2, ws) ends this connection
                 self.close(f"{type(exc).__name__}: {exc}")
-            pending.done.set()
+            done.set()
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(run)
@@ -79,8 +81,8 @@ class SdkLink(Link):
                 nursery.cancel_scope.cancel()
 
 
-def _message_handler(link: SdkLink) -> Callable[[Any], Any]:
-    async def handle(message: Any) -> None:
+def _message_handler(link: SdkLink) -> MessageHandlerFnT:
+    async def handle(message: IncomingMessage) -> None:
         if isinstance(message, Exception):
             logger.warning("%s: transport error: %s", link.server, message)
             return
@@ -100,7 +102,7 @@ def _message_handler(link: SdkLink) -> Callable[[Any], Any]:
     return handle
 
 
-def _logging_callback(link: SdkLink) -> Callable[[Any], Any]:
+def _logging_callback(link: SdkLink) -> LoggingFnT:
     async def handle(params: types.LoggingMessageNotificationParams) -> None:
         body = params.model_dump(by_alias=True, mode="json", exclude_none=True)
         link.events.log_message(body)
@@ -122,7 +124,8 @@ async def open_sdk_link(
     async with transport as streams, trio.open_nursery() as nursery:
         read, write = streams[0], streams[1]
         link.nursery = nursery
-        session = ClientSession(read, write, client_info=client_info(), message_handler=_message_handler(link),
+        session = ClientSession(read, write, client_info=client_info(),
+                                message_handler=_message_handler(link),
                                 logging_callback=_logging_callback(link), **session_callbacks(link))
         try:
             async with session:

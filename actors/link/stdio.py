@@ -59,7 +59,8 @@ class StdioLink(Link):
     def __init__(self, server: str, events: LinkEvents, proc: trio.Process, *, max_message: int,
                  stderr: StderrLog) -> None:
         super().__init__(server, events)
-        assert proc.stdin is not None and proc.stdout is not None
+        assert proc.stdin is not None
+        assert proc.stdout is not None
         self.proc = proc
         self.pid = proc.pid
         self.writer = FrameWriter(proc.stdin)
@@ -68,7 +69,9 @@ class StdioLink(Link):
         self._to_session, self._session_in = anyio.create_memory_object_stream[SessionMessage | Exception](
             SESSION_BUFFER
         )
-        self._session_out, self._from_session = anyio.create_memory_object_stream[SessionMessage](SESSION_BUFFER)
+        self._session_out, self._from_session = anyio.create_memory_object_stream[SessionMessage](
+            SESSION_BUFFER
+        )
         self._garbage = 0
         self._garbage_window: list[float] = []
         self._wheel_scope: trio.CancelScope | None = None
@@ -251,7 +254,9 @@ class StdioLink(Link):
         self.nursery.start_soon(self._serve_request, env)
 
     async def _serve_request(self, env: wire.Envelope) -> None:
-        assert isinstance(env.method, str) and env.id is not UNSET and env.id is not None
+        assert isinstance(env.method, str)
+        assert env.id is not UNSET
+        assert env.id is not None
         request_id = env.id
         try:
             params = wire.decode_dict(env.params) if env.params is not UNSET else None

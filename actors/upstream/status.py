@@ -11,7 +11,8 @@ if TYPE_CHECKING:
     from actors.link import CallOrigin
 
 
-class State(str, enum.Enum):
+# Not StrEnum: that would change str(state) and f"{state}" from "State.READY" to "ready".
+class State(str, enum.Enum):  # noqa: UP042
     IDLE = "idle"
     STARTING = "starting"
     READY = "ready"

@@ -135,11 +135,11 @@ class LinkTasks:
             if self._listen_uris:
                 wanted["resourceSubscriptions"] = sorted(self._listen_uris)
             async with trio.open_nursery() as nursery:
-                async def reopen_on_change() -> None:
+                async def reopen_on_change(changed: trio.Event, scope: trio.CancelScope) -> None:
                     await changed.wait()
-                    nursery.cancel_scope.cancel()
+                    scope.cancel()
 
-                nursery.start_soon(reopen_on_change)
+                nursery.start_soon(reopen_on_change, changed, nursery.cancel_scope)
                 try:
                     await link.request("subscriptions/listen", {"notifications": wanted},
                                        timeout=math.inf, max_time=math.inf)

@@ -31,9 +31,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="mcpvisor",
-        description="One MCP server in front of many: supervised upstreams, toolsets, a lean tool-call path.",
+        description=("One MCP server in front of many: supervised upstreams, toolsets, "
+                     "a lean tool-call path."),
         formatter_class=Formatter,
-        epilog="examples:\n  mcpvisor serve --demo --transport http\n  mcpvisor serve --config mcpvisor.json\n",
+        epilog=("examples:\n  mcpvisor serve --demo --transport http\n"
+                "  mcpvisor serve --config mcpvisor.json\n"),
     )
     parser.add_argument("--version", action="version", version=f"mcpvisor {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -27,7 +27,8 @@ examples:
   mcpvisor serve --transport http --host 0.0.0.0 --token-file ~/.mcpvisor-token \\
       --certfile cert.pem --keyfile key.pem      # beyond this machine: a token (and TLS)
 
-config lookup order: --config, $MCPVISOR_CONFIG, $MCP_PROXY_CONFIG_PATH, ./mcpvisor.json, ./.mcp.json, the user config dir
+config lookup order: --config, $MCPVISOR_CONFIG, $MCP_PROXY_CONFIG_PATH, ./mcpvisor.json, \
+./.mcp.json, the user config dir
 """
 
 
@@ -39,7 +40,8 @@ def register(sub: Any) -> None:
     p.add_argument("--transport", choices=("stdio", "http", "ws"), default="stdio",
                    help="how clients connect (default: stdio)")
     p.add_argument("--host", default=DEFAULT_HOST, help=f"address for http/ws (default: {DEFAULT_HOST})")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port for http/ws (default: {DEFAULT_PORT})")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT,
+                   help=f"port for http/ws (default: {DEFAULT_PORT})")
     p.add_argument("--token-file", metavar="PATH",
                    help="bearer token clients must send (a file only you can read; also settings.authToken, "
                         "$MCPVISOR_TOKEN)")
@@ -132,7 +134,8 @@ def resolve_config(args: argparse.Namespace) -> tuple[Path, str]:
     path, why = find_config(args.config)
     if path is None:
         raise FileNotFoundError(
-            f"{why}\nCreate one with `mcpvisor mcp add NAME -- COMMAND ARGS...`, or try `mcpvisor serve --demo`."
+            f"{why}\nCreate one with `mcpvisor mcp add NAME -- COMMAND ARGS...`, "
+            "or try `mcpvisor serve --demo`."
         )
     return path, why
 
@@ -214,7 +217,8 @@ async def _main(args: argparse.Namespace, config: Any) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async with open_supervisor(config, state_dir=args.state_dir, toolset=args.toolset,
                                    journal=getattr(args, "journal", None),
-                                   control=user_state_dir(args.state_dir), control_transport=args.transport) as sup, \
+                                   control=user_state_dir(args.state_dir),
+                                   control_transport=args.transport) as sup, \
                 trio.open_nursery() as nursery:
 
             async def watch_signals() -> None:

@@ -44,8 +44,10 @@ def unknown_toolset(name: str, known: Sequence[str]) -> ToolsetError:
 def check_args(arguments: Mapping[str, Any], allowed: Sequence[str], required: Sequence[str] = ()) -> None:
     extra = [k for k in arguments if k not in allowed]
     if extra:
-        raise ToolsetError("invalid_arguments", f"Unknown argument(s) {', '.join(map(repr, extra))}; this tool "
-                           f"takes {', '.join(allowed) if allowed else 'no arguments'}.", accepted=list(allowed))
+        raise ToolsetError("invalid_arguments",
+                           f"Unknown argument(s) {', '.join(map(repr, extra))}; this tool "
+                           f"takes {', '.join(allowed) if allowed else 'no arguments'}.",
+                           accepted=list(allowed))
     missing = [k for k in required if k not in arguments]
     if missing:
         raise ToolsetError("invalid_arguments", f"Missing argument(s) {', '.join(map(repr, missing))}.",

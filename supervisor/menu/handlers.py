@@ -103,7 +103,8 @@ class Menu(MenuOperations):
         equipped = ex.equipped.name if ex.equipped else None
         for t in toolsets:
             t["equipped"] = t["name"] == equipped
-        lines = [f"{len(toolsets)} toolset(s)" + (f"; equipped: {equipped}" if equipped else "; none equipped")]
+        lines = [f"{len(toolsets)} toolset(s)"
+                 + (f"; equipped: {equipped}" if equipped else "; none equipped")]
         for t in toolsets:
             flags = ", ".join(f for f, on in (("equipped", t["equipped"]), ("read-only, from the config file",
                                                                              t["readOnly"])) if on)
@@ -137,7 +138,8 @@ class Menu(MenuOperations):
     async def _annotate(self, args: dict[str, Any]) -> dict[str, Any]:
         check_args(args, ("toolRef", "notes"), ("toolRef", "notes"))
         data = await self.annotate(args["toolRef"], args["notes"])
-        text = (f"Notes of {data['tool']['namespacedName']} in {data['toolset']!r} (appended to its description):\n"
+        text = (f"Notes of {data['tool']['namespacedName']} in {data['toolset']!r} "
+                "(appended to its description):\n"
                 + "\n".join(f"- {n['name']}: {n['note']}" for n in data["notes"]))
         return ok(text, data)
 
@@ -158,7 +160,8 @@ class Menu(MenuOperations):
                 extra.append(f"next try in {s['retryInSeconds']:.0f}s")
             if s.get("restartsLastMinute"):
                 extra.append(f"{s['restartsLastMinute']} restarts in the last minute")
-            extra.append(f"lives {s.get('healthyLives', 0)} healthy / {s.get('failedStarts', 0)} failed starts")
+            extra.append(f"lives {s.get('healthyLives', 0)} healthy / "
+                         f"{s.get('failedStarts', 0)} failed starts")
             if s.get("availability") is not None:
                 extra.append(f"answered {100 * s['availability']:.0f}% of {s.get('calls', 0)} calls")
             if s.get("reason"):

@@ -79,8 +79,11 @@ class MenuBackend(Protocol):
     """What the management tools need from the supervisor."""
 
     router: Router
-    upstreams: Mapping[str, Upstream]
     store: StateStore
+
+    @property
+    def upstreams(self) -> Mapping[str, Upstream]:
+        """The upstream actors by server name (read-only here: the supervisor owns them)."""
 
     def status(self) -> list[UpstreamStatus]: ...
 
@@ -135,7 +138,8 @@ class MenuOperations:
             except UnknownToolset as exc:
                 raise unknown_toolset(exc.name, self._known(exc.known)) from None
             except ToolsetExists as exc:
-                raise ToolsetError("toolset_exists", f"A toolset named {exc.name!r} already exists; delete it "
+                raise ToolsetError("toolset_exists",
+                                   f"A toolset named {exc.name!r} already exists; delete it "
                                    "first or choose another name.", toolsets=self._known()) from None
             except (StateError, LockTimeout, OSError) as exc:
                 raise ToolsetError("state_not_saved", f"Could not save to {store.path}: {exc}. Nothing "
@@ -191,7 +195,8 @@ class MenuOperations:
             if refused:
                 lines = [f"{s.namespaced}: {'; '.join(s.changes)}" for s in refused]
                 raise ToolsetError("schema_changed", f"Not equipped: settings.pinSchemas is 'refuse' and "
-                                   f"{len(refused)} tool(s) changed since {name!r} was built:\n" + "\n".join(lines)
+                                   f"{len(refused)} tool(s) changed since {name!r} was built:\n"
+                                   + "\n".join(lines)
                                    + "\nRebuild the toolset to accept the new schemas.",
                                    changed=[{"namespacedName": s.namespaced, "changes": list(s.changes)}
                                             for s in refused])
@@ -242,7 +247,8 @@ class MenuOperations:
         async with self._lock:
             ex = self.exposure
             if name in ex.declared:
-                raise ToolsetError("read_only", f"{name!r} is declared in the config file (read-only); choose "
+                raise ToolsetError("read_only",
+                                   f"{name!r} is declared in the config file (read-only); choose "
                                    "another name.", toolsets=self._known())
             entries, warnings = self._entries(tools)
             now = now_iso()
@@ -272,8 +278,8 @@ class MenuOperations:
     def _entries(self, tools: Any) -> tuple[list[ToolEntry], list[str]]:
         """The entries of a new toolset, pinned to the catalog's schemas; every problem at once."""
         if not isinstance(tools, list) or not tools:
-            raise ToolsetError("invalid_arguments", "'tools' must be a non-empty array of {namespacedName} or "
-                               "{refId} objects.")
+            raise ToolsetError("invalid_arguments",
+                               "'tools' must be a non-empty array of {namespacedName} or {refId} objects.")
         if len(tools) > MAX_TOOLS_PER_TOOLSET:
             raise ToolsetError("invalid_arguments", f"A toolset holds at most {MAX_TOOLS_PER_TOOLSET} tools.")
         cat = Catalog.of(self.core)
@@ -304,14 +310,16 @@ class MenuOperations:
     def _entry(self, item: Any, cat: Catalog, warnings: list[str], suggestions: list[str]) -> ToolEntry:
         """One ``{namespacedName | refId, alias?}`` of build-toolset, resolved and pinned."""
         if not isinstance(item, Mapping):
-            raise ToolsetError("invalid_arguments", "expected an object such as {namespacedName: 'server.tool'}")
+            raise ToolsetError("invalid_arguments",
+                               "expected an object such as {namespacedName: 'server.tool'}")
         extra = [k for k in item if k not in ("namespacedName", "refId", "alias")]
         if extra:
-            raise ToolsetError("invalid_arguments", f"unknown key(s) {', '.join(extra)} (namespacedName, refId, "
-                               "alias)")
+            raise ToolsetError("invalid_arguments",
+                               f"unknown key(s) {', '.join(extra)} (namespacedName, refId, alias)")
         nn, rid, alias = item.get("namespacedName"), item.get("refId"), item.get("alias")
         if (nn is None) == (rid is None) or not isinstance(nn if rid is None else rid, str):
-            raise ToolsetError("invalid_arguments", "give exactly one of namespacedName or refId, as a string")
+            raise ToolsetError("invalid_arguments",
+                               "give exactly one of namespacedName or refId, as a string")
         if alias is not None:
             if not isinstance(alias, str) or not NAME_RE.match(alias):
                 raise ToolsetError("invalid_name", f"invalid alias {alias!r}: {NAME_HELP}")
@@ -322,13 +330,16 @@ class MenuOperations:
             if hit is None:
                 raise ToolsetError("unknown_tool", f"unknown tool: no tool has refId {rid!r} "
                                    "(see list-available-tools)")
-            return ToolEntry(namespaced_name=hit.namespaced, ref_id=hit.ref_id, alias=alias, pinned=pin_of(hit.tool))
+            return ToolEntry(namespaced_name=hit.namespaced, ref_id=hit.ref_id, alias=alias,
+                             pinned=pin_of(hit.tool))
+        assert isinstance(nn, str)  # checked above: exactly one of the two was given, as a string
         hit = cat.by_name.get(nn)
         if hit is not None and hit.candidate.compound is not None:
             # A compound tool's description follows its subtools' state: nothing to pin.
             return ToolEntry(namespaced_name=hit.namespaced, ref_id=None, alias=alias, pinned=None)
         if hit is not None:
-            return ToolEntry(namespaced_name=hit.namespaced, ref_id=hit.ref_id, alias=alias, pinned=pin_of(hit.tool))
+            return ToolEntry(namespaced_name=hit.namespaced, ref_id=hit.ref_id, alias=alias,
+                             pinned=pin_of(hit.tool))
         core = self.core
         server, dot, tool = nn.partition(".")
         if not (server and dot and tool):
@@ -336,12 +347,14 @@ class MenuOperations:
         if server in core.order and server not in core.lists:
             # Its server is not up (starting, lazy, circuit open): kept unpinned, pending until it is.
             state, reason = self.server_state(server)
-            warnings.append(f"{nn}: not checked, server {server} is {state}" + (f" ({reason})" if reason else "")
+            warnings.append(f"{nn}: not checked, server {server} is {state}"
+                            + (f" ({reason})" if reason else "")
                             + "; it is pending until the server is up")
             return ToolEntry(namespaced_name=nn, ref_id=None, alias=alias, pinned=None)
         close = cat.close_matches(nn)
         suggestions += close
-        known = "" if server in core.order else f" (no server {server!r}; servers: {', '.join(core.order) or 'none'})"
+        known = ("" if server in core.order
+                 else f" (no server {server!r}; servers: {', '.join(core.order) or 'none'})")
         raise ToolsetError("unknown_tool", f"unknown tool {nn!r}{known}"
                            + (f"; did you mean {', '.join(close)}?" if close else ""))
 
@@ -378,7 +391,8 @@ class MenuOperations:
             ToolsetError: nothing equipped, the tool is not in the toolset, bad notes.
         """
         if not isinstance(tool_ref, Mapping) or (("namespacedName" in tool_ref) == ("refId" in tool_ref)):
-            raise ToolsetError("invalid_arguments", "'toolRef' must be {namespacedName: 'server.tool'} or {refId}.")
+            raise ToolsetError("invalid_arguments",
+                               "'toolRef' must be {namespacedName: 'server.tool'} or {refId}.")
         ref = tool_ref.get("namespacedName") or tool_ref.get("refId")
         if not isinstance(ref, str) or not ref:
             raise ToolsetError("invalid_arguments", "'toolRef' must name a tool with a non-empty string.")
@@ -386,7 +400,8 @@ class MenuOperations:
         async with self._lock:
             ex = self.exposure
             if ex.equipped is None:
-                raise ToolsetError("nothing_equipped", "No toolset is equipped: notes belong to a tool of the "
+                raise ToolsetError("nothing_equipped",
+                                   "No toolset is equipped: notes belong to a tool of the "
                                    "equipped toolset; equip one first.", toolsets=self._known())
             toolset = ex.equipped
             statuses = ex.resolve(self.core)
@@ -415,7 +430,8 @@ class MenuOperations:
             await self._commit(change, lambda ex, core, new: ex.sync(new))
             now = ex.notes_for(toolset.name).get(key, ())
             return {"toolset": toolset.name,
-                    "tool": {"namespacedName": key, "refId": match.hit.ref_id if match.hit else match.entry.ref_id},
+                    "tool": {"namespacedName": key,
+                             "refId": match.hit.ref_id if match.hit else match.entry.ref_id},
                     "added": [n.name for n in parsed if n.name not in before],
                     "replaced": [n.name for n in parsed if n.name in before],
                     "notes": [{"name": n.name, "note": n.note} for n in now]}
@@ -427,12 +443,15 @@ class MenuOperations:
         out = []
         for i, item in enumerate(notes):
             if not isinstance(item, Mapping) or set(item) != {"name", "note"}:
-                raise ToolsetError("invalid_arguments", f"notes[{i}] must be an object with exactly name and note.")
+                raise ToolsetError("invalid_arguments",
+                                   f"notes[{i}] must be an object with exactly name and note.")
             name, note = item["name"], item["note"]
             if not isinstance(name, str) or not name or not isinstance(note, str) or not note.strip():
-                raise ToolsetError("invalid_arguments", f"notes[{i}]: name and note must be non-empty strings.")
+                raise ToolsetError("invalid_arguments",
+                                   f"notes[{i}]: name and note must be non-empty strings.")
             if len(note) > MAX_NOTE_CHARS:
-                raise ToolsetError("invalid_arguments", f"notes[{i}]: a note is at most {MAX_NOTE_CHARS} characters.")
+                raise ToolsetError("invalid_arguments",
+                                   f"notes[{i}]: a note is at most {MAX_NOTE_CHARS} characters.")
             out.append(Note(name=name, note=note))
         return out
 
@@ -456,7 +475,8 @@ class MenuOperations:
     @staticmethod
     def _describe(ts: Toolset) -> dict[str, Any]:
         return {"name": ts.name, "description": ts.description, "readOnly": ts.read_only,
-                "toolCount": len(ts.tools), "createdAt": ts.created_at or None, "updatedAt": ts.updated_at or None,
+                "toolCount": len(ts.tools), "createdAt": ts.created_at or None,
+                "updatedAt": ts.updated_at or None,
                 "tools": [{"namespacedName": e.namespaced_name or None, "refId": e.ref_id, "alias": e.alias}
                           for e in ts.tools]}
 
@@ -484,8 +504,8 @@ class MenuOperations:
                 "changes": list(s.changes),
                 "notes": [{"name": n.name, "note": n.note} for n in notes.get(s.namespaced, ())],
             })
-        counts = {k: sum(1 for s in statuses if s.state == k) for k in (EXPOSED, SCHEMA_CHANGED, REFUSED, PENDING,
-                                                                          MISSING)}
+        counts = {k: sum(1 for s in statuses if s.state == k)
+                  for k in (EXPOSED, SCHEMA_CHANGED, REFUSED, PENDING, MISSING)}
         listed = estimate_tokens(snapshot.tools_list)
         everything = estimate_tokens(full_list(core, ex.definitions))
         return {

@@ -16,7 +16,10 @@ def _camel(key: str) -> str:
 
 def status_dict(status: Any, now: float) -> dict[str, Any]:
     """An `UpstreamStatus` as JSON-able camelCase; trio-clock times become relative seconds."""
-    raw = dataclasses.asdict(status) if dataclasses.is_dataclass(status) else dict(vars(status))
+    if dataclasses.is_dataclass(status) and not isinstance(status, type):
+        raw = dataclasses.asdict(status)
+    else:
+        raw = dict(vars(status))
     out: dict[str, Any] = {}
     for key, value in raw.items():
         if key == "retry_at":
@@ -44,10 +47,12 @@ def render_active(data: Mapping[str, Any]) -> str:
     else:
         ts = data["toolset"]
         c = data["counts"]
-        lines.append(f"Toolset {ts['name']!r}" + (" (read-only, from the config file)" if ts["readOnly"] else "")
+        lines.append(f"Toolset {ts['name']!r}"
+                     + (" (read-only, from the config file)" if ts["readOnly"] else "")
                      + f": {c[EXPOSED] + c[SCHEMA_CHANGED]} of {len(data['tools'])} tools exposed"
-                     + "".join(f", {c[k]} {k.replace('_', ' ')}" for k in (SCHEMA_CHANGED, REFUSED, PENDING, MISSING)
-                               if c[k]) + ".")
+                     + "".join(f", {c[k]} {k.replace('_', ' ')}"
+                               for k in (SCHEMA_CHANGED, REFUSED, PENDING, MISSING) if c[k])
+                     + ".")
         if not data["toolsetVisible"]:
             lines.append("(configuration mode: its tools are hidden until exit-configuration-mode)")
         for t in data["tools"]:
@@ -65,8 +70,8 @@ def render_active(data: Mapping[str, Any]) -> str:
                 lines.append(f"    note {n['name']}: {n['note']}")
     lines.append(render_mode(data))
     tok = data["tokens"]
-    lines.append(f"Estimated tokens for the tools list: {tok['listed']} now, {tok['allTools']} with every tool "
-                 f"listed (saves ~{tok['saved']}; {tok['method']}).")
+    lines.append(f"Estimated tokens for the tools list: {tok['listed']} now, "
+                 f"{tok['allTools']} with every tool listed (saves ~{tok['saved']}; {tok['method']}).")
     for p in data["problems"]:
         lines.append(f"Note: {p}")
     return "\n".join(lines)
