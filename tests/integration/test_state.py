@@ -15,7 +15,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import platformdirs
 import pytest
@@ -32,10 +32,6 @@ from supervisor.state import (
     now_iso,
 )
 
-if TYPE_CHECKING:
-    from collections.abc import Iterator
-
-REPO = Path(__file__).resolve().parents[2]
 PROCESS_TIMEOUT_S = 60.0
 """Bound on any helper process: generous for a loaded CI box, far under pytest-timeout."""
 
@@ -67,33 +63,6 @@ def make_toolset(name: str, *tools: str, created: str = T0, updated: str = T0) -
     )
 
 
-@pytest.fixture
-def spawn() -> Iterator[Any]:
-    """Start ``python -c SCRIPT args...`` importing this checkout; kill leftovers at teardown."""
-    procs: list[subprocess.Popen[str]] = []
-
-    def start(script: str, *args: str) -> subprocess.Popen[str]:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-        proc = subprocess.Popen(
-            [sys.executable, "-c", script, *args],
-            cwd=REPO,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        procs.append(proc)
-        return proc
-
-    try:
-        yield start
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.communicate(timeout=PROCESS_TIMEOUT_S)
 
 
 def expect_line(proc: subprocess.Popen[str], line: str) -> None:

@@ -12,9 +12,8 @@ import json
 import os
 import stat
 import subprocess
-import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
@@ -28,10 +27,6 @@ from supervisor.store import (
     UnknownServer,
 )
 
-if TYPE_CHECKING:
-    from collections.abc import Iterator
-
-REPO = Path(__file__).resolve().parents[2]
 PROCESS_TIMEOUT_S = 60.0
 """Bound on any helper process: generous for a loaded CI box, far under pytest-timeout."""
 
@@ -65,33 +60,6 @@ CLAUDE_CODE_MCP_JSON = (
 # --- helpers ---------------------------------------------------------------------------
 
 
-@pytest.fixture
-def spawn() -> Iterator[Any]:
-    """Start ``python -c SCRIPT args...`` importing this checkout; kill leftovers at teardown."""
-    procs: list[subprocess.Popen[str]] = []
-
-    def start(script: str, *args: str) -> subprocess.Popen[str]:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-        proc = subprocess.Popen(
-            [sys.executable, "-c", script, *args],
-            cwd=REPO,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        procs.append(proc)
-        return proc
-
-    try:
-        yield start
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.communicate(timeout=PROCESS_TIMEOUT_S)
 
 
 def wait_ok(proc: subprocess.Popen[str]) -> None:
