@@ -91,7 +91,6 @@ class ParkedCall:
         self.outcome: dict[str, Any] | ProxyError | None = None
         self.done = False
         self.delivered = trio.Event()
-        self.legs = 0
         self.scope: trio.CancelScope | None = None
 
     def cancel(self) -> None:
@@ -161,7 +160,6 @@ class ParkedCall:
             return None
         requests = dict(self._unasked)
         self._unasked.clear()
-        self.legs += 1
         return {"resultType": "input_required", "inputRequests": requests, "requestState": self.token}
 
     async def next_leg(self) -> dict[str, Any] | ProxyError:
