@@ -37,8 +37,8 @@ from actors import wire
 from actors.errors import ProxyError, UpstreamError
 from actors.messages import Reply
 
-__all__ = ["INPUT_WAIT_S", "STATE_PREFIX", "ParkedCall", "ParkedCalls", "declared", "request_state_of",
-           "run_parked"]
+__all__ = ["CAPABILITY_OF", "INPUT_WAIT_S", "STATE_PREFIX", "ParkedCall", "ParkedCalls", "declared",
+           "request_state_of", "run_parked"]
 
 logger = logging.getLogger(__name__)
 

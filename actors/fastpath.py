@@ -43,7 +43,7 @@ from mcp_types import (
 from msgspec import UNSET, Raw
 
 from actors import wire
-from actors.bridge import STATE_PREFIX, ParkedCalls
+from actors.bridge import CAPABILITY_OF, STATE_PREFIX, ParkedCalls
 from actors.core.discovery import USE_TOOL
 from actors.core.use_tool import check_arguments
 from actors.eras import ENVELOPE_KEYS, is_modern_version, verbose_of
@@ -288,14 +288,9 @@ class FastPath:
         return True
 
     def client_capable(self, method: str) -> bool:
-        caps = self.client_capabilities
-        if method == "sampling/createMessage":
-            return "sampling" in caps
-        if method == "elicitation/create":
-            return "elicitation" in caps
-        if method == "roots/list":
-            return "roots" in caps
-        return True
+        """Whether the handshake-era client declared the capability ``method`` needs."""
+        needed = CAPABILITY_OF.get(method)
+        return needed is None or needed in self.client_capabilities
 
     async def ask_client(self, method: str, params: dict[str, Any] | None,
                          max_time: Callable[[], float]) -> dict[str, Any]:
