@@ -76,7 +76,7 @@ class FastPath:
     """The byte-level ``tools/call`` path of one stdio front connection."""
 
     def __init__(self, backend: Backend, writer: FrameWriter, nursery: trio.Nursery,
-                 server_info: Mapping[str, Any], session: ClientSession | None = None,
+                 server_info: Mapping[str, Any], session: ClientSession,
                  log_level: Callable[[], str | None] = lambda: None) -> None:
         self.backend = backend
         self.log_level = log_level
@@ -97,7 +97,7 @@ class FastPath:
         self._ids = itertools.count(1)
         self.stamp = Raw(wire.encode(dict(server_info)))
         self._envelopes: dict[int, Raw] = {}
-        self.session = session if session is not None else ClientSession()
+        self.session = session
         """This connection's session: the key of its instances of session-scoped servers
         (the same object the SDK path uses for the connection, `Front.serve_connection`)
         and the label the journal records."""
