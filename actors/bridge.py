@@ -14,13 +14,14 @@ Owns:
 
 * `ParkedCall`: one upstream call kept waiting between the client's legs (its
   questions not yet shown, its questions waiting for an answer, its outcome);
-* `ParkedCalls`: the table of them, keyed by the opaque ``requestState`` token the
-  proxy mints (unguessable, so a token is the capability to resume the call), each
-  dropped when the call ends and its outcome has been delivered, or when the client
-  does not come back in `INPUT_WAIT_S`.
+* `ParkedCalls`: the SDK path's table of them, keyed by the opaque ``requestState``
+  token the proxy mints (`new_state_token`: unguessable, so a token is the capability
+  to resume the call), each dropped when the call ends and its outcome has been
+  delivered, or when the client does not come back in `INPUT_WAIT_S`.
 
 Both the SDK path (`actors.front`, `actors.origins`) and the stdio fast path
-(`actors.fastpath`, `actors.fastcall`) use it.
+(`actors.fastpath`, `actors.fastcall`) use `ParkedCall`; the fast path keeps its own
+table, of its calls by the same token (`FastPath.parked`).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from actors.errors import ProxyError, UpstreamError
 from actors.messages import Reply
 
 __all__ = ["CAPABILITY_OF", "INPUT_WAIT_S", "STATE_PREFIX", "ParkedCall", "ParkedCalls", "declared",
-           "request_state_of", "run_parked"]
+           "new_state_token", "request_state_of", "run_parked"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +67,11 @@ def declared(capabilities: object, method: str) -> bool:
     """Whether a 2026-07-28 client's ``_meta`` capabilities allow asking it ``method``."""
     needed = CAPABILITY_OF.get(method)
     return needed is None or (isinstance(capabilities, Mapping) and capabilities.get(needed) is not None)
+
+
+def new_state_token() -> str:
+    """A fresh ``requestState`` token for a parked call (unguessable: see `TOKEN_BYTES`)."""
+    return STATE_PREFIX + secrets.token_urlsafe(TOKEN_BYTES)
 
 
 def request_state_of(params: Mapping[str, Any] | None) -> str | None:
@@ -186,9 +192,8 @@ class ParkedCalls:
 
     def open(self) -> ParkedCall:
         """A new parked call under a fresh token (call `close` when it is delivered)."""
-        token = STATE_PREFIX + secrets.token_urlsafe(TOKEN_BYTES)
-        call = ParkedCall(token)
-        self._calls[token] = call
+        call = ParkedCall(new_state_token())
+        self._calls[call.token] = call
         return call
 
     def get(self, token: str) -> ParkedCall | None:

@@ -43,7 +43,7 @@ from mcp_types import (
 from msgspec import UNSET, Raw
 
 from actors import wire
-from actors.bridge import CAPABILITY_OF, STATE_PREFIX, ParkedCalls
+from actors.bridge import CAPABILITY_OF, STATE_PREFIX
 from actors.core.discovery import USE_TOOL
 from actors.core.use_tool import check_arguments
 from actors.eras import ENVELOPE_KEYS, is_modern_version, verbose_of
@@ -84,8 +84,7 @@ class FastPath:
         self.nursery = nursery
         self.calls: dict[int | str, FastCall] = {}
         self.requests: dict[str, Reply[Any]] = {}
-        self.parked = ParkedCalls()
-        self.bridged: dict[str, FastCall] = {}
+        self.parked: dict[str, FastCall] = {}
         """Calls parked between a 2026-07-28 client's legs, by their ``requestState``."""
         self.ready = False
         """The init gate is open: handshake-era calls may take this path."""
@@ -157,7 +156,7 @@ class FastPath:
             except (wire.DecodeError, wire.ValidationError):
                 return False
             if state.startswith(STATE_PREFIX):
-                parked = self.bridged.get(state)
+                parked = self.parked.get(state)
                 if parked is None:
                     return False  # the SDK path's, or unknown: the SDK answers it
                 await parked.resume(env.id, params)  # type: ignore[arg-type]
@@ -323,10 +322,10 @@ class FastPath:
             with trio.move_on_after(CLIENT_GONE_CANCEL_S, shield=True):
                 await call.cancel("client disconnected")
         self.calls.clear()
-        for call in list(self.bridged.values()):
+        for call in list(self.parked.values()):
             with trio.move_on_after(CLIENT_GONE_CANCEL_S, shield=True):
                 await call.link.cancel_fast(call.proxy_id, "client disconnected")
-        self.bridged.clear()
+        self.parked.clear()
         for reply in self.requests.values():
             reply.fail(UpstreamError(wire.CONNECTION_CLOSED, "the client disconnected"))
 
