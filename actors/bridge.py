@@ -14,13 +14,14 @@ Owns:
 
 * `ParkedCall`: one upstream call kept waiting between the client's legs (its
   questions not yet shown, its questions waiting for an answer, its outcome);
-* `ParkedCalls`: the table of them, keyed by the opaque ``requestState`` token the
-  proxy mints (unguessable, so a token is the capability to resume the call), each
-  dropped when the call ends and its outcome has been delivered, or when the client
-  does not come back in `INPUT_WAIT_S`.
+* `ParkedCalls`: the SDK path's table of them, keyed by the opaque ``requestState``
+  token the proxy mints (`new_state_token`: unguessable, so a token is the capability
+  to resume the call), each dropped when the call ends and its outcome has been
+  delivered, or when the client does not come back in `INPUT_WAIT_S`.
 
 Both the SDK path (`actors.front`, `actors.origins`) and the stdio fast path
-(`actors.fastpath`, `actors.fastcall`) use it.
+(`actors.fastpath`, `actors.fastcall`) use `ParkedCall`; the fast path keeps its own
+table, of its calls by the same token (`FastPath.parked`).
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ from actors import wire
 from actors.errors import ProxyError, UpstreamError
 from actors.messages import Reply
 
-__all__ = ["INPUT_WAIT_S", "STATE_PREFIX", "ParkedCall", "ParkedCalls", "declared", "request_state_of",
-           "run_parked"]
+__all__ = ["CAPABILITY_OF", "INPUT_WAIT_S", "STATE_PREFIX", "ParkedCall", "ParkedCalls", "declared",
+           "new_state_token", "request_state_of", "run_parked"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +69,11 @@ def declared(capabilities: object, method: str) -> bool:
     return needed is None or (isinstance(capabilities, Mapping) and capabilities.get(needed) is not None)
 
 
+def new_state_token() -> str:
+    """A fresh ``requestState`` token for a parked call (unguessable: see `TOKEN_BYTES`)."""
+    return STATE_PREFIX + secrets.token_urlsafe(TOKEN_BYTES)
+
+
 def request_state_of(params: Mapping[str, Any] | None) -> str | None:
     """The proxy's own ``requestState`` in a retried request's params, if it carries one."""
     state = (params or {}).get("requestState")
@@ -91,7 +97,6 @@ class ParkedCall:
         self.outcome: dict[str, Any] | ProxyError | None = None
         self.done = False
         self.delivered = trio.Event()
-        self.legs = 0
         self.scope: trio.CancelScope | None = None
 
     def cancel(self) -> None:
@@ -161,7 +166,6 @@ class ParkedCall:
             return None
         requests = dict(self._unasked)
         self._unasked.clear()
-        self.legs += 1
         return {"resultType": "input_required", "inputRequests": requests, "requestState": self.token}
 
     async def next_leg(self) -> dict[str, Any] | ProxyError:
@@ -188,9 +192,8 @@ class ParkedCalls:
 
     def open(self) -> ParkedCall:
         """A new parked call under a fresh token (call `close` when it is delivered)."""
-        token = STATE_PREFIX + secrets.token_urlsafe(TOKEN_BYTES)
-        call = ParkedCall(token)
-        self._calls[token] = call
+        call = ParkedCall(new_state_token())
+        self._calls[call.token] = call
         return call
 
     def get(self, token: str) -> ParkedCall | None:

@@ -27,7 +27,7 @@ from mcp_types import LOG_LEVEL_META_KEY
 from msgspec import UNSET, Raw
 
 from actors import wire
-from actors.bridge import INPUT_WAIT_S, ParkedCall, declared
+from actors.bridge import INPUT_WAIT_S, ParkedCall, declared, new_state_token
 from actors.eras import ENVELOPE_KEYS, adapt_raw_result, strip_upstream_stamps
 from actors.errors import CallTimeout, ProxyError, UpstreamDied, UpstreamError, error_data
 from actors.link.input_required import drive_input_required
@@ -230,8 +230,8 @@ class FastCall:
             raise UpstreamError(wire.METHOD_NOT_FOUND, f"the client did not declare support for {method}")
         parked = self.parked
         if parked is None:
-            parked = self.parked = self.fast.parked.open()
-            self.fast.bridged[parked.token] = self
+            parked = self.parked = ParkedCall(new_state_token())
+            self.fast.parked[parked.token] = self
         try:
             return await parked.ask(method, params, self._flush_leg)
         finally:
@@ -300,8 +300,7 @@ class FastCall:
     def _unpark(self) -> None:
         parked = self.parked
         if parked is not None:
-            self.fast.parked.close(parked)
-            self.fast.bridged.pop(parked.token, None)
+            self.fast.parked.pop(parked.token, None)
 
     # --- mid-call traffic --------------------------------------------------------------------
     async def progress(self, params: dict[str, Any]) -> None:

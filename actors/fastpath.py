@@ -43,7 +43,7 @@ from mcp_types import (
 from msgspec import UNSET, Raw
 
 from actors import wire
-from actors.bridge import STATE_PREFIX, ParkedCalls
+from actors.bridge import CAPABILITY_OF, STATE_PREFIX
 from actors.core.discovery import USE_TOOL
 from actors.core.use_tool import check_arguments
 from actors.eras import ENVELOPE_KEYS, is_modern_version, verbose_of
@@ -76,7 +76,7 @@ class FastPath:
     """The byte-level ``tools/call`` path of one stdio front connection."""
 
     def __init__(self, backend: Backend, writer: FrameWriter, nursery: trio.Nursery,
-                 server_info: Mapping[str, Any], session: ClientSession | None = None,
+                 server_info: Mapping[str, Any], session: ClientSession,
                  log_level: Callable[[], str | None] = lambda: None) -> None:
         self.backend = backend
         self.log_level = log_level
@@ -84,8 +84,7 @@ class FastPath:
         self.nursery = nursery
         self.calls: dict[int | str, FastCall] = {}
         self.requests: dict[str, Reply[Any]] = {}
-        self.parked = ParkedCalls()
-        self.bridged: dict[str, FastCall] = {}
+        self.parked: dict[str, FastCall] = {}
         """Calls parked between a 2026-07-28 client's legs, by their ``requestState``."""
         self.ready = False
         """The init gate is open: handshake-era calls may take this path."""
@@ -97,7 +96,7 @@ class FastPath:
         self._ids = itertools.count(1)
         self.stamp = Raw(wire.encode(dict(server_info)))
         self._envelopes: dict[int, Raw] = {}
-        self.session = session if session is not None else ClientSession()
+        self.session = session
         """This connection's session: the key of its instances of session-scoped servers
         (the same object the SDK path uses for the connection, `Front.serve_connection`)
         and the label the journal records."""
@@ -157,7 +156,7 @@ class FastPath:
             except (wire.DecodeError, wire.ValidationError):
                 return False
             if state.startswith(STATE_PREFIX):
-                parked = self.bridged.get(state)
+                parked = self.parked.get(state)
                 if parked is None:
                     return False  # the SDK path's, or unknown: the SDK answers it
                 await parked.resume(env.id, params)  # type: ignore[arg-type]
@@ -288,14 +287,9 @@ class FastPath:
         return True
 
     def client_capable(self, method: str) -> bool:
-        caps = self.client_capabilities
-        if method == "sampling/createMessage":
-            return "sampling" in caps
-        if method == "elicitation/create":
-            return "elicitation" in caps
-        if method == "roots/list":
-            return "roots" in caps
-        return True
+        """Whether the handshake-era client declared the capability ``method`` needs."""
+        needed = CAPABILITY_OF.get(method)
+        return needed is None or needed in self.client_capabilities
 
     async def ask_client(self, method: str, params: dict[str, Any] | None,
                          max_time: Callable[[], float]) -> dict[str, Any]:
@@ -328,10 +322,10 @@ class FastPath:
             with trio.move_on_after(CLIENT_GONE_CANCEL_S, shield=True):
                 await call.cancel("client disconnected")
         self.calls.clear()
-        for call in list(self.bridged.values()):
+        for call in list(self.parked.values()):
             with trio.move_on_after(CLIENT_GONE_CANCEL_S, shield=True):
                 await call.link.cancel_fast(call.proxy_id, "client disconnected")
-        self.bridged.clear()
+        self.parked.clear()
         for reply in self.requests.values():
             reply.fail(UpstreamError(wire.CONNECTION_CLOSED, "the client disconnected"))
 
