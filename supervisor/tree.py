@@ -244,7 +244,6 @@ class Supervisor:
                 return sub
             server, original, retry_safe, args = sub.server, sub.tool, sub.retry_safe, sub.args
         started = trio.current_time()
-        args = dict(arguments or {})
         try:
             result = await self.upstreams[server].request(
                 "tools/call", {"name": original, "arguments": args}, retry_safe=retry_safe,
