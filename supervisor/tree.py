@@ -233,16 +233,15 @@ class Supervisor:
             if name in snapshot.local_tools:
                 return await self.call_local_tool(name, args, None)
             return unknown_tool_result(name, snapshot)
+        direct = route.direct(args)  # a compound tool: its subtool's route and args
+        if isinstance(direct, dict) and not self.started:
+            await self.wait_startup()  # a subtool's server may not have listed yet
+            route = self.router.snapshot.tools.get(name, route)
+            direct = route.direct(args) if route.compound else direct
+        if isinstance(direct, dict):
+            return direct
+        route, args = direct
         server, original, retry_safe = route.server, route.original, route.retry_safe
-        if route.compound is not None:
-            sub = route.compound.prepare(args)
-            if isinstance(sub, dict) and not self.started:
-                await self.wait_startup()  # a subtool's server may not have listed yet
-                route = self.router.snapshot.tools.get(name, route)
-                sub = route.compound.prepare(args) if route.compound else sub
-            if isinstance(sub, dict):
-                return sub
-            server, original, retry_safe, args = sub.server, sub.tool, sub.retry_safe, sub.args
         started = trio.current_time()
         try:
             result = await self.upstreams[server].request(
