@@ -78,10 +78,6 @@ class ScopedServers:
         self.started = 0
         """Instances started so far (pool and on demand)."""
 
-    def is_scoped(self, server: str) -> bool:
-        up = self._sup.upstreams.get(server)
-        return up is not None and getattr(up.spec, "scope", "shared") == "session"
-
     def fill_pools(self) -> None:
         """Start the warm instances of every session-scoped server (at supervisor start)."""
         for up in list(self._sup.upstreams.values()):
@@ -163,15 +159,6 @@ class ScopedServers:
             for up in held.values():
                 while up.state is not State.STOPPED:
                     await up.wait_changed()
-
-    def stop_all(self) -> None:
-        """Stop every instance (the supervisor is stopping; its tree reaps them)."""
-        for held in self._held.values():
-            for up in held.values():
-                up.stop()
-        for pool in self._pools.values():
-            for up in pool:
-                up.stop()
 
     def instances(self, session: ClientSession) -> dict[str, Upstream]:
         """The session's instances by server name (a copy)."""
