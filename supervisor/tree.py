@@ -346,11 +346,13 @@ class Supervisor:
         Never waits: the journal takes the raw arguments and result and works out sizes,
         digests and the outcome on its own writer task (`supervisor.journal`).
         """
+        journal = self.journal
+        if journal is None and not self.event_bus.has_subscribers:
+            return  # nobody listens (no journal, no dashboard): a call pays two attribute reads
         now = trio.current_time()
         if self.event_bus.has_subscribers:
             self.event_bus.publish(CallFinished(server, tool, now - started, error is None,
                                              str(error) if error is not None else None))
-        journal = self.journal
         if journal is not None:
             up = upstream if upstream is not None else self.upstreams.get(server)
             journal.record_nowait(CallRecord(now, server, tool, now - started, error, session, run, arguments,
