@@ -10,12 +10,11 @@ Whether a running server has a tool is known only at run time (a warning then).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from msgspec import UNSET
 
 from actors.core.catalog import bare, flatten
-from actors.core.compound import CompoundDecl, SubtoolDecl
 from actors.core.toolsets import MANAGEMENT_TOOLS
 from supervisor._config_check import Checker
 from supervisor._config_schema import (
@@ -29,6 +28,9 @@ from supervisor._config_schema import (
     describe_type,
 )
 from supervisor._config_types import NAME_RE, NAME_RULE, ServerSpec, Settings, ToolRef, ToolsetDecl
+
+if TYPE_CHECKING:  # imported where a `tools` section is built: it pulls in jsonschema
+    from actors.core.compound import CompoundDecl, SubtoolDecl
 
 
 class ToolRules(Checker):
@@ -139,12 +141,16 @@ class ToolRules(Checker):
                     self.problem(where, f'field "subtools.{sub.server}.tools": "{sub.tool}" is listed twice')
                 seen.add(sub.key)
             if len(self.problems) == before:
+                from actors.core.compound import CompoundDecl
+
                 out[name] = CompoundDecl(name=name, description=entry.description, subtools=tuple(subs))
         return out
 
     def subtools(self, where: str, server: str, raw: Any,
                  servers: Mapping[str, ServerSpec]) -> list[SubtoolDecl]:
         """One server's subtools of a compound tool."""
+        from actors.core.compound import SubtoolDecl
+
         at = f"subtools.{server}"
         if server not in self.server_names:
             self.problem(where, f'field "{at}": no server "{server}" in "mcpServers"'

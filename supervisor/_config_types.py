@@ -15,11 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from actors.core import policy
-from actors.core.compound import CompoundDecl
 from supervisor._config_schema import KNOB_KEYS, ServerEntry, field_names
+
+if TYPE_CHECKING:  # the module pulls in jsonschema: a CLI that never loads a config need not
+    from actors.core.compound import CompoundDecl
 
 DEFAULT_HOST: Final = "127.0.0.1"
 """Loopback only by default: without a token the HTTP/WS fronts are open to this machine only."""

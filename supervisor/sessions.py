@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
+from actors.core.catalog import tool_hints
 from actors.core.toolsets import ToolsetError, resolve
 from actors.eras import strip_upstream_stamps
 from actors.errors import ProxyError
@@ -46,9 +47,6 @@ logger = logging.getLogger(__name__)
 STOP_WAIT_S: Final = 10.0
 """Bound on waiting for a session's instances to stop when it ends: close stdin, 2 s,
 SIGTERM, 2 s, SIGKILL (DESIGN.md's stop sequence) fits with room to spare."""
-
-_RETRY_SAFE_HINTS: Final = ("readOnlyHint", "idempotentHint")
-
 
 class _QuietRouter:
     """The router port of a session instance: its lists go nowhere (the shared one lists)."""
@@ -79,10 +77,6 @@ class ScopedServers:
         self._held: dict[ClientSession, dict[str, Upstream]] = {}
         self.started = 0
         """Instances started so far (pool and on demand)."""
-
-    def is_scoped(self, server: str) -> bool:
-        up = self._sup.upstreams.get(server)
-        return up is not None and getattr(up.spec, "scope", "shared") == "session"
 
     def fill_pools(self) -> None:
         """Start the warm instances of every session-scoped server (at supervisor start)."""
@@ -144,10 +138,8 @@ class ScopedServers:
         shared = self._sup.upstreams.get(server)
         if shared is None:
             return None
-        up = Upstream(self._instance_spec(shared), router=_QuietRouter(), events=self._sup.event_bus,
-                      hooks=self._sup._hooks, reaper=self._sup.reaper,
-                      max_message=self._sup.settings.max_message_bytes,
-                      rng=self._sup._rng, era_memory=self._sup._era_memory)
+        up = self._sup.make_upstream(self._instance_spec(shared))
+        up.router = _QuietRouter()
         if not self._sup.start_soon(up.run):
             return None
         self.started += 1
@@ -167,15 +159,6 @@ class ScopedServers:
             for up in held.values():
                 while up.state is not State.STOPPED:
                     await up.wait_changed()
-
-    def stop_all(self) -> None:
-        """Stop every instance (the supervisor is stopping; its tree reaps them)."""
-        for held in self._held.values():
-            for up in held.values():
-                up.stop()
-        for pool in self._pools.values():
-            for up in pool:
-                up.stop()
 
     def instances(self, session: ClientSession) -> dict[str, Upstream]:
         """The session's instances by server name (a copy)."""
@@ -231,8 +214,7 @@ class SessionView:
             if not status.exposed or cand is None:
                 continue
             exposed = cand.alias or status.namespaced
-            notes = cand.tool.get("annotations") or {}
-            retry_safe = isinstance(notes, Mapping) and any(notes.get(h) for h in _RETRY_SAFE_HINTS)
+            retry_safe = any(tool_hints(cand.tool))
             routes[exposed] = (cand.server, cand.original, retry_safe, {**cand.tool, "name": exposed})
         self._routes = routes
         self._equipped = name

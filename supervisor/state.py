@@ -90,11 +90,6 @@ class UnknownToolset(StateError):
         self.known = list(known)
 
 
-def _empty_state() -> SavedState:
-    """The state of a directory with no ``state.json``."""
-    return SavedState(equipped=None, toolsets={}, annotations={})
-
-
 def now_iso() -> str:
     """The current UTC time as ``2026-11-22T10:00:00Z`` (seconds precision).
 

@@ -233,18 +233,16 @@ class Supervisor:
             if name in snapshot.local_tools:
                 return await self.call_local_tool(name, args, None)
             return unknown_tool_result(name, snapshot)
+        direct = route.direct(args)  # a compound tool: its subtool's route and args
+        if isinstance(direct, dict) and not self.started:
+            await self.wait_startup()  # a subtool's server may not have listed yet
+            route = self.router.snapshot.tools.get(name, route)
+            direct = route.direct(args) if route.compound else direct
+        if isinstance(direct, dict):
+            return direct
+        route, args = direct
         server, original, retry_safe = route.server, route.original, route.retry_safe
-        if route.compound is not None:
-            sub = route.compound.prepare(args)
-            if isinstance(sub, dict) and not self.started:
-                await self.wait_startup()  # a subtool's server may not have listed yet
-                route = self.router.snapshot.tools.get(name, route)
-                sub = route.compound.prepare(args) if route.compound else sub
-            if isinstance(sub, dict):
-                return sub
-            server, original, retry_safe, args = sub.server, sub.tool, sub.retry_safe, sub.args
         started = trio.current_time()
-        args = dict(arguments or {})
         try:
             result = await self.upstreams[server].request(
                 "tools/call", {"name": original, "arguments": args}, retry_safe=retry_safe,
@@ -348,11 +346,13 @@ class Supervisor:
         Never waits: the journal takes the raw arguments and result and works out sizes,
         digests and the outcome on its own writer task (`supervisor.journal`).
         """
+        journal = self.journal
+        if journal is None and not self.event_bus.has_subscribers:
+            return  # nobody listens (no journal, no dashboard): a call pays two attribute reads
         now = trio.current_time()
         if self.event_bus.has_subscribers:
             self.event_bus.publish(CallFinished(server, tool, now - started, error is None,
                                              str(error) if error is not None else None))
-        journal = self.journal
         if journal is not None:
             up = upstream if upstream is not None else self.upstreams.get(server)
             journal.record_nowait(CallRecord(now, server, tool, now - started, error, session, run, arguments,

@@ -189,10 +189,6 @@ class JournalDB:
         self.conn.executescript(SCHEMA)
         self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
 
-    def write(self, records: Sequence[CallRecord], wall_offset: float) -> None:
-        """Write ``records`` in one transaction (sizes, digests and outcomes worked out here)."""
-        self.insert(self.rows(records, wall_offset))
-
     def rows(self, records: Sequence[CallRecord], wall_offset: float) -> list[tuple[Any, ...]]:
         """The table rows of ``records``: encoded, sized, hashed, classified."""
         rows = []
