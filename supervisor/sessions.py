@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from actors.core.catalog import tool_hints
+from actors.core.catalog import ToolRoute, tool_hints
 from actors.core.toolsets import ToolsetError, resolve
 from actors.eras import strip_upstream_stamps
 from actors.errors import ProxyError
@@ -185,7 +185,7 @@ class SessionView:
         self.sup = sup
         self.client = session
         self._equipped: str | None = None
-        self._routes: dict[str, tuple[str, str, bool, Mapping[str, Any]]] | None = None
+        self._routes: dict[str, ToolRoute] | None = None
 
     @property
     def label(self) -> str:
@@ -195,7 +195,7 @@ class SessionView:
         """The tools this session sees now (its toolset's, else the proxy's)."""
         if self._routes is None:
             return self.sup.tools()
-        return [dict(wire) for _, _, _, wire in self._routes.values()]
+        return [dict(route.wire) for route in self._routes.values()]
 
     async def equip(self, name: str) -> list[str]:
         """Equip toolset ``name`` for this session only; returns the names it now sees.
@@ -208,14 +208,15 @@ class SessionView:
         if toolset is None:
             raise ToolsetError("unknown_toolset", f"no toolset named {name!r}; toolsets: "
                                f"{', '.join(toolsets) or 'none'}", toolsets=list(toolsets))
-        routes: dict[str, tuple[str, str, bool, Mapping[str, Any]]] = {}
+        routes: dict[str, ToolRoute] = {}
         for status in resolve(toolset, self.sup.core, pin_schemas=self.sup.settings.pin_schemas):
             cand = status.candidate
             if not status.exposed or cand is None:
                 continue
             exposed = cand.alias or status.namespaced
             retry_safe = any(tool_hints(cand.tool))
-            routes[exposed] = (cand.server, cand.original, retry_safe, {**cand.tool, "name": exposed})
+            routes[exposed] = ToolRoute(exposed, cand.server, cand.original, retry_safe,
+                                        {**cand.tool, "name": exposed}, cand.compound)
         self._routes = routes
         self._equipped = name
         return list(routes)
@@ -237,10 +238,9 @@ class SessionView:
         """
         sup = self.sup
         if self._routes is not None:
-            found = self._routes.get(name)
-            if found is None:
+            route = self._routes.get(name)
+            if route is None:
                 return unknown_tool_result(name, sup.snapshot)
-            server, original, retry_safe = found[0], found[1], found[2]
         else:
             if not sup.started:
                 await sup.wait_startup()
@@ -249,8 +249,11 @@ class SessionView:
                 if name in sup.snapshot.local_tools:
                     return await sup.call_local_tool(name, dict(arguments or {}), None)
                 return unknown_tool_result(name, sup.snapshot)
-            server, original, retry_safe = route.server, route.original, route.retry_safe
-        args = dict(arguments or {})
+        direct = route.direct(arguments or {})  # a compound tool: its subtool's route and args
+        if isinstance(direct, dict):
+            return direct
+        route, args = direct
+        server, original, retry_safe = route.server, route.original, route.retry_safe
         up = self.upstream(server)
         started = trio.current_time()
         label = run or self.client.run

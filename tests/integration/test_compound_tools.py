@@ -301,3 +301,26 @@ async def test_a_reload_that_changes_only_the_tools_section_applies_it(tmp_path:
             assert tool.description is not None
             assert tool.description.startswith("Only the web now")
             assert [b["properties"]["tool"]["const"] for b in tool.input_schema["oneOf"]] == ["echo"]
+
+
+async def test_the_supervisor_api_calls_a_compound_tool_like_a_client(tmp_path: Path) -> None:
+    """``sup.call_tool`` and a harness session's ``call_tool`` (with and without its own
+    toolset naming ``research``) route a compound call to the subtool with exactly its
+    ``args``, as the fronts do; a call outside the subtools is refused, nothing sent."""
+    config = write(tmp_path, toolsets={"look": ["research"]})
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with proxy(config) as (sup, _):
+            via_api = await sup.call_tool("research", {"server": "web", "tool": "echo", "args": {"text": "a"}})
+            assert via_api["content"][0]["text"] == "echo: a"
+            async with sup.session("episode-1") as session:
+                plain = await session.call_tool("research", {"server": "web", "tool": "echo",
+                                                             "args": {"text": "b"}})
+                assert plain["content"][0]["text"] == "echo: b"
+                assert "research" in await session.equip("look")
+                equipped = await session.call_tool("research", {"server": "notes", "tool": "add",
+                                                                "args": {"a": 1, "b": 2}})
+                assert equipped["structuredContent"] == {"sum": 3}
+                refused = await session.call_tool("research", {"server": "web", "tool": "nope", "args": {}})
+                assert refused["isError"]
+    assert [c["arguments"] for c in calls(tmp_path / "web.jsonl", "echo")] == [{"text": "a"}, {"text": "b"}]
+    assert [c["arguments"] for c in calls(tmp_path / "notes.jsonl", "add")] == [{"a": 1, "b": 2}]
