@@ -124,8 +124,9 @@ class ToolRoute:
 
         For a compound tool that is its subtool's route and ``args``; a call failing the
         compound tool's check gives the ``isError`` result to answer instead (nothing is
-        sent). Every caller of a tool by exposed name (front, fast path, ``use_tool``)
-        goes through here.
+        sent). The fast path calls this; the SDK front (`actors.front_tools`) and the
+        embedding API (`supervisor.tree`) call ``compound.prepare`` themselves, because a
+        refusal there first waits for start-up and checks again.
         """
         if self.compound is None:
             return self, dict(arguments)
