@@ -20,7 +20,6 @@ Owns:
 
 from __future__ import annotations
 
-import difflib
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -45,11 +44,11 @@ from mcp.shared.exceptions import MCPError
 from actors import wire
 from actors.bridge import ParkedCall, ParkedCalls, request_state_of, run_parked
 from actors.clients import CLIENT_SEND_TIMEOUT_S, ClientRegistry, ClientState, level_ok
-from actors.core.catalog import Snapshot
+from actors.core.catalog import Snapshot, close_names
 from actors.core.registry import Changes
 from actors.eras import LOG_LEVELS, complete, is_modern_version, strip_upstream_stamps
 from actors.errors import ProxyError, error_data
-from actors.front_tools import SIMILAR_NAMES, ToolCalls, loader_of
+from actors.front_tools import ToolCalls, loader_of
 from actors.harness import ClientSession, sdk_session
 from actors.lazy import LoadFailed
 from actors.link import CallOrigin
@@ -433,8 +432,7 @@ class Front:
                           params: types.GetPromptRequestParams) -> Any:
         route = self.backend.router.snapshot.prompts.get(params.name)
         if route is None:
-            names = list(self.backend.router.snapshot.prompts)
-            close = difflib.get_close_matches(params.name, names, n=SIMILAR_NAMES, cutoff=0.5)
+            close = close_names(params.name, self.backend.router.snapshot.prompts)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise MCPError(code=wire.INVALID_PARAMS, message=f"unknown prompt {params.name!r}{hint}")
         raw = dict(ctx.params or {})

@@ -14,9 +14,8 @@ Owns:
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
 import trio
@@ -24,6 +23,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 from actors import wire
+from actors.core.catalog import close_names
 from actors.core.discovery import USE_TOOL, lazy_owner
 from actors.core.use_tool import CallLocal, NeedsLoad, plan_use
 from actors.eras import strip_upstream_stamps
@@ -35,9 +35,6 @@ if TYPE_CHECKING:
     from actors.core.catalog import Snapshot, ToolRoute
     from actors.front import Backend
 
-SIMILAR_NAMES: Final = 5
-"""At most this many close names are suggested for an unknown tool or prompt."""
-
 Forward = Callable[..., Awaitable[dict[str, Any]]]
 """`Front._forward`: ``(server, method, params, ctx, *, retry_safe)`` to the owning upstream."""
 
@@ -48,7 +45,7 @@ SessionOf = Callable[[ServerRequestContext[Any, Any]], ClientSession | None]
 def unknown_tool_result(name: str, snapshot: Snapshot) -> dict[str, Any]:
     """The ``isError`` result for a tool nothing serves, naming the closest exposed ones."""
     names = snapshot.exposed_names()
-    close = difflib.get_close_matches(name, names, n=SIMILAR_NAMES, cutoff=0.5)
+    close = close_names(name, names)
     text = f"Unknown tool {name!r}."
     if close:
         text += " Did you mean: " + ", ".join(close) + "?"

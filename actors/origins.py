@@ -31,6 +31,18 @@ def is_modern(ctx: ServerRequestContext[Any, Any] | None) -> bool:
     return ctx is not None and is_modern_version(ctx.protocol_version)
 
 
+def _leg_meta(ctx: ServerRequestContext[Any, Any]) -> tuple[int | str | None, str | None]:
+    """(progress token, log level) a request's ``_meta`` carries, each None when absent
+    or malformed (a boolean is no progress token)."""
+    meta = (ctx.params or {}).get("_meta")
+    if not isinstance(meta, Mapping):
+        return None, None
+    token = meta.get("progressToken")
+    level = meta.get(LOG_LEVEL_META_KEY)
+    return (token if isinstance(token, int | str) and not isinstance(token, bool) else None,
+            level if isinstance(level, str) else None)
+
+
 class ConnectionOrigin:
     """A connection asked outside any call (e.g. an upstream's roots/list at start-up)."""
 
@@ -61,12 +73,9 @@ class SdkOrigin:
 
     def __init__(self, ctx: ServerRequestContext[Any, Any], registry: ClientRegistry) -> None:
         self.ctx = ctx
-        meta = (ctx.params or {}).get("_meta")
-        token = meta.get("progressToken") if isinstance(meta, Mapping) else None
-        self.progress_token = token if isinstance(token, int | str) and not isinstance(token, bool) else None
+        self.progress_token, level = _leg_meta(ctx)
         self.modern = is_modern(ctx)
-        level = meta.get(LOG_LEVEL_META_KEY) if isinstance(meta, Mapping) and self.modern else None
-        self.log_level = level if isinstance(level, str) else None
+        self.log_level = level if self.modern else None  # a per-request level is 2026-07-28's
         self._registry = registry
 
     async def progress(self, params: dict[str, Any]) -> None:
@@ -106,12 +115,9 @@ class BridgedOrigin(SdkOrigin):
     def next_leg(self, ctx: ServerRequestContext[Any, Any]) -> None:
         """The client retried: its progress token and response stream are the new leg's."""
         self.ctx = ctx
-        meta = (ctx.params or {}).get("_meta")
-        token = meta.get("progressToken") if isinstance(meta, Mapping) else None
-        if isinstance(token, int | str) and not isinstance(token, bool):
+        token, self.log_level = _leg_meta(ctx)
+        if token is not None:
             self.progress_token = token
-        level = meta.get(LOG_LEVEL_META_KEY) if isinstance(meta, Mapping) else None
-        self.log_level = level if isinstance(level, str) else None
 
     async def server_request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
         meta = (self.ctx.params or {}).get("_meta")

@@ -14,6 +14,7 @@ Owns (sans-IO, no trio):
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -34,6 +35,13 @@ HASH_LEN: Final = 6
 
 _FLATTEN: Final = re.compile(r"[^A-Za-z0-9_]")
 _BARE: Final = re.compile(r"[^A-Za-z0-9_-]")
+
+CLOSE_MATCHES: Final = 5
+"""Suggestions offered for an unknown name (difflib's default count is 3; tool names are
+similar to each other, so a few more help)."""
+CLOSE_CUTOFF: Final = 0.5
+"""Least difflib similarity ratio a suggestion needs (below difflib's default 0.6, so a
+misspelt or differently separated name still finds its tool)."""
 
 EMPTY_MAP: Final[Mapping[str, Any]] = MappingProxyType({})
 
@@ -61,6 +69,12 @@ def fit(name: str, key: str) -> str:
 
 def namespaced(server: str, tool: str) -> str:
     return f"{server}.{tool}"
+
+
+def close_names(name: str, names: Iterable[str]) -> list[str]:
+    """The names most like ``name``, best first: the "did you mean" of every unknown tool,
+    prompt or toolset entry the proxy answers."""
+    return difflib.get_close_matches(name, list(names), n=CLOSE_MATCHES, cutoff=CLOSE_CUTOFF)
 
 
 def tool_hints(tool: Mapping[str, Any]) -> tuple[bool, bool]:
@@ -110,8 +124,9 @@ class ToolRoute:
 
         For a compound tool that is its subtool's route and ``args``; a call failing the
         compound tool's check gives the ``isError`` result to answer instead (nothing is
-        sent). Every caller of a tool by exposed name (front, fast path, ``use_tool``)
-        goes through here.
+        sent). The fast path calls this; the SDK front (`actors.front_tools`) and the
+        embedding API (`supervisor.tree`) call ``compound.prepare`` themselves, because a
+        refusal there first waits for start-up and checks again.
         """
         if self.compound is None:
             return self, dict(arguments)

@@ -26,16 +26,11 @@ fast path call ``prepare`` on the hot path.
 
 from __future__ import annotations
 
-import functools
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import jsonschema  # type: ignore[import-untyped]  # no stubs in the venv
-import jsonschema.exceptions  # type: ignore[import-untyped]
-import jsonschema.validators  # type: ignore[import-untyped]
-
+from actors.core.arguments import Checker, checker_of
 from actors.core.catalog import tool_hints
 
 __all__ = [
@@ -54,31 +49,11 @@ COMPOUND_SERVER: Final = ""
 CALL_KEYS: Final = ("server", "tool", "args")
 """The arguments of a compound tool (MCP Coordinator's call shape)."""
 
-VALIDATOR_CACHE: Final = 512
-"""Compiled argument validators kept (one per distinct subtool schema): more than the
-subtools of any plausible config, small next to the schemas themselves."""
-
 DESCRIPTION_LINE: Final = 160
 """Longest subtool description line in a compound tool's description (an upstream's
 first line; the declared one is used whole up to this)."""
 
 ANY_ARGS: Final[Mapping[str, Any]] = {"type": "object"}
-
-_ANNOTATIONS: Final = frozenset({"description", "title", "default", "examples", "$schema", "$id", "$comment"})
-"""Keywords that never make an instance invalid."""
-_SIMPLE_TOP: Final = _ANNOTATIONS | {"type", "properties", "required", "additionalProperties"}
-_SIMPLE_PROPERTY: Final = _ANNOTATIONS | {"type"}
-_JSON_TYPES: Final[Mapping[str, Callable[[Any], bool]]] = {
-    "string": lambda v: isinstance(v, str),
-    "integer": lambda v: (isinstance(v, int) and not isinstance(v, bool))
-    or (isinstance(v, float) and v.is_integer()),
-    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-    "boolean": lambda v: isinstance(v, bool),
-    "null": lambda v: v is None,
-    "object": lambda v: isinstance(v, dict),
-    "array": lambda v: isinstance(v, list),
-}
-"""JSON Schema's types over decoded JSON (an integral float is an integer, as in jsonschema)."""
 """``args`` of a subtool whose schema is not known (its server has not listed it)."""
 
 
@@ -115,8 +90,8 @@ class SubtoolState:
     warning: bool = False
     """The server is up but does not list the tool: worth a warning (config or server
     changed), not just a state."""
-    checker: Any = field(default=None, compare=False, repr=False)
-    """The compiled validator of the tool's input schema (None: not checked here),
+    checker: Checker | None = field(default=None, compare=False, repr=False)
+    """The compiled checker of the tool's input schema (None: not checked here),
     made once per rebuild so a call pays only the validation."""
 
     @property
@@ -289,7 +264,9 @@ def resolve_compound(
                 missing = f"{d.server} does not list a tool named {d.tool!r}"
                 subs.append(SubtoolState(d, None, missing, warning=True))
             else:
-                subs.append(SubtoolState(d, tool, checker=_checker_of(tool)))
+                schema = tool.get("inputSchema")
+                checker = checker_of(schema) if isinstance(schema, Mapping) else None
+                subs.append(SubtoolState(d, tool, checker=checker))
     return CompoundTool(decl, tuple(subs))
 
 
@@ -303,99 +280,11 @@ def _clip(text: str) -> str:
     return text if len(text) <= DESCRIPTION_LINE else text[: DESCRIPTION_LINE - 3] + "..."
 
 
-@functools.lru_cache(maxsize=VALIDATOR_CACHE)
-def _validator(schema_json: str) -> Any:
-    """A compiled validator for one schema (None when the schema itself is invalid)."""
-    schema = json.loads(schema_json)
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    try:
-        cls.check_schema(schema)
-    except jsonschema.exceptions.SchemaError:
+def _check(checker: Checker | None, args: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(field, message) of the most relevant error of ``args`` for ``checker``, or None."""
+    if checker is None:
         return None
-    return _Simple(schema, cls(schema)) if _Simple.fits(schema) else cls(schema)
-
-
-_BY_IDENTITY: Final[dict[int, tuple[Mapping[str, Any], Any]]] = {}
-"""Schema object -> its validator: a rebuild sees the same listed dicts again and again,
-and serialising each schema for `_validator`'s key was most of a rebuild's cost."""
-
-
-def _checker_of(tool: Mapping[str, Any]) -> Any:
-    """The validator of a tool's input schema (shared by every subtool with that schema)."""
-    schema = tool.get("inputSchema")
-    if not isinstance(schema, Mapping):
-        return None
-    hit = _BY_IDENTITY.get(id(schema))
-    if hit is not None and hit[0] is schema:
-        return hit[1]
-    checker = _validator(json.dumps(schema, sort_keys=True, separators=(",", ":"), default=str))
-    if len(_BY_IDENTITY) >= VALIDATOR_CACHE:
-        _BY_IDENTITY.clear()
-    _BY_IDENTITY[id(schema)] = (schema, checker)  # holding the schema keeps its id unique
-    return checker
-
-
-class _Simple:
-    """The common tool schema (an object of typed properties, ``required``,
-    ``additionalProperties``) checked in a few microseconds; jsonschema takes ~30 us
-    per call even for that (measured), a sixth of the proxy's whole per-call budget.
-
-    ``ok`` answers only "valid for sure"; anything else goes to jsonschema, which has
-    the last word and the message.
-    """
-
-    __slots__ = ("additional", "props", "required", "validator")
-
-    def __init__(self, schema: Mapping[str, Any], validator: Any) -> None:
-        self.validator = validator
-        self.required = tuple(schema.get("required") or ())
-        self.additional = schema.get("additionalProperties", True) is not False
-        self.props = {name: _types(p.get("type")) for name, p in (schema.get("properties") or {}).items()}
-
-    @staticmethod
-    def fits(schema: Mapping[str, Any]) -> bool:
-        props = schema.get("properties") or {}
-        return (set(schema) <= _SIMPLE_TOP and schema.get("type") == "object"
-                and isinstance(props, Mapping) and isinstance(schema.get("required") or [], list)
-                and schema.get("additionalProperties", True) in (True, False)
-                and all(isinstance(p, Mapping) and set(p) <= _SIMPLE_PROPERTY
-                        and _types(p.get("type")) is not None for p in props.values()))
-
-    def ok(self, args: Mapping[str, Any]) -> bool:
-        for name in self.required:
-            if name not in args:
-                return False
-        for name, value in args.items():
-            kinds = self.props.get(name)
-            if kinds is None:
-                if not self.additional and name not in self.props:
-                    return False
-                continue
-            if kinds and not any(_JSON_TYPES[k](value) for k in kinds):
-                return False
-        return True
-
-
-def _types(kind: Any) -> tuple[str, ...] | None:
-    """A property's ``type`` as a tuple (empty: any), None when it is not plain."""
-    if kind is None:
-        return ()
-    kinds = (kind,) if isinstance(kind, str) else tuple(kind) if isinstance(kind, list) else None
-    return kinds if kinds is not None and all(k in _JSON_TYPES for k in kinds) else None
-
-
-def _check(validator: Any, args: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(field, message) of the most relevant error of ``args`` for ``validator``, or None."""
-    if validator is None:
-        return None
-    if isinstance(validator, _Simple):
-        if validator.ok(args):
-            return None
-        validator = validator.validator
-    instance = dict(args)
-    if validator.is_valid(instance):
-        return None
-    error = jsonschema.exceptions.best_match(validator.iter_errors(instance))
+    error = checker.first_error(args)
     if error is None:
         return None
     path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)

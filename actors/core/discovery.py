@@ -24,7 +24,6 @@ for it name ``discover_tool {tool_name}``, ``use_tool {tool_name, arguments}`` a
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -32,7 +31,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
-from actors.core.catalog import Snapshot, ToolRoute, flatten
+from actors.core.catalog import Snapshot, ToolRoute, close_names, flatten
 
 if TYPE_CHECKING:
     from actors.core.registry import RegistryCore
@@ -50,8 +49,6 @@ SEARCH_RESULTS: Final = 8
 """Matches ``discover_tool {query}`` returns: enough to choose from, few enough to read
 (a tool's full schema comes with ``{tool_name}``)."""
 
-CLOSE_MATCHES: Final = 5
-"""Suggestions for an unknown tool name (as `actors.core.toolsets.CLOSE_MATCHES`)."""
 
 LAZY_BLOCK_BYTES: Final = 1200
 """Most bytes the ``<mcp_servers>`` block lists servers in; the rest are counted and found
@@ -180,8 +177,7 @@ class DiscoveryIndex:
         return self.by_namespaced.get(name)
 
     def close_matches(self, name: str) -> list[str]:
-        names = [r.exposed for r in self.routes] + list(self.management)
-        return difflib.get_close_matches(name, names, n=CLOSE_MATCHES, cutoff=0.5)
+        return close_names(name, [r.exposed for r in self.routes] + list(self.management))
 
     def lazy_owner(self, name: str) -> LazyServer | None:
         """The lazy server not loaded yet whose tools would be named like ``name``."""

@@ -74,6 +74,10 @@ class Exposure(Protocol):
     def select(self, core: RegistryCore) -> tuple[list[Candidate], list[Mapping[str, Any]]]:
         """(upstream tools to expose, proxy-local tools to list first)."""
 
+    def finish(self, snapshot: Snapshot, core: RegistryCore) -> Snapshot:
+        """The snapshot clients see, from the one built of `select` (discovery reshapes
+        what is listed: `actors.core.discovery`)."""
+
 
 class ExposeAll:
     """``settings.exposure = "all"``: every discovered tool (plus the management tools)."""
@@ -83,6 +87,9 @@ class ExposeAll:
 
     def select(self, core: RegistryCore) -> tuple[list[Candidate], list[Mapping[str, Any]]]:
         return core.all_candidates(), (self._local() if self._local else [])
+
+    def finish(self, snapshot: Snapshot, core: RegistryCore) -> Snapshot:
+        return snapshot
 
 
 class RegistryCore:
@@ -157,9 +164,7 @@ class RegistryCore:
         if self.compounds:  # a declared subtool a running server lacks: a warning, not a refusal
             extra = tuple(p for ct in self.compound_tools() for p in ct.problems())
             self.snapshot = dataclasses.replace(self.snapshot, problems=self.snapshot.problems + extra)
-        finish = getattr(self.exposure, "finish", None)
-        if finish is not None:  # discovery reshapes what is listed (actors.core.discovery)
-            self.snapshot = finish(self.snapshot, self)
+        self.snapshot = self.exposure.finish(self.snapshot, self)
         for problem in self.snapshot.problems:
             if problem not in old.problems:
                 logger.warning("%s", problem)

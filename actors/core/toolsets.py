@@ -33,14 +33,13 @@ discovery   none / T            discover_tool, use_tool (+ load_mcp): every tool
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from actors.core.catalog import Candidate, Snapshot, exposed_tool
+from actors.core.catalog import Candidate, Snapshot, close_names, exposed_tool
 from actors.core.discovery import LazyBook, discovery_view
 from actors.core.model import Note, PinnedSchema, SavedState, ToolEntry, Toolset
 
@@ -77,9 +76,6 @@ BYTES_PER_TOKEN: Final = 4
 """The usual rough rate of English-and-JSON text in current tokenizers (OpenAI's and
 Anthropic's guidance both say about four characters per token)."""
 
-CLOSE_MATCHES: Final = 5
-"""Suggestions offered for an unknown name (difflib's default count is 3; tool names are
-similar to each other, so a few more help)."""
 
 # Tool states in reports.
 EXPOSED: Final = "exposed"
@@ -267,8 +263,7 @@ class Catalog:
         return self._by_ref
 
     def close_matches(self, name: str) -> list[str]:
-        names = [ct.namespaced for ct in self.tools]
-        return difflib.get_close_matches(name, names, n=CLOSE_MATCHES, cutoff=0.5)
+        return close_names(name, (ct.namespaced for ct in self.tools))
 
 
 # --------------------------------------------------------------------------------------

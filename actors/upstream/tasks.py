@@ -163,16 +163,7 @@ class LinkTasks:
         while True:
             await trio.sleep(self.spec.relist_every)
             for kind in [k for k in LIST_KINDS if k in quiet.kinds]:
-                try:
-                    with trio.fail_after(RELIST_TIMEOUT_S):
-                        items = await self._list(link, kind)
-                except (MCPError, ProxyError, trio.TooSlowError) as exc:
-                    logger.debug("%s: could not re-list %s: %s", self.name, kind, exc)
-                    continue
-                if items == getattr(self.lists, kind):
-                    continue
-                self.lists = self.lists.replace(kind, items)
-                await self.router.send(UpstreamListed(self.name, kind, items))
+                await self._relist(link, kind, polled=True)
 
     async def _relister(self, link: Link) -> None:
         while True:
@@ -181,14 +172,23 @@ class LinkTasks:
             kinds = [k for k in LIST_KINDS if k in self._dirty]
             self._dirty.clear()
             for kind in kinds:
-                try:
-                    with trio.fail_after(RELIST_TIMEOUT_S):
-                        items = await self._list(link, kind)
-                except (MCPError, ProxyError, trio.TooSlowError) as exc:
-                    logger.warning("%s: could not re-list %s: %s", self.name, kind, exc)
-                    continue
-                self.lists = self.lists.replace(kind, items)
-                await self.router.send(UpstreamListed(self.name, kind, items))
+                await self._relist(link, kind, polled=False)
+
+    async def _relist(self, link: Link, kind: str, *, polled: bool) -> None:
+        """List ``kind`` again and hand it to the router. A failure is logged and skipped
+        (the next change or poll tries again). ``polled``: a cadence re-list nobody asked
+        for, so its failure is only a debug line and an unchanged list is not sent."""
+        try:
+            with trio.fail_after(RELIST_TIMEOUT_S):
+                items = await self._list(link, kind)
+        except (MCPError, ProxyError, trio.TooSlowError) as exc:
+            logger.log(logging.DEBUG if polled else logging.WARNING, "%s: could not re-list %s: %s",
+                       self.name, kind, exc)
+            return
+        if polled and items == getattr(self.lists, kind):
+            return
+        self.lists = self.lists.replace(kind, items)
+        await self.router.send(UpstreamListed(self.name, kind, items))
 
     async def list_all(self, link: Link) -> UpstreamLists:
         lists = UpstreamLists()
