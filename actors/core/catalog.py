@@ -124,9 +124,10 @@ class ToolRoute:
 
         For a compound tool that is its subtool's route and ``args``; a call failing the
         compound tool's check gives the ``isError`` result to answer instead (nothing is
-        sent). The fast path calls this; the SDK front (`actors.front_tools`) and the
-        embedding API (`supervisor.tree`) call ``compound.prepare`` themselves, because a
-        refusal there first waits for start-up and checks again.
+        sent). The fast path, the embedding API (`supervisor.tree`) and harness sessions
+        (`supervisor.sessions`) call this; the SDK front (`actors.front_tools`) calls
+        ``compound.prepare`` itself. A caller that can wait (the API, the SDK front) waits
+        for start-up after a refusal and checks again.
         """
         if self.compound is None:
             return self, dict(arguments)
