@@ -391,6 +391,11 @@ class RestartPolicy:
         if self._ready_since is None:
             self._ready_since = now
 
+    @property
+    def healthy(self) -> bool:
+        """The running life has become healthy (`on_healthy`, or uptime; as of the last call)."""
+        return self._healthy
+
     def on_healthy(self, now: float) -> None:
         """Record that the running server answered a request a client asked for.
 

@@ -213,7 +213,7 @@ class Upstream(LinkTasks):
         a JSON-RPC error. A result marks the running life healthy (issue 18), so its
         crash will not count toward the circuit breaker."""
         self.answered += 1
-        if ok:
+        if ok and not self.policy.healthy:  # once per life: this runs on every answered call
             self.policy.on_healthy(trio.current_time())
 
     def note_call(self) -> None:
