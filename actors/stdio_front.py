@@ -36,6 +36,7 @@ from msgspec import UNSET
 
 from actors import wire
 from actors.fastpath import FastPath
+from actors.frame_check import Refusal, decode_client_frame, duplicate_id, request_refusal
 from actors.framing import FrameWriter, LineReader, OversizedLine, StreamBroken
 from actors.harness import ClientSession
 
@@ -126,26 +127,29 @@ class StdioFront:
             pass
 
     async def _frame_in(self, line: bytes) -> None:
+        # Crash barrier: whatever goes wrong with one frame ends that frame, answered
+        # (when it was a request) and logged, never the connection.
         try:
-            env = wire.decode_envelope(line)
-        except wire.ValidationError:
-            # JSON, but not an object: JSON-RPC batches were removed in MCP 2025-06-18.
-            await self._reply(wire.error_frame(
-                None, wire.INVALID_REQUEST,
-                "invalid request: expected one JSON-RPC object (batches are not supported)"))
-            return
-        except wire.DecodeError as exc:
-            await self._reply(wire.error_frame(None, wire.PARSE_ERROR, f"parse error: {exc}"))
+            await self._frame(line)
+        except Exception:
+            logger.exception("stdio front: failed to handle a frame")
+            rid = _id_of(line)
+            if rid is not None:
+                self._in_flight.discard(rid)
+                await self._reply(wire.error_frame(rid, wire.INTERNAL_ERROR,
+                                                   "internal error while handling this request"))
+
+    async def _frame(self, line: bytes) -> None:
+        env = decode_client_frame(line)
+        if isinstance(env, Refusal):
+            await self._reply(env.frame())
             return
         rid = env.id
         if env.method is UNSET:
             if env.result is UNSET and env.error is UNSET:
-                if rid is not UNSET:
-                    await self._reply(wire.error_frame(rid, wire.INVALID_REQUEST,
-                                                       "invalid request: no method, result or error"))
-                else:
-                    await self._reply(wire.error_frame(None, wire.INVALID_REQUEST,
-                                                       "invalid request: no method"))
+                refusal = request_refusal(env)
+                assert refusal is not None
+                await self._reply(refusal.frame())
                 return
             if self.fast_path is not None and self.fast_path.client_response(env, line):
                 return
@@ -155,9 +159,7 @@ class StdioFront:
                                                    "invalid request: id must not be null"))
                 return
             if rid in self._in_flight or (self.fast_path is not None and self.fast_path.owns(rid)):
-                await self._reply(wire.error_frame(
-                    rid, wire.INVALID_REQUEST,
-                    f"invalid request: id {rid!r} is already in use by a request in flight"))
+                await self._reply(duplicate_id(rid).frame())
                 return
             if self.fast_path is not None and await self.fast_path.client_request(env, line):
                 return
@@ -208,6 +210,14 @@ class StdioFront:
                     # The init gate opens only once the initialize reply is written or queued
                     # in the writer, so no fast-path answer can leave ahead of it.
                     self.fast_path.sdk_answered(msg.id)
+
+
+def _id_of(line: bytes) -> int | str | None:
+    """The request id of ``line`` if it is a request whose envelope reads, else None."""
+    env = decode_client_frame(line)
+    if isinstance(env, Refusal) or env.method is UNSET or env.id is UNSET:
+        return None
+    return env.id
 
 
 @asynccontextmanager

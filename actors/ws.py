@@ -22,6 +22,7 @@ import anyio
 import mcp_types as types
 import trio
 from mcp.shared.message import SessionMessage
+from msgspec import UNSET
 from trio_websocket import (
     ConnectionClosed,
     WebSocketConnection,
@@ -30,7 +31,9 @@ from trio_websocket import (
     serve_websocket,
 )
 
+from actors import wire
 from actors.auth import Gate
+from actors.frame_check import Refusal, decode_client_frame, duplicate_id, request_refusal
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +43,10 @@ QUEUE: Final = 64
 
 IDLE_CLOSE_CODE: Final = 1001
 """RFC 6455 7.4.1 "going away": the server ends an idle session."""
+INTERNAL_ERROR_CLOSE_CODE: Final = 1011
+"""RFC 6455 7.4.1: the server met a condition that prevented it from serving the connection."""
+CLOSE_TIMEOUT_S: Final = 1.0
+"""Bound on the closing handshake after a connection failed (STYLE rule 16)."""
 
 
 class _Activity:
@@ -54,7 +61,8 @@ class _Activity:
         self.moved = trio.Event()
 
 
-async def _reader(ws: WebSocketConnection, send: Any, activity: _Activity | None = None) -> None:
+async def _reader(ws: WebSocketConnection, send: Any) -> None:
+    """An upstream's frames into the SDK's client session (which reports the malformed)."""
     async with send:
         try:
             while True:
@@ -64,13 +72,68 @@ async def _reader(ws: WebSocketConnection, send: Any, activity: _Activity | None
                 except Exception as exc:
                     await send.send(exc)
                     continue
-                if activity is not None:
-                    if isinstance(message, types.JSONRPCRequest):
-                        activity.pending.add(message.id)
-                    activity.touch()
                 await send.send(SessionMessage(message))
         except ConnectionClosed:
             pass
+
+
+async def _front_reader(ws: WebSocketConnection, send: Any, activity: _Activity) -> None:
+    """A client's frames into the SDK; what cannot be served is answered here, as on stdio."""
+    async with send:
+        try:
+            while True:
+                frame = await ws.get_message()
+                data = frame.encode() if isinstance(frame, str) else frame
+                try:
+                    message = _front_frame(data, activity)
+                except Exception:
+                    # Crash barrier: one frame that breaks its handling ends only itself.
+                    logger.exception("websocket front: failed to handle a frame")
+                    message = _internal_error(data)
+                if isinstance(message, Refusal):
+                    await ws.send_message(wire.encode(message.body()).decode())
+                elif message is not None:
+                    activity.touch()
+                    await send.send(message)
+        except ConnectionClosed:
+            pass
+
+
+def _front_frame(data: bytes, activity: _Activity) -> SessionMessage | Refusal | None:
+    """What to do with one client frame: forward it, answer it, or drop it (a malformed
+    notification or response: MCP, the receiver MUST NOT answer a notification)."""
+    env = decode_client_frame(data)
+    if isinstance(env, Refusal):
+        return env
+    refusal = request_refusal(env)
+    if refusal is not None:
+        return refusal
+    rid = env.id
+    is_request = env.method is not UNSET and rid is not UNSET
+    if is_request and rid in activity.pending:
+        return duplicate_id(rid)  # type: ignore[arg-type]  # a request's id: neither None nor UNSET
+    try:
+        message = types.jsonrpc_message_adapter.validate_json(data, by_name=False)
+    except Exception:
+        if is_request:
+            return Refusal(rid, wire.INVALID_REQUEST, "invalid request: malformed message")  # type: ignore[arg-type]
+        return None
+    if isinstance(message, types.JSONRPCRequest):
+        activity.pending.add(message.id)
+    elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
+        # MCP cancellation: the SDK does not answer a cancelled request, so its id is free again.
+        cancelled = (message.params or {}).get("requestId")
+        if isinstance(cancelled, int | str):
+            activity.pending.discard(cancelled)
+    return SessionMessage(message)
+
+
+def _internal_error(data: bytes) -> Refusal | None:
+    """The answer to a frame whose handling failed: an error if it was a readable request."""
+    env = decode_client_frame(data)
+    if isinstance(env, Refusal) or env.method is UNSET or env.id is UNSET or env.id is None:
+        return None
+    return Refusal(env.id, wire.INTERNAL_ERROR, "internal error while handling this request")
 
 
 async def _writer(ws: WebSocketConnection, receive: Any, activity: _Activity | None = None) -> None:
@@ -100,12 +163,16 @@ async def _close_when_idle(ws: WebSocketConnection, activity: _Activity, idle_s:
 
 
 @asynccontextmanager
-async def _streams(ws: WebSocketConnection, *, idle_s: float | None = None) -> AsyncIterator[tuple[Any, Any]]:
+async def _streams(ws: WebSocketConnection, *, front: bool = False,
+                   idle_s: float | None = None) -> AsyncIterator[tuple[Any, Any]]:
     read_send, read_receive = anyio.create_memory_object_stream[SessionMessage | Exception](QUEUE)
     write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](QUEUE)
-    activity = _Activity() if idle_s is not None else None
+    activity = _Activity() if front else None
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_reader, ws, read_send, activity)
+        if activity is not None:
+            nursery.start_soon(_front_reader, ws, read_send, activity)
+        else:
+            nursery.start_soon(_reader, ws, read_send)
         nursery.start_soon(_writer, ws, write_receive, activity)
         if activity is not None and idle_s is not None:
             nursery.start_soon(_close_when_idle, ws, activity, idle_s)
@@ -126,6 +193,17 @@ async def websocket_client(url: str, *, headers: Mapping[str, str] | None = None
                                   max_message_size=max_message, message_queue_size=QUEUE) as ws:
         async with _streams(ws) as streams:
             yield streams
+
+
+async def _serve_connection(front: Any, ws: WebSocketConnection, idle_s: float | None) -> None:
+    """Serve one accepted connection; whatever fails in it ends only it (crash barrier)."""
+    try:
+        async with _streams(ws, front=True, idle_s=idle_s) as (read, write):
+            await front.server.run(read, write, front.init_options)
+    except Exception:
+        logger.exception("websocket front: a connection failed; closing it")
+        with trio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
+            await ws.aclose(code=INTERNAL_ERROR_CLOSE_CODE, reason="internal error")
 
 
 async def serve_websocket_front(front: Any, host: str, port: int, *, max_message: int,
@@ -165,8 +243,7 @@ async def serve_websocket_front(front: Any, host: str, port: int, *, max_message
         open_sessions += 1
         try:
             ws = await request.accept(subprotocol=SUBPROTOCOL)
-            async with _streams(ws, idle_s=idle_timeout) as (read, write):
-                await front.server.run(read, write, front.init_options)
+            await _serve_connection(front, ws, idle_timeout)
         finally:
             open_sessions -= 1
 

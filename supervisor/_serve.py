@@ -304,6 +304,10 @@ async def serve_http(
         token_verifier=guard.verifier,
         custom_starlette_routes=dashboard,
     )
+    from actors.http_frames import FrameGuard
+
+    manager = sup.front.server.session_manager  # checks frames after the token and Host/Origin ones
+    manager.asgi_app = FrameGuard(manager.asgi_app, sup.settings.max_message_bytes)  # type: ignore[assignment]
     config = hypercorn.config.Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.accesslog = None

@@ -188,6 +188,11 @@ class StdioLink(Link):
         except (wire.DecodeError, wire.ValidationError):
             self._on_garbage(line)
             return
+        except RecursionError:
+            # Nested too deeply for msgspec (it recurses up to Python's limit): this one
+            # message is dropped like garbage; the link and the proxy live on.
+            self._on_garbage(line)
+            return
         method = env.method
         if method is UNSET:
             rid = env.id

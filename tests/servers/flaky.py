@@ -244,6 +244,11 @@ class Flaky:
             os._exit(3)
         if self.opts.hang_on_call:
             return
+        if self.opts.deep_notice:
+            # A notification nested deeper than any parser's recursion limit, before the answer.
+            depth = self.opts.deep_notice
+            self.write_raw(b'{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info",'
+                           b'"data":' + b"[" * depth + b"]" * depth + b"}}\n")
         if name not in TOOL_NAMES:
             self.error(request_id, INVALID_PARAMS, f"Unknown tool: {name}")
             return
@@ -366,6 +371,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="STATUS",
         help="print --stderr-text to stderr and exit with STATUS before reading anything",
     )
+    p.add_argument("--deep-notice", type=int, metavar="DEPTH", default=0,
+                   help="before answering each tools/call, send a notification nested DEPTH levels")
     p.add_argument("--stderr-text", default="fatal: cannot start", help="stderr line for --exit-at-start")
     p.add_argument(
         "--exit-after-start",
