@@ -92,6 +92,16 @@ class TooManyRequests(ProxyError):
     code = wire.INTERNAL_ERROR
 
 
+class ShuttingDown(ProxyError):
+    """The proxy is stopping (SIGTERM, SIGINT): a request it will not, or could not, finish."""
+
+    code = wire.CONNECTION_CLOSED
+    MESSAGE = "mcpvisor is shutting down"
+
+    def __init__(self) -> None:
+        super().__init__(self.MESSAGE, data={"reason": "shutdown"})
+
+
 class BridgeUnsupported(ProxyError):
     """A message that cannot cross between the client's and the upstream's protocol eras."""
 

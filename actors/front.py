@@ -46,6 +46,7 @@ from actors.bridge import ParkedCall, ParkedCalls, request_state_of, run_parked
 from actors.clients import CLIENT_SEND_TIMEOUT_S, ClientRegistry, ClientState, level_ok
 from actors.core.catalog import Snapshot, close_names
 from actors.core.registry import Changes
+from actors.drain import Drain
 from actors.eras import LOG_LEVELS, complete, is_modern_version, strip_upstream_stamps
 from actors.errors import ProxyError, error_data
 from actors.front_tools import ToolCalls, loader_of
@@ -131,6 +132,8 @@ class Front:
         self.bus = InMemorySubscriptionBus()
         self._listen = ListenHandler(self.bus)
         self._subscribers: dict[str, int] = {}
+        self.drain = Drain()
+        """Refuses new requests and answers those in flight when the proxy stops (`actors.drain`)."""
         self.parked = ParkedCalls()
         """Calls of 2026-07-28 clients waiting for their retry with the answers (`actors.bridge`)."""
         self._origins: dict[str, BridgedOrigin] = {}
@@ -171,7 +174,8 @@ class Front:
         self.server.add_notification_handler("notifications/roots/list_changed", types.NotificationParams,
                                              self._roots_changed)
         # The default OpenTelemetry middleware costs ~6% per request and exports nothing here.
-        self.server.middleware = [self._track_middleware]
+        # The drain comes first: a request refused at shutdown costs nothing further.
+        self.server.middleware = [self.drain, self._track_middleware]
         self.init_options = self.server.create_initialization_options()
 
     # --- plumbing --------------------------------------------------------------------

@@ -84,20 +84,32 @@ class StdioFront:
                                     len(self._in_flight))
 
     async def serve(self) -> None:
-        """Serve until the client closes its end (EOF on stdin), then end the session
-        (its session-scoped instances stop; `supervisor.sessions` bounds the wait)."""
+        """Serve until the client closes its end (EOF on stdin), or until the proxy's
+        drain is done (`actors.drain`: every request in flight has its answer), then end
+        the session (its session-scoped instances stop; `supervisor.sessions` bounds the wait)."""
+        drain = getattr(self.front, "drain", None)
         try:
             async with trio.open_nursery() as nursery:
                 if self._use_fast_path:
                     self.fast_path = FastPath(self.front.backend, self.writer, nursery,
                                               self.front.server.server_info_stamp, self.session,
-                                              log_level=lambda: self.front.log_level)
+                                              log_level=lambda: self.front.log_level, drain=drain)
+                    if drain is not None:
+                        drain.add_fast_path(self.fast_path)
                 nursery.start_soon(self._pump_out)
                 nursery.start_soon(self._run_server)
                 try:
-                    await self._pump_in()
+                    async with trio.open_nursery() as reading:
+                        if drain is not None:
+                            reading.start_soon(_cancel_when_set, drain.done, reading.cancel_scope)
+                        await self._pump_in()
+                        reading.cancel_scope.cancel()
                 finally:
+                    # Past here the connection ends as at EOF: the SDK's answers already
+                    # queued are written by _pump_out before it returns.
                     if self.fast_path is not None:
+                        if drain is not None:
+                            drain.discard_fast_path(self.fast_path)
                         await self.fast_path.close()
                     await self._to_sdk.aclose()
         finally:
@@ -218,6 +230,12 @@ def _id_of(line: bytes) -> int | str | None:
     if isinstance(env, Refusal) or env.method is UNSET or env.id is UNSET:
         return None
     return env.id
+
+
+async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
+    """The proxy is stopping and every request has its answer: stop reading (as at EOF)."""
+    await event.wait()
+    scope.cancel(reason="mcpvisor is shutting down")
 
 
 @asynccontextmanager

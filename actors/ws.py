@@ -48,6 +48,16 @@ INTERNAL_ERROR_CLOSE_CODE: Final = 1011
 CLOSE_TIMEOUT_S: Final = 1.0
 """Bound on the closing handshake after a connection failed (STYLE rule 16)."""
 
+SHUTDOWN_CLOSE_CODE: Final = 1001
+"""RFC 6455 7.4.1 "going away": the proxy is stopping."""
+
+SHUTDOWN_WRITE_S: Final = 1.0
+"""At shutdown, how long a connection's last answers and its close frame may take to
+send: the MCP SDK's bound on its own shutdown error write (``_SHUTDOWN_WRITE_TIMEOUT``)."""
+
+SHUTDOWN_POLL_S: Final = 0.02
+"""At shutdown, how often the front looks whether its last connection has closed."""
+
 
 class _Activity:
     """Requests read but not yet answered on one connection, and when it last moved."""
@@ -163,25 +173,52 @@ async def _close_when_idle(ws: WebSocketConnection, activity: _Activity, idle_s:
 
 
 @asynccontextmanager
-async def _streams(ws: WebSocketConnection, *, front: bool = False,
-                   idle_s: float | None = None) -> AsyncIterator[tuple[Any, Any]]:
+async def _streams(ws: WebSocketConnection, *, front: bool = False, idle_s: float | None = None,
+                   end: trio.Event | None = None) -> AsyncIterator[tuple[Any, Any]]:
+    """The SDK's streams over ``ws``. Once ``end`` is set (the proxy drained its requests)
+    reading stops, as if the client had left; what the SDK still writes is sent, then
+    the connection is closed with 1001."""
     read_send, read_receive = anyio.create_memory_object_stream[SessionMessage | Exception](QUEUE)
     write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](QUEUE)
     activity = _Activity() if front else None
+    written = trio.Event()
+
+    async def read(task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED) -> None:
+        with trio.CancelScope() as scope:
+            task_status.started(scope)
+            if activity is not None:
+                await _front_reader(ws, read_send, activity)
+            else:
+                await _reader(ws, read_send)
+
+    async def write() -> None:
+        try:
+            await _writer(ws, write_receive, activity)
+        finally:
+            written.set()
+
     async with trio.open_nursery() as nursery:
-        if activity is not None:
-            nursery.start_soon(_front_reader, ws, read_send, activity)
-        else:
-            nursery.start_soon(_reader, ws, read_send)
-        nursery.start_soon(_writer, ws, write_receive, activity)
+        reading = await nursery.start(read)
+        nursery.start_soon(write)
         if activity is not None and idle_s is not None:
             nursery.start_soon(_close_when_idle, ws, activity, idle_s)
+        if end is not None:
+            nursery.start_soon(_cancel_when_set, end, reading)
         try:
             yield read_receive, write_send
         finally:
+            if end is not None and end.is_set():
+                with trio.move_on_after(SHUTDOWN_WRITE_S):
+                    await written.wait()
+                    await ws.aclose(code=SHUTDOWN_CLOSE_CODE, reason="mcpvisor is shutting down")
             nursery.cancel_scope.cancel()
             read_receive.close()
             write_send.close()
+
+
+async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel(reason="mcpvisor is shutting down")
 
 
 @asynccontextmanager
@@ -195,10 +232,11 @@ async def websocket_client(url: str, *, headers: Mapping[str, str] | None = None
             yield streams
 
 
-async def _serve_connection(front: Any, ws: WebSocketConnection, idle_s: float | None) -> None:
+async def _serve_connection(front: Any, ws: WebSocketConnection, idle_s: float | None,
+                            end: trio.Event | None) -> None:
     """Serve one accepted connection; whatever fails in it ends only it (crash barrier)."""
     try:
-        async with _streams(ws, front=True, idle_s=idle_s) as (read, write):
+        async with _streams(ws, front=True, idle_s=idle_s, end=end) as (read, write):
             await front.server.run(read, write, front.init_options)
     except Exception:
         logger.exception("websocket front: a connection failed; closing it")
@@ -243,14 +281,25 @@ async def serve_websocket_front(front: Any, host: str, port: int, *, max_message
         open_sessions += 1
         try:
             ws = await request.accept(subprotocol=SUBPROTOCOL)
-            await _serve_connection(front, ws, idle_timeout)
+            await _serve_connection(front, ws, idle_timeout, drain.done if drain is not None else None)
         finally:
             open_sessions -= 1
 
+    async def close_after_drain(scope: trio.CancelScope) -> None:
+        """The proxy drained its requests: return once every connection has closed."""
+        assert drain is not None
+        await drain.done.wait()
+        while open_sessions:  # noqa: ASYNC110 - bounded by the caller's cancel; runs once, at shutdown
+            await trio.sleep(SHUTDOWN_POLL_S)
+        scope.cancel(reason="mcpvisor is shutting down")
+
+    drain = getattr(front, "drain", None)
     async with trio.open_nursery() as nursery:
         server = await nursery.start(
             lambda task_status: serve_websocket(handler, host, port, ssl_context=ssl_context,
                                                 max_message_size=max_message, message_queue_size=QUEUE,
                                                 task_status=task_status)
         )
+        if drain is not None:
+            nursery.start_soon(close_after_drain, nursery.cancel_scope)
         task_status.started(server.port)

@@ -270,7 +270,8 @@ async def serve_http(
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve streamable HTTP at ``http(s)://host:port/mcp`` (hypercorn's trio worker) until cancelled,
-    with the dashboard, the management API and ``/healthz`` beside it (`supervisor.dashboard`).
+    or until the proxy's drain is done (`actors.drain`), with the dashboard, the management
+    API and ``/healthz`` beside it (`supervisor.dashboard`).
 
     ``task_status.started`` receives the URL actually bound (``port=0`` picks a free port).
 
@@ -318,7 +319,11 @@ async def serve_http(
         config.keyfile = keyfile
 
     async def started(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
-        await hypercorn.trio.serve(app, config, task_status=task_status)  # type: ignore[arg-type]
+        # Once the drain has answered every request (SIGTERM, SIGINT), hypercorn stops
+        # accepting, lets the open responses finish (graceful_timeout) and returns.
+        await hypercorn.trio.serve(app, config, shutdown_trigger=sup.front.drain.done.wait,  # type: ignore[arg-type]
+                                   task_status=task_status)
+        nursery.cancel_scope.cancel(reason="the HTTP front closed")
 
     async with trio.open_nursery() as nursery:
         await nursery.start(hub.run)
@@ -356,7 +361,8 @@ async def serve_ws(
     keyfile: str | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve MCP over websocket at ``ws(s)://host:port/`` until cancelled.
+    """Serve MCP over websocket at ``ws(s)://host:port/`` until cancelled, or until the
+    proxy's drain is done and every connection has closed (`actors.drain`).
 
     Raises:
         UnsafeBind: before binding, for a non-loopback ``host`` with no token.
@@ -407,6 +413,8 @@ async def serve(
     task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Put ``sup`` behind a front. stdio returns at EOF; http and ws run until cancelled.
+    Each also returns once ``sup.front.drain`` is done (`actors.drain`: the proxy stops
+    gracefully) and its connections have their last answers.
 
     Args:
         tokens: bearer tokens given at start besides ``settings.authToken(s)`` (name -> token;

@@ -63,6 +63,11 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
+FRONT_CLOSE_S: Final = 3.0
+"""After a stop signal's drain, how long the front may take to close its connections on
+its own: the HTTP front's graceful close (hypercorn's ``graceful_timeout``, 2 s) and 1 s
+for the last writes; then the front is cancelled and the children stopped."""
+
 REDACTED: Final = "[redacted]"
 MIN_SECRET_CHARS: Final = 6
 """Env and header values shorter than this are not scrubbed from log lines: a ``"1"`` or
@@ -221,14 +226,27 @@ async def _main(args: argparse.Namespace, config: Any) -> None:
                                    control_transport=args.transport) as sup, \
                 trio.open_nursery() as nursery:
 
+            async def stop_gracefully() -> None:
+                await sup.front.drain.run()
+                # Each front returns on its own once its last answers are written (and
+                # that cancels this); a wedged client connection cannot hold the exit.
+                await trio.sleep(FRONT_CLOSE_S)
+                nursery.cancel_scope.cancel(reason="the front did not close in time")
+
             async def watch_signals() -> None:
+                draining = False
                 async for signum in signals:
                     if signum == signal.SIGHUP and hasattr(sup, "reload"):
                         await sup.reload()
                         continue
-                    logger.info("received %s: shutting down", signal.Signals(signum).name)
-                    nursery.cancel_scope.cancel()
-                    return
+                    name = signal.Signals(signum).name
+                    if draining:
+                        logger.info("received %s again: stopping now", name)
+                        nursery.cancel_scope.cancel(reason=f"{name} twice")
+                        return
+                    logger.info("received %s: shutting down", name)
+                    draining = True
+                    nursery.start_soon(stop_gracefully)
 
             async def banner(where: str) -> None:
                 await sup.wait_startup()
@@ -245,15 +263,19 @@ async def _main(args: argparse.Namespace, config: Any) -> None:
             if args.transport == "stdio":
                 async def stdio() -> None:
                     await serve(sup, "stdio")
-                    nursery.cancel_scope.cancel()  # the client closed stdin: we are done
+                    # The client closed stdin, or a stop signal's drain is done: we are done.
+                    nursery.cancel_scope.cancel()
 
                 nursery.start_soon(stdio)
                 nursery.start_soon(banner, "MCP over stdio")
             else:
-                url = await nursery.start(lambda task_status: serve(
-                    sup, args.transport, host=args.host, port=args.port, tokens=args.tokens,
-                    insecure_no_auth=args.insecure_no_auth, certfile=args.certfile, keyfile=args.keyfile,
-                    task_status=task_status))
+                async def network(task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+                    await serve(sup, args.transport, host=args.host, port=args.port, tokens=args.tokens,
+                                insecure_no_auth=args.insecure_no_auth, certfile=args.certfile,
+                                keyfile=args.keyfile, task_status=task_status)
+                    nursery.cancel_scope.cancel()  # closed after a stop signal's drain
+
+                url = await nursery.start(network)
                 nursery.start_soon(banner, url)
                 if args.transport == "http":
                     _print_login(sup, url)

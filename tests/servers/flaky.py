@@ -412,6 +412,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="spawn a sleeping child in the same process group; print 'grandchild pid N' to stderr",
     )
     p.add_argument(
+        "--grandchild-keeps-pipes",
+        action="store_true",
+        help="spawn a sleeping child that inherits stdin, stdout and stderr (what npx/uvx wrappers "
+        "leave behind): when this process exits its pipes stay open; recorded as 'grandchild'",
+    )
+    p.add_argument(
         "--stderr-flood",
         type=int,
         default=0,
@@ -452,6 +458,10 @@ def main() -> None:
         )
         sys.stderr.write(f"grandchild pid {child.pid}\n")
         sys.stderr.flush()
+    server = Flaky(opts)
+    if opts.grandchild_keeps_pipes:
+        keeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+        server.record("grandchild", child=keeper.pid)
     if opts.stderr_flood > 0:
         line = b"flaky stderr flood " + b"." * 100 + b"\n"
         remaining = opts.stderr_flood
@@ -461,7 +471,6 @@ def main() -> None:
             err.write(chunk)
             remaining -= len(chunk)
         err.flush()
-    server = Flaky(opts)
     if opts.garbage_stdout == "start":
         server.write_raw(b"flaky: starting up (not JSON)\n")
         server.write_raw(b"flaky: still starting (not JSON either)\n")
