@@ -36,7 +36,14 @@ from msgspec import UNSET
 
 from actors import wire
 from actors.eras import ENVELOPE_KEYS, is_modern_version, log_wanted, verbose_of
-from actors.errors import CallTimeout, ProxyError, TooManyRequests, UpstreamDied, UpstreamError
+from actors.errors import (
+    CallTimeout,
+    ProxyError,
+    TooManyRequests,
+    UpstreamDied,
+    UpstreamError,
+    unwrap_groups,
+)
 from actors.framing import StreamBroken
 from actors.link.input_required import INPUT_REQUIRED_METHODS, drive_input_required
 from actors.link.session import request_envelope
@@ -292,7 +299,8 @@ class Link:
         pending, out = self._prepare(method, params, origin, timeout, max_time)
         answered = False
         try:
-            env = await self._send_and_wait(pending, out)
+            with unwrap_groups():
+                env = await self._send_and_wait(pending, out)
             answered = True
             return decode_result(env)
         finally:
