@@ -8,7 +8,8 @@ tens of milliseconds and behaves exactly as the flags say, byte for byte.
 Run ``python tests/servers/flaky.py --help`` for the flags; they combine.
 
 Tools: echo(text), add(a, b), sleep(seconds), progress(steps, interval), crash(status),
-counter(), idem_echo(text) [idempotentHint: true], plain_echo(text) [no annotations].
+counter(), idem_echo(text) [idempotentHint: true], plain_echo(text) [no annotations],
+sampling_flood(count, wait_for) [count sampling requests at once; answers once wait_for got a response].
 
 ``--record PATH`` appends one JSON line per event: ``{"event": "initialize",
 "protocolVersion"}``, ``{"event": "call", "name", "id", "arguments"}``,
@@ -90,6 +91,12 @@ TOOLS: list[dict[str, Any]] = [
         "annotations": {"idempotentHint": True},
     },
     {
+        "name": "sampling_flood",
+        "description": "Send `count` sampling/createMessage requests at once; answer once `wait_for` of "
+        "them got a response: 'responses R errors E first_error M'.",
+        "inputSchema": _schema({"count": {"type": "integer"}, "wait_for": {"type": "integer"}}, ["count"]),
+    },
+    {
         "name": "plain_echo",
         "description": "Echo with no annotations (not retry-safe).",
         "inputSchema": _schema({"text": _S}, ["text"]),
@@ -109,6 +116,11 @@ class Flaky:
         self.hung = opts.hang_after is not None and opts.hang_after <= 0
         # In-flight requests that answer later (sleep, progress): id -> cancel event.
         self.pending: dict[Any, threading.Event] = {}
+        # sampling_flood: responses to its requests so far.
+        self.flood = threading.Condition()
+        self.flood_responses = 0
+        self.flood_errors = 0
+        self.flood_first_error: str | None = None
 
     # ------------------------------------------------------------------ output
     def write_raw(self, data: bytes) -> None:
@@ -170,7 +182,8 @@ class Flaky:
             return
         method = msg.get("method")
         if not isinstance(method, str):
-            return  # a response to something we never sent; ignore
+            self.handle_response(msg)
+            return
         if "id" not in msg:
             self.handle_notification(method, msg.get("params") or {})
             return
@@ -196,6 +209,20 @@ class Flaky:
             return
         else:
             self.error(request_id, METHOD_NOT_FOUND, "Method not found")
+
+    def handle_response(self, msg: dict[str, Any]) -> None:
+        """A response to one of our sampling_flood requests (anything else is ignored)."""
+        rid = msg.get("id")
+        if not (isinstance(rid, str) and rid.startswith("flood-")):
+            return
+        with self.flood:
+            self.flood_responses += 1
+            error = msg.get("error")
+            if isinstance(error, dict):
+                self.flood_errors += 1
+                if self.flood_first_error is None:
+                    self.flood_first_error = str(error.get("message"))
+            self.flood.notify_all()
 
     def handle_notification(self, method: str, params: dict[str, Any]) -> None:
         if method != "notifications/cancelled":
@@ -258,6 +285,23 @@ class Flaky:
 
     def tool_idem_echo(self, request_id: Any, params: dict[str, Any], args: dict[str, Any]) -> None:
         self.call_result(request_id, text(f"echo: {args['text']}"))
+
+    def tool_sampling_flood(self, request_id: Any, params: dict[str, Any], args: dict[str, Any]) -> None:
+        count = int(args["count"])
+        wait_for = int(args.get("wait_for", count))
+        ask = {"messages": [{"role": "user", "content": {"type": "text", "text": "flood"}}], "maxTokens": 1}
+
+        def answer() -> None:  # off the stdin thread, which keeps reading the answers meanwhile
+            for i in range(count):
+                self.send({"jsonrpc": "2.0", "id": f"flood-{i}", "method": "sampling/createMessage",
+                           "params": ask})
+            with self.flood:
+                self.flood.wait_for(lambda: self.flood_responses >= wait_for)
+                summary = (f"responses {self.flood_responses} errors {self.flood_errors} "
+                           f"first_error {self.flood_first_error}")
+            self.call_result(request_id, text(summary))
+
+        threading.Thread(target=answer, daemon=True).start()
 
     def tool_plain_echo(self, request_id: Any, params: dict[str, Any], args: dict[str, Any]) -> None:
         self.call_result(request_id, text(f"echo: {args['text']}"))
