@@ -25,6 +25,7 @@ import pytest
 import trio
 from mcp.shared.exceptions import MCPError
 
+from tests.chaos.test_chaos_floods import proxy_process
 from tests.helpers import PY, SERVERS_DIR, flaky, proxy_client, text_of, write_config
 
 pytestmark = pytest.mark.slow
@@ -101,3 +102,35 @@ async def test_http_upstream_gone_is_named_on_the_first_call(tmp_path: Path) -> 
                 assert caught.value.error.code != 0
     errors = [line for line in log_lines(log) if " ERROR " in line or "Traceback" in line]
     assert not errors, "\n".join(errors)
+
+
+@pytest.mark.parametrize("announced", [False, True], ids=["chunked", "content-length"])
+async def test_http_upstream_answer_over_max_message_bytes_is_refused(tmp_path: Path,
+                                                                     announced: bool) -> None:
+    """An HTTP upstream answering 200 MB: the call gets an error naming the server and
+    ``maxMessageBytes``; the proxy stops reading at the limit, so its RSS grows by less
+    than `RSS_GROWTH_BOUND` (reading it all cost about 1 GB); the next call to the same
+    server is answered (the link stays up: the framing of HTTP is not lost)."""
+    flags = ["--on-call", "huge", "--huge-bytes", str(HUGE)] + (["--content-length"] if announced else [])
+    with trio.fail_after(BOUND_S):
+        async with rogue(*flags) as (_proc, url):
+            config = write_config(tmp_path, {"big": {"type": "http", "url": url, "timeout": 60},
+                                             "ok": flaky()}, maxMessageBytes=LIMIT)
+            async with proxy_client(config) as client:
+                await client.call_tool("ok_echo", {"text": "warm"})
+                proxy = proxy_process(config)
+                before = proxy.memory_info().rss
+                with pytest.raises(MCPError) as caught:
+                    await client.call_tool("big_echo", {"text": "hi"})
+                after = proxy.memory_info().rss
+                message = caught.value.error.message
+                assert "server big sent a message larger than maxMessageBytes" in message, caught.value.error
+                assert str(LIMIT) in message
+                assert after - before < RSS_GROWTH_BOUND, (before, after)
+                print(f"proxy RSS over a {HUGE >> 20} MiB answer: "
+                      f"{before / 2**20:.0f} -> {after / 2**20:.0f} MiB")
+                with pytest.raises(MCPError) as again:
+                    await client.call_tool("big_echo", {"text": "again"})
+                assert "maxMessageBytes" in again.value.error.message  # answered, not "server big is down"
+                result = await client.call_tool("ok_echo", {"text": "still here"})
+                assert "still here" in text_of(result)
