@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
@@ -31,6 +31,7 @@ from trio_websocket import (
 )
 
 from actors.auth import Gate
+from actors.outbox import CLIENT_STALL_S
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +74,8 @@ async def _reader(ws: WebSocketConnection, send: Any, activity: _Activity | None
             pass
 
 
-async def _writer(ws: WebSocketConnection, receive: Any, activity: _Activity | None = None) -> None:
+async def _writer(ws: WebSocketConnection, receive: Any, activity: _Activity | None = None,
+                  stalled: Callable[[], None] | None = None) -> None:
     async with receive:
         async for session_message in receive:
             message = session_message.message
@@ -82,9 +84,17 @@ async def _writer(ws: WebSocketConnection, receive: Any, activity: _Activity | N
                     activity.pending.discard(message.id)
                 activity.touch()
             text = message.model_dump_json(by_alias=True, exclude_unset=True)
-            try:
-                await ws.send_message(text)
-            except ConnectionClosed:
+            with trio.move_on_after(CLIENT_STALL_S) as bound:
+                try:
+                    await ws.send_message(text)
+                except ConnectionClosed:
+                    return
+            if bound.cancelled_caught:
+                # A peer that reads nothing must not hold the session (and every
+                # message queued for it) open: end it, as the outbox does for HTTP.
+                logger.warning("closing a websocket peer that read nothing for %.0f s", CLIENT_STALL_S)
+                if stalled is not None:
+                    stalled()
                 return
 
 
@@ -106,7 +116,9 @@ async def _streams(ws: WebSocketConnection, *, idle_s: float | None = None) -> A
     activity = _Activity() if idle_s is not None else None
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_reader, ws, read_send, activity)
-        nursery.start_soon(_writer, ws, write_receive, activity)
+        # A stalled writer closes the session's read side: the SDK's loop then ends
+        # as at EOF and cancels the requests in flight.
+        nursery.start_soon(_writer, ws, write_receive, activity, read_receive.close)
         if activity is not None and idle_s is not None:
             nursery.start_soon(_close_when_idle, ws, activity, idle_s)
         try:
