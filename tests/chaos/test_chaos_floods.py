@@ -76,7 +76,7 @@ async def test_sampling_flood_is_capped_and_memory_stays_bounded(tmp_path: Path)
     upstream gets a JSON-RPC error for every other one at once (the call below waits for
     exactly those answers, so a proxy that forwards everything times the call out), and
     the proxy's RSS grows by less than `RSS_GROWTH_BOUND`."""
-    config = write_config(tmp_path, {"up": flaky(timeout=120)})
+    config = write_config(tmp_path, {"up": flaky("--sampling-flood", timeout=120)})
     client_side = NeverAnswers()
     with trio.fail_after(BOUND_S):
         async with proxy_client(config, recorder=client_side) as client:

@@ -446,7 +446,7 @@ def test_list_probes_every_server_concurrently_with_a_bound(cli: Cli) -> None:
     rows = {r["name"]: r for r in done.json()}
     assert list(rows) == ["ok", "exits", "missing", "hangs", "off", "needs"]
     assert rows["ok"]["state"] == "online"
-    assert rows["ok"]["toolCount"] == 9
+    assert rows["ok"]["toolCount"] == 8
     assert rows["exits"]["state"] == "offline"
     assert "exited with status 3" in rows["exits"]["reason"]
     assert "command not found on PATH" in rows["missing"]["reason"]

@@ -8,8 +8,8 @@ tens of milliseconds and behaves exactly as the flags say, byte for byte.
 Run ``python tests/servers/flaky.py --help`` for the flags; they combine.
 
 Tools: echo(text), add(a, b), sleep(seconds), progress(steps, interval), crash(status),
-counter(), idem_echo(text) [idempotentHint: true], plain_echo(text) [no annotations],
-sampling_flood(count, wait_for) [count sampling requests at once; answers once wait_for got a response].
+counter(), idem_echo(text) [idempotentHint: true], plain_echo(text) [no annotations];
+with ``--sampling-flood`` also sampling_flood(count, wait_for).
 
 ``--record PATH`` appends one JSON line per event: ``{"event": "initialize",
 "protocolVersion"}``, ``{"event": "call", "name", "id", "arguments"}``,
@@ -91,18 +91,19 @@ TOOLS: list[dict[str, Any]] = [
         "annotations": {"idempotentHint": True},
     },
     {
-        "name": "sampling_flood",
-        "description": "Send `count` sampling/createMessage requests at once; answer once `wait_for` of "
-        "them got a response: 'responses R errors E first_error M'.",
-        "inputSchema": _schema({"count": {"type": "integer"}, "wait_for": {"type": "integer"}}, ["count"]),
-    },
-    {
         "name": "plain_echo",
         "description": "Echo with no annotations (not retry-safe).",
         "inputSchema": _schema({"text": _S}, ["text"]),
     },
 ]
 TOOL_NAMES = {tool["name"] for tool in TOOLS}
+FLOOD_TOOL: dict[str, Any] = {
+    "name": "sampling_flood",
+    "description": "Send `count` sampling/createMessage requests at once; answer once `wait_for` of "
+    "them got a response: 'responses R errors E first_error M'.",
+    "inputSchema": _schema({"count": {"type": "integer"}, "wait_for": {"type": "integer"}}, ["count"]),
+}
+"""Listed only with ``--sampling-flood`` (the other tests count the tools above)."""
 
 
 class Flaky:
@@ -197,7 +198,7 @@ class Flaky:
             self.record("ping")
             self.result(request_id, {})
         elif method == "tools/list":
-            self.result(request_id, {"tools": TOOLS})
+            self.result(request_id, {"tools": TOOLS + ([FLOOD_TOOL] if self.opts.sampling_flood else [])})
             if self.opts.exit_after_start is not None:
                 # Up and listed, then gone before any client call: a start that did nothing.
                 timer = threading.Timer(self.opts.exit_after_start, os._exit, args=(3,))
@@ -271,7 +272,7 @@ class Flaky:
             os._exit(3)
         if self.opts.hang_on_call:
             return
-        if name not in TOOL_NAMES:
+        if name not in TOOL_NAMES and not (self.opts.sampling_flood and name == FLOOD_TOOL["name"]):
             self.error(request_id, INVALID_PARAMS, f"Unknown tool: {name}")
             return
         try:
@@ -462,6 +463,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--legacy-version", metavar="V", help="answer initialize with protocolVersion V, whatever was asked"
+    )
+    p.add_argument(
+        "--sampling-flood", action="store_true",
+        help="also list sampling_flood(count, wait_for): count sampling requests at once, answered "
+        "once wait_for of them got a response",
     )
     p.add_argument(
         "--progress-forever",
