@@ -27,6 +27,7 @@ import psutil
 import pytest
 import trio
 from mcp import Client
+from trio_websocket import open_websocket_url
 
 from actors.link.base import MAX_SERVER_REQUESTS
 from tests.helpers import Recorder, flaky, proxy_client, read_record, text_of, write_config
@@ -40,6 +41,7 @@ FLOOD: Final = 20_000
 """Issue 23's count of sampling requests."""
 PROMPT_S: Final = 10.0
 """An answer "at once" in real time on a loaded 2-core box: far below the call timeout."""
+INITIALIZED: Final = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 FLOOD_STEPS: Final = 10_000_000
 """Progress notifications the stuck client's call would send: more than it could ever take."""
 RSS_GROWTH_BOUND: Final = 60 * 1024 * 1024
@@ -159,3 +161,41 @@ async def test_a_client_that_stops_reading_never_stalls_the_others(tmp_path: Pat
     starts = [e for e in read_record(record) if e["event"] == "initialize"]
     assert len(starts) == 1, "the upstream was restarted"
     assert "hung" not in proxy.text()
+
+
+async def test_a_websocket_client_that_stops_reading_never_stalls_the_others(tmp_path: Path) -> None:
+    """The websocket front, the same flood: a ws client starts a progress flood and stops
+    reading (its library's one-message queue fills, then its socket). Another client's
+    calls to the same upstream keep being answered within `PROMPT_S` (a regression times
+    them out); the stuck connection is closed and its call cancelled upstream; the
+    upstream is never restarted."""
+    record = tmp_path / "up.jsonl"
+    config = write_config(tmp_path, {"up": flaky("--record", str(record), timeout=30)})
+    call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "up_progress", "arguments": {"steps": FLOOD_STEPS, "interval": 0},
+        "_meta": {"progressToken": "flood"}}}
+    with trio.fail_after(BOUND_S):
+        async with running_proxy(config, "--transport", "ws", "--port", "0") as proxy:
+            async with open_websocket_url(proxy.url, subprotocols=["mcp"]) as other, \
+                    open_websocket_url(proxy.url, subprotocols=["mcp"], message_queue_size=1) as stuck:
+                for ws in (other, stuck):
+                    await ws.send_message(json.dumps(INIT))
+                    await ws.get_message()
+                    await ws.send_message(json.dumps(INITIALIZED))
+                await stuck.send_message(json.dumps(call))  # and never read again
+                answered = 0
+                while "read nothing for" not in proxy.text() and "took no message" not in proxy.text():
+                    with trio.fail_after(PROMPT_S):
+                        await other.send_message(json.dumps({
+                            "jsonrpc": "2.0", "id": 100 + answered, "method": "tools/call",
+                            "params": {"name": "up_echo", "arguments": {"text": str(answered)}}}))
+                        reply = json.loads(await other.get_message())
+                    assert reply["id"] == 100 + answered
+                    assert reply["result"]["content"][0]["text"] == f"echo: {answered}"
+                    answered += 1
+                with trio.fail_after(PROMPT_S):
+                    while not [e for e in read_record(record) if e["event"] == "cancelled"]:
+                        await proxy.grew.wait()
+    print(f"answered {answered} calls of the other ws client while one stalled")
+    starts = [e for e in read_record(record) if e["event"] == "initialize"]
+    assert len(starts) == 1, "the upstream was restarted"
