@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
@@ -34,6 +34,7 @@ from trio_websocket import (
 from actors import wire
 from actors.auth import Gate
 from actors.frame_check import Refusal, decode_client_frame, duplicate_id, request_refusal
+from actors.outbox import CLIENT_STALL_S
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +147,8 @@ def _internal_error(data: bytes) -> Refusal | None:
     return Refusal(env.id, wire.INTERNAL_ERROR, "internal error while handling this request")
 
 
-async def _writer(ws: WebSocketConnection, receive: Any, activity: _Activity | None = None) -> None:
+async def _writer(ws: WebSocketConnection, receive: Any, activity: _Activity | None = None,
+                  stalled: Callable[[], None] | None = None) -> None:
     async with receive:
         async for session_message in receive:
             message = session_message.message
@@ -155,9 +157,17 @@ async def _writer(ws: WebSocketConnection, receive: Any, activity: _Activity | N
                     activity.pending.discard(message.id)
                 activity.touch()
             text = message.model_dump_json(by_alias=True, exclude_unset=True)
-            try:
-                await ws.send_message(text)
-            except ConnectionClosed:
+            with trio.move_on_after(CLIENT_STALL_S) as bound:
+                try:
+                    await ws.send_message(text)
+                except ConnectionClosed:
+                    return
+            if bound.cancelled_caught:
+                # A peer that reads nothing must not hold the session (and every
+                # message queued for it) open: end it, as the outbox does for HTTP.
+                logger.warning("closing a websocket peer that read nothing for %.0f s", CLIENT_STALL_S)
+                if stalled is not None:
+                    stalled()
                 return
 
 
@@ -193,7 +203,9 @@ async def _streams(ws: WebSocketConnection, *, front: bool = False, idle_s: floa
 
     async def write() -> None:
         try:
-            await _writer(ws, write_receive, activity)
+            # A stalled writer closes the session's read side: the SDK's loop then ends
+            # as at EOF and cancels the requests in flight.
+            await _writer(ws, write_receive, activity, read_receive.close)
         finally:
             written.set()
 
