@@ -141,7 +141,11 @@ class ChainVerifier:
 
     async def verify_token(self, token: str) -> AccessToken | None:
         for verifier in self.verifiers:
-            found = await verifier.verify_token(token)
+            try:
+                found = await verifier.verify_token(token)
+            except Exception as exc:  # a presented token is attacker input: refuse, never crash the front
+                logger.warning("refused a bearer token: its check failed (%s)", type(exc).__name__)
+                continue
             if found is not None:
                 return found
         return None
