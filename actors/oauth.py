@@ -134,6 +134,9 @@ class JwtVerifier:
             return keys[0] if len(keys) == 1 else None
         return next((k for k in keys if k.key_id == kid), None)
 
+    def guarding(self) -> bool:
+        return True  # settings.auth applies from start to stop (a change needs a restart)
+
     async def verify_token(self, token: str) -> AccessToken | None:
         """Check one bearer token; None (and a reason-only log line) when it is refused.
 
