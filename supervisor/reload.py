@@ -38,6 +38,7 @@ from actors.core.registry import RegistryCore, diff
 from actors.messages import Reply
 from actors.upstream import RouterPort
 from supervisor.config import Config, ConfigError, ServerSpec, Settings, load_config, parse_config
+from supervisor.redact import remember, secret_values
 from supervisor.settings import with_env_overrides
 
 if TYPE_CHECKING:
@@ -349,6 +350,8 @@ async def apply_config(sup: Supervisor, config: Config) -> dict[str, Any]:
     except ConfigError as err:
         logger.error("config not reloaded, the running setup stays:\n%s", err)
         return {"ok": False, "errors": list(err.problems)}
+    # Before any server of the new config starts: its first stderr line is scrubbed too.
+    remember(secret_values(config))
     running = {name: up.spec for name, up in sup.upstreams.items()}
     plan = plan_reload(running, sup.settings, config)
     for key in plan.needs_restart:
