@@ -196,13 +196,21 @@ async def open_reaper() -> AsyncIterator[Reaper]:
         await reaper._stop()
 
 
+WITHHELD_ENV: Final = ("MCPVISOR_TOKEN",)
+"""Variables of the proxy's environment no upstream inherits: ``$MCPVISOR_TOKEN`` is the
+bearer token of the proxy's own front, and a server has no business holding it."""
+
+
 class SpawnError(Exception):
     """The command could not be started at all (not found, not executable, bad cwd)."""
 
 
 def child_environment(extra: Mapping[str, str]) -> dict[str, str]:
-    """The proxy's own environment plus the server's ``env`` (the server wins)."""
+    """The proxy's own environment, less the front's token, plus the server's ``env``
+    (the server wins: a token it is given on purpose in its ``env`` reaches it)."""
     env = dict(os.environ)
+    for name in WITHHELD_ENV:
+        env.pop(name, None)
     env.update(extra)
     return env
 

@@ -14,6 +14,7 @@ from typing import Any, Final
 from supervisor._config_types import EXPOSURES
 from supervisor.cli import EXIT_OK, EXIT_USAGE, Formatter
 from supervisor.config import DEFAULT_HOST, DEFAULT_PORT
+from supervisor.redact import remember, scrub_known, secret_values
 
 logger = logging.getLogger("mcpvisor")
 
@@ -68,39 +69,23 @@ FRONT_CLOSE_S: Final = 3.0
 its own: the HTTP front's graceful close (hypercorn's ``graceful_timeout``, 2 s) and 1 s
 for the last writes; then the front is cancelled and the children stopped."""
 
-REDACTED: Final = "[redacted]"
-MIN_SECRET_CHARS: Final = 6
-"""Env and header values shorter than this are not scrubbed from log lines: a ``"1"`` or
-``"true"`` is no secret, and scrubbing it would garble every line holding that digit."""
-
 
 def secrets_of(config: Any, extra: Any = ()) -> list[str]:
-    """Every value a log line must never show: tokens, servers' env and header values."""
-    found: set[str] = set(extra)
-    found.update(config.settings.auth_tokens.values())
-    for spec in config.servers.values():
-        for mapping in (getattr(spec, "env", None) or {}, getattr(spec, "headers", None) or {}):
-            for value in mapping.values():
-                found.add(value)
-                found.update(value.split())  # "Bearer abc": the credential on its own too
-    return sorted((s for s in found if len(s) >= MIN_SECRET_CHARS), key=len, reverse=True)
+    """Every value a log line must never show (`supervisor.redact.secret_values`)."""
+    return secret_values(config, extra)
 
 
 class _Format(logging.Formatter):
     """``HH:MM:SS LEVEL [server] line`` for upstream stderr, ``mcpvisor:`` for our own.
 
-    Scrubs `secrets` from every line, whoever wrote it (an upstream's stderr, the SDK,
-    hypercorn): no token, header or env value reaches a log (issue 12).
+    Scrubs every value `supervisor.redact.remember` was given from every line, whoever
+    wrote it (an upstream's stderr, the SDK, hypercorn): no token, header, env value or
+    key in a command line reaches a log. The list is read at every line, so a hot reload
+    that adds a server with its own secrets scrubs them from its first line on.
     """
 
-    secrets: tuple[str, ...] = ()
-
     def format(self, record: logging.LogRecord) -> str:
-        text = self._format(record)
-        for secret in self.secrets:
-            if secret in text:
-                text = text.replace(secret, REDACTED)
-        return text
+        return scrub_known(self._format(record))
 
     def _format(self, record: logging.LogRecord) -> str:
         name = record.name
@@ -115,7 +100,7 @@ class _Format(logging.Formatter):
 
 
 def setup_logging(level: str, log_file: str | None, secrets: Any = ()) -> None:
-    _Format.secrets = tuple(secrets)
+    remember(secrets)
     root = logging.getLogger()
     root.handlers.clear()
     handler: logging.Handler = logging.StreamHandler(sys.stderr)
