@@ -145,7 +145,7 @@ class Upstream:
             self.error(rid, METHOD_NOT_FOUND, f"Method not found: {method}")
 
     def call(self, rid: Any, params: dict[str, Any]) -> None:
-        name = params.get("name")
+        name = str(params.get("name") or "")
         args = params.get("arguments") or {}
         try:
             if name == "echo":

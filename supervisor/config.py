@@ -32,11 +32,10 @@ from typing import Any, Final
 import msgspec
 import platformdirs
 
-from actors.core.model import ToolEntry, Toolset
-from supervisor._config_build import build
-from supervisor._config_durations import parse_duration
-from supervisor._config_schema import describe_type
-from supervisor._config_types import (
+from mcpvisor._config_build import build
+from mcpvisor._config_durations import parse_duration
+from mcpvisor._config_schema import describe_type
+from mcpvisor._config_types import (
     DEFAULT_HOST,
     DEFAULT_PORT,
     TRANSPORTS,
@@ -49,6 +48,8 @@ from supervisor._config_types import (
     ToolRef,
     ToolsetDecl,
 )
+from mcpvisor.actors.core.model import ToolEntry, Toolset
+from mcpvisor.actors.core.registry import ServerFilter
 
 __all__ = [
     "DEFAULT_HOST",
@@ -68,6 +69,7 @@ __all__ = [
     "load_config",
     "parse_config",
     "parse_duration",
+    "server_filter",
     "user_config_path",
 ]
 
@@ -219,3 +221,12 @@ def declared_toolset(decl: ToolsetDecl) -> Toolset:
                               pinned=None) for ref in decl.tools)
     return Toolset(name=decl.name, tools=entries, description=decl.description, created_at="", updated_at="",
                    read_only=True)
+
+
+def server_filter(spec: ServerSpec) -> ServerFilter:
+    """Which of a server's tools are exposed, and under which names (``exposedTools``,
+    ``hiddenTools``), as the registry applies it."""
+    exposed = None
+    if spec.exposed_tools is not None:
+        exposed = {t.original: t.exposed for t in spec.exposed_tools}
+    return ServerFilter(exposed=exposed, hidden=frozenset(spec.hidden_tools))

@@ -13,21 +13,17 @@ import sys
 from collections.abc import Sequence
 from typing import Final
 
-EXIT_OK: Final = 0
-EXIT_FAILED: Final = 1
-EXIT_USAGE: Final = 2
+from mcpvisor.cli._base import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Formatter
 
 COMMAND_MODULES: Final = ("serve", "status", "dashboard", "mcp", "toolset", "importer", "config_cmd",
                           "journal_cmd", "bench")
 """Subcommand modules, in the order ``--help`` lists them."""
 
-
-class Formatter(argparse.RawDescriptionHelpFormatter):
-    """Keeps the examples in epilogs as written."""
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "Formatter", "build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from supervisor import __version__
+    from mcpvisor import __version__
 
     parser = argparse.ArgumentParser(
         prog="mcpvisor",
@@ -40,15 +36,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mcpvisor {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
-        importlib.import_module(f"supervisor.cli.{name}").register(sub)
+        importlib.import_module(f"mcpvisor.cli.{name}").register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from supervisor.cli.mcp import COMMAND_DEST, split_argv
+    from mcpvisor.cli.mcp import COMMAND_DEST, split_argv
 
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["bench"]:  # the benchmark parses its own flags (`mcpvisor.cli.bench`)
+        from mcpvisor.cli.bench import run as run_bench
+
+        return run_bench(words[1:])
     parser = build_parser()
-    words, command = split_argv(sys.argv[1:] if argv is None else argv)  # `mcp add`'s command
+    words, command = split_argv(words)  # `mcp add`'s command
     args = parser.parse_args(words)
     if command is not None:
         setattr(args, COMMAND_DEST, command)

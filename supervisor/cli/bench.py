@@ -1,31 +1,38 @@
-"""``mcpvisor bench``: run the benchmark suite (``python -m bench``) with the same flags."""
+"""``mcpvisor bench``: run the benchmark suite (``python -m mcpvisor.bench``) with the same flags.
+
+The benchmark is a tool that measures the package, so the command line never imports it:
+the words after ``bench`` go to ``python -m mcpvisor.bench`` in a child process (its
+``--help`` lists them).
+"""
 
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
+from collections.abc import Sequence
 from typing import Any
-
-from supervisor.cli import Formatter
 
 DESCRIPTION = ("Measure what mcpvisor costs: tool-call latency and throughput (stdio and streamable HTTP), "
                "a 1 MiB result, start-up with 1 and 20 upstreams, memory, tools/list size, list_changed "
                "delivery and recovery, as ratios against calling the upstream directly and against peer "
                "proxies (FastMCP's proxy and others, installed under bench/.peers). Prints a table and one "
-               "JSON object per scenario.")
+               "JSON object per scenario. `mcpvisor bench --help` lists the flags.")
 
 
 def register(sub: Any) -> None:
+    # The flags belong to the benchmark; `main` hands every word after `bench` to it.
+    sub.add_parser("bench", help="run the benchmark suite (ratios against direct and peer proxies)",
+                   description=DESCRIPTION, add_help=False,
+                   formatter_class=argparse.RawDescriptionHelpFormatter,
+                   epilog="examples:\n  mcpvisor bench --quick\n  mcpvisor bench --only stdio --no-peers\n")
+
+
+def run(words: Sequence[str]) -> int:
+    """Run ``python -m mcpvisor.bench WORDS`` and return its exit status."""
     try:
-        from bench.cli import EPILOG, add_arguments
-    except ImportError:  # an install without the bench package (it ships with the source tree)
-        return
-    p = sub.add_parser("bench", help="run the benchmark suite (ratios against direct and peer proxies)",
-                       description=DESCRIPTION, formatter_class=Formatter, epilog=EPILOG)
-    add_arguments(p)
-    p.set_defaults(func=run)
+        return subprocess.call([sys.executable, "-m", "mcpvisor.bench", *words])
+    except KeyboardInterrupt:
+        return 130
 
 
-def run(args: argparse.Namespace) -> int:
-    from bench.cli import run as run_bench
-
-    return run_bench(args)
