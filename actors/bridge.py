@@ -19,9 +19,9 @@ Owns:
   to resume the call), each dropped when the call ends and its outcome has been
   delivered, or when the client does not come back in `INPUT_WAIT_S`.
 
-Both the SDK path (`mcpvisor.actors.front`, `mcpvisor.actors.origins`) and the stdio fast path
-(`mcpvisor.actors.fastpath`, `mcpvisor.actors.fastcall`) use `ParkedCall`; the fast path keeps its own
-table, of its calls by the same token (`FastPath.parked`).
+Both the SDK path (`mcpvisor.actors.fronts.sdk`, `mcpvisor.actors.fronts.origins`) and the
+stdio fast path (`mcpvisor.actors.fronts.fastpath`, `mcpvisor.actors.fronts.fastcall`) use
+`ParkedCall`; the fast path keeps its own table, of its calls by the same token (`FastPath.parked`).
 """
 
 from __future__ import annotations

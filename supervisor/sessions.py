@@ -35,7 +35,7 @@ from mcpvisor.actors.core.catalog import ToolRoute, tool_hints
 from mcpvisor.actors.core.toolsets import ToolsetError, resolve
 from mcpvisor.actors.eras import strip_upstream_stamps
 from mcpvisor.actors.errors import ProxyError
-from mcpvisor.actors.front_tools import unknown_tool_result
+from mcpvisor.actors.fronts.tools import unknown_tool_result
 from mcpvisor.actors.harness import ClientSession
 from mcpvisor.actors.upstream import State, Upstream
 

@@ -39,8 +39,8 @@ from mcpvisor.actors.core.toolsets import ToolsetError, ToolsetExposure
 from mcpvisor.actors.core.use_tool import CallLocal, NeedsLoad, plan_use
 from mcpvisor.actors.eras import strip_upstream_stamps
 from mcpvisor.actors.errors import ProxyError
-from mcpvisor.actors.front import Front
-from mcpvisor.actors.front_tools import unknown_tool_result
+from mcpvisor.actors.fronts.sdk import Front
+from mcpvisor.actors.fronts.tools import unknown_tool_result
 from mcpvisor.actors.harness import ClientSession
 from mcpvisor.actors.lazy import LazyLoader
 from mcpvisor.actors.link import CallOrigin

@@ -125,7 +125,7 @@ class ToolRoute:
         For a compound tool that is its subtool's route and ``args``; a call failing the
         compound tool's check gives the ``isError`` result to answer instead (nothing is
         sent). The fast path, the embedding API (`mcpvisor.tree`) and harness sessions
-        (`mcpvisor.sessions`) call this; the SDK front (`mcpvisor.actors.front_tools`) calls
+        (`mcpvisor.sessions`) call this; the SDK front (`mcpvisor.actors.fronts.tools`) calls
         ``compound.prepare`` itself. A caller that can wait (the API, the SDK front) waits
         for start-up after a refusal and checks again.
         """

@@ -66,7 +66,7 @@ MAX_SERVER_REQUESTS: Final = 64
 once; one more is refused to the upstream at once with a JSON-RPC error. Each waits on a
 person or a model, so a server with this many open questions is flooding, not working
 (issue 23: 20,000 forwarded sampling requests grew the proxy by 300 MB); the same
-number as the per-session cap on client requests (`mcpvisor.actors.limits.MAX_IN_FLIGHT`)."""
+number as the per-session cap on client requests (`mcpvisor.actors.fronts.limits.MAX_IN_FLIGHT`)."""
 
 CANCEL_WRITE_S: Final = 2.0
 """Bound on the courtesy cancel write when a request is abandoned (STYLE rule 16)."""
@@ -114,7 +114,7 @@ class LinkEvents(Protocol):
 
 class FastSink(CallOrigin, Protocol):
     """A fast-path call's client side: the response is written from the reader task, no
-    task waits for it (`mcpvisor.actors.fastcall.FastCall`)."""
+    task waits for it (`mcpvisor.actors.fronts.fastcall.FastCall`)."""
 
     async def deliver(self, env: wire.Envelope, line: bytes) -> None:
         """The upstream answered: write the response to the client."""
@@ -371,7 +371,7 @@ class Link:
     async def log_to_callers(self, params: dict[str, Any]) -> None:
         """An upstream's log message, for the 2026-07-28 client of the latest call in flight
         that asked for logs at its level: such a client gets logs only on a request's own
-        stream (handshake-era clients get them by broadcast, `mcpvisor.actors.front`). The upstream
+        stream (handshake-era clients get them by broadcast, `mcpvisor.actors.fronts.sdk`). The upstream
         does not say which call a log belongs to; the latest call is the same guess
         `pick_origin` makes for its questions."""
         level = params.get("level")

@@ -118,7 +118,7 @@ async def serve_dashboard(socket: Path, config: str | None, directory: Path, por
     import trio
     from starlette.applications import Starlette
 
-    from mcpvisor.actors.auth import StaticTokens, host_rules
+    from mcpvisor.actors.fronts.auth import StaticTokens, host_rules
     from mcpvisor.dashboard import (
         ControlSource,
         DashboardGuard,

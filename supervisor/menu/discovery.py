@@ -1,6 +1,6 @@
 """``discover_tool`` and ``load_mcp``: the proxy-answered half of lazy discovery.
 
-(``use_tool`` is answered by the front, `mcpvisor.actors.front_tools.ToolCalls`, so it routes exactly as a
+(``use_tool`` is answered by the front, `mcpvisor.actors.fronts.tools.ToolCalls`, so it routes exactly as a
 direct call; the catalog and the lookups are `mcpvisor.actors.core.discovery`.)
 
 Each answers readable text plus the same data as ``structuredContent``; a failure is an

@@ -69,7 +69,7 @@ async def proxy(config: Path, recorder: Recorder | None = None, *, toolset: str 
     """(supervisor, client): a real SDK client over OS pipes to the stdio front of a
     proxy running here, with real upstream subprocesses."""
     from mcpvisor import open_supervisor
-    from mcpvisor.actors.stdio_front import StdioFront
+    from mcpvisor.actors.fronts.stdio import StdioFront
 
     up_r, up_w = os.pipe()
     down_r, down_w = os.pipe()

@@ -26,6 +26,7 @@ from typing import Any, Final
 import mcp_types as types
 import pytest
 import trio
+import trio.lowlevel
 import trio.testing
 from mcp import Client
 
@@ -213,7 +214,7 @@ async def test_concurrent_loads_and_failures_over_http(tmp_path: Path) -> None:
 
                 nursery.start_soon(collect)
                 while not sup.event_bus.has_subscribers:
-                    await trio.sleep(0)
+                    await trio.lowlevel.checkpoint()
                 loaded = await client.call_tool(LOAD_MCP, {"mcp_name": "big"})
                 assert not loaded.is_error and loaded.structured_content["toolCount"] == 8
                 await trio.testing.wait_all_tasks_blocked()  # the collector has seen what was published

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mcpvisor.actors.auth import StaticTokens, host_rules
+from mcpvisor.actors.fronts.auth import StaticTokens, host_rules
 from mcpvisor.dashboard._entries import FieldErrors, check_entry, masked, unmask
 from mcpvisor.dashboard._guard import COOKIE, DashboardGuard, cookie_value, ensure_token, set_cookie
 from mcpvisor.dashboard._metrics import WINDOW_S, CallWindow

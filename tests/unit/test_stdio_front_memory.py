@@ -1,4 +1,4 @@
-"""The stdio front (actors/stdio_front.py) on memory streams, in virtual time.
+"""The stdio front (actors/fronts/stdio.py) on memory streams, in virtual time.
 
 What a client writes to the proxy's stdin is classified here before the SDK sees it:
 malformed lines, batches, null and reused ids and oversized lines get the JSON-RPC error

@@ -12,7 +12,7 @@ Owns, for one front connection (`FastPath`):
   so arguments and unknown keys such as ``inputResponses`` travel as they came), the
   id and the progress token swapped for the upstream's, the era adapted where the
   client and the upstream speak different ones;
-* the connection's side of each call in flight: its `FastCall` (`mcpvisor.actors.fastcall`:
+* the connection's side of each call in flight: its `FastCall` (`mcpvisor.actors.fronts.fastcall`:
   the answer, retries, mid-call traffic and the ``input_required`` bridge) by client
   id, the parked calls by ``requestState``, and the requests sent to the client on an
   upstream's behalf (`FastPath.ask_client`).
@@ -48,16 +48,16 @@ from mcpvisor.actors.core.discovery import USE_TOOL
 from mcpvisor.actors.core.use_tool import check_arguments
 from mcpvisor.actors.eras import ENVELOPE_KEYS, is_modern_version, verbose_of
 from mcpvisor.actors.errors import ProxyError, UpstreamError, error_data
-from mcpvisor.actors.fastcall import FastCall
 from mcpvisor.actors.framing import FrameWriter, StreamBroken
+from mcpvisor.actors.fronts.fastcall import FastCall
 from mcpvisor.actors.harness import RUN_META_KEY, CancelledByClient, ClientSession
 from mcpvisor.actors.link.stdio import StdioLink
 from mcpvisor.actors.messages import Reply
 
 if TYPE_CHECKING:
     from mcpvisor.actors.core.catalog import Snapshot, ToolRoute
-    from mcpvisor.actors.drain import Drain
-    from mcpvisor.actors.front import Backend
+    from mcpvisor.actors.fronts.drain import Drain
+    from mcpvisor.actors.fronts.sdk import Backend
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ class FastPath:
         if env.method != "tools/call" or env.params is UNSET:
             return False
         if self.drain is not None and self.drain.draining:
-            return False  # shutting down: the SDK's middleware refuses it (`mcpvisor.actors.drain`)
+            return False  # shutting down: the SDK's middleware refuses it (`mcpvisor.actors.fronts.drain`)
         modern = wire.MODERN_MARKER in line
         if modern:
             if self.era == "legacy":

@@ -1,4 +1,4 @@
-"""One call on the lean tool-call path (`mcpvisor.actors.fastpath`), as the upstream link sees it.
+"""One call on the lean tool-call path (`mcpvisor.actors.fronts.fastpath`), as the upstream link sees it.
 
 Owns, for one fast-path ``tools/call``:
 
@@ -34,7 +34,7 @@ from mcpvisor.actors.link.input_required import drive_input_required
 
 if TYPE_CHECKING:
     from mcpvisor.actors.core.catalog import ToolRoute
-    from mcpvisor.actors.fastpath import FastPath
+    from mcpvisor.actors.fronts.fastpath import FastPath
     from mcpvisor.actors.link.stdio import StdioLink
     from mcpvisor.actors.upstream import Upstream
 

@@ -27,13 +27,13 @@ from mcpvisor.actors.core.catalog import close_names
 from mcpvisor.actors.core.discovery import USE_TOOL, lazy_owner
 from mcpvisor.actors.core.use_tool import CallLocal, NeedsLoad, plan_use
 from mcpvisor.actors.eras import strip_upstream_stamps
+from mcpvisor.actors.fronts.origins import is_modern
 from mcpvisor.actors.harness import ClientSession, run_label
 from mcpvisor.actors.lazy import LazyLoader, LoadFailed
-from mcpvisor.actors.origins import is_modern
 
 if TYPE_CHECKING:
     from mcpvisor.actors.core.catalog import Snapshot, ToolRoute
-    from mcpvisor.actors.front import Backend
+    from mcpvisor.actors.fronts.sdk import Backend
 
 Forward = Callable[..., Awaitable[dict[str, Any]]]
 """`Front._forward`: ``(server, method, params, ctx, *, retry_safe)`` to the owning upstream."""

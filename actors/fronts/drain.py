@@ -1,6 +1,6 @@
 """The proxy's way out: every request in flight at a stop signal gets an answer.
 
-Owns `Drain`, one per `mcpvisor.actors.front.Front` (so one per proxy), shared by every front
+Owns `Drain`, one per `mcpvisor.actors.fronts.sdk.Front` (so one per proxy), shared by every front
 connection:
 
 * while serving, it is a `Server.middleware` entry of the SDK's server: it knows every
@@ -50,7 +50,7 @@ notification stream): never worth the grace, answered with the shutdown error at
 
 
 class FastCalls(Protocol):
-    """A stdio connection's fast path as the drain sees it (`mcpvisor.actors.fastpath.FastPath`)."""
+    """A stdio connection's fast path as the drain sees it (`mcpvisor.actors.fronts.fastpath.FastPath`)."""
 
     def in_flight(self) -> int:
         """Calls waiting for their upstream's answer."""

@@ -3,13 +3,14 @@
 Owns:
 
 * `Front`: the request handlers (resources, prompts, completion, logging; tools/call
-  is `mcpvisor.actors.front_tools`): each reads the router's current snapshot and forwards to
+  is `mcpvisor.actors.fronts.tools`): each reads the router's current snapshot and forwards to
   the owning upstream actor;
 * the broadcaster's entry points: list_changed, resources/updated and upstream log
   messages to every client, in both eras (handshake era: each connection's queue in
-  `mcpvisor.actors.clients`; 2026-07-28: the `subscriptions/listen` bus), never blocking the router;
+  `mcpvisor.actors.fronts.clients`; 2026-07-28: the `subscriptions/listen` bus), never blocking the router;
 * the bridged calls of 2026-07-28 clients to handshake-era upstreams: each runs beside
-  the client's legs, parked under its ``requestState`` (`mcpvisor.actors.bridge`, `mcpvisor.actors.origins`);
+  the client's legs, parked under its ``requestState`` (`mcpvisor.actors.bridge`,
+  `mcpvisor.actors.fronts.origins`);
 * the client session of each request (`session_of`): one per handshake-era connection;
   a transport serving its connection itself (`serve_connection`, the stdio front) hands
   its own session over, so its fast path and the SDK reach the same session-scoped
@@ -44,18 +45,18 @@ from mcp.shared.exceptions import MCPError
 
 from mcpvisor.actors import wire
 from mcpvisor.actors.bridge import ParkedCall, ParkedCalls, request_state_of, run_parked
-from mcpvisor.actors.clients import CLIENT_SEND_TIMEOUT_S, ClientRegistry, ClientState, level_ok
 from mcpvisor.actors.core.catalog import Snapshot, close_names
 from mcpvisor.actors.core.registry import Changes
-from mcpvisor.actors.drain import Drain
 from mcpvisor.actors.eras import LOG_LEVELS, complete, is_modern_version, strip_upstream_stamps
 from mcpvisor.actors.errors import ProxyError, error_data
-from mcpvisor.actors.front_tools import ToolCalls, loader_of
+from mcpvisor.actors.fronts.clients import CLIENT_SEND_TIMEOUT_S, ClientRegistry, ClientState, level_ok
+from mcpvisor.actors.fronts.drain import Drain
+from mcpvisor.actors.fronts.origins import BridgedOrigin, ConnectionOrigin, SdkOrigin, is_modern
+from mcpvisor.actors.fronts.tools import ToolCalls, loader_of
 from mcpvisor.actors.harness import ClientSession, sdk_session
 from mcpvisor.actors.lazy import LoadFailed
 from mcpvisor.actors.link import CallOrigin
 from mcpvisor.actors.link.input_required import INPUT_REQUIRED_METHODS
-from mcpvisor.actors.origins import BridgedOrigin, ConnectionOrigin, SdkOrigin, is_modern
 from mcpvisor.actors.router import Router
 from mcpvisor.actors.upstream import Upstream
 
@@ -98,7 +99,7 @@ def to_mcp_error(exc: ProxyError) -> MCPError:
 
 CLIENT_STALLED: Final = ("mcpvisor disconnected this client: it read nothing for 10 s, "
                          "so its calls were cancelled")
-"""The error a stalled client's calls end with (`mcpvisor.actors.outbox.CLIENT_STALL_S`), should it
+"""The error a stalled client's calls end with (`mcpvisor.actors.fronts.outbox.CLIENT_STALL_S`), should it
 read again."""
 
 DISCONNECT_S: Final = 5.0
@@ -143,7 +144,8 @@ class Front:
         self._listen = ListenHandler(self.bus)
         self._subscribers: dict[str, int] = {}
         self.drain = Drain()
-        """Refuses new requests and answers those in flight when the proxy stops (`mcpvisor.actors.drain`)."""
+        """Refuses new requests and answers those in flight when the proxy stops
+        (`mcpvisor.actors.fronts.drain`)."""
         self.parked = ParkedCalls()
         """Calls of 2026-07-28 clients waiting for their retry with the answers (`mcpvisor.actors.bridge`)."""
         self._origins: dict[str, BridgedOrigin] = {}
@@ -156,7 +158,7 @@ class Front:
         by the session id the SDK's loop was given."""
         self.clients.on_stall = self._disconnect
         self.tools = ToolCalls(backend, self._forward, self.session_of)
-        """``tools/call``, ``use_tool`` and loading a lazy tool's server (`mcpvisor.actors.front_tools`)."""
+        """``tools/call``, ``use_tool`` and loading a lazy tool's server (`mcpvisor.actors.fronts.tools`)."""
         self.server: Server[Any] = ProxyServer(
             name,
             version=version,

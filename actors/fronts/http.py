@@ -25,7 +25,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from msgspec import UNSET
 
 from mcpvisor.actors import wire
-from mcpvisor.actors.frame_check import (
+from mcpvisor.actors.fronts.frames import (
     MAX_JSON_DEPTH,
     Refusal,
     decode_client_frame,
