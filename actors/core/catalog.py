@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from actors.core.compound import CompoundTool
-    from actors.core.discovery import DiscoveryIndex
+    from actors.core.discovery import DiscoveryIndex, LazyServer
 
 MAX_NAME: Final = 64
 """Longest exposed name. MCP allows 128, but Claude Code and the OpenAI/Anthropic tool APIs
@@ -189,6 +189,9 @@ class Snapshot:
     """Collisions and conflicts found while building, for status and logs."""
     discovery: DiscoveryIndex | None = None
     """With ``exposure: discovery``: what discover_tool and use_tool offer (`actors.core.discovery`)."""
+    unloaded: tuple[LazyServer, ...] = ()
+    """Lazy servers not loaded (given up on or not): a call of a name like one of their
+    tools loads the server first (`actors.core.call_plan`)."""
 
     def route_resource(self, uri: str) -> str | None:
         server = self.resources.get(uri)

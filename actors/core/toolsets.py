@@ -471,10 +471,26 @@ class ToolsetExposure:
         return [s.candidate for s in self.resolve(core) if s.exposed and s.candidate is not None], local
 
     def finish(self, snapshot: Snapshot, core: RegistryCore) -> Snapshot:
-        """The snapshot clients see: discovery lists its three tools instead (unchanged otherwise)."""
+        """The snapshot clients see: the lazy servers not loaded yet noted (a call may load
+        one); with discovery, its three tools listed instead."""
+        unloaded = self.lazy.unloaded(core) if self.lazy is not None else ()
+        if unloaded:
+            snapshot = dataclasses.replace(snapshot, unloaded=unloaded)
         if self.mode != "discovery":
             return snapshot
         return discovery_view(snapshot, core, self.lazy, self.discovery_budget, self.server_descriptions)
+
+    def view(self, core: RegistryCore, toolset: Toolset) -> Snapshot:
+        """What a client sees with ``toolset`` equipped, without equipping it: a harness
+        session's own view (`supervisor.sessions`).
+
+        Built by the rules of the proxy's own snapshot (the same names, notes, schema pins,
+        lazy servers and discovery), over the catalog now, but without the management
+        tools: they change the proxy's exposure, not the session's. Pure; changes nothing.
+        """
+        statuses = self.resolve(core, toolset)
+        candidates = [s.candidate for s in statuses if s.exposed and s.candidate is not None]
+        return self.finish(core.build(candidates), core)
 
     # --- writes (inside the router; each either applies fully or raises first) -------
     def restore(self, state: SavedState, equip: str | None = None) -> None:
