@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from actors.core.catalog import Candidate, Snapshot, close_names, exposed_tool
+from actors.core.catalog import Candidate, Snapshot, assign_names, close_names, exposed_tool
 from actors.core.discovery import LazyBook, discovery_view
 from actors.core.model import Note, PinnedSchema, SavedState, ToolEntry, Toolset
 
@@ -553,9 +553,9 @@ class ToolsetExposure:
 
 
 def full_list(core: RegistryCore, definitions: Mapping[str, Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """Roughly what ``exposure: all`` would list: every catalog tool plus the management tools."""
+    """What ``exposure: all`` would list: every catalog tool (named as clients would see
+    them) plus the management tools."""
     tools: list[Mapping[str, Any]] = [definitions[n] for n in CONFIG_TOOLS if n in definitions]
-    for c in core.all_candidates():
-        name = c.original if c.compound is not None else f"{c.server}_{c.rename or c.original}"
-        tools.append(exposed_tool(c.tool, name, c.notes))
+    named, _ = assign_names(core.all_candidates(), core.namespacing)
+    tools.extend(exposed_tool(n.item.tool, n.name, n.item.notes) for n in named)
     return tools
