@@ -124,10 +124,7 @@ class ToolRoute:
 
         For a compound tool that is its subtool's route and ``args``; a call failing the
         compound tool's check gives the ``isError`` result to answer instead (nothing is
-        sent). The fast path, the embedding API (`supervisor.tree`) and harness sessions
-        (`supervisor.sessions`) call this; the SDK front (`actors.front_tools`) calls
-        ``compound.prepare`` itself. A caller that can wait (the API, the SDK front) waits
-        for start-up after a refusal and checks again.
+        sent). The call plan (`actors.core.call_plan`) calls this for every caller.
         """
         if self.compound is None:
             return self, dict(arguments)

@@ -6,8 +6,8 @@ Owns:
   (an upstream tool, its arguments checked against its input schema), `CallLocal` (a
   management tool), `NeedsLoad` (the name belongs to a lazy server not loaded yet), or
   a ``CallToolResult`` with ``isError`` (unknown tool with close matches, bad arguments
-  naming the field). The front's SDK path, the fast path and the embedding API all use
-  it, so they refuse and route alike.
+  naming the field). The call plan (`actors.core.call_plan`) asks it for every
+  ``use_tool`` call, so every caller refuses and routes alike.
 * `check_arguments`: a tool's arguments against its input schema (`actors.core.arguments`,
   the checker compound tools share), the error worded for use_tool.
 """
