@@ -30,7 +30,6 @@ each executor.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Final
 
 import msgspec
@@ -53,15 +52,13 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class Refused:
+class Refused(msgspec.Struct, frozen=True):
     """Answer ``result`` (a ``CallToolResult`` with ``isError``); nothing is sent upstream."""
 
     result: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class WaitForStartup:
+class WaitForStartup(msgspec.Struct, frozen=True):
     """Wait until the eager servers made their first start attempt, then plan again."""
 
 
