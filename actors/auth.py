@@ -6,7 +6,8 @@ these from ``settings``):
 * `StaticTokens`: the SDK's `TokenVerifier` for the shared tokens
   (``settings.authToken``, ``settings.authTokens``, ``$MCPVISOR_TOKEN``,
   ``--token-file``), compared in constant time; the token set is read at every check,
-  so a hot reload that removes a token locks its holder out at once;
+  so a hot reload that removes a token locks its holder out at once, and one that adds
+  the first token to an open front guards it from the next request (`guarding`);
 * `ChainVerifier`: static tokens first, then an OAuth verifier (`actors.oauth`);
 * `HostRules`: which Host and Origin headers a front accepts (DNS-rebinding defence),
   as a predicate for the websocket front and as the SDK's `TransportSecuritySettings`
@@ -90,9 +91,19 @@ def bearer_token(authorization: str | None) -> str | None:
 
 
 class Verifier(Protocol):
-    """The SDK's `mcp.server.auth.provider.TokenVerifier`."""
+    """The SDK's `mcp.server.auth.provider.TokenVerifier`, plus whether it guards now."""
 
     async def verify_token(self, token: str) -> AccessToken | None: ...
+
+    def guarding(self) -> bool:
+        """Whether a token is required right now (a hot reload may add the first token or
+        remove the last one, so the fronts ask at every request and handshake)."""
+        ...
+
+
+def guarding(verifier: Verifier | None) -> bool:
+    """Whether ``verifier`` requires a token right now (None: an open front)."""
+    return verifier is not None and verifier.guarding()
 
 
 class StaticTokens:
@@ -109,8 +120,12 @@ class StaticTokens:
         self._tokens = tokens
         self._scopes = list(scopes)
 
-    def __bool__(self) -> bool:
+    def guarding(self) -> bool:
         return bool(self._tokens())
+
+    def names(self) -> tuple[str, ...]:
+        """The names of the tokens configured now (never their values)."""
+        return tuple(self._tokens())
 
     def match(self, presented: str) -> str | None:
         """The name of the token equal to ``presented``, or None.
@@ -139,9 +154,16 @@ class ChainVerifier:
     def __init__(self, verifiers: Sequence[Verifier]) -> None:
         self.verifiers = tuple(verifiers)
 
+    def guarding(self) -> bool:
+        return any(v.guarding() for v in self.verifiers)
+
     async def verify_token(self, token: str) -> AccessToken | None:
         for verifier in self.verifiers:
-            found = await verifier.verify_token(token)
+            try:
+                found = await verifier.verify_token(token)
+            except Exception as exc:  # a presented token is attacker input: refuse, never crash the front
+                logger.warning("refused a bearer token: its check failed (%s)", type(exc).__name__)
+                continue
             if found is not None:
                 return found
         return None
@@ -241,7 +263,9 @@ class Gate:
 
     Args:
         rules: the Host/Origin rules.
-        verifier: the token verifier, or None when no token is configured (open front).
+        verifier: the token verifier, or None for a front that is always open. It is asked
+            at every handshake whether it guards (`guarding`), so a token added by a hot
+            reload is required from the next handshake on.
         required_scopes: scopes every accepted token must carry (403 otherwise).
         resource_metadata_url: advertised in ``WWW-Authenticate`` (RFC 9728) when set.
     """
@@ -276,7 +300,8 @@ class Gate:
             ``(None, refusal)``.
         """
         who: AccessToken | None = None
-        if self.verifier is not None:
+        if guarding(self.verifier):
+            assert self.verifier is not None
             token = bearer_token(headers.get("authorization"))
             who = await self.verifier.verify_token(token) if token is not None else None
             if who is None:

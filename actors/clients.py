@@ -8,14 +8,17 @@ Owns:
   subscriptions and notification queue;
 * `ClientRegistry`: every such connection, and one sender task per client that
   delivers its queue (list_changed, resources/updated, upstream log messages). A
-  stuck client blocks only its own sender and costs bounded memory (RELIABILITY R6);
+  stuck client blocks only its own sender and costs bounded memory;
+* the `Outbox` of each connection, of either era (`actors.outbox`): what upstreams send
+  a client mid-call (progress, log messages), delivered by its own sender, so no
+  upstream's reader ever waits for a client;
 * `level_ok`: whether a log message reaches a client at the level it set.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -23,6 +26,7 @@ import trio
 from mcp.server.connection import Connection
 
 from actors.eras import LOG_LEVELS
+from actors.outbox import Outbox
 
 CLIENT_QUEUE: Final = 256
 """Notifications queued for one client before duplicates are coalesced (a stuck client
@@ -80,7 +84,10 @@ class ClientRegistry:
 
     def __init__(self) -> None:
         self._clients: dict[int, ClientState] = {}
+        self._outboxes: dict[int, Outbox] = {}
         self._nursery: trio.Nursery | None = None
+        self.on_stall: Callable[[Connection], Awaitable[None]] | None = None
+        """Disconnects a connection whose outbox stalled (set by the front that serves it)."""
 
     def __len__(self) -> int:
         return len(self._clients)
@@ -105,6 +112,28 @@ class ClientRegistry:
             state.closed = True
             state.queue.clear()
             state.wake.set()  # the sender sees `closed` and ends
+
+    def outbox(self, connection: Connection) -> Outbox | None:
+        """The connection's outbox, made (with its sender) on first use; None while
+        `run` is not running (then there is no sender, and callers write directly)."""
+        box = self._outboxes.get(id(connection))
+        if box is not None or self._nursery is None:
+            return box
+
+        async def stalled() -> None:
+            if self.on_stall is not None:
+                await self.on_stall(connection)
+
+        box = Outbox(connection.session_id or f"connection-{id(connection):x}", stalled)
+        self._outboxes[id(connection)] = box
+        connection.exit_stack.callback(self._close_outbox, connection)
+        self._nursery.start_soon(box.run)
+        return box
+
+    def _close_outbox(self, connection: Connection) -> None:
+        box = self._outboxes.pop(id(connection), None)
+        if box is not None:
+            box.close()
 
     def clients(self) -> list[ClientState]:
         return list(self._clients.values())

@@ -9,6 +9,8 @@ from exceptions.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import trio
@@ -92,6 +94,16 @@ class TooManyRequests(ProxyError):
     code = wire.INTERNAL_ERROR
 
 
+class ShuttingDown(ProxyError):
+    """The proxy is stopping (SIGTERM, SIGINT): a request it will not, or could not, finish."""
+
+    code = wire.CONNECTION_CLOSED
+    MESSAGE = "mcpvisor is shutting down"
+
+    def __init__(self) -> None:
+        super().__init__(self.MESSAGE, data={"reason": "shutdown"})
+
+
 class BridgeUnsupported(ProxyError):
     """A message that cannot cross between the client's and the upstream's protocol eras."""
 
@@ -106,3 +118,33 @@ def error_data(exc: BaseException) -> dict[str, Any]:
             body["data"] = exc.data
         return body
     return {"code": wire.INTERNAL_ERROR, "message": f"internal error: {type(exc).__name__}: {exc}"}
+
+
+def sole_exception(exc: BaseException) -> BaseException:
+    """The single exception a (nested) exception group holds; ``exc`` itself otherwise.
+
+    A nursery wraps whatever its body raises in a group, even one exception
+    (trio's strict exception groups). A group of several is left as it is: which
+    one mattered is not ours to guess, and a cancellation in it must not be hidden.
+    """
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+@contextmanager
+def unwrap_groups() -> Iterator[None]:
+    """Re-raise a group that holds one exception as that exception.
+
+    Used at the boundary of an upstream link, so a client reads the link's own error
+    ("server X timed out ...") instead of "Exceptions from Trio nursery (1
+    sub-exception)" with code 0, and the callers' ``except CallTimeout`` and
+    ``except UpstreamDied`` see what they are written for.
+    """
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        inner = sole_exception(group)
+        if inner is group:
+            raise
+        raise inner from None

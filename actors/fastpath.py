@@ -47,7 +47,7 @@ from actors.bridge import CAPABILITY_OF, STATE_PREFIX
 from actors.core.call_plan import CallRoute, plan_call
 from actors.core.catalog import ToolRoute
 from actors.eras import ENVELOPE_KEYS, is_modern_version, verbose_of
-from actors.errors import ProxyError, UpstreamError
+from actors.errors import ProxyError, UpstreamError, error_data
 from actors.fastcall import FastCall
 from actors.framing import FrameWriter, StreamBroken
 from actors.harness import RUN_META_KEY, CancelledByClient, ClientSession
@@ -55,6 +55,7 @@ from actors.link.stdio import StdioLink
 from actors.messages import Reply
 
 if TYPE_CHECKING:
+    from actors.drain import Drain
     from actors.front import Backend
 
 logger = logging.getLogger(__name__)
@@ -75,8 +76,10 @@ class FastPath:
 
     def __init__(self, backend: Backend, writer: FrameWriter, nursery: trio.Nursery,
                  server_info: Mapping[str, Any], session: ClientSession,
-                 log_level: Callable[[], str | None] = lambda: None) -> None:
+                 log_level: Callable[[], str | None] = lambda: None, drain: Drain | None = None) -> None:
         self.backend = backend
+        self.drain = drain
+        """The proxy's drain: while it runs, calls go to the SDK, which refuses them."""
         self.log_level = log_level
         self.writer = writer
         self.nursery = nursery
@@ -137,6 +140,8 @@ class FastPath:
         """Take a ``tools/call`` if it can go the fast way; False hands it to the SDK."""
         if env.method != "tools/call" or env.params is UNSET:
             return False
+        if self.drain is not None and self.drain.draining:
+            return False  # shutting down: the SDK's middleware refuses it (`actors.drain`)
         modern = wire.MODERN_MARKER in line
         if modern:
             if self.era == "legacy":
@@ -302,6 +307,25 @@ class FastPath:
             await self.writer.send(frame)
         except StreamBroken:
             pass
+
+    def in_flight(self) -> int:
+        """Calls waiting for their upstream's answer (parked ones wait for the client)."""
+        return len(self.calls)
+
+    async def shut_down(self, error: ProxyError) -> None:
+        """The proxy is stopping: answer every call in flight with ``error`` and cancel
+        it upstream (each step bounded, as when the client goes away)."""
+        body = error_data(error)
+        calls = list(self.calls.values())
+        self.calls.clear()
+        for call in calls:
+            call.note(error)
+            if call.parked is not None:
+                call.parked.cancel()
+            with trio.move_on_after(CLIENT_GONE_CANCEL_S, shield=True):
+                await self.send(wire.error_frame(call.front_id, body["code"], body["message"], body["data"]))
+            with trio.move_on_after(CLIENT_GONE_CANCEL_S, shield=True):
+                await call.cancel(error.message)
 
     async def close(self) -> None:
         """The client went away: cancel what it left in flight."""

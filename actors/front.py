@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import mcp_types as types
@@ -46,6 +47,7 @@ from actors.bridge import ParkedCall, ParkedCalls, request_state_of, run_parked
 from actors.clients import CLIENT_SEND_TIMEOUT_S, ClientRegistry, ClientState, level_ok
 from actors.core.catalog import Snapshot, close_names
 from actors.core.registry import Changes
+from actors.drain import Drain
 from actors.eras import LOG_LEVELS, complete, is_modern_version, strip_upstream_stamps
 from actors.errors import ProxyError, error_data
 from actors.front_tools import ToolCalls, loader_of
@@ -59,6 +61,7 @@ from actors.upstream import Upstream
 
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+    from mcp.server.connection import Connection
     from mcp.shared.message import SessionMessage
 
 logger = logging.getLogger(__name__)
@@ -92,6 +95,13 @@ def to_mcp_error(exc: ProxyError) -> MCPError:
     body = error_data(exc)
     return MCPError(code=body["code"], message=body["message"], data=body.get("data"))
 
+
+CLIENT_STALLED: Final = ("mcpvisor disconnected this client: it read nothing for 10 s, "
+                         "so its calls were cancelled")
+"""The error a stalled client's calls end with (`actors.outbox.CLIENT_STALL_S`), should it read again."""
+
+DISCONNECT_S: Final = 5.0
+"""Bound on terminating a stalled client's HTTP session (closing in-memory streams: instant)."""
 
 PROXY_NOTIFICATIONS: Final = NotificationOptions(
     prompts_changed=True, resources_changed=True, tools_changed=True
@@ -131,6 +141,8 @@ class Front:
         self.bus = InMemorySubscriptionBus()
         self._listen = ListenHandler(self.bus)
         self._subscribers: dict[str, int] = {}
+        self.drain = Drain()
+        """Refuses new requests and answers those in flight when the proxy stops (`actors.drain`)."""
         self.parked = ParkedCalls()
         """Calls of 2026-07-28 clients waiting for their retry with the answers (`actors.bridge`)."""
         self._origins: dict[str, BridgedOrigin] = {}
@@ -141,6 +153,7 @@ class Front:
         self._sessions: dict[str, ClientSession] = {}
         """Sessions transports made for the connections they serve (`serve_connection`),
         by the session id the SDK's loop was given."""
+        self.clients.on_stall = self._disconnect
         self.tools = ToolCalls(backend, self._forward, self.session_of)
         """``tools/call``, ``use_tool`` and loading a lazy tool's server (`actors.front_tools`)."""
         self.server: Server[Any] = ProxyServer(
@@ -171,7 +184,8 @@ class Front:
         self.server.add_notification_handler("notifications/roots/list_changed", types.NotificationParams,
                                              self._roots_changed)
         # The default OpenTelemetry middleware costs ~6% per request and exports nothing here.
-        self.server.middleware = [self._track_middleware]
+        # The drain comes first: a request refused at shutdown costs nothing further.
+        self.server.middleware = [self.drain, self._track_middleware]
         self.init_options = self.server.create_initialization_options()
 
     # --- plumbing --------------------------------------------------------------------
@@ -284,13 +298,34 @@ class Front:
             up = self._upstream(server)
             if self._nursery is not None and (up.link is None or not up.link.modern):
                 return await self._forward_bridged(up, method, params, ctx, retry_safe=retry_safe)
+        up = self._upstream(server, ctx)
+        origin = SdkOrigin(ctx, self.clients)
+        box = self.clients.outbox(ctx.session._connection)
         try:
-            result = await self._upstream(server, ctx).request(
-                method, params, origin=SdkOrigin(ctx, self.clients), retry_safe=retry_safe
-            )
+            with box.call() if box is not None else nullcontext() as scope:
+                result = await up.request(method, params, origin=origin, retry_safe=retry_safe)
         except ProxyError as exc:
             raise to_mcp_error(exc) from None
+        if scope is not None and scope.cancelled_caught:
+            raise MCPError(code=wire.CONNECTION_CLOSED, message=CLIENT_STALLED)
+        if box is not None and origin.last_queued:
+            await box.wait_sent(origin.last_queued)  # its progress goes out before its answer
         return strip_upstream_stamps(result, modern_front=is_modern(ctx))
+
+    async def _disconnect(self, connection: Connection) -> None:
+        """End a connection whose outbox stalled (its calls are already cancelled).
+
+        A streamable-HTTP session is terminated (the SDK's transport; later requests
+        get 404, as after a DELETE). A websocket's own writer closes it on the same
+        bound (`actors.ws`); the stdio front does not use outboxes.
+        """
+        manager = self.server._session_manager
+        if manager is None or connection.session_id is None:
+            return
+        transport = manager._server_instances.get(connection.session_id)
+        if transport is not None:
+            with trio.move_on_after(DISCONNECT_S):
+                await transport.terminate()
 
     async def _forward_bridged(self, up: Upstream, method: str, params: Mapping[str, Any] | None,
                                ctx: ServerRequestContext[Any, Any], *, retry_safe: bool) -> dict[str, Any]:

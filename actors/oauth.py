@@ -8,6 +8,11 @@ blocking call under trio), cached for `JWKS_TTL_S`, and fetched again early when
 token names an unknown key id, at most once per `JWKS_MIN_REFRESH_S` (so a stream of
 forged key ids cannot make us hammer the issuer). Refusals are logged by reason
 only, never with the token or its claims.
+
+A token is attacker input: whatever PyJWT or the key handling raises on it (a
+`jwt.PyJWTError`, but also the ``TypeError`` of an ``ES256`` header naming an RSA key, a
+``ValueError`` or ``KeyError`` of a malformed key or claim) is a refusal (401
+``invalid_token``), never an exception that reaches a front.
 """
 
 from __future__ import annotations
@@ -129,8 +134,22 @@ class JwtVerifier:
             return keys[0] if len(keys) == 1 else None
         return next((k for k in keys if k.key_id == kid), None)
 
+    def guarding(self) -> bool:
+        return True  # settings.auth applies from start to stop (a change needs a restart)
+
     async def verify_token(self, token: str) -> AccessToken | None:
-        """Check one bearer token; None (and a reason-only log line) when it is refused."""
+        """Check one bearer token; None (and a reason-only log line) when it is refused.
+
+        Never raises for anything in the token: a crafted header or claim set is refused
+        like a bad signature (see the module docstring). Cancellation passes through.
+        """
+        try:
+            return await self._verify(token)
+        except Exception as exc:  # a crafted token must not become a 500 or a crashed front
+            logger.warning("refused an access token: it could not be checked (%s)", type(exc).__name__)
+            return None
+
+    async def _verify(self, token: str) -> AccessToken | None:
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
@@ -142,6 +161,10 @@ class JwtVerifier:
         key = await self._key(header.get("kid") if isinstance(header.get("kid"), str) else None)
         if key is None:
             logger.info("refused an access token: signed by no key the issuer publishes")
+            return None
+        if key.algorithm_name != alg and _family(key.algorithm_name) != _family(alg):
+            # RFC 7515 4.1.1 / RFC 8725 3.1: the key decides the algorithm, not the token.
+            logger.info("refused an access token: its algorithm does not fit the issuer's key")
             return None
         try:
             claims = jwt.decode(
@@ -174,3 +197,10 @@ class JwtVerifier:
             subject=claims.get("sub"),
             claims={"iss": claims.get("iss")},
         )
+
+
+def _family(alg: str) -> str:
+    """The key type an algorithm needs: ``RS256`` and ``PS512`` an RSA key, ``ES256`` an EC key."""
+    if alg[:2] in ("RS", "PS"):
+        return "RSA"
+    return alg[:2]

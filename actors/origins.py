@@ -77,12 +77,26 @@ class SdkOrigin:
         self.modern = is_modern(ctx)
         self.log_level = level if self.modern else None  # a per-request level is 2026-07-28's
         self._registry = registry
+        self.last_queued = 0
+        """Sequence number of this call's latest message in the client's outbox."""
 
     async def progress(self, params: dict[str, Any]) -> None:
-        await self.ctx.session._request_outbound.notify("notifications/progress", params)
+        await self._notify("notifications/progress", params)
 
     async def log(self, params: dict[str, Any]) -> None:
-        await self.ctx.session._request_outbound.notify("notifications/message", params)
+        await self._notify("notifications/message", params)
+
+    async def _notify(self, method: str, params: dict[str, Any]) -> None:
+        """Hand the message to the client's outbox: called from an upstream's reader, it
+        must not wait for the client to read (`actors.outbox`)."""
+        outbound = self.ctx.session._request_outbound
+        box = self._registry.outbox(self.ctx.session._connection)
+        if box is None:
+            await outbound.notify(method, params)
+            return
+        seq = box.put_nowait(outbound, method, params)
+        if seq:
+            self.last_queued = seq
 
     async def server_request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
         ctx = self.ctx

@@ -7,12 +7,13 @@ Owns:
   default passes only a handful of variables; users expect PATH and their keys).
 * `stop_process`: close stdin, wait, SIGTERM the group, wait, SIGKILL the group, reap;
   then sweep the group for grandchildren (``npx`` -> ``node``) the leader left.
-* `Reaper`: the "parent-death signal" of the whole tree. Linux's PR_SET_PDEATHSIG
+* `Reaper` (`open_reaper`): the "parent-death signal" of the whole tree. Linux's PR_SET_PDEATHSIG
   follows the *thread* that forked, and trio forks from a worker thread that exits
   when idle, so it would kill healthy children at random. Instead one tiny watchdog
   process per supervisor holds a pipe from the proxy and the list of live process
   groups; when the proxy dies (even by SIGKILL) the pipe reads EOF and the watchdog
-  SIGKILLs every group still registered. Grandchildren in those groups die too.
+  SIGKILLs every group still registered. Grandchildren in those groups die too. A
+  watchdog that dies is replaced, and the new one told every group still registered.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ import signal
 import subprocess
 import sys
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import Final
 
 import trio
@@ -46,6 +48,10 @@ STREAM_CLOSE_S: Final = 0.5
 
 PROC: Final = "/proc"
 """Where Linux lists processes; elsewhere the group check falls back to ``killpg(pgid, 0)``."""
+
+REAPER_RESTART_S: Final = 1.0
+"""Least time between two starts of the watchdog: one that dies at once (no interpreter,
+no memory) is retried about once a second, not in a busy loop."""
 
 STDERR_KEEP_LINES: Final = 20
 """Last stderr lines kept per upstream for error messages."""
@@ -85,18 +91,26 @@ class Reaper:
 
     Use `open_reaper` to start one for the lifetime of a supervisor; `register` each
     stdio upstream's group right after spawning it and `unregister` once the group is
-    gone. If the watchdog cannot be started the proxy still runs (logged), it only
-    loses the SIGKILL guarantee.
+    gone. If the watchdog dies (killed by someone, OOM) a new one is started and told
+    every group still registered, so the guarantee holds for the proxy's whole life. If
+    none can be started the proxy still runs (logged), it only loses the SIGKILL guarantee.
     """
 
     def __init__(self) -> None:
         self._proc: trio.Process | None = None
         self._writer: FrameWriter | None = None
         self._groups: set[int] = set()
+        self.restarts = 0
+        """Watchdogs started again after the previous one died."""
 
     @property
     def active(self) -> bool:
         return self._writer is not None and self._writer.broken is None
+
+    @property
+    def pid(self) -> int | None:
+        """The running watchdog's process id (None if none could be started)."""
+        return self._proc.pid if self._proc is not None else None
 
     async def _start(self) -> None:
         try:
@@ -110,9 +124,29 @@ class Reaper:
         except OSError as exc:
             logger.warning("could not start the process watchdog (%s); children may outlive a killed proxy",
                            exc)
+            self._proc = self._writer = None
             return
         assert self._proc.stdin is not None
         self._writer = FrameWriter(self._proc.stdin)
+
+    async def keep_alive(self) -> None:
+        """Start a new watchdog whenever the running one dies, and tell it every group
+        still registered; at most one start per `REAPER_RESTART_S`. Runs until cancelled."""
+        while self._proc is not None:
+            died = self._proc
+            await died.wait()
+            logger.warning("the process watchdog %s; starting a new one", describe_exit(died.returncode))
+            if self._writer is not None:
+                with trio.move_on_after(STREAM_CLOSE_S):
+                    await self._writer.aclose()
+            self._writer = None
+            await self._start()
+            if self._proc is None:
+                return
+            self.restarts += 1
+            for pgid in sorted(self._groups):
+                await self._send(b"+%d\n" % pgid)
+            await trio.sleep(REAPER_RESTART_S)
 
     async def _send(self, line: bytes) -> None:
         if self._writer is None:
@@ -145,18 +179,26 @@ class Reaper:
                 await self._proc.wait()
 
 
-class open_reaper:  # lower case: an async context manager named like trio's open_* functions
-    """``async with open_reaper() as reaper:`` a watchdog for the block's lifetime."""
+@asynccontextmanager
+async def open_reaper() -> AsyncIterator[Reaper]:
+    """``async with open_reaper() as reaper:`` a watchdog for the block's lifetime, started
+    again if it dies."""
+    reaper = Reaper()
+    await reaper._start()
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reaper.keep_alive)
+            try:
+                yield reaper
+            finally:
+                nursery.cancel_scope.cancel(reason="the watchdog's owner is done")
+    finally:
+        await reaper._stop()
 
-    def __init__(self) -> None:
-        self._reaper = Reaper()
 
-    async def __aenter__(self) -> Reaper:
-        await self._reaper._start()
-        return self._reaper
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._reaper._stop()
+WITHHELD_ENV: Final = ("MCPVISOR_TOKEN",)
+"""Variables of the proxy's environment no upstream inherits: ``$MCPVISOR_TOKEN`` is the
+bearer token of the proxy's own front, and a server has no business holding it."""
 
 
 class SpawnError(Exception):
@@ -164,8 +206,11 @@ class SpawnError(Exception):
 
 
 def child_environment(extra: Mapping[str, str]) -> dict[str, str]:
-    """The proxy's own environment plus the server's ``env`` (the server wins)."""
+    """The proxy's own environment, less the front's token, plus the server's ``env``
+    (the server wins: a token it is given on purpose in its ``env`` reaches it)."""
     env = dict(os.environ)
+    for name in WITHHELD_ENV:
+        env.pop(name, None)
     env.update(extra)
     return env
 

@@ -36,6 +36,7 @@ from msgspec import UNSET
 
 from actors import wire
 from actors.fastpath import FastPath
+from actors.frame_check import Refusal, decode_client_frame, duplicate_id, request_refusal
 from actors.framing import FrameWriter, LineReader, OversizedLine, StreamBroken
 from actors.harness import ClientSession
 
@@ -83,20 +84,32 @@ class StdioFront:
                                     len(self._in_flight))
 
     async def serve(self) -> None:
-        """Serve until the client closes its end (EOF on stdin), then end the session
-        (its session-scoped instances stop; `supervisor.sessions` bounds the wait)."""
+        """Serve until the client closes its end (EOF on stdin), or until the proxy's
+        drain is done (`actors.drain`: every request in flight has its answer), then end
+        the session (its session-scoped instances stop; `supervisor.sessions` bounds the wait)."""
+        drain = getattr(self.front, "drain", None)
         try:
             async with trio.open_nursery() as nursery:
                 if self._use_fast_path:
                     self.fast_path = FastPath(self.front.backend, self.writer, nursery,
                                               self.front.server.server_info_stamp, self.session,
-                                              log_level=lambda: self.front.log_level)
+                                              log_level=lambda: self.front.log_level, drain=drain)
+                    if drain is not None:
+                        drain.add_fast_path(self.fast_path)
                 nursery.start_soon(self._pump_out)
                 nursery.start_soon(self._run_server)
                 try:
-                    await self._pump_in()
+                    async with trio.open_nursery() as reading:
+                        if drain is not None:
+                            reading.start_soon(_cancel_when_set, drain.done, reading.cancel_scope)
+                        await self._pump_in()
+                        reading.cancel_scope.cancel()
                 finally:
+                    # Past here the connection ends as at EOF: the SDK's answers already
+                    # queued are written by _pump_out before it returns.
                     if self.fast_path is not None:
+                        if drain is not None:
+                            drain.discard_fast_path(self.fast_path)
                         await self.fast_path.close()
                     await self._to_sdk.aclose()
         finally:
@@ -126,26 +139,29 @@ class StdioFront:
             pass
 
     async def _frame_in(self, line: bytes) -> None:
+        # Crash barrier: whatever goes wrong with one frame ends that frame, answered
+        # (when it was a request) and logged, never the connection.
         try:
-            env = wire.decode_envelope(line)
-        except wire.ValidationError:
-            # JSON, but not an object: JSON-RPC batches were removed in MCP 2025-06-18.
-            await self._reply(wire.error_frame(
-                None, wire.INVALID_REQUEST,
-                "invalid request: expected one JSON-RPC object (batches are not supported)"))
-            return
-        except wire.DecodeError as exc:
-            await self._reply(wire.error_frame(None, wire.PARSE_ERROR, f"parse error: {exc}"))
+            await self._frame(line)
+        except Exception:
+            logger.exception("stdio front: failed to handle a frame")
+            rid = _id_of(line)
+            if rid is not None:
+                self._in_flight.discard(rid)
+                await self._reply(wire.error_frame(rid, wire.INTERNAL_ERROR,
+                                                   "internal error while handling this request"))
+
+    async def _frame(self, line: bytes) -> None:
+        env = decode_client_frame(line)
+        if isinstance(env, Refusal):
+            await self._reply(env.frame())
             return
         rid = env.id
         if env.method is UNSET:
             if env.result is UNSET and env.error is UNSET:
-                if rid is not UNSET:
-                    await self._reply(wire.error_frame(rid, wire.INVALID_REQUEST,
-                                                       "invalid request: no method, result or error"))
-                else:
-                    await self._reply(wire.error_frame(None, wire.INVALID_REQUEST,
-                                                       "invalid request: no method"))
+                refusal = request_refusal(env)
+                assert refusal is not None
+                await self._reply(refusal.frame())
                 return
             if self.fast_path is not None and self.fast_path.client_response(env, line):
                 return
@@ -155,9 +171,7 @@ class StdioFront:
                                                    "invalid request: id must not be null"))
                 return
             if rid in self._in_flight or (self.fast_path is not None and self.fast_path.owns(rid)):
-                await self._reply(wire.error_frame(
-                    rid, wire.INVALID_REQUEST,
-                    f"invalid request: id {rid!r} is already in use by a request in flight"))
+                await self._reply(duplicate_id(rid).frame())
                 return
             if self.fast_path is not None and await self.fast_path.client_request(env, line):
                 return
@@ -208,6 +222,20 @@ class StdioFront:
                     # The init gate opens only once the initialize reply is written or queued
                     # in the writer, so no fast-path answer can leave ahead of it.
                     self.fast_path.sdk_answered(msg.id)
+
+
+def _id_of(line: bytes) -> int | str | None:
+    """The request id of ``line`` if it is a request whose envelope reads, else None."""
+    env = decode_client_frame(line)
+    if isinstance(env, Refusal) or env.method is UNSET or env.id is UNSET:
+        return None
+    return env.id
+
+
+async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
+    """The proxy is stopping and every request has its answer: stop reading (as at EOF)."""
+    await event.wait()
+    scope.cancel(reason="mcpvisor is shutting down")
 
 
 @asynccontextmanager

@@ -2,12 +2,88 @@
 of an http, sse or ws one.
 
 Shared by the upstream actor (`actors.upstream.actor`) and `mcpvisor mcp test`
-(`supervisor.probe`), so both start a server the same way.
+(`supervisor.probe`), so both start a server the same way. Owns `BoundedTransport`, the
+httpx transport under the SDK's HTTP clients that holds an upstream's answers to
+``settings.maxMessageBytes``, as the stdio framing does for a stdio server.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import Any, Final
+
+import httpx2
+
+from actors import wire
+
+EVENT_STREAM: Final = "text/event-stream"
+"""An SSE body streams for as long as the server likes; the SDK bounds each of its events."""
+
+
+class BoundedTransport(httpx2.AsyncBaseTransport):
+    """An httpx transport that reads no answer body beyond ``limit`` bytes.
+
+    The SDK reads a JSON answer whole (``response.aread()``), so a server answering
+    200 MB would cost the proxy about 1 GB. Here a body (other than an SSE stream) is
+    read into memory up to ``limit`` bytes; one that announces or reaches more is cut
+    off, its connection closed, and the request gets a JSON-RPC error naming the server
+    and the limit in its place, so the call fails clearly and the link stays up.
+    """
+
+    def __init__(self, server: str, limit: int, inner: httpx2.AsyncBaseTransport | None = None) -> None:
+        self.server = server
+        self.limit = limit
+        self._inner = inner if inner is not None else httpx2.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self._inner.handle_async_request(request)
+        if response.headers.get("content-type", "").lower().startswith(EVENT_STREAM):
+            return response
+        stream = response.stream
+        assert isinstance(stream, httpx2.AsyncByteStream)
+        body = bytearray()
+        size = _announced(response)
+        try:
+            if size is None or size <= self.limit:
+                async for chunk in stream:
+                    body += chunk
+                    if len(body) > self.limit:
+                        size = len(body)
+                        break
+        finally:
+            await stream.aclose()
+        if size is not None and size > self.limit:
+            return self._refusal(request, size, at_least=len(body) > self.limit)
+        return httpx2.Response(response.status_code, headers=response.headers, content=bytes(body),
+                               request=request, extensions=response.extensions)
+
+    def _refusal(self, request: httpx2.Request, size: int, *, at_least: bool) -> httpx2.Response:
+        """A JSON-RPC error answering ``request`` in place of a body over the limit."""
+        message = (f"server {self.server} sent a message larger than maxMessageBytes ({self.limit} bytes): "
+                   f"{size}{'+' if at_least else ''} bytes")
+        try:
+            sent = json.loads(request.content)
+        except ValueError:
+            sent = None
+        rid = sent.get("id") if isinstance(sent, dict) else None
+        if rid is None:
+            # A notification's answer: nobody reads it.
+            return httpx2.Response(502, request=request, text=message)
+        body = wire.error_frame(rid, wire.INTERNAL_ERROR, message,
+                                {"server": self.server, "limit": self.limit, "size": size})
+        return httpx2.Response(200, headers={"content-type": "application/json"}, content=body,
+                               request=request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def _announced(response: httpx2.Response) -> int | None:
+    """The body size the server announced (``Content-Length``), if any."""
+    try:
+        return int(response.headers["content-length"])
+    except (KeyError, ValueError):
+        return None
 
 
 def stdio_argv(spec: Any) -> list[str]:
@@ -31,14 +107,23 @@ def sdk_transport(spec: Any, max_message: int) -> Any:
     """The SDK client transport for an http, sse or ws server."""
     if spec.transport == "http":
         from mcp.client.streamable_http import streamable_http_client
-        from mcp.shared._httpx_utils import create_mcp_http_client
+        from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
-        client = create_mcp_http_client(headers=dict(spec.headers))
-        return streamable_http_client(spec.url, http_client=client)
+        # What `create_mcp_http_client` builds, with our transport under it.
+        timeout = httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT)
+        client = httpx2.AsyncClient(headers=dict(spec.headers), timeout=timeout,
+                                    transport=BoundedTransport(spec.name, max_message))
+        return streamable_http_client(spec.url, http_client=client, max_sse_event_size=max_message)
     if spec.transport == "sse":
         from mcp.client.sse import sse_client
 
-        return sse_client(spec.url, headers=dict(spec.headers))
+        def bounded_client(headers: dict[str, str] | None = None, timeout: httpx2.Timeout | None = None,
+                           auth: httpx2.Auth | None = None) -> httpx2.AsyncClient:
+            # The SDK's factory contract (`create_mcp_http_client`), with our transport under it.
+            return httpx2.AsyncClient(headers=headers, timeout=timeout, auth=auth, follow_redirects=False,
+                                      transport=BoundedTransport(spec.name, max_message))
+
+        return sse_client(spec.url, headers=dict(spec.headers), httpx_client_factory=bounded_client)
     if spec.transport == "ws":
         from actors.ws import websocket_client
 

@@ -33,6 +33,8 @@ logger = logging.getLogger(__name__)
 HTTP_PATH: Final = "/mcp"
 TOKEN_ENV: Final = "MCPVISOR_TOKEN"
 """A shared token from the environment (DESIGN.md), named "env" in logs."""
+ANONYMOUS: Final = "anonymous"
+"""Who a request on an open front (no token configured now) is, to the SDK's session checks."""
 TOKEN_FILE_NAME: Final = "token-file"
 """The name `--token-file`'s token goes by in logs."""
 STATIC_ISSUER_PLACEHOLDER: Final = "https://mcpvisor.invalid/"
@@ -156,12 +158,16 @@ def tls_context(certfile: str | None, keyfile: str | None) -> ssl.SSLContext | N
 
 @dataclass(frozen=True)
 class Guard:
-    """Everything that decides who a network front lets in, built once at start."""
+    """Everything that decides who a network front lets in, built once at start.
+
+    ``verifier`` is asked at every request whether it guards (`Verifier.guarding`): the
+    token set follows hot reloads, the rest of the guard does not.
+    """
 
     rules: HostRules
     verifier: Verifier | None = None
     auth_settings: Any = None
-    """The SDK's `AuthSettings` (None: an open front)."""
+    """The SDK's `AuthSettings` (None: no bearer check at all)."""
     required_scopes: tuple[str, ...] = ()
     resource_metadata_url: str | None = None
     tls: ssl.SSLContext | None = None
@@ -191,8 +197,9 @@ def build_guard(
     """Build the guard of a front bound to ``host:port`` from ``sup.settings`` and the start tokens.
 
     The shared tokens are read from ``sup.settings`` at every check, so a hot reload that
-    removes one locks its client out at once; whether the front needs a token at all is
-    decided here, at start.
+    removes one locks its client out at once, and one that adds the first token to an
+    open loopback front guards it from the next request and handshake on. Whether a
+    non-loopback bind may open at all is decided here, at start.
 
     Raises:
         UnsafeBind: non-loopback ``host`` and no token (see `check_bind`).
@@ -204,8 +211,7 @@ def build_guard(
         return {**fixed, **sup.settings.auth_tokens}
 
     static = StaticTokens(current, scopes=list(settings.auth.required_scopes) if settings.auth else [])
-    verifiers: list[Verifier] = [static] if current() else []
-    auth_settings = None
+    verifiers: list[Verifier] = [static]
     resource_metadata_url = None
     required: tuple[str, ...] = ()
     tls = tls_context(certfile, keyfile)
@@ -230,27 +236,61 @@ def build_guard(
             validate_token_resource=False,
         )
         resource_metadata_url = str(build_resource_metadata_url(resource_server_url))
-    elif verifiers:
+    else:
         from mcp.server.auth.settings import AuthSettings
 
+        # Shared tokens only, possibly none yet: the SDK's bearer check is installed all the
+        # same, so a token a hot reload adds is required from the next request on (an open
+        # front admits everyone through `open_while_unguarded`).
         placeholder = AnyHttpUrl(STATIC_ISSUER_PLACEHOLDER)
         auth_settings = AuthSettings(issuer_url=placeholder, resource_server_url=None)
-    check_bind(host, guarded=bool(verifiers), insecure_no_auth=insecure_no_auth)
+    verifier: Verifier = verifiers[0] if len(verifiers) == 1 else ChainVerifier(verifiers)
+    check_bind(host, guarded=verifier.guarding(), insecure_no_auth=insecure_no_auth)
     rules = host_rules(
         host,
         machine_addresses=() if is_loopback(host) else machine_addresses(),
         allowed_hosts=settings.allowed_hosts,
         allowed_origins=settings.allowed_origins,
     )
-    verifier: Verifier | None = None
-    if len(verifiers) == 1:
-        verifier = verifiers[0]
-    elif verifiers:
-        verifier = ChainVerifier(verifiers)
-    names = tuple(current()) + (("oauth",) if settings.auth else ())
+    names = static.names() + (("oauth",) if settings.auth else ())
     if names:
         logger.info("clients must send a bearer token (accepted: %s)", ", ".join(names))
     return Guard(rules, verifier, auth_settings, required, resource_metadata_url, tls, names)
+
+
+def open_while_unguarded(app: Any, verifier: Verifier) -> None:
+    """Make the SDK's bearer check of ``app`` admit everyone while ``verifier`` guards nothing.
+
+    The SDK decides once, when it builds the app, whether ``/mcp`` needs a token; we give it
+    a verifier always and swap its authentication backend for one that asks
+    ``verifier.guarding()`` at every request: an open loopback front stays open, and a
+    token a hot reload adds is required from the next request on.
+
+    Raises:
+        RuntimeError: the SDK no longer builds the app with a bearer backend to replace
+            (a front that would silently ignore tokens must not start).
+    """
+    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, BearerAuthBackend
+    from mcp.server.auth.provider import AccessToken
+    from starlette.authentication import AuthCredentials
+    from starlette.middleware.authentication import AuthenticationMiddleware
+    from starlette.requests import HTTPConnection
+
+    class _Backend(BearerAuthBackend):
+        async def authenticate(self, conn: HTTPConnection) -> Any:
+            if not verifier.guarding():
+                anonymous = AccessToken(token="", client_id=ANONYMOUS, scopes=[])
+                return AuthCredentials([]), AuthenticatedUser(anonymous)
+            return await super().authenticate(conn)
+
+    for middleware in app.user_middleware:
+        backend = middleware.kwargs.get("backend")
+        if middleware.cls is AuthenticationMiddleware and isinstance(backend, BearerAuthBackend):
+            middleware.kwargs["backend"] = _Backend(
+                backend.token_verifier, resource_server_url=backend.resource_server_url
+            )
+            return
+    raise RuntimeError("the SDK's streamable HTTP app has no bearer authentication to extend")
 
 
 # --------------------------------------------------------------------------------------
@@ -270,7 +310,8 @@ async def serve_http(
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve streamable HTTP at ``http(s)://host:port/mcp`` (hypercorn's trio worker) until cancelled,
-    with the dashboard, the management API and ``/healthz`` beside it (`supervisor.dashboard`).
+    or until the proxy's drain is done (`actors.drain`), with the dashboard, the management
+    API and ``/healthz`` beside it (`supervisor.dashboard`).
 
     ``task_status.started`` receives the URL actually bound (``port=0`` picks a free port).
 
@@ -304,6 +345,12 @@ async def serve_http(
         token_verifier=guard.verifier,
         custom_starlette_routes=dashboard,
     )
+    from actors.http_frames import FrameGuard
+
+    manager = sup.front.server.session_manager  # checks frames after the token and Host/Origin ones
+    manager.asgi_app = FrameGuard(manager.asgi_app, sup.settings.max_message_bytes)  # type: ignore[assignment]
+    if guard.verifier is not None:
+        open_while_unguarded(app, guard.verifier)
     config = hypercorn.config.Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.accesslog = None
@@ -314,7 +361,11 @@ async def serve_http(
         config.keyfile = keyfile
 
     async def started(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
-        await hypercorn.trio.serve(app, config, task_status=task_status)  # type: ignore[arg-type]
+        # Once the drain has answered every request (SIGTERM, SIGINT), hypercorn stops
+        # accepting, lets the open responses finish (graceful_timeout) and returns.
+        await hypercorn.trio.serve(app, config, shutdown_trigger=sup.front.drain.done.wait,  # type: ignore[arg-type]
+                                   task_status=task_status)
+        nursery.cancel_scope.cancel(reason="the HTTP front closed")
 
     async with trio.open_nursery() as nursery:
         await nursery.start(hub.run)
@@ -352,7 +403,8 @@ async def serve_ws(
     keyfile: str | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve MCP over websocket at ``ws(s)://host:port/`` until cancelled.
+    """Serve MCP over websocket at ``ws(s)://host:port/`` until cancelled, or until the
+    proxy's drain is done and every connection has closed (`actors.drain`).
 
     Raises:
         UnsafeBind: before binding, for a non-loopback ``host`` with no token.
@@ -403,6 +455,8 @@ async def serve(
     task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Put ``sup`` behind a front. stdio returns at EOF; http and ws run until cancelled.
+    Each also returns once ``sup.front.drain`` is done (`actors.drain`: the proxy stops
+    gracefully) and its connections have their last answers.
 
     Args:
         tokens: bearer tokens given at start besides ``settings.authToken(s)`` (name -> token;

@@ -5,7 +5,7 @@ each running proxy serves a local unix socket in the state directory:
 
 * ``<state>/run/<pid>.sock`` (mode 0600, in a 0700 directory): the socket. When that path
   is too long for a unix socket (about 107 bytes) or cannot be created, a short one under
-  ``$XDG_RUNTIME_DIR/mcpvisor/`` or ``/tmp/mcpvisor-<uid>/`` is used instead.
+  ``$XDG_RUNTIME_DIR/mcpvisor/`` or ``$TMPDIR/mcpvisor-<uid>/`` (``/tmp``) is used instead.
 * ``<state>/run/<pid>.json``: ``{"pid", "socket", "config", "startedAt", "transport"}``,
   how a CLI finds the socket. Both are removed when the proxy exits; entries left by a
   proxy that was killed are pruned by `list_running`.
@@ -30,11 +30,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import errno
 import json
 import logging
 import os
 import socket
 import stat
+import tempfile
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -269,13 +271,39 @@ async def _serve_connection(sup: Any, stream: trio.SocketStream, limiter: trio.C
 
 
 def _private_dir(path: Path) -> None:
-    """Create ``path`` (mode 0700) or check an existing one is ours and not open to others."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = path.stat()
-    if st.st_uid != os.getuid():
-        raise PermissionError(f"{path} belongs to another user")
-    if stat.S_IMODE(st.st_mode) & 0o077:
-        os.chmod(path, 0o700)
+    """Create ``path`` (mode 0700) or check an existing one, never through a symbolic link.
+
+    The fallback directory sits in a world-writable place (``/tmp``), where anyone may plant
+    a symlink or a directory of their own under our name first: the directory is opened
+    with ``O_NOFOLLOW | O_DIRECTORY`` and checked on that descriptor (a real directory,
+    ours); only then is a loose mode tightened, through the same descriptor.
+
+    Raises:
+        PermissionError: ``path`` is a symbolic link, not a directory, or another user's;
+            the message names the path and what to do.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise PermissionError(
+                f"{path} is a symbolic link or not a directory: refusing to use it for the control "
+                "socket (someone else may have planted it; remove it if it is yours)"
+            ) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.getuid():
+            raise PermissionError(
+                f"{path} belongs to another user (uid {st.st_uid}): refusing to use it for the control socket"
+            )
+        if stat.S_IMODE(st.st_mode) & 0o077:
+            os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
 
 
 def _socket_candidates(state_dir: Path, pid: int) -> Iterator[Path]:
@@ -283,7 +311,8 @@ def _socket_candidates(state_dir: Path, pid: int) -> Iterator[Path]:
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime:
         yield Path(runtime) / "mcpvisor" / f"{pid}.sock"
-    yield Path("/tmp") / f"mcpvisor-{os.getuid()}" / f"{pid}.sock"  # a private 0700 dir (checked)
+    # $TMPDIR, else /tmp; a private 0700 directory, checked without following links
+    yield Path(tempfile.gettempdir()) / f"mcpvisor-{os.getuid()}" / f"{pid}.sock"
 
 
 async def _bind(state_dir: Path, pid: int) -> tuple[trio.socket.SocketType, Path]:

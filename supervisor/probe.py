@@ -17,6 +17,7 @@ probe starts is stopped and reaped before it returns, cancellation included.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -247,7 +248,21 @@ async def probe_server(
             stderr=_stderr_tail(run),
             hint="raise --timeout if the server is just slow to start",
         )
+    if failure is not None:  # its URL, its errors and its stderr may quote the server's keys
+        failure = _scrubbed(failure, spec)
     return run.result(failure)
+
+
+def _scrubbed(failure: Failure, spec: ServerSpec) -> Failure:
+    """``failure`` without any secret of ``spec`` (`supervisor.redact`) in its text."""
+    from supervisor.redact import scrub, server_secrets
+
+    secrets = server_secrets(spec)
+    return dataclasses.replace(
+        failure,
+        message=scrub(failure.message, secrets),
+        stderr=tuple(scrub(line, secrets) for line in failure.stderr),
+    )
 
 
 async def probe_all(

@@ -38,6 +38,7 @@ from actors.core.registry import RegistryCore, diff
 from actors.messages import Reply
 from actors.upstream import RouterPort
 from supervisor.config import Config, ConfigError, ServerSpec, Settings, load_config, parse_config
+from supervisor.redact import remember, secret_values
 from supervisor.settings import with_env_overrides
 
 if TYPE_CHECKING:
@@ -156,6 +157,14 @@ def plan_reload(running: Mapping[str, ServerSpec], settings: Settings, new: Conf
         namespacing_changed=settings.namespacing != new.settings.namespacing,
         needs_restart=needs_restart,
     )
+
+
+def _auth_change(old: Settings, new: Settings) -> str:
+    """The reload log line's note on the bearer tokens (names only, never values), or ""."""
+    if dict(old.auth_tokens) == dict(new.auth_tokens):
+        return ""
+    names = ", ".join(new.auth_tokens) or "none"
+    return f"; auth settings changed: configured tokens now {names} (applied to new requests and handshakes)"
 
 
 def live_settings(current: Settings, new: Settings) -> Settings:
@@ -341,6 +350,8 @@ async def apply_config(sup: Supervisor, config: Config) -> dict[str, Any]:
     except ConfigError as err:
         logger.error("config not reloaded, the running setup stays:\n%s", err)
         return {"ok": False, "errors": list(err.problems)}
+    # Before any server of the new config starts: its first stderr line is scrubbed too.
+    remember(secret_values(config))
     running = {name: up.spec for name, up in sup.upstreams.items()}
     plan = plan_reload(running, sup.settings, config)
     for key in plan.needs_restart:
@@ -348,12 +359,13 @@ async def apply_config(sup: Supervisor, config: Config) -> dict[str, Any]:
     settings = live_settings(sup.settings, config.settings)
     if settings.log_level != sup.settings.log_level:
         logging.getLogger().setLevel(settings.log_level.upper())
+    auth = _auth_change(sup.settings, settings)
     applied = dataclasses.replace(config, settings=settings)
     if not plan.touches_servers and not plan.namespacing_changed:
         if dict(config.compound_tools) != dict(sup.config.compound_tools):
             await sup.router.ask(_Recompound(tuple(config.compound_tools.values())))
         sup.config, sup.settings = applied, settings
-        logger.info("config reloaded: no server changed")
+        logger.info("config reloaded: no server changed%s", auth)
         return {"ok": True, "errors": [], **plan.summary()}
 
     fresh: dict[str, Upstream] = {}
@@ -373,12 +385,13 @@ async def apply_config(sup: Supervisor, config: Config) -> dict[str, Any]:
         menu.load_lazy()  # lazy servers the equipped toolset names start now
     not_up = [name for name, up in fresh.items() if up.state.value not in ("ready", "idle")]
     logger.info(
-        "config reloaded: %d started, %d stopped, %d restarted, %d unchanged%s",
+        "config reloaded: %d started, %d stopped, %d restarted, %d unchanged%s%s",
         len(plan.added),
         len(plan.removed),
         len(plan.changed),
         len(plan.unchanged),
         f"; not up yet: {', '.join(not_up)}" if not_up else "",
+        auth,
     )
     return {"ok": True, "errors": [], **plan.summary(), "notReady": not_up}
 

@@ -20,6 +20,7 @@ Owns the `Supervisor` object an embedding program (or the CLI) holds:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import random
@@ -57,6 +58,7 @@ from supervisor.config import (
 from supervisor.journal import CallRecord, Journal, open_journal
 from supervisor.menu import DEFINITIONS, Menu
 from supervisor.menu.discovery import discover, load_mcp
+from supervisor.redact import remember, scrub_known, secret_values
 from supervisor.sessions import ScopedServers, SessionView, open_session
 from supervisor.settings import state_dir as resolve_state_dir
 from supervisor.settings import with_env_overrides
@@ -264,7 +266,13 @@ class Supervisor:
         return self.event_bus.subscribe()
 
     def status(self) -> list[UpstreamStatus]:
-        return [u.status() for u in self.upstreams.values()]
+        """Every server's status; its reason and last error scrubbed of the config's secrets
+        (they may quote a server's stderr, which may print its key)."""
+        return [
+            dataclasses.replace(s, reason=s.reason and scrub_known(s.reason),
+                                last_error=s.last_error and scrub_known(s.last_error))
+            for s in (u.status() for u in self.upstreams.values())
+        ]
 
     # --- seams other modules fill ---------------------------------------------------------
     async def equip(self, name: str) -> dict[str, Any]:
@@ -457,6 +465,7 @@ async def open_supervisor(
     (close stdin, SIGTERM, SIGKILL, bounded) and reaped; no task or process survives.
     """
     cfg = coerce_config(config)
+    remember(secret_values(cfg))  # what status views, the journal and the log must not show
     store = StateStore(resolve_state_dir(state_dir, configured=with_env_overrides(cfg.settings).state_dir))
     saved = await _load_state(store, cfg, toolset)
     journal_path = journal if journal is not None else cfg.settings.journal

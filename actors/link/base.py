@@ -36,7 +36,14 @@ from msgspec import UNSET
 
 from actors import wire
 from actors.eras import ENVELOPE_KEYS, is_modern_version, log_wanted, verbose_of
-from actors.errors import CallTimeout, ProxyError, TooManyRequests, UpstreamDied, UpstreamError
+from actors.errors import (
+    CallTimeout,
+    ProxyError,
+    TooManyRequests,
+    UpstreamDied,
+    UpstreamError,
+    unwrap_groups,
+)
 from actors.framing import StreamBroken
 from actors.link.input_required import INPUT_REQUIRED_METHODS, drive_input_required
 from actors.link.session import request_envelope
@@ -53,6 +60,13 @@ MAX_PENDING: Final = 4096
 LOG_LEVEL_TIMEOUT_S: Final = 10.0
 """Bound on re-sending ``logging/setLevel`` after a restart: a one-line answer; a server
 that takes longer keeps its default level (logged at debug)."""
+
+MAX_SERVER_REQUESTS: Final = 64
+"""Requests from one upstream to the clients (sampling, elicitation, roots) in flight at
+once; one more is refused to the upstream at once with a JSON-RPC error. Each waits on a
+person or a model, so a server with this many open questions is flooding, not working
+(issue 23: 20,000 forwarded sampling requests grew the proxy by 300 MB); the same
+number as the per-session cap on client requests (`actors.limits.MAX_IN_FLIGHT`)."""
 
 CANCEL_WRITE_S: Final = 2.0
 """Bound on the courtesy cancel write when a request is abandoned (STYLE rule 16)."""
@@ -155,6 +169,7 @@ class Link:
         self._envelope: dict[str, Any] | None = None
         self._pending: dict[str, Pending] = {}
         self._ids = itertools.count(1)
+        self._server_requests = 0
         self.closed = trio.Event()
         self.close_reason: str | None = None
         self.nursery: trio.Nursery | None = None
@@ -292,7 +307,8 @@ class Link:
         pending, out = self._prepare(method, params, origin, timeout, max_time)
         answered = False
         try:
-            env = await self._send_and_wait(pending, out)
+            with unwrap_groups():
+                env = await self._send_and_wait(pending, out)
             answered = True
             return decode_result(env)
         finally:
@@ -369,9 +385,28 @@ class Link:
                 return
 
     async def answer_server_request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
-        """Answer a request the upstream sends us by asking the right client."""
+        """Answer a request the upstream sends us by asking the right client.
+
+        Raises:
+            TooManyRequests: `MAX_SERVER_REQUESTS` of this upstream's requests already wait
+                for a client (at once; the upstream gets it as a JSON-RPC error).
+            ProxyError: no client can answer, or the client refused.
+        """
         if method == "ping":
             return {}
+        if self._server_requests >= MAX_SERVER_REQUESTS:
+            raise TooManyRequests(
+                f"mcpvisor: {MAX_SERVER_REQUESTS} requests from server {self.server} to the client are "
+                f"already waiting for an answer; {method} refused",
+                data={"server": self.server, "limit": MAX_SERVER_REQUESTS},
+            )
+        self._server_requests += 1
+        try:
+            return await self._ask_origin(method, params)
+        finally:
+            self._server_requests -= 1
+
+    async def _ask_origin(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
         origin = self.pick_origin(method)
         if origin is None:
             raise UpstreamError(wire.METHOD_NOT_FOUND, f"no connected client can answer {method}")

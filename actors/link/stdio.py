@@ -52,6 +52,12 @@ its framing, not one stray print."""
 EXIT_STATUS_WAIT_S: Final = 1.0
 """After stdout closes, how long to wait for the exit status for the error message."""
 
+LAST_WORDS_S: Final = 0.25
+"""After the server process exits, how long its stdout may take to close: what it wrote
+before exiting is still read (an answer it sent just before a clean exit is delivered).
+A grandchild holding the pipe (``npx``, ``uvx`` and shell wrappers) keeps it open
+forever; past this bound the exit alone ends the connection."""
+
 
 class StdioLink(Link):
     """An upstream child process spoken to over our own pipes."""
@@ -75,6 +81,7 @@ class StdioLink(Link):
         self._garbage = 0
         self._garbage_window: list[float] = []
         self._wheel_scope: trio.CancelScope | None = None
+        self._stdout_ended = trio.Event()
 
     async def notify(self, method: str, params: Mapping[str, Any] | None) -> None:
         out = dict(params) if params else None
@@ -180,12 +187,34 @@ class StdioLink(Link):
                         reason = describe_exit(self.proc.returncode)
                     tail = self.stderr.tail()
                     self.close(f"{reason}: {tail}" if tail else reason)
+                self._stdout_ended.set()
                 await self._to_session.aclose()
+
+    async def watch_exit(self) -> None:
+        """The process itself exited: end the connection even if its stdout stays open.
+
+        A wrapper's leader (``npx``, ``uvx``, ``sh -c``) can exit while a grandchild keeps
+        the pipes open; stdout then never closes, and calls would wait for their timeout
+        and the server for missed pings. The leader's exit is the server's death: pending
+        calls fail at once, and the group (grandchild included) is stopped on the way out.
+        """
+        await self.proc.wait()
+        with trio.move_on_after(LAST_WORDS_S):
+            await self._stdout_ended.wait()
+        if self.close_reason is None:
+            reason = f"{describe_exit(self.proc.returncode)} (its stdout still held open by a child process)"
+            tail = self.stderr.tail()
+            self.close(f"{reason}: {tail}" if tail else reason)
 
     async def _dispatch(self, line: bytes) -> None:
         try:
             env = wire.decode_envelope(line)
         except (wire.DecodeError, wire.ValidationError):
+            self._on_garbage(line)
+            return
+        except RecursionError:
+            # Nested too deeply for msgspec (it recurses up to Python's limit): this one
+            # message is dropped like garbage; the link and the proxy live on.
             self._on_garbage(line)
             return
         method = env.method
@@ -341,6 +370,7 @@ async def open_stdio_link(
             assert proc.stderr is not None
             nursery.start_soon(stderr.drain, proc.stderr)
             nursery.start_soon(link.pump_stdout)
+            nursery.start_soon(link.watch_exit)
             nursery.start_soon(link.pump_session_out)
             nursery.start_soon(link.run_deadlines)
             session = ClientSession(link._session_in, link._session_out, client_info=client_info(),

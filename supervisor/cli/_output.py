@@ -177,13 +177,11 @@ def mask(value: str) -> str:
 
 
 def mask_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """A server entry from the file with literal header and env values masked."""
-    out = dict(entry)
-    for key in ("headers", "env"):
-        values = out.get(key)
-        if isinstance(values, Mapping):
-            out[key] = {k: mask(v) if isinstance(v, str) else v for k, v in values.items()}
-    return out
+    """A server entry from the file with every secret masked (`supervisor.redact.redact_entry`:
+    header and env values, key-like args and URL query values, an OAuth client secret)."""
+    from supervisor.redact import redact_entry
+
+    return redact_entry(entry)
 
 
 def seconds(value: float) -> str:

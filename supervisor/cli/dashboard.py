@@ -6,7 +6,8 @@ control socket (`supervisor.control`): status is the socket's ``status`` op, pol
 edits go through the config store to the proxy's config file, then the socket's
 ``reload`` op applies them at once (the proxy's file watcher would too); ``test`` runs the
 ``mcp test`` probe here. Calls per minute and latency are not on the control channel and
-show as unknown. Only loopback: the page changes the user's config.
+show as unknown. Only loopback: the page changes the user's config. When the proxy wants
+a bearer token from its clients, reading the page and the API needs the login too.
 """
 
 from __future__ import annotations
@@ -90,6 +91,23 @@ def launcher(directory: Path, login: str) -> Path:
     return path
 
 
+def proxy_tokens(config: str | None) -> dict[str, str]:
+    """The bearer tokens the proxy's clients need: ``settings.authToken(s)`` of its config
+    file and ``$MCPVISOR_TOKEN``; empty when it needs none (or its config cannot be read:
+    the proxy then reports its own state, and the page stays loopback-only)."""
+    import os
+
+    from supervisor.config import ConfigError, load_config
+
+    tokens: dict[str, str] = {}
+    if os.environ.get("MCPVISOR_TOKEN", "").strip():
+        tokens["env"] = os.environ["MCPVISOR_TOKEN"].strip()
+    if config:
+        with contextlib.suppress(OSError, ConfigError):
+            tokens.update(load_config(Path(config)).settings.auth_tokens)
+    return tokens
+
+
 async def serve_dashboard(socket: Path, config: str | None, directory: Path, port: int, open_browser: bool,
                           *, task_status: Any = None) -> None:
     """Serve the dashboard of the proxy at ``socket`` on ``HOST:port`` until cancelled."""
@@ -100,7 +118,7 @@ async def serve_dashboard(socket: Path, config: str | None, directory: Path, por
     import trio
     from starlette.applications import Starlette
 
-    from actors.auth import host_rules
+    from actors.auth import StaticTokens, host_rules
     from supervisor.dashboard import (
         ControlSource,
         DashboardGuard,
@@ -111,7 +129,11 @@ async def serve_dashboard(socket: Path, config: str | None, directory: Path, por
     )
 
     hub = Hub(ControlSource(socket, config), metrics=False)
-    guard = DashboardGuard(host_rules(HOST), ensure_token(directory))
+    tokens = proxy_tokens(config)
+    # A proxy that wants a token from its clients has a dashboard that wants one too: its
+    # page shows every server and its state, so reading needs the login (or that token).
+    verifier = StaticTokens(lambda: tokens) if tokens else None
+    guard = DashboardGuard(host_rules(HOST), ensure_token(directory), verifier)
     app = Starlette(routes=dashboard_routes(hub, guard))
     hconfig = hypercorn.config.Config()
     hconfig.bind = [f"{HOST}:{port}"]

@@ -14,6 +14,7 @@ from typing import Any, Final
 from supervisor._config_types import EXPOSURES
 from supervisor.cli import EXIT_OK, EXIT_USAGE, Formatter
 from supervisor.config import DEFAULT_HOST, DEFAULT_PORT
+from supervisor.redact import remember, scrub_known, secret_values
 
 logger = logging.getLogger("mcpvisor")
 
@@ -63,39 +64,28 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-REDACTED: Final = "[redacted]"
-MIN_SECRET_CHARS: Final = 6
-"""Env and header values shorter than this are not scrubbed from log lines: a ``"1"`` or
-``"true"`` is no secret, and scrubbing it would garble every line holding that digit."""
+FRONT_CLOSE_S: Final = 3.0
+"""After a stop signal's drain, how long the front may take to close its connections on
+its own: the HTTP front's graceful close (hypercorn's ``graceful_timeout``, 2 s) and 1 s
+for the last writes; then the front is cancelled and the children stopped."""
 
 
 def secrets_of(config: Any, extra: Any = ()) -> list[str]:
-    """Every value a log line must never show: tokens, servers' env and header values."""
-    found: set[str] = set(extra)
-    found.update(config.settings.auth_tokens.values())
-    for spec in config.servers.values():
-        for mapping in (getattr(spec, "env", None) or {}, getattr(spec, "headers", None) or {}):
-            for value in mapping.values():
-                found.add(value)
-                found.update(value.split())  # "Bearer abc": the credential on its own too
-    return sorted((s for s in found if len(s) >= MIN_SECRET_CHARS), key=len, reverse=True)
+    """Every value a log line must never show (`supervisor.redact.secret_values`)."""
+    return secret_values(config, extra)
 
 
 class _Format(logging.Formatter):
     """``HH:MM:SS LEVEL [server] line`` for upstream stderr, ``mcpvisor:`` for our own.
 
-    Scrubs `secrets` from every line, whoever wrote it (an upstream's stderr, the SDK,
-    hypercorn): no token, header or env value reaches a log (issue 12).
+    Scrubs every value `supervisor.redact.remember` was given from every line, whoever
+    wrote it (an upstream's stderr, the SDK, hypercorn): no token, header, env value or
+    key in a command line reaches a log. The list is read at every line, so a hot reload
+    that adds a server with its own secrets scrubs them from its first line on.
     """
 
-    secrets: tuple[str, ...] = ()
-
     def format(self, record: logging.LogRecord) -> str:
-        text = self._format(record)
-        for secret in self.secrets:
-            if secret in text:
-                text = text.replace(secret, REDACTED)
-        return text
+        return scrub_known(self._format(record))
 
     def _format(self, record: logging.LogRecord) -> str:
         name = record.name
@@ -110,7 +100,7 @@ class _Format(logging.Formatter):
 
 
 def setup_logging(level: str, log_file: str | None, secrets: Any = ()) -> None:
-    _Format.secrets = tuple(secrets)
+    remember(secrets)
     root = logging.getLogger()
     root.handlers.clear()
     handler: logging.Handler = logging.StreamHandler(sys.stderr)
@@ -221,14 +211,27 @@ async def _main(args: argparse.Namespace, config: Any) -> None:
                                    control_transport=args.transport) as sup, \
                 trio.open_nursery() as nursery:
 
+            async def stop_gracefully() -> None:
+                await sup.front.drain.run()
+                # Each front returns on its own once its last answers are written (and
+                # that cancels this); a wedged client connection cannot hold the exit.
+                await trio.sleep(FRONT_CLOSE_S)
+                nursery.cancel_scope.cancel(reason="the front did not close in time")
+
             async def watch_signals() -> None:
+                draining = False
                 async for signum in signals:
                     if signum == signal.SIGHUP and hasattr(sup, "reload"):
                         await sup.reload()
                         continue
-                    logger.info("received %s: shutting down", signal.Signals(signum).name)
-                    nursery.cancel_scope.cancel()
-                    return
+                    name = signal.Signals(signum).name
+                    if draining:
+                        logger.info("received %s again: stopping now", name)
+                        nursery.cancel_scope.cancel(reason=f"{name} twice")
+                        return
+                    logger.info("received %s: shutting down", name)
+                    draining = True
+                    nursery.start_soon(stop_gracefully)
 
             async def banner(where: str) -> None:
                 await sup.wait_startup()
@@ -245,15 +248,19 @@ async def _main(args: argparse.Namespace, config: Any) -> None:
             if args.transport == "stdio":
                 async def stdio() -> None:
                     await serve(sup, "stdio")
-                    nursery.cancel_scope.cancel()  # the client closed stdin: we are done
+                    # The client closed stdin, or a stop signal's drain is done: we are done.
+                    nursery.cancel_scope.cancel()
 
                 nursery.start_soon(stdio)
                 nursery.start_soon(banner, "MCP over stdio")
             else:
-                url = await nursery.start(lambda task_status: serve(
-                    sup, args.transport, host=args.host, port=args.port, tokens=args.tokens,
-                    insecure_no_auth=args.insecure_no_auth, certfile=args.certfile, keyfile=args.keyfile,
-                    task_status=task_status))
+                async def network(task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+                    await serve(sup, args.transport, host=args.host, port=args.port, tokens=args.tokens,
+                                insecure_no_auth=args.insecure_no_auth, certfile=args.certfile,
+                                keyfile=args.keyfile, task_status=task_status)
+                    nursery.cancel_scope.cancel()  # closed after a stop signal's drain
+
+                url = await nursery.start(network)
                 nursery.start_soon(banner, url)
                 if args.transport == "http":
                     _print_login(sup, url)

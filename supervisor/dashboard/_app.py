@@ -195,9 +195,20 @@ class Api:
 
     # --- changing ---------------------------------------------------------------------------
     async def _body(self, request: Request) -> Any:
-        data = await request.body()
-        if len(data) > MAX_BODY_BYTES:
-            raise _Bad(413, f"body larger than {MAX_BODY_BYTES} bytes")
+        """The JSON body, read as it streams in and refused (413) at `MAX_BODY_BYTES`: a
+        huge body is never held in memory (a declared Content-Length is refused unread)."""
+        too_large = _Bad(413, f"body larger than {MAX_BODY_BYTES} bytes")
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+            raise too_large
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise too_large
+            chunks.append(chunk)
+        data = b"".join(chunks)
         try:
             return json.loads(data or b"{}")
         except ValueError as exc:

@@ -43,7 +43,7 @@ class FieldErrors(Exception):
 
 
 def masked(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """``entry`` with literal env and header values as ``***``."""
+    """``entry`` with its secrets as ``***`` (`supervisor.redact.redact_entry`)."""
     return mask_entry(entry)
 
 
@@ -68,6 +68,14 @@ def unmask(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, A
                 value = stored[name]
             merged[name] = value
         out[key] = merged
+    # Args, the URL and an OAuth client secret sent back exactly as shown keep the stored value.
+    for key in ("args", "dockerArgs", "url"):
+        if key in out and old is not None and key in old and out[key] == masked({key: old[key]})[key]:
+            out[key] = old[key]
+    new_oauth, old_oauth = out.get("oauth"), (old or {}).get("oauth")
+    if (isinstance(new_oauth, Mapping) and isinstance(old_oauth, Mapping)
+            and new_oauth.get("clientSecret") == MASK and "clientSecret" in old_oauth):
+        out["oauth"] = {**new_oauth, "clientSecret": old_oauth["clientSecret"]}
     return out
 
 

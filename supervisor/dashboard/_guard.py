@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from actors.auth import HostRules, Verifier, bearer_token
+from actors.auth import HostRules, Verifier, bearer_token, guarding
 
 TOKEN_FILE: Final = "dashboard-token"
 """The dashboard's token in the state directory."""
@@ -88,8 +88,9 @@ class DashboardGuard:
     Attributes:
         rules: the front's Host/Origin rules.
         token: the state directory's dashboard token.
-        verifier: the front's verifier of configured tokens (None: none configured; then
-            reading is open on loopback, as ``/mcp`` is).
+        verifier: the front's verifier of configured tokens (None, or no token configured
+            now: reading is open on loopback, as ``/mcp`` is; asked at every request, so a
+            token added by a hot reload guards reading at once).
         tls: the front serves https (the cookie is then ``Secure``).
     """
 
@@ -118,7 +119,7 @@ class DashboardGuard:
             return Refused(421, "Invalid Host header")
         if not self.rules.origin_ok(headers.get("origin")):
             return Refused(403, "Invalid Origin header: use this page only from the proxy's own address")
-        needs_token = not login and (method in WRITE_METHODS or self.verifier is not None)
+        needs_token = not login and (method in WRITE_METHODS or guarding(self.verifier))
         if needs_token:
             presented = bearer_token(headers.get("authorization")) or cookie_value(headers)
             if not await self.accepts(presented):

@@ -34,6 +34,7 @@ import trio
 
 from actors import wire
 from actors.harness import CancelledByClient
+from supervisor.redact import scrub_known
 
 logger = logging.getLogger(__name__)
 
@@ -162,6 +163,11 @@ def _text(value: Any) -> str | None:
     return decoded if isinstance(decoded, str) else None
 
 
+def _payload(data: bytes | None) -> str | None:
+    """A payload as stored: text, scrubbed of the config's secrets (`supervisor.redact`)."""
+    return None if data is None else scrub_known(data.decode("utf-8", "replace"))
+
+
 def _digest(data: bytes | None) -> str | None:
     return None if data is None else hashlib.blake2b(data, digest_size=DIGEST_BYTES).hexdigest()
 
@@ -173,6 +179,25 @@ def _compact(data: bytes | None) -> bytes | None:
     return data.replace(b'"isError": true', _IS_ERROR)
 
 
+JOURNAL_MODE: Final = 0o600
+"""The journal may hold call payloads: only its owner reads it. SQLite gives its ``-wal``
+and ``-shm`` files the database file's mode, so creating that one private is enough."""
+
+
+def _private(path: Path) -> None:
+    """Create ``path`` with `JOURNAL_MODE` (or make an existing journal private) before
+    SQLite opens it, so no payload is ever in a file others may read."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, JOURNAL_MODE)
+    try:
+        os.fchmod(fd, JOURNAL_MODE)
+    finally:
+        os.close(fd)
+    for suffix in ("-wal", "-shm"):
+        side = path.with_name(path.name + suffix)
+        if side.exists():
+            os.chmod(side, JOURNAL_MODE)
+
+
 class JournalDB:
     """The SQLite side: used from one worker thread at a time (never concurrently)."""
 
@@ -180,6 +205,7 @@ class JournalDB:
         self.path = Path(path)
         self.payloads = payloads
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        _private(self.path)
         self.conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self.conn.execute("PRAGMA journal_mode=WAL")
         # WAL + NORMAL: a committed batch survives the process dying (it is in the OS's
@@ -199,10 +225,10 @@ class JournalDB:
                 r.finished + wall_offset, r.session, _text(r.run), r.server, r.tool,
                 None if args is None else len(args), _digest(args),
                 None if result is None else len(result), _digest(result),
-                args.decode("utf-8", "replace") if self.payloads and args is not None else None,
-                result.decode("utf-8", "replace") if self.payloads and result is not None else None,
+                _payload(args) if self.payloads else None,
+                _payload(result) if self.payloads else None,
                 outcome_of(r.error, result),
-                None if r.error is None else (str(r.error) or type(r.error).__name__),
+                None if r.error is None else scrub_known(str(r.error) or type(r.error).__name__),
                 r.latency * 1000.0, r.retries, r.restarts, r.list_version,
             ))
         return rows

@@ -20,15 +20,17 @@ import hypercorn.trio
 import jwt
 import pytest
 import trio
-from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import RSAAlgorithm
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from trio_websocket import open_websocket_url
 
 from tests.helpers import REAL_IO_BOUND_S, flaky
 from tests.security.proxy import HTTP_HEADERS, INIT, running_proxy, write
+from tests.security.test_security_tokens import raw_handshake
 
 pytestmark = pytest.mark.slow
 
@@ -141,3 +143,56 @@ async def test_jwt_access_tokens_good_expired_wrong_audience_wrong_signature(tmp
                 assert [s.rstrip("/") for s in prm["authorization_servers"]] == [issuer]
                 assert prm["scopes_supported"] == [SCOPE]
             assert not any(part in proxy.text() for part in good.request.headers["authorization"].split()[1:])
+
+
+def crafted_es256_token(issuer: str) -> str:
+    """A token whose header says ES256 but names the issuer's RSA key id (public in its JWKS):
+    PyJWT raises TypeError, not a PyJWTError, when asked to check it with that key."""
+    ec_key = ec.generate_private_key(ec.SECP256R1())
+    now = int(time.time())
+    claims = {"iss": issuer, "aud": AUDIENCE, "exp": now + 300, "scope": SCOPE}
+    return jwt.encode(claims, ec_key, algorithm="ES256", headers={"kid": KID})
+
+
+@pytest.mark.parametrize("transport", ["http", "ws"])
+async def test_a_crafted_jwt_is_a_401_and_the_proxy_keeps_serving(tmp_path: Path, transport: str) -> None:
+    """Issue 23 item 2: an ES256 header with the issuer's RSA kid used to make the HTTP front
+    answer 500 with a traceback and the websocket front exit the process. It must be an
+    ordinary 401 ``invalid_token`` (with a log line), twice in a row, and a good token from
+    the same issuer must still get in afterwards."""
+    key = new_key()
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with local_issuer(key) as issuer:
+            config = write(
+                tmp_path / "mcpvisor.json",
+                {
+                    "mcpServers": {"fl": flaky()},
+                    "settings": {"auth": {"issuer": issuer, "audience": AUDIENCE, "requiredScopes": [SCOPE]}},
+                },
+            )
+            crafted, good = crafted_es256_token(issuer), token(key, issuer)
+            async with running_proxy(config, "--transport", transport, "--port", "0") as proxy:
+                if transport == "http":
+                    async with httpx2.AsyncClient() as http:
+                        for bearer, want in ((crafted, 401), (crafted, 401), (good, 200)):
+                            auth = {"Authorization": f"Bearer {bearer}"}
+                            r = await http.post(proxy.url, json=INIT, headers={**HTTP_HEADERS, **auth})
+                            assert r.status_code == want, r.text
+                            if want == 401:
+                                assert 'error="invalid_token"' in r.headers["www-authenticate"]
+                                assert "Traceback" not in r.text
+                                assert "TypeError" not in r.text
+                else:
+                    for bearer, want in ((crafted, 401), (crafted, 401), (good, 101)):
+                        status, head = await raw_handshake(proxy.port, {"Authorization": f"Bearer {bearer}"})
+                        assert status == want, head
+                    url = f"ws://127.0.0.1:{proxy.port}/"
+                    headers = [(b"Authorization", f"Bearer {good}".encode())]
+                    async with open_websocket_url(url, subprotocols=["mcp"], extra_headers=headers) as ws:
+                        await ws.send_message(json.dumps(INIT))
+                        assert json.loads(await ws.get_message())["result"]["serverInfo"]["name"]
+                await proxy.wait_log("refused an access token")
+                assert proxy.process.returncode is None
+    assert "Traceback" not in proxy.text()
+    assert crafted not in proxy.text()
+    assert good not in proxy.text()

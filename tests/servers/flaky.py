@@ -8,7 +8,8 @@ tens of milliseconds and behaves exactly as the flags say, byte for byte.
 Run ``python tests/servers/flaky.py --help`` for the flags; they combine.
 
 Tools: echo(text), add(a, b), sleep(seconds), progress(steps, interval), crash(status),
-counter(), idem_echo(text) [idempotentHint: true], plain_echo(text) [no annotations].
+counter(), idem_echo(text) [idempotentHint: true], plain_echo(text) [no annotations];
+with ``--sampling-flood`` also sampling_flood(count, wait_for).
 
 ``--record PATH`` appends one JSON line per event: ``{"event": "initialize",
 "protocolVersion"}``, ``{"event": "call", "name", "id", "arguments"}``,
@@ -96,6 +97,13 @@ TOOLS: list[dict[str, Any]] = [
     },
 ]
 TOOL_NAMES = {tool["name"] for tool in TOOLS}
+FLOOD_TOOL: dict[str, Any] = {
+    "name": "sampling_flood",
+    "description": "Send `count` sampling/createMessage requests at once; answer once `wait_for` of "
+    "them got a response: 'responses R errors E first_error M'.",
+    "inputSchema": _schema({"count": {"type": "integer"}, "wait_for": {"type": "integer"}}, ["count"]),
+}
+"""Listed only with ``--sampling-flood`` (the other tests count the tools above)."""
 
 
 class Flaky:
@@ -109,6 +117,11 @@ class Flaky:
         self.hung = opts.hang_after is not None and opts.hang_after <= 0
         # In-flight requests that answer later (sleep, progress): id -> cancel event.
         self.pending: dict[Any, threading.Event] = {}
+        # sampling_flood: responses to its requests so far.
+        self.flood = threading.Condition()
+        self.flood_responses = 0
+        self.flood_errors = 0
+        self.flood_first_error: str | None = None
 
     # ------------------------------------------------------------------ output
     def write_raw(self, data: bytes) -> None:
@@ -170,7 +183,8 @@ class Flaky:
             return
         method = msg.get("method")
         if not isinstance(method, str):
-            return  # a response to something we never sent; ignore
+            self.handle_response(msg)
+            return
         if "id" not in msg:
             self.handle_notification(method, msg.get("params") or {})
             return
@@ -184,7 +198,7 @@ class Flaky:
             self.record("ping")
             self.result(request_id, {})
         elif method == "tools/list":
-            self.result(request_id, {"tools": TOOLS})
+            self.result(request_id, {"tools": TOOLS + ([FLOOD_TOOL] if self.opts.sampling_flood else [])})
             if self.opts.exit_after_start is not None:
                 # Up and listed, then gone before any client call: a start that did nothing.
                 timer = threading.Timer(self.opts.exit_after_start, os._exit, args=(3,))
@@ -196,6 +210,20 @@ class Flaky:
             return
         else:
             self.error(request_id, METHOD_NOT_FOUND, "Method not found")
+
+    def handle_response(self, msg: dict[str, Any]) -> None:
+        """A response to one of our sampling_flood requests (anything else is ignored)."""
+        rid = msg.get("id")
+        if not (isinstance(rid, str) and rid.startswith("flood-")):
+            return
+        with self.flood:
+            self.flood_responses += 1
+            error = msg.get("error")
+            if isinstance(error, dict):
+                self.flood_errors += 1
+                if self.flood_first_error is None:
+                    self.flood_first_error = str(error.get("message"))
+            self.flood.notify_all()
 
     def handle_notification(self, method: str, params: dict[str, Any]) -> None:
         if method != "notifications/cancelled":
@@ -244,7 +272,12 @@ class Flaky:
             os._exit(3)
         if self.opts.hang_on_call:
             return
-        if name not in TOOL_NAMES:
+        if self.opts.deep_notice:
+            # A notification nested deeper than any parser's recursion limit, before the answer.
+            depth = self.opts.deep_notice
+            self.write_raw(b'{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info",'
+                           b'"data":' + b"[" * depth + b"]" * depth + b"}}\n")
+        if name not in TOOL_NAMES and not (self.opts.sampling_flood and name == FLOOD_TOOL["name"]):
             self.error(request_id, INVALID_PARAMS, f"Unknown tool: {name}")
             return
         try:
@@ -258,6 +291,23 @@ class Flaky:
 
     def tool_idem_echo(self, request_id: Any, params: dict[str, Any], args: dict[str, Any]) -> None:
         self.call_result(request_id, text(f"echo: {args['text']}"))
+
+    def tool_sampling_flood(self, request_id: Any, params: dict[str, Any], args: dict[str, Any]) -> None:
+        count = int(args["count"])
+        wait_for = int(args.get("wait_for", count))
+        ask = {"messages": [{"role": "user", "content": {"type": "text", "text": "flood"}}], "maxTokens": 1}
+
+        def answer() -> None:  # off the stdin thread, which keeps reading the answers meanwhile
+            for i in range(count):
+                self.send({"jsonrpc": "2.0", "id": f"flood-{i}", "method": "sampling/createMessage",
+                           "params": ask})
+            with self.flood:
+                self.flood.wait_for(lambda: self.flood_responses >= wait_for)
+                summary = (f"responses {self.flood_responses} errors {self.flood_errors} "
+                           f"first_error {self.flood_first_error}")
+            self.call_result(request_id, text(summary))
+
+        threading.Thread(target=answer, daemon=True).start()
 
     def tool_plain_echo(self, request_id: Any, params: dict[str, Any], args: dict[str, Any]) -> None:
         self.call_result(request_id, text(f"echo: {args['text']}"))
@@ -366,6 +416,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="STATUS",
         help="print --stderr-text to stderr and exit with STATUS before reading anything",
     )
+    p.add_argument("--deep-notice", type=int, metavar="DEPTH", default=0,
+                   help="before answering each tools/call, send a notification nested DEPTH levels")
     p.add_argument("--stderr-text", default="fatal: cannot start", help="stderr line for --exit-at-start")
     p.add_argument(
         "--exit-after-start",
@@ -405,6 +457,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="spawn a sleeping child in the same process group; print 'grandchild pid N' to stderr",
     )
     p.add_argument(
+        "--grandchild-keeps-pipes",
+        action="store_true",
+        help="spawn a sleeping child that inherits stdin, stdout and stderr (what npx/uvx wrappers "
+        "leave behind): when this process exits its pipes stay open; recorded as 'grandchild'",
+    )
+    p.add_argument(
         "--stderr-flood",
         type=int,
         default=0,
@@ -418,6 +476,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--legacy-version", metavar="V", help="answer initialize with protocolVersion V, whatever was asked"
+    )
+    p.add_argument(
+        "--sampling-flood", action="store_true",
+        help="also list sampling_flood(count, wait_for): count sampling requests at once, answered "
+        "once wait_for of them got a response",
     )
     p.add_argument(
         "--progress-forever",
@@ -445,6 +508,10 @@ def main() -> None:
         )
         sys.stderr.write(f"grandchild pid {child.pid}\n")
         sys.stderr.flush()
+    server = Flaky(opts)
+    if opts.grandchild_keeps_pipes:
+        keeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+        server.record("grandchild", child=keeper.pid)
     if opts.stderr_flood > 0:
         line = b"flaky stderr flood " + b"." * 100 + b"\n"
         remaining = opts.stderr_flood
@@ -454,7 +521,6 @@ def main() -> None:
             err.write(chunk)
             remaining -= len(chunk)
         err.flush()
-    server = Flaky(opts)
     if opts.garbage_stdout == "start":
         server.write_raw(b"flaky: starting up (not JSON)\n")
         server.write_raw(b"flaky: still starting (not JSON either)\n")

@@ -17,11 +17,14 @@ between NAME and the command, and after a URL. argparse then parses only our par
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Final
 
-from supervisor.cli import EXIT_OK, EXIT_USAGE, Formatter
+from supervisor.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Formatter
 from supervisor.cli import _output as out
 from supervisor.cli.config_cmd import (
     CommandError,
@@ -270,6 +273,18 @@ def run_add(args: argparse.Namespace) -> int:
     return _write(args, build_entry(args))
 
 
+def disk_problem(err: OSError, path: Path) -> str:
+    """Why writing ``path`` failed, in words (the other file involved named when it is not ``path``)."""
+    reason = err.strerror or type(err).__name__
+    if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        reason += " (free some space, or write the config elsewhere with --config)"
+    elif err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        reason += " (the directory is not writable: choose another --config or --scope)"
+    if err.filename and os.fspath(err.filename) != os.fspath(path):
+        reason += f"; at {os.fsdecode(err.filename)}"
+    return reason
+
+
 def _write(args: argparse.Namespace, entry: dict[str, Any]) -> int:
     """Add ``entry`` as server ``args.name`` to the file ``--scope`` and the lookup choose."""
     target = locate_for_write(args, args.scope)
@@ -279,6 +294,9 @@ def _write(args: argparse.Namespace, entry: dict[str, Any]) -> int:
         store.add_server(args.name, entry, force=args.force)
     except store_errors() as err:
         raise CommandError(str(err), exit_code_of(err)) from None
+    except OSError as err:  # a full disk, a read-only or missing directory: one line, no traceback
+        problem = disk_problem(err, target.path)
+        raise CommandError(f"cannot write {target.path}: {problem}", EXIT_FAILED) from None
     warnings = [w for w in unset_variables(store.read(), target.path) if f'server "{args.name}"' in w]
     where = f"{target.path} ({'created: ' if not existed else ''}{target.why})"
     if args.format == "json":

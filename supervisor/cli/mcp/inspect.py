@@ -115,14 +115,16 @@ def _probe(specs: Sequence[ServerSpec], timeout: float, what: str) -> dict[str, 
 
 
 def target_of(spec: ServerSpec) -> str:
-    """The command line or URL of a server, as one string."""
+    """The command line or URL of a server, as one string, keys masked (`supervisor.redact`)."""
     import shlex
 
+    from supervisor.redact import redact_args, redact_url
+
     if spec.transport == "stdio":
-        return shlex.join([spec.command or "", *spec.args])
+        return shlex.join([spec.command or "", *redact_args(spec.args)])
     if spec.transport == "stdio-docker":
-        return shlex.join(["docker", "run", spec.image or "", *spec.args])
-    return spec.url or ""
+        return shlex.join(["docker", "run", spec.image or "", *redact_args(spec.args)])
+    return redact_url(spec.url or "")
 
 
 def _one_line(text: str | None, width: int = DESCRIPTION_WIDTH) -> str:
