@@ -17,7 +17,7 @@ Owns, for one front connection (`FastPath`):
   id, the parked calls by ``requestState``, and the requests sent to the client on an
   upstream's behalf (`FastPath.ask_client`).
 
-Which upstream tool a call reaches is the call's plan (`actors.core.call_plan`), the one
+Which upstream tool a call reaches is the call's plan (`actors.core.plan`), the one
 every caller executes: this path takes a routed tool, a compound tool's subtool call and
 the tool ``use_tool`` names (arguments checked) as that tool's direct call. Any other
 plan (a management tool, a lazy server to load, start-up to wait for, a refusal), and a
@@ -44,8 +44,8 @@ from msgspec import UNSET, Raw
 
 from actors import wire
 from actors.bridge import CAPABILITY_OF, STATE_PREFIX
-from actors.core.call_plan import CallRoute, plan_call
 from actors.core.catalog import ToolRoute
+from actors.core.plan import CallRoute, plan_call
 from actors.eras import ENVELOPE_KEYS, is_modern_version, verbose_of
 from actors.errors import ProxyError, UpstreamError, error_data
 from actors.fastcall import FastCall

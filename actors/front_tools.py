@@ -2,7 +2,7 @@
 
 Owns:
 
-* `settle`: the plan of a call (`actors.core.call_plan`) once nothing is left to wait
+* `settle`: the plan of a call (`actors.core.plan`) once nothing is left to wait
   for: start-up waited for (once), a lazy server loaded on first use (once, its failure
   becoming the answer); what the embedding API, harness sessions and this front share;
 * `ToolCalls`: the front's execution of that plan: a route forwarded to its upstream
@@ -23,7 +23,8 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 from actors import wire
-from actors.core.call_plan import (
+from actors.core.catalog import ToolRoute
+from actors.core.plan import (
     CallLocal,
     CallRoute,
     NeedsLoad,
@@ -32,7 +33,6 @@ from actors.core.call_plan import (
     WaitForStartup,
     plan_call,
 )
-from actors.core.catalog import ToolRoute
 from actors.eras import strip_upstream_stamps
 from actors.harness import ClientSession, run_label
 from actors.lazy import LazyLoader, LoadFailed
@@ -102,7 +102,7 @@ async def load_server(backend: Backend, plan: NeedsLoad) -> dict[str, Any] | Non
 
 
 class ToolCalls:
-    """The front's ``tools/call`` handler: executes the call's plan (`actors.core.call_plan`)."""
+    """The front's ``tools/call`` handler: executes the call's plan (`actors.core.plan`)."""
 
     def __init__(self, backend: Backend, forward: Forward, session_of: SessionOf) -> None:
         self._backend = backend

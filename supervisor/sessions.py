@@ -175,7 +175,7 @@ class SessionView:
     """One harness client's view of a supervisor (see `Supervisor.session`).
 
     Calls go where a client connected through a front would send them (the same plan,
-    `actors.core.call_plan`: names, lazy loads, compound tools, ``use_tool``, refusals),
+    `actors.core.plan`: names, lazy loads, compound tools, ``use_tool``, refusals),
     except that session-scoped servers are served by this session's own instances and
     that an `equip` here changes only this view.
     """

@@ -31,10 +31,10 @@ from typing import Any, Final
 
 import trio
 
-from actors.core.call_plan import CallLocal, CallRoute, Refused, unknown_tool
 from actors.core.catalog import Snapshot
 from actors.core.discovery import DISCOVER_TOOL, LOAD_MCP, LazyBook
 from actors.core.model import SavedState
+from actors.core.plan import CallLocal, CallRoute, Refused, unknown_tool
 from actors.core.registry import Changes, RegistryCore, ServerFilter
 from actors.core.toolsets import ToolsetError, ToolsetExposure
 from actors.eras import strip_upstream_stamps
@@ -207,7 +207,7 @@ class Supervisor:
 
     async def execute_call(self, view: View, name: str, arguments: Mapping[str, Any] | None, *,
                            session: ClientSession | None = None, run: str | None = None) -> dict[str, Any]:
-        """Execute the plan (`actors.core.call_plan`) of calling ``name`` as seen from ``view``.
+        """Execute the plan (`actors.core.plan`) of calling ``name`` as seen from ``view``.
 
         What `call_tool` and `SessionView.call_tool` do: the waits and loads of `settle`,
         then the routed call (to ``session``'s own instance of a session-scoped server),

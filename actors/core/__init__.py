@@ -6,7 +6,7 @@
 * `actors.core.toolsets` — the toolset exposure and configuration mode.
 * `actors.core.model` — the records of toolsets and notes (`Toolset`, `ToolEntry`, ...).
 * `actors.core.policy` — the restart policy of one upstream (backoff, circuit breaker).
-* `actors.core.call_plan` — one plan for a ``tools/call``, which every caller executes.
+* `actors.core.plan` — one plan for a ``tools/call``, which every caller executes.
 
 A test imports this package in a fresh interpreter and checks trio stays unloaded.
 """

@@ -124,7 +124,7 @@ class ToolRoute:
 
         For a compound tool that is its subtool's route and ``args``; a call failing the
         compound tool's check gives the ``isError`` result to answer instead (nothing is
-        sent). The call plan (`actors.core.call_plan`) calls this for every caller.
+        sent). The call plan (`actors.core.plan`) calls this for every caller.
         """
         if self.compound is None:
             return self, dict(arguments)
@@ -188,7 +188,7 @@ class Snapshot:
     """With ``exposure: discovery``: what discover_tool and use_tool offer (`actors.core.discovery`)."""
     unloaded: tuple[LazyServer, ...] = ()
     """Lazy servers not loaded (given up on or not): a call of a name like one of their
-    tools loads the server first (`actors.core.call_plan`)."""
+    tools loads the server first (`actors.core.plan`)."""
 
     def route_resource(self, uri: str) -> str | None:
         server = self.resources.get(uri)

@@ -6,7 +6,7 @@ Owns:
   (an upstream tool, its arguments checked against its input schema), `CallLocal` (a
   management tool), `NeedsLoad` (the name belongs to a lazy server not loaded yet), or
   a ``CallToolResult`` with ``isError`` (unknown tool with close matches, bad arguments
-  naming the field). The call plan (`actors.core.call_plan`) asks it for every
+  naming the field). The call plan (`actors.core.plan`) asks it for every
   ``use_tool`` call, so every caller refuses and routes alike.
 * `check_arguments`: a tool's arguments against its input schema (`actors.core.arguments`,
   the checker compound tools share), the error worded for use_tool.
@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 USE_TOOL_KEYS: Final = ("tool_name", "arguments")
 
 
-# Plans of a call (`actors.core.call_plan`): msgspec structs, which build in a seventh of
+# Plans of a call (`actors.core.plan`): msgspec structs, which build in a seventh of
 # a frozen dataclass's time, since a compound or use_tool call on the fast path makes one.
 class CallRoute(msgspec.Struct, frozen=True):
     """Call upstream tool ``route`` with ``arguments`` (checked)."""

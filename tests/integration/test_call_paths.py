@@ -1,6 +1,6 @@
 """The same ``tools/call`` through every caller gives the same answer (one plan, issue 24).
 
-A call's plan (`actors.core.call_plan`) is executed by four callers; this runs one list of
+A call's plan (`actors.core.plan`) is executed by four callers; this runs one list of
 calls through each of them, every leg on its own proxy with its own real subprocess
 upstreams (the stdlib fixture server), and compares what comes back:
 

@@ -1,4 +1,4 @@
-"""The one plan for a ``tools/call`` (actors/core/call_plan.py) and the session view's names.
+"""The one plan for a ``tools/call`` (actors/core/plan.py) and the session view's names.
 
 Plain synchronous tests of the sans-IO core: a snapshot built by `RegistryCore` the way the
 router builds it, and `plan_call` asked what a call is. A regression shows as a plan of
@@ -14,7 +14,11 @@ from typing import Any
 
 import msgspec
 
-from actors.core.call_plan import (
+from actors.core.catalog import Snapshot, UpstreamLists
+from actors.core.compound import CompoundDecl, SubtoolDecl
+from actors.core.discovery import USE_TOOL, LazyBook
+from actors.core.model import ToolEntry, Toolset
+from actors.core.plan import (
     WAIT_FOR_STARTUP,
     CallLocal,
     CallRoute,
@@ -23,10 +27,6 @@ from actors.core.call_plan import (
     plan_call,
     unknown_tool,
 )
-from actors.core.catalog import Snapshot, UpstreamLists
-from actors.core.compound import CompoundDecl, SubtoolDecl
-from actors.core.discovery import USE_TOOL, LazyBook
-from actors.core.model import ToolEntry, Toolset
 from actors.core.registration import UpstreamUp
 from actors.core.registry import RegistryCore
 from actors.core.toolsets import CONFIG_TOOLS, ToolsetExposure
