@@ -1,8 +1,8 @@
 """How a server is reached: the argv of a stdio or docker server, the SDK client transport
 of an http, sse or ws one.
 
-Shared by the upstream actor (`actors.upstream.actor`) and `mcpvisor mcp test`
-(`supervisor.probe`), so both start a server the same way. Owns `BoundedTransport`, the
+Shared by the upstream actor (`mcpvisor.actors.upstream.actor`) and `mcpvisor mcp test`
+(`mcpvisor.probe`), so both start a server the same way. Owns `BoundedTransport`, the
 httpx transport under the SDK's HTTP clients that holds an upstream's answers to
 ``settings.maxMessageBytes``, as the stdio framing does for a stdio server.
 """
@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import httpx2
 
-from actors import wire
+from mcpvisor.actors import wire
 
 EVENT_STREAM: Final = "text/event-stream"
 """An SSE body streams for as long as the server likes; the SDK bounds each of its events."""
@@ -125,7 +125,7 @@ def sdk_transport(spec: Any, max_message: int) -> Any:
 
         return sse_client(spec.url, headers=dict(spec.headers), httpx_client_factory=bounded_client)
     if spec.transport == "ws":
-        from actors.ws import websocket_client
+        from mcpvisor.actors.ws import websocket_client
 
         return websocket_client(spec.url, headers=dict(spec.headers), max_message=max_message)
     raise ValueError(f"unknown transport {spec.transport!r}")

@@ -1,13 +1,13 @@
 """In-process timing of the stdio fast path's routing of one ``tools/call`` (no pipes, no upstream).
 
-Runs `actors.fastpath.FastPath.client_request` on a prepared frame against a snapshot
+Runs `mcpvisor.actors.fronts.fastpath.FastPath.client_request` on a prepared frame against a snapshot
 with a plain tool and a compound tool, with a link that only mints ids and drops the
 bytes it is given: what is timed is the proxy's own work on a call (envelope, the call's
 plan, the rewrite, the registration), not trio's I/O. Prints the best of several runs
 (as timeit does: on a shared machine the others are the same work plus interference), in
 microseconds per call, for each kind of call::
 
-    python -m bench.fastpath_route [--calls N] [--runs N]
+    python -m mcpvisor.bench.fastpath_route [--calls N] [--runs N]
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from typing import Any, Final
 
 import trio
 
-from actors import wire
-from actors.core.catalog import Candidate, SnapshotBuilder, UpstreamLists
-from actors.core.compound import CompoundDecl, SubtoolDecl, resolve_compound
-from actors.fastpath import FastPath
-from actors.harness import ClientSession
-from actors.link.stdio import StdioLink
-from actors.upstream import State
+from mcpvisor.actors import wire
+from mcpvisor.actors.core.catalog import Candidate, SnapshotBuilder, UpstreamLists
+from mcpvisor.actors.core.compound import CompoundDecl, SubtoolDecl, resolve_compound
+from mcpvisor.actors.fronts.fastpath import FastPath
+from mcpvisor.actors.harness import ClientSession
+from mcpvisor.actors.link.stdio import StdioLink
+from mcpvisor.actors.upstream import State
 
 CALLS: Final = 20_000
 """Calls per run: enough that the clock's resolution and the loop are noise."""

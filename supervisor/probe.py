@@ -10,7 +10,7 @@ running proxy:
 * `probe_all`: every given server at once, under one process watchdog, reporting each
   result as it arrives.
 
-It uses the proxy's own connection code (`actors.link.stdio.open_stdio_link` /
+It uses the proxy's own connection code (`mcpvisor.actors.link.stdio.open_stdio_link` /
 `open_sdk_link`), so a server that passes here starts under the proxy too. Whatever a
 probe starts is stopped and reaped before it returns, cancellation included.
 """
@@ -24,7 +24,7 @@ from typing import Any, Final
 
 import trio
 
-from supervisor.config import ServerSpec
+from mcpvisor.config import ServerSpec
 
 __all__ = [
     "DEFAULT_PROBE_TIMEOUT_S",
@@ -212,7 +212,7 @@ async def probe_server(
         spec: the server, as resolved from the config (enabled or not: a probe is explicit).
         limit: bound on the whole probe, in seconds. On expiry the probe is abandoned
             and reported as a ``timeout`` failure naming the step it was in.
-        reaper: an `actors.process.Reaper` that kills the child if this process dies.
+        reaper: an `mcpvisor.actors.process.Reaper` that kills the child if this process dies.
 
     Returns:
         The result; never raises for a failure of the server itself.
@@ -254,8 +254,8 @@ async def probe_server(
 
 
 def _scrubbed(failure: Failure, spec: ServerSpec) -> Failure:
-    """``failure`` without any secret of ``spec`` (`supervisor.redact`) in its text."""
-    from supervisor.redact import scrub, server_secrets
+    """``failure`` without any secret of ``spec`` (`mcpvisor.redact`) in its text."""
+    from mcpvisor.redact import scrub, server_secrets
 
     secrets = server_secrets(spec)
     return dataclasses.replace(
@@ -277,7 +277,7 @@ async def probe_all(
         Results by server name, in the order of ``specs``. ``on_result`` is called as
         each one finishes (for a spinner's progress).
     """
-    from actors.process import open_reaper
+    from mcpvisor.actors.process import open_reaper
 
     load_connection_code()
     results: dict[str, ProbeResult] = {}
@@ -304,8 +304,8 @@ def load_connection_code() -> None:
 
 
 async def _probe_stdio(run: _Run, reaper: Any) -> None:
-    from actors.link import open_stdio_link
-    from actors.transports import stdio_argv
+    from mcpvisor.actors.link import open_stdio_link
+    from mcpvisor.actors.transports import stdio_argv
 
     spec = run.spec
     argv = stdio_argv(spec)
@@ -330,7 +330,7 @@ async def _probe_stdio(run: _Run, reaper: Any) -> None:
 
 
 async def _probe_remote(run: _Run) -> None:
-    from actors.link import open_sdk_link
+    from mcpvisor.actors.link import open_sdk_link
 
     async with open_sdk_link(
         run.spec.name, _remote_transport(run), events=_QuietEvents(), protocol=run.spec.protocol
@@ -343,7 +343,7 @@ def _remote_transport(run: _Run) -> Any:
     spec = run.spec
     headers = dict(spec.headers)
     if spec.transport == "ws":
-        from actors.ws import websocket_client
+        from mcpvisor.actors.ws import websocket_client
 
         return websocket_client(spec.url or "", headers=headers, max_message=PROBE_MAX_MESSAGE)
     import httpx2
@@ -427,8 +427,8 @@ def _stderr_tail(run: _Run) -> tuple[str, ...]:
 
 def _classify(exc: BaseException, run: _Run) -> Failure:
     """Turn whatever the connection raised into a `Failure` a user can act on."""
-    from actors.errors import ProxyError, UpstreamDied
-    from actors.process import SpawnError, describe_exit
+    from mcpvisor.actors.errors import ProxyError, UpstreamDied
+    from mcpvisor.actors.process import SpawnError, describe_exit
 
     leaves = list(_leaves(exc)) or [exc]
     step = run.step

@@ -231,7 +231,7 @@ def _url_secrets(url: str) -> Iterable[str]:
 
 
 def secret_values(config: Any, extra: Iterable[str] = ()) -> list[str]:
-    """Every value of ``config`` (a `supervisor.config.Config`) no text may show, longest first.
+    """Every value of ``config`` (a `mcpvisor.config.Config`) no text may show, longest first.
 
     Args:
         config: the loaded config (values already interpolated).
@@ -245,7 +245,7 @@ def secret_values(config: Any, extra: Iterable[str] = ()) -> list[str]:
 
 
 def server_secrets(spec: Any) -> list[str]:
-    """The secret values of one server (a `supervisor.config.ServerSpec`), longest first."""
+    """The secret values of one server (a `mcpvisor.config.ServerSpec`), longest first."""
     found: set[str] = set()
     for mapping in (getattr(spec, "env", None) or {}, getattr(spec, "headers", None) or {}):
         for value in mapping.values():

@@ -13,7 +13,7 @@ Owns:
   transport: its own equipped toolset, its own session-scoped instances, its calls
   labelled with the run in the journal.
 
-Instances are ordinary `actors.upstream.Upstream` actors (same supervision, timeouts,
+Instances are ordinary `mcpvisor.actors.upstream.Upstream` actors (same supervision, timeouts,
 restarts) run in the supervisor's tree, so leaving the supervisor stops them all; they
 report their lists to nobody (`_QuietRouter`): the shared instance speaks for the
 server.
@@ -31,14 +31,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from actors.core.toolsets import ToolsetError
-from actors.harness import ClientSession
-from actors.upstream import State, Upstream
+from mcpvisor.actors.core.toolsets import ToolsetError
+from mcpvisor.actors.harness import ClientSession
+from mcpvisor.actors.upstream import State, Upstream
 
 if TYPE_CHECKING:
-    from actors.core.catalog import Snapshot
-    from actors.core.model import Toolset
-    from supervisor.tree import Supervisor
+    from mcpvisor.actors.core.catalog import Snapshot
+    from mcpvisor.actors.core.model import Toolset
+    from mcpvisor.tree import Supervisor
 
 logger = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ class SessionView:
     """One harness client's view of a supervisor (see `Supervisor.session`).
 
     Calls go where a client connected through a front would send them (the same plan,
-    `actors.core.plan`: names, lazy loads, compound tools, ``use_tool``, refusals),
+    `mcpvisor.actors.core.plan`: names, lazy loads, compound tools, ``use_tool``, refusals),
     except that session-scoped servers are served by this session's own instances and
     that an `equip` here changes only this view.
     """

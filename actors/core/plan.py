@@ -19,8 +19,8 @@ own view), the name called and its arguments, one of
 and `unknown_tool`, the words of that answer for an unknown name.
 
 The four callers only execute the plan: the embedding API and harness sessions
-(`supervisor.tree`, `supervisor.sessions`), the SDK front (`actors.front_tools`) and the
-stdio fast path (`actors.fastpath`, which takes a route and hands everything else to
+(`mcpvisor.tree`, `mcpvisor.sessions`), the SDK front (`mcpvisor.actors.fronts.tools`) and the
+stdio fast path (`mcpvisor.actors.fronts.fastpath`, which takes a route and hands everything else to
 the SDK front, so both answer alike). So they name, load, wait, refuse and route alike
 by construction. A later outcome (a call to a starting server that waits for it, one to
 a down server refused with its state) is one more variant here and one more case in
@@ -34,10 +34,10 @@ from typing import Any, Final
 
 import msgspec
 
-from actors import wire
-from actors.core.catalog import Snapshot, ToolRoute, close_names
-from actors.core.discovery import USE_TOOL, lazy_owner
-from actors.core.use_tool import CallLocal, CallRoute, NeedsLoad, plan_use
+from mcpvisor.actors import wire
+from mcpvisor.actors.core.catalog import Snapshot, ToolRoute, close_names
+from mcpvisor.actors.core.discovery import USE_TOOL, lazy_owner
+from mcpvisor.actors.core.use_tool import CallLocal, CallRoute, NeedsLoad, plan_use
 
 __all__ = [
     "WAIT_FOR_STARTUP",

@@ -6,9 +6,9 @@ Owns:
   (an upstream tool, its arguments checked against its input schema), `CallLocal` (a
   management tool), `NeedsLoad` (the name belongs to a lazy server not loaded yet), or
   a ``CallToolResult`` with ``isError`` (unknown tool with close matches, bad arguments
-  naming the field). The call plan (`actors.core.plan`) asks it for every
+  naming the field). The call plan (`mcpvisor.actors.core.plan`) asks it for every
   ``use_tool`` call, so every caller refuses and routes alike.
-* `check_arguments`: a tool's arguments against its input schema (`actors.core.arguments`,
+* `check_arguments`: a tool's arguments against its input schema (`mcpvisor.actors.core.arguments`,
   the checker compound tools share), the error worded for use_tool.
 """
 
@@ -20,17 +20,17 @@ from typing import Any, Final
 
 import msgspec
 
-from actors import wire
-from actors.core.arguments import checker_of
-from actors.core.catalog import Snapshot, ToolRoute
-from actors.core.discovery import USE_TOOL, lazy_owner
+from mcpvisor.actors import wire
+from mcpvisor.actors.core.arguments import checker_of
+from mcpvisor.actors.core.catalog import Snapshot, ToolRoute
+from mcpvisor.actors.core.discovery import USE_TOOL, lazy_owner
 
 logger = logging.getLogger(__name__)
 
 USE_TOOL_KEYS: Final = ("tool_name", "arguments")
 
 
-# Plans of a call (`actors.core.plan`): msgspec structs, which build in a seventh of
+# Plans of a call (`mcpvisor.actors.core.plan`): msgspec structs, which build in a seventh of
 # a frozen dataclass's time, since a compound or use_tool call on the fast path makes one.
 class CallRoute(msgspec.Struct, frozen=True):
     """Call upstream tool ``route`` with ``arguments`` (checked)."""

@@ -177,9 +177,9 @@ def mask(value: str) -> str:
 
 
 def mask_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """A server entry from the file with every secret masked (`supervisor.redact.redact_entry`:
+    """A server entry from the file with every secret masked (`mcpvisor.redact.redact_entry`:
     header and env values, key-like args and URL query values, an OAuth client secret)."""
-    from supervisor.redact import redact_entry
+    from mcpvisor.redact import redact_entry
 
     return redact_entry(entry)
 

@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
-from supervisor._config_types import EXPOSURES
-from supervisor.cli import EXIT_OK, EXIT_USAGE, Formatter
-from supervisor.config import DEFAULT_HOST, DEFAULT_PORT
-from supervisor.redact import remember, scrub_known, secret_values
+from mcpvisor._config_types import EXPOSURES
+from mcpvisor.cli import EXIT_OK, EXIT_USAGE, Formatter
+from mcpvisor.config import DEFAULT_HOST, DEFAULT_PORT
+from mcpvisor.redact import remember, scrub_known, secret_values
 
 logger = logging.getLogger("mcpvisor")
 
@@ -71,14 +71,14 @@ for the last writes; then the front is cancelled and the children stopped."""
 
 
 def secrets_of(config: Any, extra: Any = ()) -> list[str]:
-    """Every value a log line must never show (`supervisor.redact.secret_values`)."""
+    """Every value a log line must never show (`mcpvisor.redact.secret_values`)."""
     return secret_values(config, extra)
 
 
 class _Format(logging.Formatter):
     """``HH:MM:SS LEVEL [server] line`` for upstream stderr, ``mcpvisor:`` for our own.
 
-    Scrubs every value `supervisor.redact.remember` was given from every line, whoever
+    Scrubs every value `mcpvisor.redact.remember` was given from every line, whoever
     wrote it (an upstream's stderr, the SDK, hypercorn): no token, header, env value or
     key in a command line reaches a log. The list is read at every line, so a hot reload
     that adds a server with its own secrets scrubs them from its first line on.
@@ -117,7 +117,7 @@ def setup_logging(level: str, log_file: str | None, secrets: Any = ()) -> None:
 
 
 def resolve_config(args: argparse.Namespace) -> tuple[Path, str]:
-    from supervisor.config import demo_config_path, find_config
+    from mcpvisor.config import demo_config_path, find_config
 
     if args.demo:
         return demo_config_path(), "--demo: the bundled demo config"
@@ -133,8 +133,8 @@ def resolve_config(args: argparse.Namespace) -> tuple[Path, str]:
 def run(args: argparse.Namespace) -> int:
     import trio
 
-    from supervisor._serve import TokenFileError, UnsafeBind, check_bind, start_tokens, tls_context
-    from supervisor.config import ConfigError, load_config
+    from mcpvisor._serve import TokenFileError, UnsafeBind, check_bind, start_tokens, tls_context
+    from mcpvisor.config import ConfigError, load_config
 
     try:
         path, why = resolve_config(args)
@@ -165,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"mcpvisor: cannot use --certfile/--keyfile: {exc}", file=sys.stderr)
             return EXIT_USAGE
     if args.exposure:  # the flag wins over $MCPVISOR_EXPOSURE, which wins over the file
-        from supervisor.settings import EXPOSURE_ENV
+        from mcpvisor.settings import EXPOSURE_ENV
 
         os.environ.pop(EXPOSURE_ENV, None)
         settings = dataclasses.replace(config.settings, exposure=args.exposure)
@@ -173,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
     logger.info("config: %s (%s)", path, why)
     for warning in config.warnings:
         logger.warning("%s", warning)
-    from actors.core.toolsets import ToolsetError
+    from mcpvisor.actors.core.toolsets import ToolsetError
 
     try:
         trio.run(_main, args, config)
@@ -189,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
 def _print_login(sup: Any, url: str) -> None:
     """Print the dashboard's login URL on stderr, outside the log (a log file must never
     hold a token; the terminal that started the proxy may)."""
-    from supervisor.dashboard import ensure_token, login_url
+    from mcpvisor.dashboard import ensure_token, login_url
 
     base = url.removesuffix("/mcp")
     token = ensure_token(Path(sup.store.directory))
@@ -200,9 +200,9 @@ def _print_login(sup: Any, url: str) -> None:
 async def _main(args: argparse.Namespace, config: Any) -> None:
     import trio
 
-    from supervisor._serve import serve
-    from supervisor.settings import state_dir as user_state_dir
-    from supervisor.tree import open_supervisor
+    from mcpvisor._serve import serve
+    from mcpvisor.settings import state_dir as user_state_dir
+    from mcpvisor.tree import open_supervisor
 
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async with open_supervisor(config, state_dir=args.state_dir, toolset=args.toolset,

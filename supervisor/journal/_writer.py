@@ -32,9 +32,9 @@ from typing import Any, Final
 import msgspec
 import trio
 
-from actors import wire
-from actors.harness import CancelledByClient
-from supervisor.redact import scrub_known
+from mcpvisor.actors import wire
+from mcpvisor.actors.harness import CancelledByClient
+from mcpvisor.redact import scrub_known
 
 logger = logging.getLogger(__name__)
 
@@ -164,7 +164,7 @@ def _text(value: Any) -> str | None:
 
 
 def _payload(data: bytes | None) -> str | None:
-    """A payload as stored: text, scrubbed of the config's secrets (`supervisor.redact`)."""
+    """A payload as stored: text, scrubbed of the config's secrets (`mcpvisor.redact`)."""
     return None if data is None else scrub_known(data.decode("utf-8", "replace"))
 
 

@@ -69,7 +69,7 @@ async def test_a_killed_watchdog_is_replaced_so_a_sigkilled_proxy_still_takes_it
     config = write_config(tmp_path, {"a": flaky("--spawn-grandchild"), "b": flaky()})
     with trio.fail_after(REAL_IO_BOUND_S * 2):
         proxy = await trio.lowlevel.open_process(
-            [PY, "-m", "supervisor", "serve", "--config", str(config),
+            [PY, "-m", "mcpvisor", "serve", "--config", str(config),
              "--state-dir", str(tmp_path / "state")],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:

@@ -1,6 +1,6 @@
 """The same ``tools/call`` through every caller gives the same answer (one plan, issue 24).
 
-A call's plan (`actors.core.plan`) is executed by four callers; this runs one list of
+A call's plan (`mcpvisor.actors.core.plan`) is executed by four callers; this runs one list of
 calls through each of them, every leg on its own proxy with its own real subprocess
 upstreams (the stdlib fixture server), and compares what comes back:
 
@@ -40,8 +40,8 @@ import pytest
 import trio
 from mcp import Client
 
-from actors.core.toolsets import MANAGEMENT_TOOLS
-from supervisor.tree import open_supervisor
+from mcpvisor.actors.core.toolsets import MANAGEMENT_TOOLS
+from mcpvisor.tree import open_supervisor
 from tests.helpers import (
     REAL_IO_BOUND_S,
     embedded_connection,

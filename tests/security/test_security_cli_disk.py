@@ -27,7 +27,7 @@ def mcp_add(config: Path, *, max_file_bytes: int | None = None) -> subprocess.Co
             resource.setrlimit(resource.RLIMIT_FSIZE, (max_file_bytes, max_file_bytes))
 
     return subprocess.run(
-        [PY, "-m", "supervisor", "mcp", "add", "--config", str(config), "git", "--", "uvx", "mcp-server-git"],
+        [PY, "-m", "mcpvisor", "mcp", "add", "--config", str(config), "git", "--", "uvx", "mcp-server-git"],
         capture_output=True,
         text=True,
         timeout=REAL_IO_BOUND_S,

@@ -109,7 +109,7 @@ async def test_mcpvisor_dashboard_wants_the_login_to_read_when_the_proxy_has_a_t
             config, "--transport", "http", "--port", "0", "--state-dir", str(state), env=env
         ):
             dashboard = await trio.lowlevel.open_process(
-                [PY, "-m", "supervisor", "dashboard", "--state-dir", str(state), "--port", "0", "--no-open"],
+                [PY, "-m", "mcpvisor", "dashboard", "--state-dir", str(state), "--port", "0", "--no-open"],
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,

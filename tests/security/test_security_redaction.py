@@ -113,7 +113,7 @@ async def test_a_server_added_by_reload_leaks_nothing_into_log_status_or_journal
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [PY, "-m", "supervisor", *args],
+        [PY, "-m", "mcpvisor", *args],
         capture_output=True,
         text=True,
         timeout=REAL_IO_BOUND_S,

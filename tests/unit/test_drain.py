@@ -1,4 +1,4 @@
-"""`actors.drain.Drain` on the trio clock: the grace, the forced answers, the refusals.
+"""`mcpvisor.actors.fronts.drain.Drain` on the trio clock: the grace, the forced answers, the refusals.
 
 The end-to-end version (a real ``mcpvisor serve`` on each front, SIGTERM with 32 calls
 in flight) is tests/chaos/test_chaos_shutdown.py; here the timing itself is checked.
@@ -13,8 +13,8 @@ import pytest
 import trio
 from mcp.shared.exceptions import MCPError
 
-from actors.drain import ANSWER_BOUND_S, SHUTDOWN_GRACE_S, Drain
-from actors.errors import ShuttingDown
+from mcpvisor.actors.errors import ShuttingDown
+from mcpvisor.actors.fronts.drain import ANSWER_BOUND_S, SHUTDOWN_GRACE_S, Drain
 
 
 @dataclass

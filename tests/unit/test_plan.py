@@ -14,11 +14,11 @@ from typing import Any
 
 import msgspec
 
-from actors.core.catalog import Snapshot, UpstreamLists
-from actors.core.compound import CompoundDecl, SubtoolDecl
-from actors.core.discovery import USE_TOOL, LazyBook
-from actors.core.model import ToolEntry, Toolset
-from actors.core.plan import (
+from mcpvisor.actors.core.catalog import Snapshot, UpstreamLists
+from mcpvisor.actors.core.compound import CompoundDecl, SubtoolDecl
+from mcpvisor.actors.core.discovery import USE_TOOL, LazyBook
+from mcpvisor.actors.core.model import ToolEntry, Toolset
+from mcpvisor.actors.core.plan import (
     WAIT_FOR_STARTUP,
     CallLocal,
     CallRoute,
@@ -27,9 +27,9 @@ from actors.core.plan import (
     plan_call,
     unknown_tool,
 )
-from actors.core.registration import UpstreamUp
-from actors.core.registry import RegistryCore
-from actors.core.toolsets import CONFIG_TOOLS, ToolsetExposure
+from mcpvisor.actors.core.registration import UpstreamUp
+from mcpvisor.actors.core.registry import RegistryCore
+from mcpvisor.actors.core.toolsets import CONFIG_TOOLS, ToolsetExposure
 
 
 def tool(name: str, **props: str) -> dict[str, Any]:

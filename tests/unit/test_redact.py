@@ -1,11 +1,11 @@
-"""What `supervisor.redact` takes for a secret, and what it leaves readable."""
+"""What `mcpvisor.redact` takes for a secret, and what it leaves readable."""
 
 from __future__ import annotations
 
 import pytest
 
-from supervisor.dashboard._entries import masked, unmask
-from supervisor.redact import MASK, looks_secret, redact_args, redact_url
+from mcpvisor.dashboard._entries import masked, unmask
+from mcpvisor.redact import MASK, looks_secret, redact_args, redact_url
 
 
 @pytest.mark.parametrize(

@@ -34,11 +34,11 @@ import trio
 from mcp.shared.message import SessionMessage
 from msgspec import UNSET
 
-from actors import wire
-from actors.fastpath import FastPath
-from actors.frame_check import Refusal, decode_client_frame, duplicate_id, request_refusal
-from actors.framing import FrameWriter, LineReader, OversizedLine, StreamBroken
-from actors.harness import ClientSession
+from mcpvisor.actors import wire
+from mcpvisor.actors.framing import FrameWriter, LineReader, OversizedLine, StreamBroken
+from mcpvisor.actors.fronts.fastpath import FastPath
+from mcpvisor.actors.fronts.frames import Refusal, decode_client_frame, duplicate_id, request_refusal
+from mcpvisor.actors.harness import ClientSession
 
 logger = logging.getLogger(__name__)
 
@@ -85,8 +85,8 @@ class StdioFront:
 
     async def serve(self) -> None:
         """Serve until the client closes its end (EOF on stdin), or until the proxy's
-        drain is done (`actors.drain`: every request in flight has its answer), then end
-        the session (its session-scoped instances stop; `supervisor.sessions` bounds the wait)."""
+        drain is done (`mcpvisor.actors.fronts.drain`: every request in flight has its answer), then end
+        the session (its session-scoped instances stop; `mcpvisor.sessions` bounds the wait)."""
         drain = getattr(self.front, "drain", None)
         try:
             async with trio.open_nursery() as nursery:

@@ -12,12 +12,12 @@ Owns, for one front connection (`FastPath`):
   so arguments and unknown keys such as ``inputResponses`` travel as they came), the
   id and the progress token swapped for the upstream's, the era adapted where the
   client and the upstream speak different ones;
-* the connection's side of each call in flight: its `FastCall` (`actors.fastcall`:
+* the connection's side of each call in flight: its `FastCall` (`mcpvisor.actors.fronts.fastcall`:
   the answer, retries, mid-call traffic and the ``input_required`` bridge) by client
   id, the parked calls by ``requestState``, and the requests sent to the client on an
   upstream's behalf (`FastPath.ask_client`).
 
-Which upstream tool a call reaches is the call's plan (`actors.core.plan`), the one
+Which upstream tool a call reaches is the call's plan (`mcpvisor.actors.core.plan`), the one
 every caller executes: this path takes a routed tool, a compound tool's subtool call and
 the tool ``use_tool`` names (arguments checked) as that tool's direct call. Any other
 plan (a management tool, a lazy server to load, start-up to wait for, a refusal), and a
@@ -42,21 +42,21 @@ from mcp_types import (
 )
 from msgspec import UNSET, Raw
 
-from actors import wire
-from actors.bridge import CAPABILITY_OF, STATE_PREFIX
-from actors.core.catalog import ToolRoute
-from actors.core.plan import CallRoute, plan_call
-from actors.eras import ENVELOPE_KEYS, is_modern_version, verbose_of
-from actors.errors import ProxyError, UpstreamError, error_data
-from actors.fastcall import FastCall
-from actors.framing import FrameWriter, StreamBroken
-from actors.harness import RUN_META_KEY, CancelledByClient, ClientSession
-from actors.link.stdio import StdioLink
-from actors.messages import Reply
+from mcpvisor.actors import wire
+from mcpvisor.actors.bridge import CAPABILITY_OF, STATE_PREFIX
+from mcpvisor.actors.core.catalog import ToolRoute
+from mcpvisor.actors.core.plan import CallRoute, plan_call
+from mcpvisor.actors.eras import ENVELOPE_KEYS, is_modern_version, verbose_of
+from mcpvisor.actors.errors import ProxyError, UpstreamError, error_data
+from mcpvisor.actors.framing import FrameWriter, StreamBroken
+from mcpvisor.actors.fronts.fastcall import FastCall
+from mcpvisor.actors.harness import RUN_META_KEY, CancelledByClient, ClientSession
+from mcpvisor.actors.link.stdio import StdioLink
+from mcpvisor.actors.messages import Reply
 
 if TYPE_CHECKING:
-    from actors.drain import Drain
-    from actors.front import Backend
+    from mcpvisor.actors.fronts.drain import Drain
+    from mcpvisor.actors.fronts.sdk import Backend
 
 logger = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class FastPath:
         if env.method != "tools/call" or env.params is UNSET:
             return False
         if self.drain is not None and self.drain.draining:
-            return False  # shutting down: the SDK's middleware refuses it (`actors.drain`)
+            return False  # shutting down: the SDK's middleware refuses it (`mcpvisor.actors.fronts.drain`)
         modern = wire.MODERN_MARKER in line
         if modern:
             if self.era == "legacy":

@@ -3,13 +3,13 @@
 Owns:
 
 * `Front`: the request handlers (resources, prompts, completion, logging; tools/call
-  is `actors.front_tools`): each reads the router's current snapshot and forwards to
+  is `mcpvisor.actors.fronts.tools`): each reads the router's current snapshot and forwards to
   the owning upstream actor;
 * the broadcaster's entry points: list_changed, resources/updated and upstream log
   messages to every client, in both eras (handshake era: each connection's queue in
-  `actors.clients`; 2026-07-28: the `subscriptions/listen` bus), never blocking the router;
+  `mcpvisor.actors.fronts.clients`; 2026-07-28: the `subscriptions/listen` bus), never blocking the router;
 * the bridged calls of 2026-07-28 clients to handshake-era upstreams: each runs beside
-  the client's legs, parked under its ``requestState`` (`actors.bridge`, `actors.origins`);
+  the client's legs, parked under its ``requestState`` (`mcpvisor.actors.bridge`, `mcpvisor.actors.fronts.origins`);
 * the client session of each request (`session_of`): one per handshake-era connection;
   a transport serving its connection itself (`serve_connection`, the stdio front) hands
   its own session over, so its fast path and the SDK reach the same session-scoped
@@ -42,22 +42,22 @@ from mcp.server.subscriptions import (
 )
 from mcp.shared.exceptions import MCPError
 
-from actors import wire
-from actors.bridge import ParkedCall, ParkedCalls, request_state_of, run_parked
-from actors.clients import CLIENT_SEND_TIMEOUT_S, ClientRegistry, ClientState, level_ok
-from actors.core.catalog import Snapshot, close_names
-from actors.core.registry import Changes
-from actors.drain import Drain
-from actors.eras import LOG_LEVELS, complete, is_modern_version, strip_upstream_stamps
-from actors.errors import ProxyError, error_data
-from actors.front_tools import ToolCalls, loader_of
-from actors.harness import ClientSession, sdk_session
-from actors.lazy import LoadFailed
-from actors.link import CallOrigin
-from actors.link.input_required import INPUT_REQUIRED_METHODS
-from actors.origins import BridgedOrigin, ConnectionOrigin, SdkOrigin, is_modern
-from actors.router import Router
-from actors.upstream import Upstream
+from mcpvisor.actors import wire
+from mcpvisor.actors.bridge import ParkedCall, ParkedCalls, request_state_of, run_parked
+from mcpvisor.actors.core.catalog import Snapshot, close_names
+from mcpvisor.actors.core.registry import Changes
+from mcpvisor.actors.eras import LOG_LEVELS, complete, is_modern_version, strip_upstream_stamps
+from mcpvisor.actors.errors import ProxyError, error_data
+from mcpvisor.actors.fronts.clients import CLIENT_SEND_TIMEOUT_S, ClientRegistry, ClientState, level_ok
+from mcpvisor.actors.fronts.drain import Drain
+from mcpvisor.actors.fronts.origins import BridgedOrigin, ConnectionOrigin, SdkOrigin, is_modern
+from mcpvisor.actors.fronts.tools import ToolCalls, loader_of
+from mcpvisor.actors.harness import ClientSession, sdk_session
+from mcpvisor.actors.lazy import LoadFailed
+from mcpvisor.actors.link import CallOrigin
+from mcpvisor.actors.link.input_required import INPUT_REQUIRED_METHODS
+from mcpvisor.actors.router import Router
+from mcpvisor.actors.upstream import Upstream
 
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -98,7 +98,7 @@ def to_mcp_error(exc: ProxyError) -> MCPError:
 
 CLIENT_STALLED: Final = ("mcpvisor disconnected this client: it read nothing for 10 s, "
                          "so its calls were cancelled")
-"""The error a stalled client's calls end with (`actors.outbox.CLIENT_STALL_S`), should it read again."""
+"""The error a stalled client's calls end with (`mcpvisor.actors.fronts.outbox.CLIENT_STALL_S`), should it read again."""
 
 DISCONNECT_S: Final = 5.0
 """Bound on terminating a stalled client's HTTP session (closing in-memory streams: instant)."""
@@ -142,9 +142,9 @@ class Front:
         self._listen = ListenHandler(self.bus)
         self._subscribers: dict[str, int] = {}
         self.drain = Drain()
-        """Refuses new requests and answers those in flight when the proxy stops (`actors.drain`)."""
+        """Refuses new requests and answers those in flight when the proxy stops (`mcpvisor.actors.fronts.drain`)."""
         self.parked = ParkedCalls()
-        """Calls of 2026-07-28 clients waiting for their retry with the answers (`actors.bridge`)."""
+        """Calls of 2026-07-28 clients waiting for their retry with the answers (`mcpvisor.actors.bridge`)."""
         self._origins: dict[str, BridgedOrigin] = {}
         self._nursery: trio.Nursery | None = None
         self.log_level: str | None = None
@@ -155,7 +155,7 @@ class Front:
         by the session id the SDK's loop was given."""
         self.clients.on_stall = self._disconnect
         self.tools = ToolCalls(backend, self._forward, self.session_of)
-        """``tools/call``, ``use_tool`` and loading a lazy tool's server (`actors.front_tools`)."""
+        """``tools/call``, ``use_tool`` and loading a lazy tool's server (`mcpvisor.actors.fronts.tools`)."""
         self.server: Server[Any] = ProxyServer(
             name,
             version=version,
@@ -277,7 +277,7 @@ class Front:
                 del self._sessions[key]
 
     def session_of(self, ctx: ServerRequestContext[Any, Any]) -> ClientSession | None:
-        """The client session of a request served through the SDK (`actors.harness.sdk_session`)."""
+        """The client session of a request served through the SDK (`mcpvisor.actors.harness.sdk_session`)."""
         return sdk_session(ctx, is_modern(ctx), self._sessions)
 
     def _upstream(self, server: str, ctx: ServerRequestContext[Any, Any] | None = None) -> Upstream:
@@ -317,7 +317,7 @@ class Front:
 
         A streamable-HTTP session is terminated (the SDK's transport; later requests
         get 404, as after a DELETE). A websocket's own writer closes it on the same
-        bound (`actors.ws`); the stdio front does not use outboxes.
+        bound (`mcpvisor.actors.ws`); the stdio front does not use outboxes.
         """
         manager = self.server._session_manager
         if manager is None or connection.session_id is None:

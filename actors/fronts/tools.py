@@ -2,7 +2,7 @@
 
 Owns:
 
-* `settle`: the plan of a call (`actors.core.plan`) once nothing is left to wait
+* `settle`: the plan of a call (`mcpvisor.actors.core.plan`) once nothing is left to wait
   for: start-up waited for (once), a lazy server loaded on first use (once, its failure
   becoming the answer); what the embedding API, harness sessions and this front share;
 * `ToolCalls`: the front's execution of that plan: a route forwarded to its upstream
@@ -22,9 +22,9 @@ import trio
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
-from actors import wire
-from actors.core.catalog import ToolRoute
-from actors.core.plan import (
+from mcpvisor.actors import wire
+from mcpvisor.actors.core.catalog import ToolRoute
+from mcpvisor.actors.core.plan import (
     CallLocal,
     CallRoute,
     NeedsLoad,
@@ -33,14 +33,14 @@ from actors.core.plan import (
     WaitForStartup,
     plan_call,
 )
-from actors.eras import strip_upstream_stamps
-from actors.harness import ClientSession, run_label
-from actors.lazy import LazyLoader, LoadFailed
-from actors.origins import is_modern
+from mcpvisor.actors.eras import strip_upstream_stamps
+from mcpvisor.actors.fronts.origins import is_modern
+from mcpvisor.actors.harness import ClientSession, run_label
+from mcpvisor.actors.lazy import LazyLoader, LoadFailed
 
 if TYPE_CHECKING:
-    from actors.core.catalog import Snapshot
-    from actors.front import Backend
+    from mcpvisor.actors.core.catalog import Snapshot
+    from mcpvisor.actors.fronts.sdk import Backend
 
 Forward = Callable[..., Awaitable[dict[str, Any]]]
 """`Front._forward`: ``(server, method, params, ctx, *, retry_safe)`` to the owning upstream."""
@@ -102,7 +102,7 @@ async def load_server(backend: Backend, plan: NeedsLoad) -> dict[str, Any] | Non
 
 
 class ToolCalls:
-    """The front's ``tools/call`` handler: executes the call's plan (`actors.core.plan`)."""
+    """The front's ``tools/call`` handler: executes the call's plan (`mcpvisor.actors.core.plan`)."""
 
     def __init__(self, backend: Backend, forward: Forward, session_of: SessionOf) -> None:
         self._backend = backend

@@ -26,7 +26,7 @@ from typing import Any, Final
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from actors import wire
+from mcpvisor.actors import wire
 
 MAX_JSON_DEPTH: Final = 64
 """Deepest nesting of arrays and objects a client frame may have. An MCP message is a

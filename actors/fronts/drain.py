@@ -1,6 +1,6 @@
 """The proxy's way out: every request in flight at a stop signal gets an answer.
 
-Owns `Drain`, one per `actors.front.Front` (so one per proxy), shared by every front
+Owns `Drain`, one per `mcpvisor.actors.fronts.sdk.Front` (so one per proxy), shared by every front
 connection:
 
 * while serving, it is a `Server.middleware` entry of the SDK's server: it knows every
@@ -27,7 +27,7 @@ import trio
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
-from actors.errors import ShuttingDown, error_data
+from mcpvisor.actors.errors import ShuttingDown, error_data
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ notification stream): never worth the grace, answered with the shutdown error at
 
 
 class FastCalls(Protocol):
-    """A stdio connection's fast path as the drain sees it (`actors.fastpath.FastPath`)."""
+    """A stdio connection's fast path as the drain sees it (`mcpvisor.actors.fronts.fastpath.FastPath`)."""
 
     def in_flight(self) -> int:
         """Calls waiting for their upstream's answer."""

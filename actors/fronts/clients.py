@@ -9,7 +9,7 @@ Owns:
 * `ClientRegistry`: every such connection, and one sender task per client that
   delivers its queue (list_changed, resources/updated, upstream log messages). A
   stuck client blocks only its own sender and costs bounded memory;
-* the `Outbox` of each connection, of either era (`actors.outbox`): what upstreams send
+* the `Outbox` of each connection, of either era (`mcpvisor.actors.fronts.outbox`): what upstreams send
   a client mid-call (progress, log messages), delivered by its own sender, so no
   upstream's reader ever waits for a client;
 * `level_ok`: whether a log message reaches a client at the level it set.
@@ -25,8 +25,8 @@ from typing import Any, Final
 import trio
 from mcp.server.connection import Connection
 
-from actors.eras import LOG_LEVELS
-from actors.outbox import Outbox
+from mcpvisor.actors.eras import LOG_LEVELS
+from mcpvisor.actors.fronts.outbox import Outbox
 
 CLIENT_QUEUE: Final = 256
 """Notifications queued for one client before duplicates are coalesced (a stuck client

@@ -24,8 +24,14 @@ from typing import Any, Final
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from msgspec import UNSET
 
-from actors import wire
-from actors.frame_check import MAX_JSON_DEPTH, Refusal, decode_client_frame, duplicate_id, request_refusal
+from mcpvisor.actors import wire
+from mcpvisor.actors.fronts.frames import (
+    MAX_JSON_DEPTH,
+    Refusal,
+    decode_client_frame,
+    duplicate_id,
+    request_refusal,
+)
 
 logger = logging.getLogger(__name__)
 

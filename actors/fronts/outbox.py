@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 CLIENT_OUTBOX: Final = 256
 """Messages queued for one client; beyond it new ones are dropped (progress and log
 messages are advisory) until the client catches up or is disconnected. The same depth as
-the list_changed queue of `actors.clients`."""
+the list_changed queue of `mcpvisor.actors.fronts.clients`."""
 
 CLIENT_STALL_S: Final = 10.0
 """A client that takes no message for this long is disconnected: a reader that keeps up

@@ -8,7 +8,7 @@ these from ``settings``):
   ``--token-file``), compared in constant time; the token set is read at every check,
   so a hot reload that removes a token locks its holder out at once, and one that adds
   the first token to an open front guards it from the next request (`guarding`);
-* `ChainVerifier`: static tokens first, then an OAuth verifier (`actors.oauth`);
+* `ChainVerifier`: static tokens first, then an OAuth verifier (`mcpvisor.actors.fronts.oauth`);
 * `HostRules`: which Host and Origin headers a front accepts (DNS-rebinding defence),
   as a predicate for the websocket front and as the SDK's `TransportSecuritySettings`
   for the HTTP front, so both fronts apply the same rules;
