@@ -95,11 +95,6 @@ class LazyLoader:
         """Lazy servers a load could still start (config order)."""
         return self.book.offered(self.router.core)
 
-    def unloaded(self) -> list[LazyServer]:
-        """Lazy servers not loaded, given up on or not: a first use of a given-up one is
-        answered with its last error rather than "unknown tool"."""
-        core = self.router.core
-        return [s for s in self.book.servers.values() if not s.loaded and s.name not in core.lists]
 
     async def load(self, name: str) -> Loaded:
         """Start lazy server ``name`` (or join the start already under way) and wait until

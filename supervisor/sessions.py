@@ -31,15 +31,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from mcpvisor.actors.core.catalog import ToolRoute, tool_hints
-from mcpvisor.actors.core.toolsets import ToolsetError, resolve
-from mcpvisor.actors.eras import strip_upstream_stamps
-from mcpvisor.actors.errors import ProxyError
-from mcpvisor.actors.fronts.tools import unknown_tool_result
+from mcpvisor.actors.core.toolsets import ToolsetError
 from mcpvisor.actors.harness import ClientSession
 from mcpvisor.actors.upstream import State, Upstream
 
 if TYPE_CHECKING:
+    from mcpvisor.actors.core.catalog import Snapshot
+    from mcpvisor.actors.core.model import Toolset
     from mcpvisor.tree import Supervisor
 
 logger = logging.getLogger(__name__)
@@ -176,29 +174,46 @@ class ScopedServers:
 class SessionView:
     """One harness client's view of a supervisor (see `Supervisor.session`).
 
-    Calls go where a client connected through a front would send them, except that
-    session-scoped servers are served by this session's own instances and that an
-    `equip` here changes only this view.
+    Calls go where a client connected through a front would send them (the same plan,
+    `mcpvisor.actors.core.plan`: names, lazy loads, compound tools, ``use_tool``, refusals),
+    except that session-scoped servers are served by this session's own instances and
+    that an `equip` here changes only this view.
     """
 
     def __init__(self, sup: Supervisor, session: ClientSession) -> None:
         self.sup = sup
         self.client = session
-        self._equipped: str | None = None
-        self._routes: dict[str, ToolRoute] | None = None
+        self._toolset: Toolset | None = None
+        self._view: Snapshot | None = None
+        self._view_of: Snapshot | None = None
+        """The router's snapshot `_view` was built from: a newer one means the catalog changed."""
 
     @property
     def label(self) -> str:
         return self.client.label
 
+    @property
+    def snapshot(self) -> Snapshot:
+        """What this session sees now: the proxy's snapshot, or with a toolset equipped
+        here, that toolset's view of the same catalog (rebuilt when the catalog changes)."""
+        base = self.sup.snapshot
+        if self._toolset is None:
+            return base
+        if self._view is None or self._view_of is not base:
+            self._view = self.sup.toolsets.view(self.sup.core, self._toolset)
+            self._view_of = base
+        return self._view
+
     def tools(self) -> list[dict[str, Any]]:
         """The tools this session sees now (its toolset's, else the proxy's)."""
-        if self._routes is None:
-            return self.sup.tools()
-        return [dict(route.wire) for route in self._routes.values()]
+        return [dict(t) for t in self.snapshot.tools_list]
 
     async def equip(self, name: str) -> list[str]:
         """Equip toolset ``name`` for this session only; returns the names it now sees.
+
+        The names are the ones the proxy gives a toolset it equips (``calc.add`` is
+        ``calc_add`` under the default namespacing); the management tools are not
+        listed here (they act on the proxy's own exposure).
 
         Raises:
             ToolsetError: no toolset has that name.
@@ -208,23 +223,14 @@ class SessionView:
         if toolset is None:
             raise ToolsetError("unknown_toolset", f"no toolset named {name!r}; toolsets: "
                                f"{', '.join(toolsets) or 'none'}", toolsets=list(toolsets))
-        routes: dict[str, ToolRoute] = {}
-        for status in resolve(toolset, self.sup.core, pin_schemas=self.sup.settings.pin_schemas):
-            cand = status.candidate
-            if not status.exposed or cand is None:
-                continue
-            exposed = cand.alias or status.namespaced
-            retry_safe = any(tool_hints(cand.tool))
-            routes[exposed] = ToolRoute(exposed, cand.server, cand.original, retry_safe,
-                                        {**cand.tool, "name": exposed}, cand.compound)
-        self._routes = routes
-        self._equipped = name
-        return list(routes)
+        self._toolset = toolset
+        self._view = None
+        return self.snapshot.exposed_names()
 
     def unequip(self) -> None:
         """Back to the proxy's view."""
-        self._routes = None
-        self._equipped = None
+        self._toolset = None
+        self._view = None
 
     def upstream(self, server: str) -> Upstream | None:
         """The instance this session's calls to ``server`` go to."""
@@ -236,39 +242,8 @@ class SessionView:
 
         ``run`` labels the call in the journal (default: the session's run label).
         """
-        sup = self.sup
-        if self._routes is not None:
-            route = self._routes.get(name)
-            if route is None:
-                return unknown_tool_result(name, sup.snapshot)
-        else:
-            if not sup.started:
-                await sup.wait_startup()
-            route = sup.snapshot.tools.get(name)
-            if route is None:
-                if name in sup.snapshot.local_tools:
-                    return await sup.call_local_tool(name, dict(arguments or {}), None)
-                return unknown_tool_result(name, sup.snapshot)
-        direct = route.direct(arguments or {})  # a compound tool: its subtool's route and args
-        if isinstance(direct, dict):
-            return direct
-        route, args = direct
-        server, original, retry_safe = route.server, route.original, route.retry_safe
-        up = self.upstream(server)
-        started = trio.current_time()
-        label = run or self.client.run
-        try:
-            if up is None:
-                raise ProxyError(f"server {server} is not running")
-            result = await up.request("tools/call", {"name": original, "arguments": args},
-                                      retry_safe=retry_safe)
-        except (ProxyError, trio.Cancelled) as exc:
-            sup.note_call(server, original, started, exc, session=self.client.label, run=label,
-                          arguments=args, upstream=up)
-            raise
-        sup.note_call(server, original, started, None, session=self.client.label, run=label,
-                      arguments=args, result=result, upstream=up)
-        return strip_upstream_stamps(result)
+        return await self.sup.execute_call(self, name, arguments, session=self.client,
+                                           run=run or self.client.run)
 
 
 @asynccontextmanager

@@ -32,15 +32,15 @@ from typing import Any, Final
 import trio
 
 from mcpvisor.actors.core.catalog import Snapshot
-from mcpvisor.actors.core.discovery import DISCOVER_TOOL, LOAD_MCP, USE_TOOL, LazyBook
+from mcpvisor.actors.core.discovery import DISCOVER_TOOL, LOAD_MCP, LazyBook
 from mcpvisor.actors.core.model import SavedState
+from mcpvisor.actors.core.plan import CallLocal, CallRoute, Refused, unknown_tool
 from mcpvisor.actors.core.registry import Changes, RegistryCore
 from mcpvisor.actors.core.toolsets import ToolsetError, ToolsetExposure
-from mcpvisor.actors.core.use_tool import CallLocal, NeedsLoad, plan_use
 from mcpvisor.actors.eras import strip_upstream_stamps
 from mcpvisor.actors.errors import ProxyError
 from mcpvisor.actors.fronts.sdk import Front
-from mcpvisor.actors.fronts.tools import unknown_tool_result
+from mcpvisor.actors.fronts.tools import View, settle
 from mcpvisor.actors.harness import ClientSession
 from mcpvisor.actors.lazy import LazyLoader
 from mcpvisor.actors.link import CallOrigin
@@ -197,56 +197,41 @@ class Supervisor:
         Raises:
             actors.errors.ProxyError: the server is down, timed out, or died mid-call.
         """
-        snapshot = self.router.snapshot
-        route = snapshot.tools.get(name)
-        if route is None and not self.started:
-            await self.wait_startup()
-            snapshot = self.router.snapshot
-            route = snapshot.tools.get(name)
-        args = dict(arguments or {})
-        if route is None and name == USE_TOOL and snapshot.discovery is not None:
-            plan = plan_use(snapshot, args)
-            if isinstance(plan, NeedsLoad):
-                failure = await self.front.tools.load_owner(plan.tool_name)
-                if failure is not None:
-                    return failure
-                snapshot = self.router.snapshot
-                plan = plan_use(snapshot, args)
-            if isinstance(plan, dict):
-                return plan
-            if isinstance(plan, NeedsLoad):
-                return unknown_tool_result(plan.tool_name, snapshot)
-            if isinstance(plan, CallLocal):
-                return await self.call_local_tool(plan.name, plan.arguments, None)
+        return await self.execute_call(self.router, name, arguments)
+
+    async def execute_call(self, view: View, name: str, arguments: Mapping[str, Any] | None, *,
+                           session: ClientSession | None = None, run: str | None = None) -> dict[str, Any]:
+        """Execute the plan (`mcpvisor.actors.core.plan`) of calling ``name`` as seen from ``view``.
+
+        What `call_tool` and `SessionView.call_tool` do: the waits and loads of `settle`,
+        then the routed call (to ``session``'s own instance of a session-scoped server),
+        a management tool, or the refusal; each routed call is journalled with
+        ``session``'s label and ``run``. Raises as `call_tool` does.
+        """
+        plan = await settle(self, view, name, arguments)
+        if isinstance(plan, Refused):
+            return plan.result
+        if isinstance(plan, CallLocal):
+            return await self.call_local_tool(plan.name, plan.arguments, None, snapshot=view.snapshot)
+        if isinstance(plan, CallRoute):  # a compound tool's subtool, or the tool use_tool names
             route, args = plan.route, plan.arguments
-        elif route is None and name not in snapshot.local_tools:
-            failure = await self.front.tools.load_owner(name)  # a lazy server's tool: load it (first use)
-            if failure is not None:
-                return failure
-            snapshot = self.router.snapshot
-            route = snapshot.tools.get(name)
-        if route is None:
-            if name in snapshot.local_tools:
-                return await self.call_local_tool(name, args, None)
-            return unknown_tool_result(name, snapshot)
-        direct = route.direct(args)  # a compound tool: its subtool's route and args
-        if isinstance(direct, dict) and not self.started:
-            await self.wait_startup()  # a subtool's server may not have listed yet
-            route = self.router.snapshot.tools.get(name, route)
-            direct = route.direct(args) if route.compound else direct
-        if isinstance(direct, dict):
-            return direct
-        route, args = direct
-        server, original, retry_safe = route.server, route.original, route.retry_safe
+        else:
+            route, args = plan, dict(arguments or {})
+        server, original = route.server, route.original
+        up = self.upstream_for(server, session)
+        label = session.label if session is not None else None
         started = trio.current_time()
         try:
-            result = await self.upstreams[server].request(
-                "tools/call", {"name": original, "arguments": args}, retry_safe=retry_safe,
-            )
+            if up is None:
+                raise ProxyError(f"server {server} is not running")
+            result = await up.request("tools/call", {"name": original, "arguments": args},
+                                      retry_safe=route.retry_safe)
         except (ProxyError, trio.Cancelled) as exc:
-            self.note_call(server, original, started, exc, arguments=args)
+            self.note_call(server, original, started, exc, session=label, run=run, arguments=args,
+                           upstream=up)
             raise
-        self.note_call(server, original, started, None, arguments=args, result=result)
+        self.note_call(server, original, started, None, session=label, run=run, arguments=args,
+                       result=result, upstream=up)
         return strip_upstream_stamps(result)
 
     def session(self, label: str | None = None, *,
@@ -327,17 +312,17 @@ class Supervisor:
     def started(self) -> bool:
         return self._startup_done.is_set()
 
-    async def call_local_tool(self, name: str, arguments: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        """Run a management tool (a name in ``snapshot.local_tools``)."""
-        snapshot = self.router.snapshot
+    async def call_local_tool(self, name: str, arguments: dict[str, Any], ctx: Any, *,
+                              snapshot: Snapshot | None = None) -> dict[str, Any]:
+        """Run a management tool (a name in ``snapshot.local_tools``; default: the router's
+        snapshot; a harness session passes its own view, which ``discover_tool`` describes)."""
+        snapshot = snapshot if snapshot is not None else self.router.snapshot
         if name not in snapshot.local_tools:
-            return unknown_tool_result(name, snapshot)
+            return unknown_tool(name, snapshot)
         if name == DISCOVER_TOOL:
             return discover(snapshot, arguments)
         if name == LOAD_MCP:
             return await load_mcp(self.loader, arguments)
-        if name == USE_TOOL:  # reached only without a client request (use_tool routes in the front)
-            return await self.call_tool(USE_TOOL, arguments)
         return await self.menu.call(name, arguments)
 
     def note_call(self, server: str, tool: str, started: float, error: BaseException | None, *,

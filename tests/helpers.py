@@ -58,8 +58,8 @@ def proxy_params(config: Path, *extra: str, env: Mapping[str, str] | None = None
     """Launch ``mcpvisor serve`` over stdio, as Claude Code would."""
     full_env = dict(os.environ)
     full_env.update(env or {})
-    return StdioServerParameters(command=PY, args=["-m", "mcpvisor", "serve", "--config", str(config), *extra],
-                                 env=full_env)
+    return StdioServerParameters(command=PY, env=full_env,
+                                 args=["-m", "mcpvisor", "serve", "--config", str(config), *extra])
 
 
 def read_record(path: Path) -> list[dict[str, Any]]:
@@ -144,21 +144,24 @@ async def pipe_transport(receive: trio.abc.ReceiveStream, send: trio.abc.SendStr
 
 
 @asynccontextmanager
-async def embedded_connection(sup: Any
+async def embedded_connection(sup: Any, *, fast_path: bool | None = None
                               ) -> AsyncIterator[tuple[trio.abc.SendStream, trio.abc.ReceiveStream, Any]]:
     """One client connection to the running supervisor ``sup`` through the stdio front
     (`mcpvisor.actors.fronts.stdio`, fast path and all) that `mcpvisor serve` puts on its
     stdin/stdout, on OS pipes; yields the client's ends (send, receive) and the
     `StdioFront`. Several may be open on one supervisor at once. Closing the client's
-    send end is the client leaving (EOF): the front ends its session."""
+    send end is the client leaving (EOF): the front ends its session. ``fast_path``
+    (default: ``settings.fastPath``) turns the front's fast path on or off."""
     from mcpvisor.actors.fronts.stdio import StdioFront
 
     up_r, up_w = os.pipe()      # client -> proxy
     down_r, down_w = os.pipe()  # proxy -> client
-    front_in, client_out, client_in, front_out = (trio.lowlevel.FdStream(fd) for fd in (up_r, up_w, down_r, down_w))
+    front_in, client_out, client_in, front_out = (trio.lowlevel.FdStream(fd)
+                                                  for fd in (up_r, up_w, down_r, down_w))
     async with front_in, front_out, client_in, client_out, trio.open_nursery() as nursery:
         front = StdioFront(sup.front, front_in, front_out,
-                           max_message=sup.settings.max_message_bytes, fast_path=sup.settings.fast_path)
+                           max_message=sup.settings.max_message_bytes,
+                           fast_path=sup.settings.fast_path if fast_path is None else fast_path)
         nursery.start_soon(front.serve)
         yield client_out, client_in, front
         nursery.cancel_scope.cancel()

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from mcpvisor.actors.core.compound import CompoundTool
-    from mcpvisor.actors.core.discovery import DiscoveryIndex
+    from mcpvisor.actors.core.discovery import DiscoveryIndex, LazyServer
 
 MAX_NAME: Final = 64
 """Longest exposed name. MCP allows 128, but Claude Code and the OpenAI/Anthropic tool APIs
@@ -124,10 +124,7 @@ class ToolRoute:
 
         For a compound tool that is its subtool's route and ``args``; a call failing the
         compound tool's check gives the ``isError`` result to answer instead (nothing is
-        sent). The fast path, the embedding API (`mcpvisor.tree`) and harness sessions
-        (`mcpvisor.sessions`) call this; the SDK front (`mcpvisor.actors.fronts.tools`) calls
-        ``compound.prepare`` itself. A caller that can wait (the API, the SDK front) waits
-        for start-up after a refusal and checks again.
+        sent). The call plan (`mcpvisor.actors.core.plan`) calls this for every caller.
         """
         if self.compound is None:
             return self, dict(arguments)
@@ -190,6 +187,9 @@ class Snapshot:
     discovery: DiscoveryIndex | None = None
     """With ``exposure: discovery``: what discover_tool and use_tool offer
     (`mcpvisor.actors.core.discovery`)."""
+    unloaded: tuple[LazyServer, ...] = ()
+    """Lazy servers not loaded (given up on or not): a call of a name like one of their
+    tools loads the server first (`mcpvisor.actors.core.plan`)."""
 
     def route_resource(self, uri: str) -> str | None:
         server = self.resources.get(uri)

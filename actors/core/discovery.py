@@ -133,6 +133,11 @@ class LazyBook:
                 out.append(s)
         return out
 
+    def unloaded(self, core: RegistryCore) -> tuple[LazyServer, ...]:
+        """Lazy servers not loaded (no lists in the catalog either), given up on or not: a
+        first use of a given-up one is answered with its last error, not "unknown tool"."""
+        return tuple(s for s in self.servers.values() if not s.loaded and s.name not in core.lists)
+
     def reconfigure(self, lazy: Mapping[str, str | None]) -> None:
         """A reload: keep what is known of servers still lazy, forget the others."""
         self.servers = {name: dataclasses.replace(self.servers[name], description=desc)

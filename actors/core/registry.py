@@ -155,12 +155,20 @@ class RegistryCore:
                 return tool
         return None
 
+    def build(self, candidates: Sequence[Candidate], local: Sequence[Mapping[str, Any]] = ()) -> Snapshot:
+        """A snapshot exposing ``candidates`` (and ``local`` tools) over the catalog now,
+        named by the rules `snapshot` is; changes nothing (a harness session's own view)."""
+        return SnapshotBuilder(namespacing=self.namespacing).build(self.order, self._available_lists(),
+                                                                   candidates, local)
+
+    def _available_lists(self) -> dict[str, UpstreamLists]:
+        return {s: self.lists[s] for s in self.available()}
+
     # --- writes ----------------------------------------------------------------------
     def rebuild(self) -> Changes:
         candidates, local = self.exposure.select(self)
         old = self.snapshot
-        self.snapshot = self._builder.build(self.order, {s: self.lists[s] for s in self.available()},
-                                            candidates, local)
+        self.snapshot = self._builder.build(self.order, self._available_lists(), candidates, local)
         if self.compounds:  # a declared subtool a running server lacks: a warning, not a refusal
             extra = tuple(p for ct in self.compound_tools() for p in ct.problems())
             self.snapshot = dataclasses.replace(self.snapshot, problems=self.snapshot.problems + extra)

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from mcpvisor.actors.core.catalog import Candidate, Snapshot, close_names, exposed_tool
+from mcpvisor.actors.core.catalog import Candidate, Snapshot, assign_names, close_names, exposed_tool
 from mcpvisor.actors.core.discovery import LazyBook, discovery_view
 from mcpvisor.actors.core.model import Note, PinnedSchema, SavedState, ToolEntry, Toolset
 
@@ -471,10 +471,26 @@ class ToolsetExposure:
         return [s.candidate for s in self.resolve(core) if s.exposed and s.candidate is not None], local
 
     def finish(self, snapshot: Snapshot, core: RegistryCore) -> Snapshot:
-        """The snapshot clients see: discovery lists its three tools instead (unchanged otherwise)."""
+        """The snapshot clients see: the lazy servers not loaded yet noted (a call may load
+        one); with discovery, its three tools listed instead."""
+        unloaded = self.lazy.unloaded(core) if self.lazy is not None else ()
+        if unloaded:
+            snapshot = dataclasses.replace(snapshot, unloaded=unloaded)
         if self.mode != "discovery":
             return snapshot
         return discovery_view(snapshot, core, self.lazy, self.discovery_budget, self.server_descriptions)
+
+    def view(self, core: RegistryCore, toolset: Toolset) -> Snapshot:
+        """What a client sees with ``toolset`` equipped, without equipping it: a harness
+        session's own view (`mcpvisor.sessions`).
+
+        Built by the rules of the proxy's own snapshot (the same names, notes, schema pins,
+        lazy servers and discovery), over the catalog now, but without the management
+        tools: they change the proxy's exposure, not the session's. Pure; changes nothing.
+        """
+        statuses = self.resolve(core, toolset)
+        candidates = [s.candidate for s in statuses if s.exposed and s.candidate is not None]
+        return self.finish(core.build(candidates), core)
 
     # --- writes (inside the router; each either applies fully or raises first) -------
     def restore(self, state: SavedState, equip: str | None = None) -> None:
@@ -537,9 +553,9 @@ class ToolsetExposure:
 
 
 def full_list(core: RegistryCore, definitions: Mapping[str, Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """Roughly what ``exposure: all`` would list: every catalog tool plus the management tools."""
+    """What ``exposure: all`` would list: every catalog tool (named as clients would see
+    them) plus the management tools."""
     tools: list[Mapping[str, Any]] = [definitions[n] for n in CONFIG_TOOLS if n in definitions]
-    for c in core.all_candidates():
-        name = c.original if c.compound is not None else f"{c.server}_{c.rename or c.original}"
-        tools.append(exposed_tool(c.tool, name, c.notes))
+    named, _ = assign_names(core.all_candidates(), core.namespacing)
+    tools.extend(exposed_tool(n.item.tool, n.name, n.item.notes) for n in named)
     return tools

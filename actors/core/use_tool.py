@@ -6,8 +6,8 @@ Owns:
   (an upstream tool, its arguments checked against its input schema), `CallLocal` (a
   management tool), `NeedsLoad` (the name belongs to a lazy server not loaded yet), or
   a ``CallToolResult`` with ``isError`` (unknown tool with close matches, bad arguments
-  naming the field). The front's SDK path, the fast path and the embedding API all use
-  it, so they refuse and route alike.
+  naming the field). The call plan (`mcpvisor.actors.core.plan`) asks it for every
+  ``use_tool`` call, so every caller refuses and routes alike.
 * `check_arguments`: a tool's arguments against its input schema (`mcpvisor.actors.core.arguments`,
   the checker compound tools share), the error worded for use_tool.
 """
@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Final
+
+import msgspec
 
 from mcpvisor.actors import wire
 from mcpvisor.actors.core.arguments import checker_of
@@ -29,20 +30,25 @@ logger = logging.getLogger(__name__)
 USE_TOOL_KEYS: Final = ("tool_name", "arguments")
 
 
-@dataclass(frozen=True, slots=True)
-class CallRoute:
+# Plans of a call (`mcpvisor.actors.core.plan`): msgspec structs, which build in a seventh of
+# a frozen dataclass's time, since a compound or use_tool call on the fast path makes one.
+class CallRoute(msgspec.Struct, frozen=True):
+    """Call upstream tool ``route`` with ``arguments`` (checked)."""
+
     route: ToolRoute
     arguments: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class CallLocal:
+class CallLocal(msgspec.Struct, frozen=True):
+    """Run management tool ``name`` with ``arguments``."""
+
     name: str
     arguments: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class NeedsLoad:
+class NeedsLoad(msgspec.Struct, frozen=True):
+    """``tool_name`` belongs to lazy server ``server``, not loaded yet."""
+
     server: str
     tool_name: str
 

@@ -17,13 +17,13 @@ Owns, for one front connection (`FastPath`):
   id, the parked calls by ``requestState``, and the requests sent to the client on an
   upstream's behalf (`FastPath.ask_client`).
 
-``use_tool`` (discovery exposure) takes this path when the tool it names is routed and
-its arguments satisfy the tool's schema: the frame goes upstream as that tool's direct
-call (`use_tool_route`). A call this path cannot take (unknown tool, management tool,
-server not ready, not a stdio upstream, malformed params, use_tool with bad arguments)
-goes to the SDK, which answers it exactly
-as it always does; so turning the path off (``settings.fastPath: false``) changes
-cost, not behaviour.
+Which upstream tool a call reaches is the call's plan (`mcpvisor.actors.core.plan`), the one
+every caller executes: this path takes a routed tool, a compound tool's subtool call and
+the tool ``use_tool`` names (arguments checked) as that tool's direct call. Any other
+plan (a management tool, a lazy server to load, start-up to wait for, a refusal), and a
+call this path cannot take (server not ready, not a stdio upstream, malformed params),
+goes to the SDK front, which executes the same plan; so turning the path off
+(``settings.fastPath: false``) changes cost, not behaviour.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ from msgspec import UNSET, Raw
 
 from mcpvisor.actors import wire
 from mcpvisor.actors.bridge import CAPABILITY_OF, STATE_PREFIX
-from mcpvisor.actors.core.discovery import USE_TOOL
-from mcpvisor.actors.core.use_tool import check_arguments
+from mcpvisor.actors.core.catalog import ToolRoute
+from mcpvisor.actors.core.plan import CallRoute, plan_call
 from mcpvisor.actors.eras import ENVELOPE_KEYS, is_modern_version, verbose_of
 from mcpvisor.actors.errors import ProxyError, UpstreamError, error_data
 from mcpvisor.actors.framing import FrameWriter, StreamBroken
@@ -55,7 +55,6 @@ from mcpvisor.actors.link.stdio import StdioLink
 from mcpvisor.actors.messages import Reply
 
 if TYPE_CHECKING:
-    from mcpvisor.actors.core.catalog import Snapshot, ToolRoute
     from mcpvisor.actors.fronts.drain import Drain
     from mcpvisor.actors.fronts.sdk import Backend
 
@@ -70,7 +69,6 @@ CLIENT_GONE_CANCEL_S: Final = 1.0
 
 _str = msgspec.json.Decoder(str)
 _token = msgspec.json.Decoder(int | str)
-_args = msgspec.json.Decoder(dict[str, Any] | None)
 
 
 class FastPath:
@@ -166,27 +164,16 @@ class FastPath:
                     return False  # the SDK path's, or unknown: the SDK answers it
                 await parked.resume(env.id, params)  # type: ignore[arg-type]
                 return True
-        snapshot = self.backend.router.snapshot
-        route = snapshot.tools.get(name)
-        if route is None:
-            # use_tool (discovery exposure) takes this path too once its arguments check out:
-            # the frame goes upstream as the direct call of the tool it names.
-            use = use_tool_route(snapshot, params) if name == USE_TOOL else None
-            if use is None:
-                return False
-            route, params["arguments"] = use
-        if route.compound is not None:
-            # A compound tool takes this path once checked: it becomes its subtool's direct
-            # call. A call that fails the check goes to the SDK, which answers the isError.
-            try:
-                arguments = wire.decode_dict(params["arguments"]) if "arguments" in params else {}
-            except (wire.DecodeError, wire.ValidationError):
-                return False
-            direct = route.direct(arguments)
-            if isinstance(direct, dict):
-                return False
-            route, args = direct
-            params["arguments"] = Raw(wire.encode(args))
+        plan = plan_call(self.backend.router.snapshot, name, params.get("arguments"))
+        if type(plan) is ToolRoute:
+            route = plan  # the common case: the arguments travel as they came
+        elif isinstance(plan, CallRoute):
+            # A compound tool's subtool or the tool use_tool names, its arguments checked:
+            # the frame goes upstream as that tool's direct call.
+            route = plan.route
+            params["arguments"] = Raw(wire.encode(plan.arguments))
+        else:
+            return False  # a management tool, a load or a wait, a refusal: the SDK front's to execute
         up = self.backend.upstreams.get(route.server)
         if up is None:
             return False
@@ -353,24 +340,3 @@ class FastPath:
         for reply in self.requests.values():
             reply.fail(UpstreamError(wire.CONNECTION_CLOSED, "the client disconnected"))
 
-
-def use_tool_route(snapshot: Snapshot, params: dict[str, Raw]) -> tuple[ToolRoute, Raw] | None:
-    """The route and raw arguments of a ``use_tool`` call whose arguments satisfy the
-    tool's schema; None for anything else (unknown tool, management tool, lazy server not
-    loaded, bad arguments): the SDK path answers those, with the same words as always."""
-    if snapshot.discovery is None or "arguments" not in params:
-        return None
-    try:
-        use = wire.decode_raw_map(params["arguments"])
-        if set(use) - {"tool_name", "arguments"}:
-            return None
-        tool_name = _str.decode(use["tool_name"])
-        raw_args = use.get("arguments")
-        args = _args.decode(raw_args) if raw_args is not None else {}
-    except (KeyError, wire.DecodeError, wire.ValidationError):
-        return None
-    exposed = snapshot.discovery.exposed_name(tool_name, snapshot)
-    route = snapshot.tools.get(exposed) if exposed is not None else None
-    if route is None or not isinstance(args, dict) or check_arguments(route.wire, args) is not None:
-        return None
-    return route, raw_args if raw_args is not None else Raw(b"{}")

@@ -1,21 +1,21 @@
-"""``tools/call`` on the shared (SDK) front: from the tool's name to the forwarded call.
+"""``tools/call`` on the shared (SDK) front, and the waits and loads every caller's plan may ask for.
 
 Owns:
 
-* `ToolCalls`: the route a called name takes — a routed server tool, a compound tool
-  (checked, then exactly the direct call of its subtool), ``use_tool`` (discovery
-  exposure; checked, then routed as the tool it names), a local management tool, or
-  a lazy server's tool named before its server loaded (loaded on first use) — and the
-  journal entry of each call;
-* `unknown_tool_result`: the ``isError`` answer for a name nothing serves, with the
-  closest names;
+* `settle`: the plan of a call (`mcpvisor.actors.core.plan`) once nothing is left to wait
+  for: start-up waited for (once), a lazy server loaded on first use (once, its failure
+  becoming the answer); what the embedding API, harness sessions and this front share;
+* `ToolCalls`: the front's execution of that plan: a route forwarded to its upstream
+  (the connection's own instance of a session-scoped server), a compound tool's or
+  ``use_tool``'s direct call, a local management tool, a refusal; and the journal entry
+  of each forwarded call;
 * `loader_of`: the lazy-server loader a backend has, if any.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import mcp_types as types
 import trio
@@ -23,16 +23,23 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 from mcpvisor.actors import wire
-from mcpvisor.actors.core.catalog import close_names
-from mcpvisor.actors.core.discovery import USE_TOOL, lazy_owner
-from mcpvisor.actors.core.use_tool import CallLocal, NeedsLoad, plan_use
+from mcpvisor.actors.core.catalog import ToolRoute
+from mcpvisor.actors.core.plan import (
+    CallLocal,
+    CallRoute,
+    NeedsLoad,
+    Plan,
+    Refused,
+    WaitForStartup,
+    plan_call,
+)
 from mcpvisor.actors.eras import strip_upstream_stamps
 from mcpvisor.actors.fronts.origins import is_modern
 from mcpvisor.actors.harness import ClientSession, run_label
 from mcpvisor.actors.lazy import LazyLoader, LoadFailed
 
 if TYPE_CHECKING:
-    from mcpvisor.actors.core.catalog import Snapshot, ToolRoute
+    from mcpvisor.actors.core.catalog import Snapshot
     from mcpvisor.actors.fronts.sdk import Backend
 
 Forward = Callable[..., Awaitable[dict[str, Any]]]
@@ -41,19 +48,15 @@ Forward = Callable[..., Awaitable[dict[str, Any]]]
 SessionOf = Callable[[ServerRequestContext[Any, Any]], ClientSession | None]
 """`Front.session_of`: the client session a request belongs to (None: 2026-07-28, no connection)."""
 
+Settled = ToolRoute | CallRoute | CallLocal | Refused
+"""A plan `settle` leaves to execute: nothing in it waits."""
 
-def unknown_tool_result(name: str, snapshot: Snapshot) -> dict[str, Any]:
-    """The ``isError`` result for a tool nothing serves, naming the closest exposed ones."""
-    names = snapshot.exposed_names()
-    close = close_names(name, names)
-    text = f"Unknown tool {name!r}."
-    if close:
-        text += " Did you mean: " + ", ".join(close) + "?"
-    elif names:
-        text += f" {len(names)} tools are exposed; list them with tools/list."
-    else:
-        text += " No tools are exposed right now."
-    return wire.tool_error_result(text, {"error": "unknown_tool", "tool": name, "didYouMean": close})
+
+class View(Protocol):
+    """Where a caller reads what it sees: the router, or a harness session."""
+
+    @property
+    def snapshot(self) -> Snapshot: ...
 
 
 def loader_of(backend: Backend) -> LazyLoader | None:
@@ -61,8 +64,45 @@ def loader_of(backend: Backend) -> LazyLoader | None:
     return getattr(backend, "loader", None)
 
 
+async def settle(backend: Backend, view: View, name: str, arguments: Any) -> Settled:
+    """The plan of a call of ``name`` read from ``view`` once nothing is left to wait for.
+
+    Waits for start-up at most once (a client that calls before listing waits as a
+    ``tools/list`` would, instead of being told the tool does not exist) and loads at
+    most one lazy server (first use; a failed load is the answer, a name still unknown
+    after the load is refused). Cancellation: a wait or load in progress is abandoned
+    (the load itself goes on for its other waiters, `LazyLoader.load`).
+    """
+    may_load = True
+    while True:
+        plan: Plan = plan_call(view.snapshot, name, arguments, started=backend.started, may_load=may_load)
+        if isinstance(plan, WaitForStartup):
+            await backend.wait_startup()
+        elif isinstance(plan, NeedsLoad):
+            failure = await load_server(backend, plan)
+            if failure is not None:
+                return Refused(failure)
+            may_load = False
+        else:
+            return plan
+
+
+async def load_server(backend: Backend, plan: NeedsLoad) -> dict[str, Any] | None:
+    """Load the lazy server ``plan`` names; None when it loaded, else the ``isError`` result saying why."""
+    loader = loader_of(backend)
+    if loader is None:
+        return None
+    try:
+        await loader.load(plan.server)
+    except LoadFailed as exc:
+        text = f"{plan.tool_name} belongs to the lazy server {plan.server}, which could not be loaded: {exc}"
+        return wire.tool_error_result(text, {"error": "load_failed", "server": plan.server,
+                                             "message": str(exc), "givenUp": exc.given_up})
+    return None
+
+
 class ToolCalls:
-    """The front's ``tools/call`` handler and the lazy-load path it shares with ``use_tool``."""
+    """The front's ``tools/call`` handler: executes the call's plan (`mcpvisor.actors.core.plan`)."""
 
     def __init__(self, backend: Backend, forward: Forward, session_of: SessionOf) -> None:
         self._backend = backend
@@ -72,88 +112,27 @@ class ToolCalls:
     async def call_tool(self, ctx: ServerRequestContext[Any, Any],
                         params: types.CallToolRequestParams) -> Any:
         """The SDK's ``tools/call`` handler: route ``params.name`` and answer as its owner does."""
-        snapshot = self._backend.router.snapshot
-        name = params.name
-        route = snapshot.tools.get(name)
-        if route is None and not self._backend.started:
-            # A client that calls before listing (it remembered the names) waits for start-up
-            # like a tools/list would, instead of being told the tool does not exist.
-            await self._backend.wait_startup()
-            snapshot = self._backend.router.snapshot
-            route = snapshot.tools.get(name)
-        if route is None and name == USE_TOOL and snapshot.discovery is not None:
-            used = await self._use_tool(ctx, params.arguments)
-            return strip_upstream_stamps(used, modern_front=is_modern(ctx))
-        if route is None and name not in snapshot.local_tools:
-            # A lazy server's tool, named before the server was loaded: load it (first use).
-            failure = await self.load_owner(name)
-            if failure is not None:
-                return strip_upstream_stamps(failure, modern_front=is_modern(ctx))
-            snapshot = self._backend.router.snapshot
-            route = snapshot.tools.get(name)
-        if route is None:
-            if name in snapshot.local_tools:
-                local = await self._backend.call_local_tool(name, dict(params.arguments or {}), ctx)
-            else:
-                local = unknown_tool_result(name, snapshot)
-            return strip_upstream_stamps(local, modern_front=is_modern(ctx))
-        raw = dict(ctx.params or {})
-        return await self._call_route(route, raw, ctx)
-
-    async def load_owner(self, name: str) -> dict[str, Any] | None:
-        """Load the lazy server (not loaded yet) a tool named ``name`` would belong to.
-
-        Returns None when there is none or it loaded; else the ``isError`` result saying why.
-        """
-        loader = loader_of(self._backend)
-        if loader is None:
-            return None
-        owner = lazy_owner(name, loader.unloaded())
-        if owner is None:
-            return None
-        try:
-            await loader.load(owner.name)
-        except LoadFailed as exc:
-            text = f"{name} belongs to the lazy server {owner.name}, which could not be loaded: {exc}"
-            return wire.tool_error_result(text, {"error": "load_failed", "server": owner.name,
-                                                 "message": str(exc), "givenUp": exc.given_up})
-        return None
-
-    async def _use_tool(self, ctx: ServerRequestContext[Any, Any], arguments: Any) -> Any:
-        """``use_tool {tool_name, arguments}``: checked, then routed exactly as a direct call
-        of that tool (same forwarding, progress, cancellation, timeouts and retries)."""
-        plan = plan_use(self._backend.router.snapshot, arguments)
-        if isinstance(plan, NeedsLoad):
-            failure = await self.load_owner(plan.tool_name)
-            if failure is not None:
-                return failure
-            plan = plan_use(self._backend.router.snapshot, arguments)
-        if isinstance(plan, dict):
-            return plan
+        backend = self._backend
+        plan = await settle(backend, backend.router, params.name, params.arguments)
+        if isinstance(plan, Refused):
+            return strip_upstream_stamps(plan.result, modern_front=is_modern(ctx))
         if isinstance(plan, CallLocal):
-            return await self._backend.call_local_tool(plan.name, plan.arguments, ctx)
-        if isinstance(plan, NeedsLoad):  # loaded, yet the tool is not there
-            return unknown_tool_result(plan.tool_name, self._backend.router.snapshot)
-        raw = dict(ctx.params or {})
-        raw["arguments"] = plan.arguments
-        return await self._call_route(plan.route, raw, ctx)
+            local = await backend.call_local_tool(plan.name, plan.arguments, ctx)
+            return strip_upstream_stamps(local, modern_front=is_modern(ctx))
+        raw = dict(ctx.params or {})  # the client's params: unknown keys travel as they came
+        if isinstance(plan, CallRoute):  # a compound tool's subtool, or the tool use_tool names
+            route = plan.route
+            raw["arguments"] = plan.arguments
+        else:
+            route = plan
+        return await self._call_route(route, raw, ctx)
 
     async def _call_route(self, route: ToolRoute, raw: dict[str, Any],
                           ctx: ServerRequestContext[Any, Any]) -> Any:
-        """Forward ``raw`` (the client's tools/call params) as the call of ``route``: a
-        compound tool is checked here and becomes exactly the direct call of its subtool."""
+        """Forward ``raw`` (the client's tools/call params) as the call of upstream tool
+        ``route`` (same forwarding, progress, cancellation, timeouts and retries for a
+        direct call, a compound tool's subtool and ``use_tool``'s tool) and journal it."""
         server, original, retry_safe = route.server, route.original, route.retry_safe
-        if route.compound is not None:
-            sub = route.compound.prepare(raw.get("arguments") or {})
-            if isinstance(sub, dict) and not self._backend.started:
-                # A subtool's server may not have listed yet: wait for start-up like a direct call.
-                await self._backend.wait_startup()
-                route = self._backend.router.snapshot.tools.get(route.exposed, route)
-                sub = route.compound.prepare(raw.get("arguments") or {}) if route.compound else sub
-            if isinstance(sub, dict):
-                return strip_upstream_stamps(sub, modern_front=is_modern(ctx))
-            server, original, retry_safe = sub.server, sub.tool, sub.retry_safe
-            raw["arguments"] = sub.args
         raw["name"] = original
         started = trio.current_time()
         session = self._session_of(ctx)
