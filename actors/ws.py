@@ -5,16 +5,17 @@ text frame. Owns the adapter between a websocket and the SDK's `SessionMessage`
 streams in both directions: `websocket_client` (an upstream reached over ws) and
 `serve_websocket_front` (clients connecting to the proxy over ws), which admits a
 handshake only through the same `actors.auth.Gate` the HTTP front's rules come from,
-caps the number of connections (``settings.maxSessions``: 503 beyond it, existing ones
-unaffected) and closes a connection idle for ``settings.sessionIdleTimeout`` with
-nothing in flight.
+caps the number of connections (``settings.maxSessions``, handshakes in progress
+included: 503 beyond it, existing ones unaffected) and closes a connection idle for
+``settings.sessionIdleTimeout`` with nothing in flight. Accepting connections (crash
+barrier, handshake bound, revoked tokens) is `actors.ws_server`'s.
 """
 
 from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
@@ -22,15 +23,10 @@ import anyio
 import mcp_types as types
 import trio
 from mcp.shared.message import SessionMessage
-from trio_websocket import (
-    ConnectionClosed,
-    WebSocketConnection,
-    WebSocketRequest,
-    open_websocket_url,
-    serve_websocket,
-)
+from trio_websocket import ConnectionClosed, WebSocketConnection, open_websocket_url
 
 from actors.auth import Gate
+from actors.ws_server import HANDSHAKE_TIMEOUT_S, serve_guarded
 
 logger = logging.getLogger(__name__)
 
@@ -131,49 +127,32 @@ async def websocket_client(url: str, *, headers: Mapping[str, str] | None = None
 async def serve_websocket_front(front: Any, host: str, port: int, *, max_message: int,
                                 gate: Gate | None = None, ssl_context: ssl.SSLContext | None = None,
                                 max_sessions: int | None = None, idle_timeout: float | None = None,
+                                handshake_timeout: float = HANDSHAKE_TIMEOUT_S,
+                                credentials: Callable[[], object] | None = None,
                                 task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve MCP over websocket at ``ws(s)://host:port/``; each connection is one client.
+
+    Connections are accepted by `actors.ws_server.serve_guarded`: what one connection
+    raises ends that connection only, and a handshake must finish within
+    ``handshake_timeout``.
 
     Args:
         gate: who may connect (token, Host, Origin); None admits everyone (tests only).
         ssl_context: serve ``wss://``.
-        max_sessions: connections open at once; one more is refused with 503 while the
-            others keep working.
+        max_sessions: handshakes in progress plus open connections; one more is refused
+            with 503 while the others keep working.
         idle_timeout: close a connection with nothing in flight and no frame for this long.
+        handshake_timeout: from TCP accept to the handshake answered (TLS included).
+        credentials: the tokens in force; when they change, open connections whose token
+            ``gate`` no longer accepts are closed (code 1008).
     """
-    open_sessions = 0
 
-    async def handler(request: WebSocketRequest) -> None:
-        nonlocal open_sessions
-        if gate is not None:
-            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.headers}
-            # wsproto takes Host out of the headers into the request event; trio-websocket
-            # has no public accessor for it (checked: trio-websocket 0.12).
-            headers["host"] = request._event.host
-            _who, refusal = await gate.admit(headers)
-            if refusal is not None:
-                await request.reject(refusal.status, body=refusal.body.encode(),
-                                     extra_headers=[(k.encode(), v.encode()) for k, v in refusal.headers])
-                return
-        if SUBPROTOCOL not in request.proposed_subprotocols:
-            await request.reject(400, body=b"the MCP websocket subprotocol 'mcp' is required")
-            return
-        if max_sessions is not None and open_sessions >= max_sessions:
-            logger.warning("refusing a websocket session: %d are open (settings.maxSessions)", max_sessions)
-            await request.reject(503, body=b"Too many open sessions")
-            return
-        open_sessions += 1
-        try:
-            ws = await request.accept(subprotocol=SUBPROTOCOL)
-            async with _streams(ws, idle_s=idle_timeout) as (read, write):
-                await front.server.run(read, write, front.init_options)
-        finally:
-            open_sessions -= 1
+    async def session(ws: WebSocketConnection) -> None:
+        async with _streams(ws, idle_s=idle_timeout) as (read, write):
+            await front.server.run(read, write, front.init_options)
 
-    async with trio.open_nursery() as nursery:
-        server = await nursery.start(
-            lambda task_status: serve_websocket(handler, host, port, ssl_context=ssl_context,
-                                                max_message_size=max_message, message_queue_size=QUEUE,
-                                                task_status=task_status)
-        )
-        task_status.started(server.port)
+    await serve_guarded(
+        session, host, port, subprotocol=SUBPROTOCOL, max_message=max_message, queue=QUEUE, gate=gate,
+        ssl_context=ssl_context, max_sessions=max_sessions, handshake_timeout=handshake_timeout,
+        credentials=credentials, task_status=task_status,
+    )
