@@ -75,6 +75,13 @@ class _Session:
     close_reason: str | None = None
 
 
+def _kinds(exc: BaseException) -> str:
+    """The exception's type names, a nursery's group flattened (``RuntimeError``, not ``ExceptionGroup``)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return ", ".join(dict.fromkeys(_kinds(e) for e in exc.exceptions))
+    return type(exc).__name__
+
+
 def _peer(stream: trio.abc.Stream) -> str:
     """``host:port`` of the client, for log lines (never a header or a token)."""
     sock: Any = getattr(getattr(stream, "transport_stream", stream), "socket", None)
@@ -158,7 +165,7 @@ class _Front:
         except Exception as exc:  # one connection's failure, never the process's (issue 23)
             logger.error(
                 "websocket connection from %s ended by an error (the front keeps serving): %s",
-                peer, type(exc).__name__, exc_info=exc,
+                peer, _kinds(exc), exc_info=exc,
             )
         finally:
             await trio.aclose_forcefully(stream)
