@@ -51,6 +51,8 @@ CLOSE_PATIENCE_S: Final = 30.0
 """How long a test waits for the proxy to close what the 1 s bound should close: half of
 the libraries' own 60 s defaults, so a close that comes only from those fails the test."""
 SILENT_TLS: Final = 20
+LONG_BOUND_S: Final = 40.0
+"""A bound no part of the flood test waits for: what closes is closed for another reason."""
 ALPHA: Final = "alpha-token-0123456789abcdef"
 BETA: Final = "beta-token-0123456789abcdefgh"
 UPGRADE: Final = (
@@ -82,6 +84,20 @@ async def sample_fds(pid: int, peaks: list[int]) -> None:
     while True:
         peaks.append(fds(pid))
         await trio.sleep(FD_POLL_S)
+
+
+async def wait_fds_at_least(pid: int, count: int) -> None:
+    """Wait (bounded by the test's deadline) until the proxy holds ``count`` descriptors."""
+    while True:
+        if fds(pid) >= count:
+            return
+        await trio.sleep(FD_POLL_S)
+
+
+async def wait_log_count(proxy: Proxy, needle: str, count: int, *, after: int = 0) -> None:
+    """Wait until ``count`` log lines from index ``after`` on contain ``needle``."""
+    while sum(needle in line for line in proxy.log[after:]) < count:
+        await proxy.grew.wait()
 
 
 async def echo_over_ws(url: str, text: str, headers: dict[str, str] | None = None) -> str:
@@ -229,6 +245,37 @@ async def test_handshakes_in_progress_count_against_max_sessions(tmp_path: Path)
                         nursery.start_soon(wait_closed_by_peer, sock)
             for sock in socks:
                 sock.close()
+            assert await echo_over_ws(proxy.url, "admitted") == "echo: admitted"
+
+
+async def test_a_flood_past_max_sessions_is_closed_unanswered_so_descriptors_stay_bounded(
+    tmp_path: Path,
+) -> None:
+    """``maxSessions: 1`` and a long bound: one hanging handshake holds the slot, 64 more
+    are held only to be answered 503, and the next connection is closed at once without
+    an answer, long before the bound (the unfixed front held every one of them)."""
+    from actors.ws_server import OVERFLOW_HANDSHAKES
+
+    config = config_for(tmp_path, handshakeTimeout=f"{LONG_BOUND_S:g}s", maxSessions=1)
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with running_proxy(config, "--transport", "ws", "--port", "0") as proxy:
+            half = UPGRADE.format(port=proxy.port).encode()[:40]
+            baseline = fds(proxy.process.pid)
+            held = []
+            for _ in range(1 + OVERFLOW_HANDSHAKES):
+                sock = await connect(proxy.port)
+                await sock.send(half)
+                held.append(sock)
+            await proxy.wait_log("refusing websocket connections")
+            await wait_fds_at_least(proxy.process.pid, baseline + len(held))  # all accepted
+            extra = await connect(proxy.port)
+            with trio.fail_after(LONG_BOUND_S / 2):
+                assert await extra.recv(4096) == b""
+            extra.close()
+            seen = len(proxy.log)
+            for sock in held:
+                sock.close()
+            await wait_log_count(proxy, "closed before a handshake", len(held), after=seen)
             assert await echo_over_ws(proxy.url, "admitted") == "echo: admitted"
 
 
