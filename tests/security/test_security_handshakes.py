@@ -266,10 +266,10 @@ async def test_a_flood_past_max_sessions_is_closed_unanswered_so_descriptors_sta
                 sock = await connect(proxy.port)
                 await sock.send(half)
                 held.append(sock)
-            await proxy.wait_log("refusing websocket connections")
-            await wait_fds_at_least(proxy.process.pid, baseline + len(held))  # all accepted
-            extra = await connect(proxy.port)
             with trio.fail_after(LONG_BOUND_S / 2):
+                await proxy.wait_log("refusing websocket connections")
+                await wait_fds_at_least(proxy.process.pid, baseline + len(held))  # all accepted
+                extra = await connect(proxy.port)
                 assert await extra.recv(4096) == b""
             extra.close()
             seen = len(proxy.log)
