@@ -4,11 +4,11 @@ Wire convention of the older SDKs: subprotocol ``"mcp"``, one JSON-RPC message p
 text frame. Owns the adapter between a websocket and the SDK's `SessionMessage`
 streams in both directions: `websocket_client` (an upstream reached over ws) and
 `serve_websocket_front` (clients connecting to the proxy over ws), which admits a
-handshake only through the same `actors.auth.Gate` the HTTP front's rules come from,
+handshake only through the same `mcpvisor.actors.fronts.auth.Gate` the HTTP front's rules come from,
 caps the number of connections (``settings.maxSessions``, handshakes in progress
 included: 503 beyond it, existing ones unaffected) and closes a connection idle for
 ``settings.sessionIdleTimeout`` with nothing in flight. Accepting connections (crash
-barrier, handshake bound, revoked tokens) is `actors.ws_server`'s.
+barrier, handshake bound, revoked tokens) is `mcpvisor.actors.ws_server`'s.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import trio
 from mcp.shared.message import SessionMessage
 from trio_websocket import ConnectionClosed, WebSocketConnection, open_websocket_url
 
-from actors.auth import Gate
-from actors.ws_server import HANDSHAKE_TIMEOUT_S, serve_guarded
+from mcpvisor.actors.fronts.auth import Gate
+from mcpvisor.actors.ws_server import HANDSHAKE_TIMEOUT_S, serve_guarded
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ async def serve_websocket_front(front: Any, host: str, port: int, *, max_message
                                 task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve MCP over websocket at ``ws(s)://host:port/``; each connection is one client.
 
-    Connections are accepted by `actors.ws_server.serve_guarded`: what one connection
+    Connections are accepted by `mcpvisor.actors.ws_server.serve_guarded`: what one connection
     raises ends that connection only, and a handshake must finish within
     ``handshake_timeout``.
 

@@ -19,7 +19,7 @@ because that one lets a client take the process down or hold descriptors for a m
   removed a token), every open session is admitted again with its handshake's headers;
   one no longer admitted is closed with `REVOKED_CLOSE_CODE`.
 
-The MCP side of a session (frames to SDK streams) stays in `actors.ws`.
+The MCP side of a session (frames to SDK streams) stays in `mcpvisor.actors.ws`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest
 from wsproto import ConnectionType, WSConnection
 
-from actors.auth import Gate, Refusal
+from mcpvisor.actors.fronts.auth import Gate, Refusal
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 if TYPE_CHECKING:
-    from actors.link import CallOrigin
+    from mcpvisor.actors.link import CallOrigin
 
 
 # Not StrEnum: that would change str(state) and f"{state}" from "State.READY" to "ready".
@@ -71,7 +71,7 @@ class UpstreamStatus:
 
 
 class RouterPort(Protocol):
-    """What an upstream actor needs from the router (`actors.router.Router` has it)."""
+    """What an upstream actor needs from the router (`mcpvisor.actors.router.Router` has it)."""
 
     async def send(self, message: object) -> None:
         """Queue a registration message."""
