@@ -5,9 +5,10 @@ text frame. Owns the adapter between a websocket and the SDK's `SessionMessage`
 streams in both directions: `websocket_client` (an upstream reached over ws) and
 `serve_websocket_front` (clients connecting to the proxy over ws), which admits a
 handshake only through the same `mcpvisor.actors.fronts.auth.Gate` the HTTP front's rules come from,
-caps the number of connections (``settings.maxSessions``: 503 beyond it, existing ones
-unaffected) and closes a connection idle for ``settings.sessionIdleTimeout`` with
-nothing in flight.
+caps the number of connections (``settings.maxSessions``, handshakes in progress
+included: 503 beyond it, existing ones unaffected) and closes a connection idle for
+``settings.sessionIdleTimeout`` with nothing in flight. Accepting connections (crash
+barrier, handshake bound, revoked tokens) is `mcpvisor.actors.ws_server`'s.
 """
 
 from __future__ import annotations
@@ -23,18 +24,13 @@ import mcp_types as types
 import trio
 from mcp.shared.message import SessionMessage
 from msgspec import UNSET
-from trio_websocket import (
-    ConnectionClosed,
-    WebSocketConnection,
-    WebSocketRequest,
-    open_websocket_url,
-    serve_websocket,
-)
+from trio_websocket import ConnectionClosed, WebSocketConnection, open_websocket_url
 
 from mcpvisor.actors import wire
 from mcpvisor.actors.fronts.auth import Gate
 from mcpvisor.actors.fronts.frames import Refusal, decode_client_frame, duplicate_id, request_refusal
 from mcpvisor.actors.fronts.outbox import CLIENT_STALL_S
+from mcpvisor.actors.ws_server import HANDSHAKE_TIMEOUT_S, serve_guarded
 
 logger = logging.getLogger(__name__)
 
@@ -259,40 +255,33 @@ async def _serve_connection(front: Any, ws: WebSocketConnection, idle_s: float |
 async def serve_websocket_front(front: Any, host: str, port: int, *, max_message: int,
                                 gate: Gate | None = None, ssl_context: ssl.SSLContext | None = None,
                                 max_sessions: int | None = None, idle_timeout: float | None = None,
+                                handshake_timeout: float = HANDSHAKE_TIMEOUT_S,
+                                credentials: Callable[[], object] | None = None,
                                 task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve MCP over websocket at ``ws(s)://host:port/``; each connection is one client.
+
+    Connections are accepted by `mcpvisor.actors.ws_server.serve_guarded`: what one connection
+    raises ends that connection only, and a handshake must finish within
+    ``handshake_timeout``.
 
     Args:
         gate: who may connect (token, Host, Origin); None admits everyone (tests only).
         ssl_context: serve ``wss://``.
-        max_sessions: connections open at once; one more is refused with 503 while the
-            others keep working.
+        max_sessions: handshakes in progress plus open connections; one more is refused
+            with 503 while the others keep working.
         idle_timeout: close a connection with nothing in flight and no frame for this long.
+        handshake_timeout: from TCP accept to the handshake answered (TLS included).
+        credentials: the tokens in force; when they change, open connections whose token
+            ``gate`` no longer accepts are closed (code 1008).
     """
+
+    drain = getattr(front, "drain", None)
     open_sessions = 0
 
-    async def handler(request: WebSocketRequest) -> None:
+    async def session(ws: WebSocketConnection) -> None:
         nonlocal open_sessions
-        if gate is not None:
-            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.headers}
-            # wsproto takes Host out of the headers into the request event; trio-websocket
-            # has no public accessor for it (checked: trio-websocket 0.12).
-            headers["host"] = request._event.host
-            _who, refusal = await gate.admit(headers)
-            if refusal is not None:
-                await request.reject(refusal.status, body=refusal.body.encode(),
-                                     extra_headers=[(k.encode(), v.encode()) for k, v in refusal.headers])
-                return
-        if SUBPROTOCOL not in request.proposed_subprotocols:
-            await request.reject(400, body=b"the MCP websocket subprotocol 'mcp' is required")
-            return
-        if max_sessions is not None and open_sessions >= max_sessions:
-            logger.warning("refusing a websocket session: %d are open (settings.maxSessions)", max_sessions)
-            await request.reject(503, body=b"Too many open sessions")
-            return
         open_sessions += 1
         try:
-            ws = await request.accept(subprotocol=SUBPROTOCOL)
             await _serve_connection(front, ws, idle_timeout, drain.done if drain is not None else None)
         finally:
             open_sessions -= 1
@@ -305,13 +294,11 @@ async def serve_websocket_front(front: Any, host: str, port: int, *, max_message
             await trio.sleep(SHUTDOWN_POLL_S)
         scope.cancel(reason="mcpvisor is shutting down")
 
-    drain = getattr(front, "drain", None)
     async with trio.open_nursery() as nursery:
-        server = await nursery.start(
-            lambda task_status: serve_websocket(handler, host, port, ssl_context=ssl_context,
-                                                max_message_size=max_message, message_queue_size=QUEUE,
-                                                task_status=task_status)
-        )
         if drain is not None:
             nursery.start_soon(close_after_drain, nursery.cancel_scope)
-        task_status.started(server.port)
+        await serve_guarded(
+            session, host, port, subprotocol=SUBPROTOCOL, max_message=max_message, queue=QUEUE, gate=gate,
+            ssl_context=ssl_context, max_sessions=max_sessions, handshake_timeout=handshake_timeout,
+            credentials=credentials, task_status=task_status,
+        )

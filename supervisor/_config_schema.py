@@ -150,6 +150,7 @@ class SettingsEntry(_Knobs, forbid_unknown_fields=True, rename="camel"):
     allowed_origins: list[str] | UnsetType = UNSET
     max_sessions: int | UnsetType = UNSET
     session_idle_timeout: Duration | UnsetType = UNSET
+    handshake_timeout: Duration | UnsetType = UNSET
     discovery_budget: int | UnsetType = UNSET
     journal: str | UnsetType | None = UNSET
     journal_payloads: bool | UnsetType = UNSET
@@ -194,6 +195,7 @@ KNOB_KEYS: Final = tuple(f.encode_name for f in msgspec.structs.fields(_Knobs))
 DURATION_KEYS: Final = (frozenset(KNOB_KEYS) - {"maxMissedPings", "circuitFailures", "restartIntensity"}) | {
     "startupWait",
     "sessionIdleTimeout",
+    "handshakeTimeout",
 }
 
 

@@ -29,6 +29,8 @@ from mcpvisor._config_types import (
     DISCOVERY_BUDGET_MIN,
     DOTENV_NAME,
     EXPOSURES,
+    HANDSHAKE_MAX_S,
+    HANDSHAKE_MIN_S,
     LOG_LEVELS,
     MAX_MESSAGE_BYTES,
     MAX_SESSIONS_HIGH,
@@ -110,6 +112,14 @@ class SettingsRules(Checker):
                 values["session_idle_timeout"] = parse_duration(
                     entry.session_idle_timeout, field="sessionIdleTimeout", max_s=SESSION_IDLE_MAX_S,
                     min_s=SESSION_IDLE_MIN_S,
+                )
+            except ValueError as err:
+                self.problem(where, str(err))
+        if entry.handshake_timeout is not UNSET:
+            try:
+                values["handshake_timeout"] = parse_duration(
+                    entry.handshake_timeout, field="handshakeTimeout", max_s=HANDSHAKE_MAX_S,
+                    min_s=HANDSHAKE_MIN_S,
                 )
             except ValueError as err:
                 self.problem(where, str(err))

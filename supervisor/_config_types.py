@@ -68,6 +68,13 @@ DEFAULT_SESSION_IDLE_S: Final = 10 * MINUTE
 """`settings.sessionIdleTimeout` (issue 12): an abandoned session is reaped after this
 (the SDK's default is 30 minutes)."""
 SESSION_IDLE_MIN_S: Final = 1.0
+DEFAULT_HANDSHAKE_S: Final = 10.0
+"""`settings.handshakeTimeout` (issue 23): a websocket handshake, a TLS handshake or an HTTP
+request's headers must arrive within this of the connection opening. The libraries' 60 s let
+300 half-open handshakes hold every descriptor of a 256-fd proxy; 10 s is still far beyond
+what a client on any network needs."""
+HANDSHAKE_MIN_S: Final = 0.1
+HANDSHAKE_MAX_S: Final = 10 * MINUTE
 SESSION_IDLE_MAX_S: Final = DAY
 DEFAULT_DISCOVERY_BUDGET: Final = 8 * 1024
 """`settings.discoveryBudget` (issue 16): bytes of catalog ``discover_tool``'s description may
@@ -299,6 +306,7 @@ class Settings:
     allowed_origins: tuple[str, ...] = ()
     max_sessions: int = DEFAULT_MAX_SESSIONS
     session_idle_timeout: float = DEFAULT_SESSION_IDLE_S
+    handshake_timeout: float = DEFAULT_HANDSHAKE_S
     discovery_budget: int = DEFAULT_DISCOVERY_BUDGET
     journal: str | None = None
     """The SQLite file every call is recorded in (`mcpvisor.journal`); None: no journal."""

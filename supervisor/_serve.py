@@ -364,6 +364,12 @@ async def serve_http(
     config.accesslog = None
     config.errorlog = logging.getLogger("hypercorn.error")
     config.graceful_timeout = 2.0
+    # Bounds on a connection that has not sent a whole request: hypercorn's idle timer runs
+    # from the accept until a request's headers are complete (slowloris), and TLS has its own
+    # handshake timer (60 s by default). read_timeout stays unset: it bounds every read, so it
+    # would also cut an SSE stream or a long call whose client rightly sends nothing.
+    config.keep_alive_timeout = sup.settings.handshake_timeout
+    config.ssl_handshake_timeout = sup.settings.handshake_timeout
     if certfile:
         config.certfile = certfile
         config.keyfile = keyfile
@@ -444,6 +450,8 @@ async def serve_ws(
                 ssl_context=guard.tls,
                 max_sessions=sup.settings.max_sessions,
                 idle_timeout=sup.settings.session_idle_timeout,
+                handshake_timeout=sup.settings.handshake_timeout,
+                credentials=lambda: sup.settings.auth_tokens,
                 task_status=task_status,
             )
         )

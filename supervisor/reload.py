@@ -95,6 +95,7 @@ RESTART_SETTINGS: Final = {
     "allowed_origins": "allowedOrigins",
     "max_sessions": "maxSessions",
     "session_idle_timeout": "sessionIdleTimeout",
+    "handshake_timeout": "handshakeTimeout",
     "discovery_budget": "discoveryBudget",
     "journal": "journal",
     "journal_payloads": "journalPayloads",
