@@ -125,7 +125,7 @@ def sdk_transport(spec: Any, max_message: int) -> Any:
 
         return sse_client(spec.url, headers=dict(spec.headers), httpx_client_factory=bounded_client)
     if spec.transport == "ws":
-        from mcpvisor.actors.ws import websocket_client
+        from mcpvisor.actors.link.ws import websocket_client
 
         return websocket_client(spec.url, headers=dict(spec.headers), max_message=max_message)
     raise ValueError(f"unknown transport {spec.transport!r}")

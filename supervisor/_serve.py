@@ -424,7 +424,7 @@ async def serve_ws(
         UnsafeBind: before binding, for a non-loopback ``host`` with no token.
     """
     from mcpvisor.actors.fronts.limits import install
-    from mcpvisor.actors.ws import serve_websocket_front
+    from mcpvisor.actors.fronts.ws import serve_websocket_front
 
     guard = build_guard(
         sup,

@@ -343,7 +343,7 @@ def _remote_transport(run: _Run) -> Any:
     spec = run.spec
     headers = dict(spec.headers)
     if spec.transport == "ws":
-        from mcpvisor.actors.ws import websocket_client
+        from mcpvisor.actors.link.ws import websocket_client
 
         return websocket_client(spec.url or "", headers=headers, max_message=PROBE_MAX_MESSAGE)
     import httpx2

@@ -320,7 +320,7 @@ class Front:
 
         A streamable-HTTP session is terminated (the SDK's transport; later requests
         get 404, as after a DELETE). A websocket's own writer closes it on the same
-        bound (`mcpvisor.actors.ws`); the stdio front does not use outboxes.
+        bound (`mcpvisor.actors.fronts.ws`); the stdio front does not use outboxes.
         """
         manager = self.server._session_manager
         if manager is None or connection.session_id is None:

@@ -254,7 +254,7 @@ async def test_a_flood_past_max_sessions_is_closed_unanswered_so_descriptors_sta
     """``maxSessions: 1`` and a long bound: one hanging handshake holds the slot, 64 more
     are held only to be answered 503, and the next connection is closed at once without
     an answer, long before the bound (the unfixed front held every one of them)."""
-    from mcpvisor.actors.ws_server import OVERFLOW_HANDSHAKES
+    from mcpvisor.actors.fronts.ws_server import OVERFLOW_HANDSHAKES
 
     config = config_for(tmp_path, handshakeTimeout=f"{LONG_BOUND_S:g}s", maxSessions=1)
     with trio.fail_after(REAL_IO_BOUND_S):

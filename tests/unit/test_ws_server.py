@@ -1,4 +1,4 @@
-"""`mcpvisor.actors.ws_server.serve_guarded` in-process, over loopback sockets: the crash barrier.
+"""`mcpvisor.actors.fronts.ws_server.serve_guarded` in-process, over loopback sockets: the crash barrier.
 
 A session that raises (an injected failure standing for any bug in one connection's
 handling) ends that connection only, with a log line; the listener keeps serving the
@@ -15,7 +15,7 @@ import pytest
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, open_websocket_url
 
-from mcpvisor.actors.ws_server import serve_guarded
+from mcpvisor.actors.fronts.ws_server import serve_guarded
 
 BOUND_S: Final = 30.0
 """Loopback only, no subprocess: a generous bound for a busy 2-core box."""
@@ -41,7 +41,7 @@ async def test_an_exception_in_one_session_ends_that_connection_only(
     error is logged naming the client, and a second client is served (without the
     barrier the exception would end the listener, and with it the process)."""
     session = CrashOnFirstSession()
-    caplog.set_level(logging.ERROR, logger="mcpvisor.actors.ws_server")
+    caplog.set_level(logging.ERROR, logger="mcpvisor.actors.fronts.ws_server")
     with trio.fail_after(BOUND_S):
         async with trio.open_nursery() as nursery:
             port = await nursery.start(

@@ -19,7 +19,7 @@ because that one lets a client take the process down or hold descriptors for a m
   removed a token), every open session is admitted again with its handshake's headers;
   one no longer admitted is closed with `REVOKED_CLOSE_CODE`.
 
-The MCP side of a session (frames to SDK streams) stays in `mcpvisor.actors.ws`.
+The MCP side of a session (frames to SDK streams) stays in `mcpvisor.actors.fronts.ws`.
 """
 
 from __future__ import annotations

@@ -1,21 +1,21 @@
-"""MCP over WebSocket (trio-websocket): the transport the SDK 2.3.0 no longer ships.
+"""The websocket front: clients connecting to the proxy over websocket (subprotocol
+``"mcp"``, one JSON-RPC message per text frame; the upstream half is
+`mcpvisor.actors.link.ws`).
 
-Wire convention of the older SDKs: subprotocol ``"mcp"``, one JSON-RPC message per
-text frame. Owns the adapter between a websocket and the SDK's `SessionMessage`
-streams in both directions: `websocket_client` (an upstream reached over ws) and
-`serve_websocket_front` (clients connecting to the proxy over ws), which admits a
-handshake only through the same `mcpvisor.actors.fronts.auth.Gate` the HTTP front's rules come from,
-caps the number of connections (``settings.maxSessions``, handshakes in progress
-included: 503 beyond it, existing ones unaffected) and closes a connection idle for
-``settings.sessionIdleTimeout`` with nothing in flight. Accepting connections (crash
-barrier, handshake bound, revoked tokens) is `mcpvisor.actors.ws_server`'s.
+Owns `serve_websocket_front`, which admits a handshake only through the same
+`mcpvisor.actors.fronts.auth.Gate` the HTTP front's rules come from, caps the number of
+connections (``settings.maxSessions``, handshakes in progress included: 503 beyond it,
+existing ones unaffected) and closes a connection idle for ``settings.sessionIdleTimeout``
+with nothing in flight. Accepting connections (crash barrier, handshake bound, revoked
+tokens) is `mcpvisor.actors.fronts.ws_server`'s; each client frame is checked here before
+the SDK sees it, as on stdio.
 """
 
 from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
@@ -24,19 +24,17 @@ import mcp_types as types
 import trio
 from mcp.shared.message import SessionMessage
 from msgspec import UNSET
-from trio_websocket import ConnectionClosed, WebSocketConnection, open_websocket_url
+from trio_websocket import ConnectionClosed, WebSocketConnection
 
 from mcpvisor.actors import wire
 from mcpvisor.actors.fronts.auth import Gate
 from mcpvisor.actors.fronts.frames import Refusal, decode_client_frame, duplicate_id, request_refusal
 from mcpvisor.actors.fronts.outbox import CLIENT_STALL_S
-from mcpvisor.actors.ws_server import HANDSHAKE_TIMEOUT_S, serve_guarded
+from mcpvisor.actors.fronts.ws_server import HANDSHAKE_TIMEOUT_S, serve_guarded
+from mcpvisor.actors.link.ws import QUEUE, SUBPROTOCOL, read_frames
 
 logger = logging.getLogger(__name__)
 
-SUBPROTOCOL: Final = "mcp"
-QUEUE: Final = 64
-"""Frames buffered per direction (trio-websocket's own default queue is 1)."""
 
 IDLE_CLOSE_CODE: Final = 1001
 """RFC 6455 7.4.1 "going away": the server ends an idle session."""
@@ -66,22 +64,6 @@ class _Activity:
     def touch(self) -> None:
         self.moved.set()
         self.moved = trio.Event()
-
-
-async def _reader(ws: WebSocketConnection, send: Any) -> None:
-    """An upstream's frames into the SDK's client session (which reports the malformed)."""
-    async with send:
-        try:
-            while True:
-                frame = await ws.get_message()
-                try:
-                    message = types.jsonrpc_message_adapter.validate_json(frame, by_name=False)
-                except Exception as exc:
-                    await send.send(exc)
-                    continue
-                await send.send(SessionMessage(message))
-        except ConnectionClosed:
-            pass
 
 
 async def _front_reader(ws: WebSocketConnection, send: Any, activity: _Activity) -> None:
@@ -195,7 +177,7 @@ async def _streams(ws: WebSocketConnection, *, front: bool = False, idle_s: floa
             if activity is not None:
                 await _front_reader(ws, read_send, activity)
             else:
-                await _reader(ws, read_send)
+                await read_frames(ws, read_send)
 
     async def write() -> None:
         try:
@@ -229,17 +211,6 @@ async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
     scope.cancel(reason="mcpvisor is shutting down")
 
 
-@asynccontextmanager
-async def websocket_client(url: str, *, headers: Mapping[str, str] | None = None,
-                           max_message: int) -> AsyncIterator[tuple[Any, Any]]:
-    """Connect to an MCP server over ws:// or wss:// and yield SDK streams."""
-    extra = [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
-    async with open_websocket_url(url, subprotocols=[SUBPROTOCOL], extra_headers=extra,
-                                  max_message_size=max_message, message_queue_size=QUEUE) as ws:
-        async with _streams(ws) as streams:
-            yield streams
-
-
 async def _serve_connection(front: Any, ws: WebSocketConnection, idle_s: float | None,
                             end: trio.Event | None) -> None:
     """Serve one accepted connection; whatever fails in it ends only it (crash barrier)."""
@@ -260,7 +231,7 @@ async def serve_websocket_front(front: Any, host: str, port: int, *, max_message
                                 task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve MCP over websocket at ``ws(s)://host:port/``; each connection is one client.
 
-    Connections are accepted by `mcpvisor.actors.ws_server.serve_guarded`: what one connection
+    Connections are accepted by `mcpvisor.actors.fronts.ws_server.serve_guarded`: what one connection
     raises ends that connection only, and a handshake must finish within
     ``handshake_timeout``.
 
