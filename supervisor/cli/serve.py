@@ -143,7 +143,15 @@ def resolve_config(args: argparse.Namespace) -> tuple[Path, str]:
 def run(args: argparse.Namespace) -> int:
     import trio
 
-    from supervisor._serve import TokenFileError, UnsafeBind, check_bind, start_tokens, tls_context
+    from supervisor._serve import (
+        PortUnavailable,
+        TokenFileError,
+        UnsafeBind,
+        check_bind,
+        check_port,
+        start_tokens,
+        tls_context,
+    )
     from supervisor.config import ConfigError, load_config
 
     try:
@@ -173,6 +181,11 @@ def run(args: argparse.Namespace) -> int:
                 return EXIT_USAGE
         except (OSError, ValueError) as exc:
             print(f"mcpvisor: cannot use --certfile/--keyfile: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        try:  # a busy port found after every server was spawned cost seconds and a traceback
+            check_port(args.host, args.port)
+        except PortUnavailable as exc:
+            print(f"mcpvisor: {exc}", file=sys.stderr)
             return EXIT_USAGE
     if args.exposure:  # the flag wins over $MCPVISOR_EXPOSURE, which wins over the file
         from supervisor.settings import EXPOSURE_ENV
