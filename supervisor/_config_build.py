@@ -15,7 +15,7 @@ import copy
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final
 
 from supervisor._config_schema import close_match
 from supervisor._config_servers import ServerRules
@@ -24,6 +24,8 @@ from supervisor._config_tools import ToolRules
 from supervisor._config_types import TOP_KEYS, Config, ConfigError, ServerSpec
 
 __all__ = ["build"]
+
+SERVERS_KEY: Final = "mcpServers"
 
 
 def build(doc: Mapping[str, Any], *, path: Path | None, label: str, env: Mapping[str, str]) -> Config:
@@ -41,7 +43,14 @@ class _Builder(SettingsRules, ServerRules, ToolRules):
             )
         for key in self.doc:
             if key not in TOP_KEYS and key != "servers":
-                self.warn("", f'unknown top-level key "{key}" ignored{close_match(key, TOP_KEYS[1:])}')
+                hint = close_match(key, TOP_KEYS[1:])
+                if "mcpServers" not in self.doc and close_match(key, (SERVERS_KEY,)):
+                    # The servers are there under a misspelt key: running with none would look
+                    # like a working proxy that lost every tool.
+                    self.problem("", f'unknown top-level key "{key}" (did you mean "{SERVERS_KEY}"?): '
+                                     f'no servers would run; rename it to "{SERVERS_KEY}"')
+                    continue
+                self.warn("", f'unknown top-level key "{key}" ignored{hint}')
         settings = self.settings(self.section("settings"))
         self.interp = self.interpolator(settings.env_mode)
         settings = self.security(settings)

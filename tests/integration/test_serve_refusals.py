@@ -62,3 +62,15 @@ def test_a_busy_port_is_one_line_and_exit_2_before_any_server_starts(tmp_path: P
         f"mcpvisor: port {port} on 127.0.0.1 is already in use (another mcpvisor? see mcpvisor status)"
     ]
     assert not mark.exists()
+
+
+def test_a_misspelt_servers_key_is_exit_2_naming_the_file_and_the_key(tmp_path: Path) -> None:
+    """"mcpServer" instead of "mcpServers": exit 2 with the file, the key and the close
+    match, and nothing spawned (it was only a warning, and the proxy ran with no servers)."""
+    entry, mark = _tattletale(tmp_path)
+    config = tmp_path / "mcpvisor.json"
+    config.write_text(json.dumps({"mcpServer": {"tattle": entry}}))
+    done = _serve(tmp_path, config)
+    assert done.returncode == EXIT_USAGE, done.stderr
+    assert f'{config}: unknown top-level key "mcpServer" (did you mean "mcpServers"?)' in done.stderr
+    assert not mark.exists()
