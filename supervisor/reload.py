@@ -29,6 +29,7 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -320,7 +321,7 @@ async def _reload(sup: Supervisor, config: Config | None) -> dict[str, Any]:
         if path is None:
             return {"ok": False, "errors": ["nothing to re-read: the supervisor was not given a config file"]}
         try:
-            config = await trio.to_thread.run_sync(load_config, path)
+            config = await trio.to_thread.run_sync(partial(load_config, path, isolate_servers=True))
         except ConfigError as err:
             logger.error(
                 "config not reloaded, the running setup stays; %d problem(s):\n%s", len(err.problems), err
@@ -503,7 +504,7 @@ async def watch_config(
             continue
         last_hash = digest
         try:
-            config = parse_config(data, path=target)
+            config = parse_config(data, path=target, isolate_servers=True)
         except ConfigError as err:
             logger.error(
                 "config change in %s ignored, the running setup stays; %d problem(s):\n%s",

@@ -66,15 +66,16 @@ logger = logging.getLogger(__name__)
 
 READY_STATES: Final = frozenset({State.READY})
 SETTLED_STATES: Final = frozenset({State.READY, State.CIRCUIT_OPEN, State.DISABLED, State.STOPPED,
-                                   State.IDLE})
+                                   State.IDLE, State.MISCONFIGURED})
 
 
 def coerce_config(config: Config | str | Path | Mapping[str, Any]) -> Config:
     if isinstance(config, Config):
         return config
+    # A problem in one server's entry makes that server misconfigured; the others run.
     if isinstance(config, str | Path):
-        return load_config(config)
-    return parse_config(dict(config))
+        return load_config(config, isolate_servers=True)
+    return parse_config(dict(config), isolate_servers=True)
 
 
 def server_filter(spec: ServerSpec) -> ServerFilter:

@@ -140,8 +140,38 @@ def resolve_config(args: argparse.Namespace) -> tuple[Path, str]:
     return path, why
 
 
+def proxy_ancestor(env: dict[str, str] | os._Environ[str] | None = None) -> int | None:
+    """The pid of the mcpvisor this process was started by as an upstream server, if any.
+
+    Its children carry `actors.process.PARENT_ENV`; the variable counts only when it names
+    a live ancestor of this process, so one leaked into an unrelated shell blocks nothing.
+    """
+    from actors.process import PARENT_ENV
+
+    value = (os.environ if env is None else env).get(PARENT_ENV, "")
+    if not value.isdigit():
+        return None
+    import psutil
+
+    try:
+        ancestors = {p.pid for p in psutil.Process().parents()}
+    except psutil.Error:
+        return None
+    return int(value) if int(value) in ancestors else None
+
+
 def run(args: argparse.Namespace) -> int:
     import trio
+
+    parent = proxy_ancestor()
+    if parent is not None:
+        from actors.process import SELF_REFUSAL
+
+        # Before the config is even read: this process must spawn nothing.
+        print(f"mcpvisor: {SELF_REFUSAL} (pid {parent}); a proxy never runs itself as one of its own "
+              "servers (it would read the same config and start itself again, without end). Remove the "
+              "server that runs mcpvisor from that proxy's config.", file=sys.stderr)
+        return EXIT_USAGE
 
     from supervisor._serve import (
         PortUnavailable,
@@ -156,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         path, why = resolve_config(args)
-        config = load_config(path)
+        config = load_config(path, isolate_servers=True)  # one bad server stays one bad server
     except FileNotFoundError as exc:
         print(f"mcpvisor: {exc}", file=sys.stderr)
         return EXIT_USAGE

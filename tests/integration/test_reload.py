@@ -182,18 +182,20 @@ async def test_a_reload_is_one_router_step(tmp_path: Path) -> None:
 
 
 async def test_a_bad_config_changes_nothing(tmp_path: Path) -> None:
+    """A file that cannot be used as a whole (here a misspelt setting) is refused entirely:
+    the running setup stays, and the error names the field and the close match."""
     path = write_config(tmp_path, {"a": flaky()})
     with trio.fail_after(REAL_IO_BOUND_S):
         async with running(path, tmp_path, watch=False) as (sup, changes):
             pid = pid_of(sup, "a")
             tools = sup.tools()
             doc = json.loads(path.read_text())
-            doc["mcpServers"]["b"] = {"command": "x", "tmeout": 3}
+            doc["settings"]["startupWiat"] = "3s"
             doc["mcpServers"]["a"]["args"].append("--crash-every")  # would restart a, if it applied
             path.write_text(json.dumps(doc))
             result = await sup.reload()
             assert not result["ok"]
-            assert any('unknown field "tmeout"' in p and "timeout" in p for p in result["errors"])
+            assert any('unknown field "startupWiat"' in p and "startupWait" in p for p in result["errors"])
             await settle(sup)
             assert changes.count == 0
             assert sup.tools() == tools
