@@ -280,7 +280,11 @@ class Supervisor:
         return self.event_bus.subscribe()
 
     def status(self) -> list[UpstreamStatus]:
-        return [u.status() for u in self.upstreams.values()]
+        """Every configured server's status, in file order: those that run (whatever their
+        state), and those the config disables (state ``disabled``), which have no actor."""
+        shown = [u.status() if (u := self.upstreams.get(name)) is not None else _disabled_status(spec)
+                 for name, spec in self.config.servers.items() if name in self.upstreams or not spec.enabled]
+        return shown + [u.status() for name, u in self.upstreams.items() if name not in self.config.servers]
 
     # --- seams other modules fill ---------------------------------------------------------
     async def equip(self, name: str) -> dict[str, Any]:
@@ -399,6 +403,14 @@ class Supervisor:
             for up in eager:
                 await up.first_attempt_done.wait()
         self._startup_done.set()
+
+
+def _disabled_status(spec: ServerSpec) -> UpstreamStatus:
+    """The status of a server the config disables (no actor runs for it)."""
+    return UpstreamStatus(name=spec.name, transport=spec.transport, state=State.DISABLED.value,
+                          reason="disabled in the config", since=trio.current_time(), uptime=None, restarts=0,
+                          circuit="closed", retry_at=None, last_error=None, tool_count=0, pid=None,
+                          protocol_version=None, in_flight=0, description=spec.description)
 
 
 def _version() -> str:

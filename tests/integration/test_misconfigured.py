@@ -61,7 +61,7 @@ async def test_one_bad_server_stays_one_bad_server(tmp_path: Path) -> None:
     is misconfigured with a reason that says what to fix (status, get-server-status), none is
     restarted, and the good server serves (the proxy used to exit 2 for the unset variable,
     so the client lost every server)."""
-    config = write_config(tmp_path, {**_bad_servers(), "fine": flaky()})
+    config = write_config(tmp_path, {**_bad_servers(), "fine": flaky(), "off": flaky(enabled=False)})
     env = _env(tmp_path)
     with trio.fail_after(REAL_IO_BOUND_S):
         async with proxy_client(config, env=env) as client:
@@ -72,6 +72,9 @@ async def test_one_bad_server_stays_one_bad_server(tmp_path: Path) -> None:
     assert "- gh: misconfigured" in text
     assert f"environment variable {UNSET} is not set" in text
     assert status["fine"]["state"] == "ready"
+    # A server the config disables is listed too (`mcpvisor status` used to leave it out).
+    assert (status["off"]["state"], status["off"]["reason"]) == ("disabled", "disabled in the config")
+    assert "- off: disabled" in text
     expected = {
         "gh": f'field "env.GITHUB_PERSONAL_ACCESS_TOKEN": environment variable {UNSET} is not set',
         "ghost": "command not found on PATH: mcpvisor-no-such-command-anywhere",
