@@ -400,6 +400,7 @@ async def _start(
     sup: Supervisor, spec: ServerSpec, fresh: dict[str, Upstream], ports: list[_HeldPort], deadline: float
 ) -> None:
     up = _held_upstream(sup, spec, fresh, ports)
+    up.start_reason = "added to the config"
     await sup.start_actor(up)
     with trio.move_on_at(deadline):
         await up.first_attempt_done.wait()
@@ -417,6 +418,7 @@ async def _replace(
 
     old = sup.upstreams[spec.name]
     up = _held_upstream(sup, spec, fresh, ports)
+    up.start_reason = "restart: its config entry changed"
     old.router = _Gone()
     sup.upstreams[spec.name] = up
     old.stop()

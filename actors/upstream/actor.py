@@ -174,6 +174,9 @@ class Upstream(LinkTasks):
         self._outcome: Backoff | OpenCircuit | None = None
         self._withdrawn = False
         self._era_memory = era_memory if era_memory is not None else {}
+        self.start_reason = "first start"
+        """Why the first start of this actor happens, as logged and published (a reload
+        that replaces a changed server's actor says so)."""
         self._refused: str | None = None
         """Set when a start ended with the child refusing to be our server (it is mcpvisor)."""
         self.first_attempt_done = trio.Event()
@@ -416,7 +419,7 @@ class Upstream(LinkTasks):
                 self._set_state(State.STOPPED, "proxy shutting down")
 
     async def _lifecycle(self) -> None:
-        why = "first start"
+        why = self.start_reason
         while True:
             if self._desired == "stopped":
                 await self._withdraw("stopped")

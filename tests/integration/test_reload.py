@@ -18,6 +18,7 @@ Waits are for events (a notification, a log line, a state), each bounded.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import sys
@@ -335,3 +336,25 @@ async def test_sighup_reloads_and_rereads_dotenv(tmp_path: Path) -> None:
             while "f_echo" not in await names(client):
                 await changed.wait()
                 changed = rec.changed
+
+
+async def test_a_restart_for_a_config_edit_is_logged_as_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The new process of a changed server, and the first of an added one, say why they
+    start ("restart: its config entry changed", "added to the config"); the log said
+    "first start" for both, which reads as if the proxy had restarted."""
+    path = write_config(tmp_path, {"a": flaky()})
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with running(path, tmp_path, watch=False) as (sup, _):
+            doc = json.loads(path.read_text())
+            doc["mcpServers"]["a"]["env"] = {"EDITED": "1"}
+            doc["mcpServers"]["c"] = flaky()
+            path.write_text(json.dumps(doc))
+            with caplog.at_level(logging.INFO, logger="actors.upstream.actor"):
+                result = await sup.reload()
+    assert result["ok"], result
+    lines = [r.getMessage() for r in caplog.records if r.name == "actors.upstream.actor"]
+    assert "a: starting (restart: its config entry changed)" in lines
+    assert "c: starting (added to the config)" in lines
+    assert not [line for line in lines if "(first start)" in line]
