@@ -220,7 +220,9 @@ def run(args: argparse.Namespace) -> int:
     if args.exposure:  # the flag wins over $MCPVISOR_EXPOSURE, which wins over the file
         from supervisor.settings import EXPOSURE_ENV
 
-        os.environ.pop(EXPOSURE_ENV, None)
+        # Through the variable every reload applies too: a reload compares the file with
+        # the settings in force, and the flag must not read as a change of the file.
+        os.environ[EXPOSURE_ENV] = args.exposure
         settings = dataclasses.replace(config.settings, exposure=args.exposure)
         config = dataclasses.replace(config, settings=settings)
     logger.info("config: %s (%s)", path, why)

@@ -21,6 +21,7 @@ import pytest
 import trio
 
 from actors.errors import UpstreamUnavailable
+from supervisor.control import list_running, request
 from supervisor.tree import open_supervisor
 from tests.helpers import REAL_IO_BOUND_S, flaky, proxy_client, text_of, write_config
 
@@ -214,3 +215,30 @@ def test_import_skips_an_entry_that_runs_mcpvisor_and_says_so(tmp_path: Path) ->
         assert actions[name]["reason"].startswith("runs mcpvisor itself")
     assert actions["time"]["action"] == "add"
     assert list(json.loads(target.read_text())["mcpServers"]) == ["time"]
+
+
+def test_an_exposure_flag_is_not_a_settings_change_at_each_reload(tmp_path: Path) -> None:
+    """`serve --exposure all` with "menu" in the file: a reload of the unchanged file applies
+    quietly (it logged 'settings "exposure" changed: restart the proxy' every time, since
+    the flag was compared with the file)."""
+    config = write_config(tmp_path, {}, exposure="menu")
+    argv = [MCPVISOR, "serve", "--config", str(config), "--exposure", "all"]
+    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True, env=_env(tmp_path)) as proxy:
+        try:
+            assert proxy.stderr is not None
+            _read_until(proxy.stderr, {"(exposure all)"})
+            (running,) = list_running(tmp_path / "state")
+            reply = request(running.socket, "reload", timeout=STEP_BOUND_S)
+            logged = _read_until(proxy.stderr, {"config reloaded"})
+        finally:
+            assert proxy.stdin is not None
+            proxy.stdin.close()
+            try:
+                proxy.wait(STEP_BOUND_S)
+            except subprocess.TimeoutExpired:
+                proxy.kill()
+                proxy.wait()
+    assert reply["result"]["ok"], reply
+    assert reply["result"]["needsRestart"] == []
+    assert not [line for line in logged if "restart the proxy" in line], logged
