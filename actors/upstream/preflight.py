@@ -26,7 +26,7 @@ from typing import Any, Final
 from actors.process import SELF_REFUSAL, child_environment
 from actors.transports import stdio_argv
 
-__all__ = ["SELF_REASON", "preflight", "refused_as_self", "runs_mcpvisor"]
+__all__ = ["SELF_REASON", "preflight", "refused_as_self", "runs_mcpvisor", "self_reason"]
 
 SCRIPT_NAME: Final = "mcpvisor"
 """The console script of this package (pyproject ``[project.scripts]``)."""
@@ -98,11 +98,21 @@ def preflight(spec: Any) -> str | None:
         return str(reason)
     if spec.transport not in ("stdio", "stdio-docker"):
         return None
+    itself = self_reason(spec)
+    if itself is not None:
+        return itself
     argv = stdio_argv(spec)
-    path = child_environment(spec.env).get("PATH")
-    if runs_mcpvisor(argv, path=path):
+    return _missing(argv, path=child_environment(spec.env).get("PATH"), cwd=spec.cwd)
+
+
+def self_reason(spec: Any) -> str | None:
+    """`SELF_REASON` when ``spec`` starts ``mcpvisor serve`` (see `runs_mcpvisor`), else None."""
+    if spec.transport not in ("stdio", "stdio-docker"):
+        return None
+    argv = stdio_argv(spec)
+    if runs_mcpvisor(argv, path=child_environment(spec.env).get("PATH")):
         return SELF_REASON.format(how=" ".join(argv[:4]))
-    return _missing(argv, path=path, cwd=spec.cwd)
+    return None
 
 
 def refused_as_self(failure: str) -> bool:

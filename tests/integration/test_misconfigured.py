@@ -242,3 +242,38 @@ def test_an_exposure_flag_is_not_a_settings_change_at_each_reload(tmp_path: Path
     assert reply["result"]["ok"], reply
     assert reply["result"]["needsRestart"] == []
     assert not [line for line in logged if "restart the proxy" in line], logged
+
+
+# --- mcp test judges a server as the proxy will ----------------------------------------------------
+
+
+def _mcp_test(tmp_path: Path, config: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    argv = [PY, "-m", "supervisor", "mcp", "test", *args, "--config", str(config), "--format", "json"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=_env(tmp_path), stdin=subprocess.DEVNULL,
+                          timeout=STEP_BOUND_S, check=False)
+    return done.returncode, json.loads(done.stdout)
+
+
+def test_mcp_test_fails_a_server_slower_than_its_startup_timeout(tmp_path: Path) -> None:
+    """A server that needs 2 s with "startupTimeout": "1s" can never start under the proxy:
+    `mcp test` says so by default (bounded by that timeout, the hint naming it) and with a
+    longer --timeout too (it said OK: its own 15 s bound ignored the entry's)."""
+    config = write_config(tmp_path, {"slow": flaky("--slow-start", "2", startupTimeout="1s")})
+    code, bounded = _mcp_test(tmp_path, config, "slow")
+    assert code == 1
+    assert bounded["failure"]["message"].startswith("no answer within 1s")
+    assert "startupTimeout" in bounded["failure"]["hint"]
+    code, patient = _mcp_test(tmp_path, config, "slow", "--timeout", "20")
+    assert code == 1
+    assert "past its startupTimeout of 1s" in patient["failure"]["message"]
+
+
+def test_mcp_test_fails_a_server_that_is_mcpvisor_itself_without_starting_it(tmp_path: Path) -> None:
+    """The entry `claude mcp add` writes for mcpvisor: `mcp test` reports what the proxy
+    will do with it (refuse it), exit 1, and starts nothing."""
+    config = write_config(tmp_path, {"me": {"command": MCPVISOR, "args": ["serve"]}})
+    code, report = _mcp_test(tmp_path, config, "me")
+    assert code == 1
+    assert report["failure"]["kind"] == "misconfigured"
+    assert "this server is mcpvisor itself" in report["failure"]["message"]
+    assert report["steps"] == []
