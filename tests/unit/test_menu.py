@@ -343,7 +343,8 @@ async def test_equip_answers_carry_only_the_notes_about_their_tools(tmp_path: Pa
     with trio.fail_after(BOUND_S):
         async with open_harness(tmp_path / "s", servers=("git", "docs")) as h:
             for server, name in (("git", "status"), ("docs", "search")):
-                await h.router.submit(UpstreamUp(server, UpstreamLists(tools=(tool(name),), resources=(shared,))))
+                lists = UpstreamLists(tools=(tool(name),), resources=(shared,))
+                await h.router.submit(UpstreamUp(server, lists))
             assert any("file:///README.md" in p for p in h.router.snapshot.problems)
             data(await h.call("build-toolset", name="dev", tools=[{"namespacedName": "git.status"}]))
             for answer in (await h.call("equip-toolset", name="dev"), await h.call("get-active-toolset")):
