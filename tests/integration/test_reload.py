@@ -256,8 +256,9 @@ async def names(client: Any) -> set[str]:
 
 @pytest.mark.slow
 async def test_a_running_proxy_follows_cli_edits(tmp_path: Path) -> None:
-    """`mcp add` -> the client gets one list_changed and sees the new tools; a bad hand edit
-    -> nothing changes; `mcp remove` -> the tools go, again with one list_changed."""
+    """`mcp add` -> the client gets one list_changed and sees the new tools; a hand edit
+    that adds a bad entry -> that server is misconfigured and the client sees no change;
+    `mcp remove` -> the tools go, again with one list_changed."""
     path = write_config(tmp_path, {"a": flaky()})
     log = tmp_path / "proxy.log"
     rec = Recorder()
@@ -289,7 +290,7 @@ async def test_a_running_proxy_follows_cli_edits(tmp_path: Path) -> None:
             doc = json.loads(good)
             doc["mcpServers"]["c"] = {"command": "x", "args": 3}
             path.write_text(json.dumps(doc))
-            offset = await wait_for_line(log, 'server "c": field "args"', start=offset)
+            offset = await wait_for_line(log, 'c: starting -> misconfigured (field "args"', start=offset)
             assert {"a_echo", "b_echo"} <= await names(client)
             assert rec.list_changed == 1
             path.write_text(good)  # the CLI refuses to edit an invalid file: put it right first
