@@ -7,8 +7,8 @@ until the config or the machine changes) with a reason the user can act on:
 * the entry itself could not be used (`ServerSpec.misconfigured`: an unset ``${VAR}``,
   an invalid field), decided when the config was read;
 * the server would be mcpvisor itself (`runs_mcpvisor`): ``mcpvisor serve`` or
-  ``python -m supervisor serve``; a wrapper that hides it (``sh -c``, ``npx``, ``uvx``)
-  is caught by the child instead, through `actors.process.PARENT_ENV`, and its
+  ``python -m mcpvisor serve``; a wrapper that hides it (``sh -c``, ``npx``, ``uvx``)
+  is caught by the child instead, through `mcpvisor.actors.process.PARENT_ENV`, and its
   refusal is recognised by `refused_as_self`;
 * the command does not exist, or is not executable, or the working directory is missing.
 """
@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from actors.process import SELF_REFUSAL, child_environment
-from actors.transports import stdio_argv
+from mcpvisor.actors.process import SELF_REFUSAL, child_environment
+from mcpvisor.actors.transports import stdio_argv
 
 __all__ = ["SELF_REASON", "preflight", "refused_as_self", "runs_mcpvisor", "self_reason"]
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 if TYPE_CHECKING:
-    from actors.link import CallOrigin
+    from mcpvisor.actors.link import CallOrigin
 
 
 # Not StrEnum: that would change str(state) and f"{state}" from "State.READY" to "ready".
@@ -24,7 +24,7 @@ class State(str, enum.Enum):  # noqa: UP042
     MISCONFIGURED = "misconfigured"
     """The entry cannot be used as it is (unset ``${VAR}``, invalid field, missing command,
     mcpvisor itself): never started, no restarts, until the config changes or a restart
-    is asked for (`actors.upstream.preflight`)."""
+    is asked for (`mcpvisor.actors.upstream.preflight`)."""
 
 
 USEFUL_METHODS: Final = frozenset({"tools/call", "resources/read", "prompts/get", "completion/complete"})
@@ -75,7 +75,7 @@ class UpstreamStatus:
 
 
 class RouterPort(Protocol):
-    """What an upstream actor needs from the router (`actors.router.Router` has it)."""
+    """What an upstream actor needs from the router (`mcpvisor.actors.router.Router` has it)."""
 
     async def send(self, message: object) -> None:
         """Queue a registration message."""

@@ -5,8 +5,8 @@
 Owns the command: find the client's config (its usual places, or PATH), show what the
 import will do (add, skip an identical server, skip / rename / replace a different one
 of the same name), ask on a terminal, and write everything in one locked, atomic,
-validated edit of the config file (`supervisor.store.ConfigStore`). Reading and
-converting the other clients' formats is `supervisor.importers`.
+validated edit of the config file (`mcpvisor.store.ConfigStore`). Reading and
+converting the other clients' formats is `mcpvisor.importers`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from supervisor.cli import EXIT_FAILED, EXIT_OK, Formatter
-from supervisor.cli import _output as out
-from supervisor.cli.config_cmd import (
+from mcpvisor.cli import EXIT_FAILED, EXIT_OK, Formatter
+from mcpvisor.cli import _output as out
+from mcpvisor.cli.config_cmd import (
     CommandError,
     config_option,
     exit_code_of,
@@ -29,7 +29,7 @@ from supervisor.cli.config_cmd import (
 )
 
 if TYPE_CHECKING:
-    from supervisor.importers import Action, Found
+    from mcpvisor.importers import Action, Found
 
 EPILOG: Final = """\
 examples:
@@ -49,7 +49,7 @@ where each client keeps its servers:
 
 CLIENTS: Final = ("claude-code", "claude-desktop", "cursor", "vscode")
 CONFLICT_POLICIES: Final = ("skip", "rename", "replace")
-"""`supervisor.importers.CLIENTS` / `CONFLICT_POLICIES`, repeated so `--help` does not import it."""
+"""`mcpvisor.importers.CLIENTS` / `CONFLICT_POLICIES`, repeated so `--help` does not import it."""
 
 
 def register(sub: Any) -> None:
@@ -93,7 +93,7 @@ def add_import_options(p: argparse.ArgumentParser) -> None:
 
 
 def _read(args: argparse.Namespace) -> tuple[list[Found], list[str], list[str]]:
-    from supervisor.importers import ImportSource, default_sources, read_sources
+    from mcpvisor.importers import ImportSource, default_sources, read_sources
 
     if args.path:
         path = Path(args.path).expanduser()
@@ -123,7 +123,7 @@ def _without_empty(found: Found) -> Found:
     """An imported entry without empty ``args``, ``env`` or ``headers``, as `mcp add` writes them."""
     import dataclasses
 
-    from supervisor.cli.mcp._common import drop_empty
+    from mcpvisor.cli.mcp._common import drop_empty
 
     return found if found.entry is None else dataclasses.replace(found, entry=drop_empty(found.entry))
 
@@ -134,12 +134,12 @@ SELF_SKIP: Final = ("runs mcpvisor itself: skipped (a proxy never runs itself as
 
 def _runs_mcpvisor(entry: Mapping[str, Any]) -> bool:
     """Whether an imported entry starts ``mcpvisor serve``: directly (this installation's
-    script, ``python -m supervisor``), or through a launcher or a shell (``uvx mcpvisor
+    script, ``python -m mcpvisor``), or through a launcher or a shell (``uvx mcpvisor
     serve``, ``sh -c "mcpvisor serve"``), as the line our README gives for Claude Code does."""
     import os
     import shlex
 
-    from actors.upstream.preflight import SCRIPT_NAME, SERVE, runs_mcpvisor
+    from mcpvisor.actors.upstream.preflight import SCRIPT_NAME, SERVE, runs_mcpvisor
 
     command = entry.get("command")
     if not isinstance(command, str):
@@ -161,7 +161,7 @@ def _validated(found: list[Found], target: Path) -> list[Found]:
     """Each found entry checked on its own: one that mcpvisor would reject is skipped with why."""
     import dataclasses
 
-    from supervisor.config import ConfigError
+    from mcpvisor.config import ConfigError
 
     checked = []
     for item in found:
@@ -178,8 +178,8 @@ def _validated(found: list[Found], target: Path) -> list[Found]:
 
 
 def _describe(action: Action) -> dict[str, Any]:
-    from supervisor.cli.mcp import target_of
-    from supervisor.config import ConfigError, parse_config
+    from mcpvisor.cli.mcp import target_of
+    from mcpvisor.config import ConfigError, parse_config
 
     entry = action.found.entry
     transport, what = "?", ""
@@ -217,8 +217,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from supervisor.importers import plan_import
-    from supervisor.store import MalformedConfig
+    from mcpvisor.importers import plan_import
+    from mcpvisor.store import MalformedConfig
 
     found, warnings, looked = _read(args)
     for warning in warnings:

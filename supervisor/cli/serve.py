@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
-from supervisor._config_types import EXPOSURES
-from supervisor.cli import EXIT_OK, EXIT_USAGE, Formatter
-from supervisor.config import DEFAULT_HOST, DEFAULT_PORT
+from mcpvisor._config_types import EXPOSURES
+from mcpvisor.cli import EXIT_OK, EXIT_USAGE, Formatter
+from mcpvisor.config import DEFAULT_HOST, DEFAULT_PORT
 
 logger = logging.getLogger("mcpvisor")
 
@@ -127,7 +127,7 @@ def setup_logging(level: str, log_file: str | None, secrets: Any = ()) -> None:
 
 
 def resolve_config(args: argparse.Namespace) -> tuple[Path, str]:
-    from supervisor.config import demo_config_path, find_config
+    from mcpvisor.config import demo_config_path, find_config
 
     if args.demo:
         return demo_config_path(), "--demo: the bundled demo config"
@@ -143,10 +143,10 @@ def resolve_config(args: argparse.Namespace) -> tuple[Path, str]:
 def proxy_ancestor(env: dict[str, str] | os._Environ[str] | None = None) -> int | None:
     """The pid of the mcpvisor this process was started by as an upstream server, if any.
 
-    Its children carry `actors.process.PARENT_ENV`; the variable counts only when it names
+    Its children carry `mcpvisor.actors.process.PARENT_ENV`; the variable counts only when it names
     a live ancestor of this process, so one leaked into an unrelated shell blocks nothing.
     """
-    from actors.process import PARENT_ENV
+    from mcpvisor.actors.process import PARENT_ENV
 
     value = (os.environ if env is None else env).get(PARENT_ENV, "")
     if not value.isdigit():
@@ -165,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
 
     parent = proxy_ancestor()
     if parent is not None:
-        from actors.process import SELF_REFUSAL
+        from mcpvisor.actors.process import SELF_REFUSAL
 
         # Before the config is even read: this process must spawn nothing.
         print(f"mcpvisor: {SELF_REFUSAL} (pid {parent}); a proxy never runs itself as one of its own "
@@ -173,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
               "server that runs mcpvisor from that proxy's config.", file=sys.stderr)
         return EXIT_USAGE
 
-    from supervisor._serve import (
+    from mcpvisor._serve import (
         PortUnavailable,
         TokenFileError,
         UnsafeBind,
@@ -182,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
         start_tokens,
         tls_context,
     )
-    from supervisor.config import ConfigError, load_config
+    from mcpvisor.config import ConfigError, load_config
 
     try:
         path, why = resolve_config(args)
@@ -218,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"mcpvisor: {exc}", file=sys.stderr)
             return EXIT_USAGE
     if args.exposure:  # the flag wins over $MCPVISOR_EXPOSURE, which wins over the file
-        from supervisor.settings import EXPOSURE_ENV
+        from mcpvisor.settings import EXPOSURE_ENV
 
         # Through the variable every reload applies too: a reload compares the file with
         # the settings in force, and the flag must not read as a change of the file.
@@ -228,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
     logger.info("config: %s (%s)", path, why)
     for warning in config.warnings:
         logger.warning("%s", warning)
-    from actors.core.toolsets import ToolsetError
+    from mcpvisor.actors.core.toolsets import ToolsetError
 
     try:
         trio.run(_main, args, config)
@@ -244,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
 def _print_login(sup: Any, url: str) -> None:
     """Print the dashboard's login URL on stderr, outside the log (a log file must never
     hold a token; the terminal that started the proxy may)."""
-    from supervisor.dashboard import ensure_token, login_url
+    from mcpvisor.dashboard import ensure_token, login_url
 
     base = url.removesuffix("/mcp")
     token = ensure_token(Path(sup.store.directory))
@@ -255,9 +255,9 @@ def _print_login(sup: Any, url: str) -> None:
 async def _main(args: argparse.Namespace, config: Any) -> None:
     import trio
 
-    from supervisor._serve import serve
-    from supervisor.settings import state_dir as user_state_dir
-    from supervisor.tree import open_supervisor
+    from mcpvisor._serve import serve
+    from mcpvisor.settings import state_dir as user_state_dir
+    from mcpvisor.tree import open_supervisor
 
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async with open_supervisor(config, state_dir=args.state_dir, toolset=args.toolset,

@@ -1,6 +1,6 @@
 """The CLI ends quietly when the user ends it: Ctrl-C, or a reader that stops reading.
 
-Real ``python -m supervisor`` processes: what is checked is the process's own exit status
+Real ``python -m mcpvisor`` processes: what is checked is the process's own exit status
 and what it leaves on stderr. A regression shows as a Python traceback (an exception
 group holding ``KeyboardInterrupt``, a ``BrokenPipeError``) on the user's terminal.
 """
@@ -18,7 +18,7 @@ from typing import IO
 
 import pytest
 
-from supervisor.cli import EXIT_CLOSED_PIPE
+from mcpvisor.cli import EXIT_CLOSED_PIPE
 
 PY = sys.executable
 STEP_BOUND_S = 60.0
@@ -46,7 +46,7 @@ def proxy(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
     """A real ``mcpvisor serve`` over stdio with no servers, registered in the state dir."""
     config = tmp_path / "mcpvisor.json"
     config.write_text(json.dumps({"mcpServers": {}}))
-    argv = [PY, "-m", "supervisor", "serve", "--config", str(config)]
+    argv = [PY, "-m", "mcpvisor", "serve", "--config", str(config)]
     with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                           text=True, env=_env(tmp_path)) as proc:
         try:
@@ -67,7 +67,7 @@ def test_ctrl_c_stops_the_dashboard_without_a_traceback(tmp_path: Path, proxy: s
     """`mcpvisor dashboard` says "Ctrl-C stops it": Ctrl-C ends it with status 0 and no
     traceback (trio raised the interrupt out of the server's nursery as an exception group,
     which the CLI printed as ~20 lines of traceback)."""
-    argv = [PY, "-m", "supervisor", "dashboard", "--no-open", "--port", "0"]
+    argv = [PY, "-m", "mcpvisor", "dashboard", "--no-open", "--port", "0"]
     with subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                           env=_env(tmp_path)) as dash:
         try:
@@ -94,7 +94,7 @@ def test_output_into_a_closed_pipe_ends_quietly(tmp_path: Path, args: tuple[str,
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader is gone before the first write: every write fails with EPIPE
     try:
-        done = subprocess.run([PY, "-m", "supervisor", *args, "--config", str(config)],
+        done = subprocess.run([PY, "-m", "mcpvisor", *args, "--config", str(config)],
                               stdout=write_end, stderr=subprocess.PIPE, text=True, env=_env(tmp_path),
                               timeout=STEP_BOUND_S, check=False)
     finally:

@@ -20,9 +20,9 @@ import psutil
 import pytest
 import trio
 
-from actors.errors import UpstreamUnavailable
-from supervisor.control import list_running, request
-from supervisor.tree import open_supervisor
+from mcpvisor.actors.errors import UpstreamUnavailable
+from mcpvisor.control import list_running, request
+from mcpvisor.tree import open_supervisor
 from tests.helpers import REAL_IO_BOUND_S, flaky, proxy_client, text_of, write_config
 
 PY = sys.executable
@@ -42,7 +42,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 def _status(tmp_path: Path) -> dict[str, dict[str, Any]]:
     """``mcpvisor status --format json``: the one running proxy's servers by name."""
-    done = subprocess.run([PY, "-m", "supervisor", "status", "--format", "json"], capture_output=True,
+    done = subprocess.run([PY, "-m", "mcpvisor", "status", "--format", "json"], capture_output=True,
                           text=True, env=_env(tmp_path), timeout=STEP_BOUND_S, check=False)
     assert done.returncode == 0, done.stderr
     (report,) = json.loads(done.stdout)
@@ -204,7 +204,7 @@ def test_import_skips_an_entry_that_runs_mcpvisor_and_says_so(tmp_path: Path) ->
         "time": {"type": "stdio", "command": "uvx", "args": ["mcp-server-time"], "env": {}},
     }}))
     target = tmp_path / "mcpvisor.json"
-    argv = [PY, "-m", "supervisor", "import", "claude-code", str(source), "--config", str(target), "--yes",
+    argv = [PY, "-m", "mcpvisor", "import", "claude-code", str(source), "--config", str(target), "--yes",
             "--format", "json"]
     done = subprocess.run(argv, capture_output=True, text=True, env=_env(tmp_path), stdin=subprocess.DEVNULL,
                           timeout=STEP_BOUND_S, check=False)
@@ -248,7 +248,7 @@ def test_an_exposure_flag_is_not_a_settings_change_at_each_reload(tmp_path: Path
 
 
 def _mcp_test(tmp_path: Path, config: Path, *args: str) -> tuple[int, dict[str, Any]]:
-    argv = [PY, "-m", "supervisor", "mcp", "test", *args, "--config", str(config), "--format", "json"]
+    argv = [PY, "-m", "mcpvisor", "mcp", "test", *args, "--config", str(config), "--format", "json"]
     done = subprocess.run(argv, capture_output=True, text=True, env=_env(tmp_path), stdin=subprocess.DEVNULL,
                           timeout=STEP_BOUND_S, check=False)
     return done.returncode, json.loads(done.stdout)

@@ -8,7 +8,7 @@ Three layers:
   step (exactly one `ListChanged`), unchanged servers keep their process, removed ones
   are stopped and reaped, a bad config changes nothing, the file watcher sees in-place
   writes and editor-style replace-by-rename;
-* end to end: a real SDK client over stdio to ``python -m supervisor serve``, the config
+* end to end: a real SDK client over stdio to ``python -m mcpvisor serve``, the config
   edited with the real CLI (``mcp add``/``mcp remove``) or by hand: tools appear after one
   ``list_changed``, a bad edit changes nothing, SIGHUP reloads (re-reading ``.env``).
 
@@ -32,12 +32,12 @@ import pytest
 import trio
 import trio.testing
 
-from actors.core.registration import UpstreamState
-from actors.messages import ListChanged
-from actors.upstream import State
-from supervisor.config import Settings, parse_config
-from supervisor.reload import plan_reload
-from supervisor.tree import Supervisor, open_supervisor
+from mcpvisor.actors.core.registration import UpstreamState
+from mcpvisor.actors.messages import ListChanged
+from mcpvisor.actors.upstream import State
+from mcpvisor.config import Settings, parse_config
+from mcpvisor.reload import plan_reload
+from mcpvisor.tree import Supervisor, open_supervisor
 from tests.helpers import REAL_IO_BOUND_S, Recorder, flaky, proxy_client, write_config
 
 pytestmark = pytest.mark.timeout(REAL_IO_BOUND_S * 2.5)  # real processes on a loaded 2-core machine
@@ -229,7 +229,7 @@ async def test_the_watcher_follows_writes_and_editor_renames(tmp_path: Path) -> 
 
 async def cli(*args: str, cwd: Path) -> str:
     done = await trio.run_process(
-        [sys.executable, "-m", "supervisor", *args],
+        [sys.executable, "-m", "mcpvisor", *args],
         cwd=cwd,
         capture_stdout=True,
         capture_stderr=True,
@@ -352,10 +352,10 @@ async def test_a_restart_for_a_config_edit_is_logged_as_one(
             doc["mcpServers"]["a"]["env"] = {"EDITED": "1"}
             doc["mcpServers"]["c"] = flaky()
             path.write_text(json.dumps(doc))
-            with caplog.at_level(logging.INFO, logger="actors.upstream.actor"):
+            with caplog.at_level(logging.INFO, logger="mcpvisor.actors.upstream.actor"):
                 result = await sup.reload()
     assert result["ok"], result
-    lines = [r.getMessage() for r in caplog.records if r.name == "actors.upstream.actor"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "mcpvisor.actors.upstream.actor"]
     assert "a: starting (restart: its config entry changed)" in lines
     assert "c: starting (added to the config)" in lines
     assert not [line for line in lines if "(first start)" in line]

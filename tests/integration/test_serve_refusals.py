@@ -1,7 +1,7 @@
 """What ``mcpvisor serve`` refuses before it starts anything: a port in use, a config it
 cannot read at all.
 
-Real ``python -m supervisor serve`` processes on 127.0.0.1. Each config holds a server
+Real ``python -m mcpvisor serve`` processes on 127.0.0.1. Each config holds a server
 whose start would leave a file behind, so "nothing was spawned" is a fact the test reads
 from disk, not a log line it hopes for.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.cli import EXIT_USAGE
+from mcpvisor.cli import EXIT_USAGE
 
 PY = sys.executable
 STEP_BOUND_S = 60.0
@@ -38,7 +38,7 @@ def _tattletale(tmp_path: Path) -> tuple[dict[str, object], Path]:
 
 
 def _serve(tmp_path: Path, config: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PY, "-m", "supervisor", "serve", "--config", str(config), *extra],
+    return subprocess.run([PY, "-m", "mcpvisor", "serve", "--config", str(config), *extra],
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, env=_env(tmp_path),
                           timeout=STEP_BOUND_S, check=False)
 

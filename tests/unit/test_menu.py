@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import trio
 
-from actors.core.registration import UpstreamDown
-from actors.core.toolsets import CONFIG_TOOLS, ENTER_CONFIG, EXIT_CONFIG, MANAGEMENT_TOOLS
-from supervisor.menu import DEFINITIONS
-from supervisor.menu.render import status_dict
+from mcpvisor.actors.core.registration import UpstreamDown
+from mcpvisor.actors.core.toolsets import CONFIG_TOOLS, ENTER_CONFIG, EXIT_CONFIG, MANAGEMENT_TOOLS
+from mcpvisor.menu import DEFINITIONS
+from mcpvisor.menu.render import status_dict
 from tests.unit.test_registry_router import BOUND_S, Harness, open_harness
 
 
@@ -335,8 +335,8 @@ async def test_equip_answers_carry_only_the_notes_about_their_tools(tmp_path: Pa
     """Two servers that list the same resource: equip-toolset and get-active-toolset answer
     the model without a "resource ... is listed by git and docs" note (it named ~9 unrelated
     resources after every equip), which get-server-status's data still has in the snapshot."""
-    from actors.core.catalog import UpstreamLists
-    from actors.core.registration import UpstreamUp
+    from mcpvisor.actors.core.catalog import UpstreamLists
+    from mcpvisor.actors.core.registration import UpstreamUp
     from tests.unit.test_registry_router import tool
 
     shared = {"uri": "file:///README.md", "name": "README"}

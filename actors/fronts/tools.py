@@ -22,18 +22,18 @@ import trio
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
-from actors import wire
-from actors.core.catalog import close_names
-from actors.core.discovery import USE_TOOL, lazy_owner
-from actors.core.use_tool import CallLocal, NeedsLoad, plan_use
-from actors.eras import strip_upstream_stamps
-from actors.harness import ClientSession, run_label
-from actors.lazy import LazyLoader, LoadFailed
-from actors.origins import is_modern
+from mcpvisor.actors import wire
+from mcpvisor.actors.core.catalog import close_names
+from mcpvisor.actors.core.discovery import USE_TOOL, lazy_owner
+from mcpvisor.actors.core.use_tool import CallLocal, NeedsLoad, plan_use
+from mcpvisor.actors.eras import strip_upstream_stamps
+from mcpvisor.actors.fronts.origins import is_modern
+from mcpvisor.actors.harness import ClientSession, run_label
+from mcpvisor.actors.lazy import LazyLoader, LoadFailed
 
 if TYPE_CHECKING:
-    from actors.core.catalog import Snapshot, ToolRoute
-    from actors.front import Backend
+    from mcpvisor.actors.core.catalog import Snapshot, ToolRoute
+    from mcpvisor.actors.fronts.sdk import Backend
 
 Forward = Callable[..., Awaitable[dict[str, Any]]]
 """`Front._forward`: ``(server, method, params, ctx, *, retry_safe)`` to the owning upstream."""
