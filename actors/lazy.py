@@ -44,7 +44,8 @@ LOAD_MARGIN_S: Final = 5.0
 longest a load waits for the actor to report: the actor records the failure in
 microseconds, so reaching this means the actor is gone (shutting down)."""
 
-FAILED_STATES: Final = frozenset({State.BACKING_OFF, State.CIRCUIT_OPEN, State.DISABLED, State.STOPPED})
+FAILED_STATES: Final = frozenset({State.BACKING_OFF, State.CIRCUIT_OPEN, State.DISABLED, State.STOPPED,
+                                  State.MISCONFIGURED})
 """States a starting server reaches when its start failed (or it was switched off)."""
 
 
@@ -172,7 +173,7 @@ class LazyLoader:
         # Back to idle: a lazy server is started when asked, never retried behind the caller.
         up.unload()
         with trio.move_on_after(LOAD_MARGIN_S):
-            while up.state not in (State.IDLE, State.DISABLED, State.STOPPED):
+            while up.state not in (State.IDLE, State.DISABLED, State.STOPPED, State.MISCONFIGURED):
                 await up.wait_changed()
         record = await self.router.ask(_BookCall(lambda: self.book.failed(name, error)))
         assert record is not None

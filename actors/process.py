@@ -205,13 +205,25 @@ class SpawnError(Exception):
     """The command could not be started at all (not found, not executable, bad cwd)."""
 
 
+PARENT_ENV: Final = "MCPVISOR_PARENT"
+"""Set in every child's environment to the pid of the mcpvisor that started it. A
+``mcpvisor serve`` that finds it, naming one of its own ancestors, refuses to run: it was
+started as a server of a proxy (through any wrapper: ``sh -c``, ``npx``, ``uvx``) and
+would read the same config and start itself again, without end."""
+
+SELF_REFUSAL: Final = "refusing to serve: started as an upstream server by mcpvisor"
+"""The words that child says on stderr before it exits, by which its parent knows why."""
+
+
 def child_environment(extra: Mapping[str, str]) -> dict[str, str]:
-    """The proxy's own environment, less the front's token, plus the server's ``env``
-    (the server wins: a token it is given on purpose in its ``env`` reaches it)."""
+    """The proxy's own environment, less the front's token, plus the server's ``env`` (the
+    server wins: a token it is given on purpose in its ``env`` reaches it), marked with
+    `PARENT_ENV` (which the server's ``env`` cannot override)."""
     env = dict(os.environ)
     for name in WITHHELD_ENV:
         env.pop(name, None)
     env.update(extra)
+    env[PARENT_ENV] = str(os.getpid())
     return env
 
 

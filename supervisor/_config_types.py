@@ -236,6 +236,10 @@ class ServerSpec:
     """``relistInterval``: how often a server that cannot announce list changes is
     re-listed; None: `health_check_interval`."""
     raw: Mapping[str, Any] = field(default_factory=_empty)
+    misconfigured: str | None = None
+    """Why this entry cannot be used (an unset ``${VAR}``, an invalid field), when the config
+    was loaded with ``isolate_servers``: the server is shown ``misconfigured`` with this
+    reason and never started, while the other servers run. None: the entry is usable."""
 
     @property
     def relist_every(self) -> float:

@@ -9,6 +9,7 @@ and refusing to open a non-loopback bind that nothing guards.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import socket
@@ -64,6 +65,10 @@ class UnsafeBind(Exception):
 
 class TokenFileError(Exception):
     """``--token-file`` cannot be used (missing, unreadable, readable by others, empty)."""
+
+
+class PortUnavailable(Exception):
+    """A network front's address cannot be listened on (in use, not this machine's, not allowed)."""
 
 
 # --------------------------------------------------------------------------------------
@@ -136,6 +141,35 @@ def check_bind(host: str, *, guarded: bool, insecure_no_auth: bool) -> None:
         f"refusing to serve on {host} without a token: anyone who can reach it could call "
         f"every tool of every configured server. To serve beyond this machine, {HOW_TO_SET_A_TOKEN}"
     )
+
+
+def check_port(host: str, port: int) -> None:
+    """Refuse early when ``host:port`` cannot be listened on, before any server is spawned.
+
+    Binds a throwaway socket the way the fronts will (``SO_REUSEADDR``, as hypercorn and
+    ``trio.open_tcp_listeners`` set it, so a port that only has connections in TIME_WAIT
+    is not called busy) and closes it at once. Port 0 (any free port) is not checked.
+
+    Raises:
+        PortUnavailable: one line that names the port and the host.
+    """
+    if port == 0:
+        return
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as err:
+        raise PortUnavailable(f"cannot listen on {host}: {err.strerror or err}") from None
+    for family, kind, proto, _, address in addresses:
+        try:
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind(address)
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                raise PortUnavailable(
+                    f"port {port} on {host} is already in use (another mcpvisor? see mcpvisor status)"
+                ) from None
+            raise PortUnavailable(f"cannot listen on port {port} on {host}: {err.strerror or err}") from None
 
 
 def machine_addresses() -> list[str]:

@@ -133,12 +133,15 @@ def find_config(
                   + f" (and neither ${CONFIG_ENV_VAR} nor ${COORDINATOR_ENV_VAR} is set)")
 
 
-def load_config(path: str | os.PathLike[str], *, env: Mapping[str, str] | None = None) -> Config:
+def load_config(path: str | os.PathLike[str], *, env: Mapping[str, str] | None = None,
+                isolate_servers: bool = False) -> Config:
     """Read and parse a config file (and the `.env` next to it when `envMode` asks for it).
 
     Args:
         path: the file, named as the user gave it (messages use this spelling).
         env: the process environment for interpolation (default: `os.environ`).
+        isolate_servers: what the proxy asks for: a problem inside one server's entry makes
+            that server `ServerSpec.misconfigured` instead of failing the load.
 
     Raises:
         ConfigError: the file is missing or unreadable, is not a JSON object, or has any
@@ -153,7 +156,7 @@ def load_config(path: str | os.PathLike[str], *, env: Mapping[str, str] | None =
         raise ConfigError(f"{p}: is a directory, not a config file", p) from None
     except OSError as err:
         raise ConfigError(f"{p}: cannot read: {err.strerror or err}", p) from None
-    return parse_config(data, path=p, env=env)
+    return parse_config(data, path=p, env=env, isolate_servers=isolate_servers)
 
 
 def parse_config(
@@ -161,6 +164,7 @@ def parse_config(
     *,
     path: Path | None = None,
     env: Mapping[str, str] | None = None,
+    isolate_servers: bool = False,
 ) -> Config:
     """Validate and resolve a config document.
 
@@ -170,6 +174,10 @@ def parse_config(
             `${MCPVISOR_CONFIG_DIR}`, and the `.env` file read under envMode
             `enable`/`dotenv`.
         env: the process environment for interpolation (default: `os.environ`).
+        isolate_servers: a problem inside one server's entry (an unset ``${VAR}``, an
+            invalid field) makes that server `ServerSpec.misconfigured` with the problem as
+            its reason, instead of an error; a document that cannot be read at all (bad
+            JSON, bad settings, no "mcpServers" beside a close match) is still an error.
 
     Returns:
         The full Config; atomic: either this or an error, never a partial config.
@@ -182,7 +190,8 @@ def parse_config(
         doc = _decode(doc.encode() if isinstance(doc, str) else doc, label, path)
     if not isinstance(doc, Mapping):
         raise ConfigError(f"{label}: expected a JSON object at the top level, got {describe_type(doc)}", path)
-    return build(doc, path=path, label=label, env=os.environ if env is None else env)
+    return build(doc, path=path, label=label, env=os.environ if env is None else env,
+                 isolate_servers=isolate_servers)
 
 
 def _line_col(raw: bytes, pos: int) -> tuple[int, int]:

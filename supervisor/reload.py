@@ -29,6 +29,7 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -337,7 +338,7 @@ async def _reload(sup: Supervisor, config: Config | None) -> dict[str, Any]:
         if path is None:
             return {"ok": False, "errors": ["nothing to re-read: the supervisor was not given a config file"]}
         try:
-            config = await trio.to_thread.run_sync(load_config, path)
+            config = await trio.to_thread.run_sync(partial(load_config, path, isolate_servers=True))
         except ConfigError as err:
             logger.error(
                 "config not reloaded, the running setup stays; %d problem(s):\n%s", len(err.problems), err
@@ -420,6 +421,7 @@ async def _start(
     sup: Supervisor, spec: ServerSpec, fresh: dict[str, Upstream], ports: list[_HeldPort], deadline: float
 ) -> None:
     up = _held_upstream(sup, spec, fresh, ports)
+    up.start_reason = "added to the config"
     await sup.start_actor(up)
     with trio.move_on_at(deadline):
         await up.first_attempt_done.wait()
@@ -437,6 +439,7 @@ async def _replace(
 
     old = sup.upstreams[spec.name]
     up = _held_upstream(sup, spec, fresh, ports)
+    up.start_reason = "restart: its config entry changed"
     old.router = _Gone()
     sup.upstreams[spec.name] = up
     old.stop()
@@ -524,7 +527,7 @@ async def watch_config(
             continue
         last_hash = digest
         try:
-            config = parse_config(data, path=target)
+            config = parse_config(data, path=target, isolate_servers=True)
         except ConfigError as err:
             logger.error(
                 "config change in %s ignored, the running setup stays; %d problem(s):\n%s",

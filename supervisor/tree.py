@@ -69,15 +69,16 @@ logger = logging.getLogger(__name__)
 
 READY_STATES: Final = frozenset({State.READY})
 SETTLED_STATES: Final = frozenset({State.READY, State.CIRCUIT_OPEN, State.DISABLED, State.STOPPED,
-                                   State.IDLE})
+                                   State.IDLE, State.MISCONFIGURED})
 
 
 def coerce_config(config: Config | str | Path | Mapping[str, Any]) -> Config:
     if isinstance(config, Config):
         return config
+    # A problem in one server's entry makes that server misconfigured; the others run.
     if isinstance(config, str | Path):
-        return load_config(config)
-    return parse_config(dict(config))
+        return load_config(config, isolate_servers=True)
+    return parse_config(dict(config), isolate_servers=True)
 
 
 class _Hooks(Hooks):
@@ -260,13 +261,15 @@ class Supervisor:
         return self.event_bus.subscribe()
 
     def status(self) -> list[UpstreamStatus]:
-        """Every server's status; its reason and last error scrubbed of the config's secrets
-        (they may quote a server's stderr, which may print its key)."""
-        return [
-            dataclasses.replace(s, reason=s.reason and scrub_known(s.reason),
-                                last_error=s.last_error and scrub_known(s.last_error))
-            for s in (u.status() for u in self.upstreams.values())
-        ]
+        """Every configured server's status, in file order: those that run (whatever their
+        state), and those the config disables (state ``disabled``), which have no actor; each
+        reason and last error scrubbed of the config's secrets (they may quote a server's
+        stderr, which may print its key)."""
+        shown = [u.status() if (u := self.upstreams.get(name)) is not None else _disabled_status(spec)
+                 for name, spec in self.config.servers.items() if name in self.upstreams or not spec.enabled]
+        shown += [u.status() for name, u in self.upstreams.items() if name not in self.config.servers]
+        return [dataclasses.replace(s, reason=s.reason and scrub_known(s.reason),
+                                    last_error=s.last_error and scrub_known(s.last_error)) for s in shown]
 
     # --- seams other modules fill ---------------------------------------------------------
     async def equip(self, name: str) -> dict[str, Any]:
@@ -385,6 +388,14 @@ class Supervisor:
             for up in eager:
                 await up.first_attempt_done.wait()
         self._startup_done.set()
+
+
+def _disabled_status(spec: ServerSpec) -> UpstreamStatus:
+    """The status of a server the config disables (no actor runs for it)."""
+    return UpstreamStatus(name=spec.name, transport=spec.transport, state=State.DISABLED.value,
+                          reason="disabled in the config", since=trio.current_time(), uptime=None, restarts=0,
+                          circuit="closed", retry_at=None, last_error=None, tool_count=0, pid=None,
+                          protocol_version=None, in_flight=0, description=spec.description)
 
 
 def _version() -> str:

@@ -11,6 +11,8 @@ Owns, for one configured server:
       idle (lazy) -> starting -> ready -> backing_off -> starting ...
                                       \\-> circuit_open -> half_open -> ready | circuit_open
       disabled, stopped: until told otherwise
+      misconfigured: the entry cannot start as it is (actors/upstream/preflight.py);
+      no process, no restarts, until a restart is asked for or the config changes
 
   every transition published as a `StateChanged` event with its reason (the exit
   status and last stderr lines, "did not start within 30s", "hung: 3 pings
@@ -56,6 +58,7 @@ from mcpvisor.actors.messages import EventBus, StateChanged
 from mcpvisor.actors.process import Reaper
 from mcpvisor.actors.transports import sdk_transport, stdio_argv
 from mcpvisor.actors.upstream.failures import classify, with_stderr
+from mcpvisor.actors.upstream.preflight import SELF_REASON, preflight, refused_as_self
 from mcpvisor.actors.upstream.status import USEFUL_METHODS, WAITABLE, Hooks, RouterPort, State, UpstreamStatus
 from mcpvisor.actors.upstream.tasks import LinkTasks
 
@@ -178,6 +181,11 @@ class Upstream(LinkTasks):
         self._outcome: Backoff | OpenCircuit | None = None
         self._withdrawn = False
         self._era_memory = era_memory if era_memory is not None else {}
+        self.start_reason = "first start"
+        """Why the first start of this actor happens, as logged and published (a reload
+        that replaces a changed server's actor says so)."""
+        self._refused: str | None = None
+        """Set when a start ended with the child refusing to be our server (it is mcpvisor)."""
         self.first_attempt_done = trio.Event()
         """Set once the first start attempt has ended (ready or failed), or the server is
         not meant to start (lazy, disabled, stopped). The start-up gate waits for it."""
@@ -387,7 +395,8 @@ class Upstream(LinkTasks):
         link = self.link
         self.bus.publish(StateChanged(self.name, state.value, previous.value, reason, retry_at, self.restarts,
                                       getattr(link, "pid", None) if link is not None else None))
-        log = logger.warning if state in (State.BACKING_OFF, State.CIRCUIT_OPEN) else logger.info
+        warn = state in (State.BACKING_OFF, State.CIRCUIT_OPEN, State.MISCONFIGURED)
+        log = logger.warning if warn else logger.info
         arrow = f"{previous.value} -> " if previous is not state else ""
         log("%s: %s%s%s", self.name, arrow, state.value, f" ({reason})" if reason else "")
 
@@ -417,7 +426,7 @@ class Upstream(LinkTasks):
                 self._set_state(State.STOPPED, "proxy shutting down")
 
     async def _lifecycle(self) -> None:
-        why = "first start"
+        why = self.start_reason
         while True:
             if self._desired == "stopped":
                 await self._withdraw("stopped")
@@ -431,6 +440,11 @@ class Upstream(LinkTasks):
                 self.first_attempt_done.set()
                 await self._sleep_until(math.inf)
                 why = "enabled"
+                continue
+            problem = self._refused or self._preflight()
+            if problem is not None:
+                await self._stay_misconfigured(problem)
+                why = "restart requested"
                 continue
             if not self._loaded:
                 self._set_state(State.IDLE, "lazy: starts on first use or load_mcp")
@@ -455,6 +469,11 @@ class Upstream(LinkTasks):
             else:
                 self._set_state(State.STARTING, why)
             failure = await self._one_life()
+            if failure is not None and self._outcome is None and refused_as_self(failure):
+                # A wrapper (sh -c, npx, uvx) hid that this server is mcpvisor; the child said so.
+                self._refused = SELF_REASON.format(how=f"started through {self.spec.command}")
+                self.policy.on_stopped(trio.current_time())  # not a failure to back off from
+                continue
             self.first_attempt_done.set()
             if failure is None:
                 # Stopped, disabled or restarted on request: not a failure (a trial that
@@ -470,6 +489,24 @@ class Upstream(LinkTasks):
             while trio.current_time() < until and not self._interrupted():
                 await self._sleep_until(until)
             why = f"restart after: {failure}"
+
+    def _preflight(self) -> str | None:
+        """Why this server cannot start as configured (None: try). The checks of what would
+        be spawned apply to the production opener only; an injected one decides for itself."""
+        if self._open_link is not open_real_link:
+            reason = getattr(self.spec, "misconfigured", None)
+            return str(reason) if reason else None
+        return preflight(self.spec)
+
+    async def _stay_misconfigured(self, problem: str) -> None:
+        """Withdraw the tools and wait, ``misconfigured``, until poked (restart, disable, stop)."""
+        self._restart_reason = None
+        self.last_error = problem
+        await self._withdraw(problem)
+        self._set_state(State.MISCONFIGURED, problem)
+        self.first_attempt_done.set()
+        await self._sleep_until(math.inf)
+        self._refused = None  # a restart asked for tries again: the wrapper may have changed
 
     async def _record_failure(self, failure: str) -> Backoff | OpenCircuit:
         """Count a failure with the policy and move to backing_off or circuit_open now

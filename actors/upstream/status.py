@@ -21,6 +21,10 @@ class State(str, enum.Enum):  # noqa: UP042
     HALF_OPEN = "half_open"
     DISABLED = "disabled"
     STOPPED = "stopped"
+    MISCONFIGURED = "misconfigured"
+    """The entry cannot be used as it is (unset ``${VAR}``, invalid field, missing command,
+    mcpvisor itself): never started, no restarts, until the config changes or a restart
+    is asked for (`mcpvisor.actors.upstream.preflight`)."""
 
 
 USEFUL_METHODS: Final = frozenset({"tools/call", "resources/read", "prompts/get", "completion/complete"})

@@ -2,7 +2,9 @@
 
 Each subcommand lives in its own module here and registers itself with
 `register(subparsers)`; `main` builds the parser and runs the chosen command.
-Exit codes: 0 ok, 1 a failed check, 2 bad usage or a bad config.
+Exit codes: 0 ok, 1 a failed check, 2 bad usage or a bad config; a command stopped by
+Ctrl-C exits 130 and one whose reader went away (``| head``) 141, quietly, as a shell
+reports those signals.
 """
 
 from __future__ import annotations
@@ -13,13 +15,22 @@ import sys
 from collections.abc import Sequence
 from typing import Final
 
-from mcpvisor.cli._base import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Formatter
+from mcpvisor.cli._base import (
+    EXIT_CLOSED_PIPE,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    Formatter,
+    quiet_exit,
+)
 
 COMMAND_MODULES: Final = ("serve", "status", "dashboard", "mcp", "toolset", "importer", "config_cmd",
                           "journal_cmd", "bench")
 """Subcommand modules, in the order ``--help`` lists them."""
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "Formatter", "build_parser", "main"]
+__all__ = ["EXIT_CLOSED_PIPE", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "Formatter",
+           "build_parser", "main", "quiet_exit"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,8 +69,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        return 130
+    except BaseException as exc:
+        code = quiet_exit(exc)
+        if code is None:
+            raise
+        return code
 
 
 if __name__ == "__main__":  # pragma: no cover

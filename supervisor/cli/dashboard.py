@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
-from mcpvisor.cli._base import EXIT_FAILED, EXIT_OK, Formatter
+from mcpvisor.cli._base import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Formatter, quiet_exit
 
 HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8849
@@ -64,8 +64,11 @@ def run(args: argparse.Namespace) -> int:
     proxy = proxies[-1]
     try:
         trio.run(serve_dashboard, proxy.socket, proxy.config, directory, args.port, not args.no_open)
-    except KeyboardInterrupt:
-        pass
+    except BaseException as exc:
+        # Ctrl-C is how this command is stopped (its banner says so): a normal end, no traceback,
+        # also when trio delivers it inside the server nursery's exception group.
+        if quiet_exit(exc) != EXIT_INTERRUPTED:
+            raise
     return EXIT_OK
 
 

@@ -12,6 +12,7 @@ converting the other clients' formats is `mcpvisor.importers`.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -127,6 +128,35 @@ def _without_empty(found: Found) -> Found:
     return found if found.entry is None else dataclasses.replace(found, entry=drop_empty(found.entry))
 
 
+SELF_SKIP: Final = ("runs mcpvisor itself: skipped (a proxy never runs itself as one of its own servers; "
+                    "it would read the same config and start itself again)")
+
+
+def _runs_mcpvisor(entry: Mapping[str, Any]) -> bool:
+    """Whether an imported entry starts ``mcpvisor serve``: directly (this installation's
+    script, ``python -m mcpvisor``), or through a launcher or a shell (``uvx mcpvisor
+    serve``, ``sh -c "mcpvisor serve"``), as the line our README gives for Claude Code does."""
+    import os
+    import shlex
+
+    from mcpvisor.actors.upstream.preflight import SCRIPT_NAME, SERVE, runs_mcpvisor
+
+    command = entry.get("command")
+    if not isinstance(command, str):
+        return False
+    args = [a for a in entry.get("args") or () if isinstance(a, str)]
+    if runs_mcpvisor([command, *args], path=os.environ.get("PATH")):
+        return True
+    words: list[str] = []
+    for part in [command, *args]:
+        try:
+            words += shlex.split(part)
+        except ValueError:
+            words.append(part)
+    names = [Path(w).name for w in words]
+    return SCRIPT_NAME in names and SERVE in names[names.index(SCRIPT_NAME) + 1 :]
+
+
 def _validated(found: list[Found], target: Path) -> list[Found]:
     """Each found entry checked on its own: one that mcpvisor would reject is skipped with why."""
     import dataclasses
@@ -135,6 +165,8 @@ def _validated(found: list[Found], target: Path) -> list[Found]:
 
     checked = []
     for item in found:
+        if item.entry is not None and _runs_mcpvisor(item.entry):
+            item = dataclasses.replace(item, entry=None, notes=(*item.notes, SELF_SKIP))
         if item.entry is not None:
             try:
                 validate_document({"mcpServers": {item.name: dict(item.entry)}}, target)

@@ -130,15 +130,53 @@ def resolve_config(args: argparse.Namespace) -> tuple[Path, str]:
     return path, why
 
 
+def proxy_ancestor(env: dict[str, str] | os._Environ[str] | None = None) -> int | None:
+    """The pid of the mcpvisor this process was started by as an upstream server, if any.
+
+    Its children carry `mcpvisor.actors.process.PARENT_ENV`; the variable counts only when it names
+    a live ancestor of this process, so one leaked into an unrelated shell blocks nothing.
+    """
+    from mcpvisor.actors.process import PARENT_ENV
+
+    value = (os.environ if env is None else env).get(PARENT_ENV, "")
+    if not value.isdigit():
+        return None
+    import psutil
+
+    try:
+        ancestors = {p.pid for p in psutil.Process().parents()}
+    except psutil.Error:
+        return None
+    return int(value) if int(value) in ancestors else None
+
+
 def run(args: argparse.Namespace) -> int:
     import trio
 
-    from mcpvisor._serve import TokenFileError, UnsafeBind, check_bind, start_tokens, tls_context
+    parent = proxy_ancestor()
+    if parent is not None:
+        from mcpvisor.actors.process import SELF_REFUSAL
+
+        # Before the config is even read: this process must spawn nothing.
+        print(f"mcpvisor: {SELF_REFUSAL} (pid {parent}); a proxy never runs itself as one of its own "
+              "servers (it would read the same config and start itself again, without end). Remove the "
+              "server that runs mcpvisor from that proxy's config.", file=sys.stderr)
+        return EXIT_USAGE
+
+    from mcpvisor._serve import (
+        PortUnavailable,
+        TokenFileError,
+        UnsafeBind,
+        check_bind,
+        check_port,
+        start_tokens,
+        tls_context,
+    )
     from mcpvisor.config import ConfigError, load_config
 
     try:
         path, why = resolve_config(args)
-        config = load_config(path)
+        config = load_config(path, isolate_servers=True)  # one bad server stays one bad server
     except FileNotFoundError as exc:
         print(f"mcpvisor: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -164,10 +202,17 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as exc:
             print(f"mcpvisor: cannot use --certfile/--keyfile: {exc}", file=sys.stderr)
             return EXIT_USAGE
+        try:  # a busy port found after every server was spawned cost seconds and a traceback
+            check_port(args.host, args.port)
+        except PortUnavailable as exc:
+            print(f"mcpvisor: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     if args.exposure:  # the flag wins over $MCPVISOR_EXPOSURE, which wins over the file
         from mcpvisor.settings import EXPOSURE_ENV
 
-        os.environ.pop(EXPOSURE_ENV, None)
+        # Through the variable every reload applies too: a reload compares the file with
+        # the settings in force, and the flag must not read as a change of the file.
+        os.environ[EXPOSURE_ENV] = args.exposure
         settings = dataclasses.replace(config.settings, exposure=args.exposure)
         config = dataclasses.replace(config, settings=settings)
     logger.info("config: %s (%s)", path, why)

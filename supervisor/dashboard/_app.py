@@ -101,7 +101,6 @@ class Api:
         headers = {k.lower(): v for k, v in conn.headers.items()}
         refused = await self.guard.check(method, headers, login=login)
         if refused is None:
-            self.hub.activate()
             return None
         return _error(refused.status, refused.error)
 
@@ -313,7 +312,6 @@ class Api:
         if refused is not None:
             await websocket.close(code=1008, reason=refused.error[:120])
             return
-        self.hub.activate()
         await websocket.accept()
         try:
             report = await self.hub.status(await self._configured())

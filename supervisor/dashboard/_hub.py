@@ -2,10 +2,9 @@
 
 `Hub` reads a `Source` (the supervisor in this process, or a running proxy's control
 socket) and keeps what the page needs beyond `status`: calls and errors per minute and
-p50 latency per server (`_metrics.CallWindow`), and the recent state changes. It starts
-listening on the first dashboard request (`activate`), so a proxy nobody looks at pays
-nothing: until then no call event is even built (`Supervisor.note_call` publishes only
-with a subscriber).
+p50 latency per server (`_metrics.CallWindow`), and the recent state changes. It listens
+from the moment it runs (the proxy's start, for ``serve --transport http``), so the page
+opened after a bad start still shows what happened and the calls made before it.
 
 Sources:
 
@@ -159,16 +158,10 @@ class Hub:
         self.changed = trio.Event()
         """Set (and replaced) at every state or list change; pages wait on it."""
         self.seq = 0
-        self._active = trio.Event()
-
-    def activate(self) -> None:
-        """Start listening (the first dashboard request calls this)."""
-        self._active.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Follow the source's events until cancelled (from the first `activate` on)."""
+        """Follow the source's events until cancelled."""
         task_status.started()
-        await self._active.wait()
         async for event in self.source.events():
             self.note(event, trio.current_time())
 

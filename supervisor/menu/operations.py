@@ -516,7 +516,7 @@ class MenuOperations:
             "counts": counts,
             "tokens": {"listed": listed, "allTools": everything, "saved": max(0, everything - listed),
                        "method": "bytes of the JSON tools list / 4"},
-            "problems": list(snapshot.problems),
+            "problems": _about(snapshot.problems, tools),
         }
 
     def available(self, server: str | None = None) -> dict[str, Any]:
@@ -540,6 +540,14 @@ class MenuOperations:
                      if server is None or any(s.decl.server == server for s in ct.subtools)]
         return {"servers": servers, "toolCount": sum(s["toolCount"] for s in servers),
                 "compoundTools": compounds}
+
+
+def _about(problems: Sequence[str], tools: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The problems that name a tool of the toolset (a name collision, a hidden name): the
+    rest (a resource two servers list, a prompt's name) stays in get-server-status and the
+    log, not in every equip answer the model reads."""
+    names = {n for t in tools for n in (t["namespacedName"], t["exposedAs"]) if n}
+    return [p for p in problems if any(name in p for name in names)]
 
 
 def compound_report(ct: CompoundTool) -> dict[str, Any]:

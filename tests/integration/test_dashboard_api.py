@@ -245,3 +245,16 @@ def test_mcpvisor_dashboard_with_no_running_proxy_says_so(tmp_path: Path, capsys
 
     assert main(["dashboard", "--state-dir", str(tmp_path), "--no-open"]) == 1
     assert f"no running mcpvisor proxy found in {tmp_path}" in capsys.readouterr().err
+
+
+async def test_the_page_shows_what_happened_before_it_was_first_opened(tmp_path: Path) -> None:
+    """A server that became ready before anyone opened the dashboard: the first page load
+    lists that event (the hub started listening at the first request, so after a bad start
+    the page showed nothing)."""
+    config = write_config(tmp_path, {"slow": flaky_entry("slow", "--slow-start", "1")})
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with serving(tmp_path, config) as dash, httpx2.AsyncClient() as http:
+            await dash.proxy.wait_log("slow: starting -> ready")
+            status = (await http.get(f"{dash.base}/api/status")).json()
+    events = [(e.get("server"), e.get("state")) for e in status["events"] if e["type"] == "state"]
+    assert ("slow", "ready") in events, status["events"]

@@ -157,13 +157,15 @@ async def test_a_server_that_cannot_start_is_reported_and_the_others_serve(tmp_p
             assert "exited with status 3" in dies and "fatal: no API key" in dies
 
 
-async def test_a_bad_config_exits_2_naming_the_file_server_and_field(tmp_path: Path) -> None:
+async def test_an_unreadable_config_exits_2_naming_the_file_and_the_place(tmp_path: Path) -> None:
+    """A file that is not JSON cannot be served at all (one bad server entry only makes that
+    server misconfigured: tests/integration/test_misconfigured.py)."""
     config = tmp_path / "mcpvisor.json"
-    config.write_text(json.dumps({"mcpServers": {"git": {"comand": "uvx"}}}))
+    config.write_text('{"mcpServers": {"git": {"command": "uvx",}}}')
     done = subprocess.run([PY, "-m", "mcpvisor", "serve", "--config", str(config)], capture_output=True,
                           text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert done.returncode == 2
-    assert "mcpvisor.json" in done.stderr and '"git"' in done.stderr and "command" in done.stderr
+    assert "mcpvisor.json" in done.stderr and "line 1" in done.stderr
     assert done.stdout == ""
 
 

@@ -18,6 +18,7 @@ Waits are for events (a notification, a log line, a state), each bounded.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import sys
@@ -182,18 +183,20 @@ async def test_a_reload_is_one_router_step(tmp_path: Path) -> None:
 
 
 async def test_a_bad_config_changes_nothing(tmp_path: Path) -> None:
+    """A file that cannot be used as a whole (here a misspelt setting) is refused entirely:
+    the running setup stays, and the error names the field and the close match."""
     path = write_config(tmp_path, {"a": flaky()})
     with trio.fail_after(REAL_IO_BOUND_S):
         async with running(path, tmp_path, watch=False) as (sup, changes):
             pid = pid_of(sup, "a")
             tools = sup.tools()
             doc = json.loads(path.read_text())
-            doc["mcpServers"]["b"] = {"command": "x", "tmeout": 3}
+            doc["settings"]["startupWiat"] = "3s"
             doc["mcpServers"]["a"]["args"].append("--crash-every")  # would restart a, if it applied
             path.write_text(json.dumps(doc))
             result = await sup.reload()
             assert not result["ok"]
-            assert any('unknown field "tmeout"' in p and "timeout" in p for p in result["errors"])
+            assert any('unknown field "startupWiat"' in p and "startupWait" in p for p in result["errors"])
             await settle(sup)
             assert changes.count == 0
             assert sup.tools() == tools
@@ -253,8 +256,9 @@ async def names(client: Any) -> set[str]:
 
 @pytest.mark.slow
 async def test_a_running_proxy_follows_cli_edits(tmp_path: Path) -> None:
-    """`mcp add` -> the client gets one list_changed and sees the new tools; a bad hand edit
-    -> nothing changes; `mcp remove` -> the tools go, again with one list_changed."""
+    """`mcp add` -> the client gets one list_changed and sees the new tools; a hand edit
+    that adds a bad entry -> that server is misconfigured and the client sees no change;
+    `mcp remove` -> the tools go, again with one list_changed."""
     path = write_config(tmp_path, {"a": flaky()})
     log = tmp_path / "proxy.log"
     rec = Recorder()
@@ -286,7 +290,7 @@ async def test_a_running_proxy_follows_cli_edits(tmp_path: Path) -> None:
             doc = json.loads(good)
             doc["mcpServers"]["c"] = {"command": "x", "args": 3}
             path.write_text(json.dumps(doc))
-            offset = await wait_for_line(log, 'server "c": field "args"', start=offset)
+            offset = await wait_for_line(log, 'c: starting -> misconfigured (field "args"', start=offset)
             assert {"a_echo", "b_echo"} <= await names(client)
             assert rec.list_changed == 1
             path.write_text(good)  # the CLI refuses to edit an invalid file: put it right first
@@ -333,3 +337,25 @@ async def test_sighup_reloads_and_rereads_dotenv(tmp_path: Path) -> None:
             while "f_echo" not in await names(client):
                 await changed.wait()
                 changed = rec.changed
+
+
+async def test_a_restart_for_a_config_edit_is_logged_as_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The new process of a changed server, and the first of an added one, say why they
+    start ("restart: its config entry changed", "added to the config"); the log said
+    "first start" for both, which reads as if the proxy had restarted."""
+    path = write_config(tmp_path, {"a": flaky()})
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with running(path, tmp_path, watch=False) as (sup, _):
+            doc = json.loads(path.read_text())
+            doc["mcpServers"]["a"]["env"] = {"EDITED": "1"}
+            doc["mcpServers"]["c"] = flaky()
+            path.write_text(json.dumps(doc))
+            with caplog.at_level(logging.INFO, logger="mcpvisor.actors.upstream.actor"):
+                result = await sup.reload()
+    assert result["ok"], result
+    lines = [r.getMessage() for r in caplog.records if r.name == "mcpvisor.actors.upstream.actor"]
+    assert "a: starting (restart: its config entry changed)" in lines
+    assert "c: starting (added to the config)" in lines
+    assert not [line for line in lines if "(first start)" in line]

@@ -442,6 +442,14 @@ def test_foreign_keys_warn_and_unknown_top_level_keys_warn() -> None:
     assert 'unknown top-level key "mcpServer" ignored (did you mean "mcpServers"?)' in text
 
 
+def test_a_misspelt_servers_key_with_no_servers_is_an_error_not_an_empty_proxy() -> None:
+    """"mcpServer" and no "mcpServers": the proxy would run with no servers at all and look
+    fine; it must refuse, naming the key and what was meant."""
+    (problem,) = problems({"mcpServer": {"a": {"command": "x"}}})
+    assert 'unknown top-level key "mcpServer" (did you mean "mcpServers"?)' in problem
+    assert "no servers would run" in problem
+
+
 def test_vscode_format_gets_a_hint() -> None:
     (problem,) = problems({"servers": {"a": {"command": "x"}}})
     assert "VS Code format: use `mcpvisor import vscode`" in problem

@@ -329,3 +329,24 @@ async def test_names_follow_settings_namespacing(tmp_path: Path, namespacing: st
             expected = "git_status" if namespacing == "prefix" else "status"
             assert out["active"]["tools"][0]["exposedAs"] == expected
             assert h.names() == [ENTER_CONFIG, expected]
+
+
+async def test_equip_answers_carry_only_the_notes_about_their_tools(tmp_path: Path) -> None:
+    """Two servers that list the same resource: equip-toolset and get-active-toolset answer
+    the model without a "resource ... is listed by git and docs" note (it named ~9 unrelated
+    resources after every equip), which get-server-status's data still has in the snapshot."""
+    from mcpvisor.actors.core.catalog import UpstreamLists
+    from mcpvisor.actors.core.registration import UpstreamUp
+    from tests.unit.test_registry_router import tool
+
+    shared = {"uri": "file:///README.md", "name": "README"}
+    with trio.fail_after(BOUND_S):
+        async with open_harness(tmp_path / "s", servers=("git", "docs")) as h:
+            for server, name in (("git", "status"), ("docs", "search")):
+                lists = UpstreamLists(tools=(tool(name),), resources=(shared,))
+                await h.router.submit(UpstreamUp(server, lists))
+            assert any("file:///README.md" in p for p in h.router.snapshot.problems)
+            data(await h.call("build-toolset", name="dev", tools=[{"namespacedName": "git.status"}]))
+            for answer in (await h.call("equip-toolset", name="dev"), await h.call("get-active-toolset")):
+                assert "README" not in text(answer)
+                assert data(answer).get("problems", data(answer).get("active", {}).get("problems")) == []

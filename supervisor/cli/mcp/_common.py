@@ -32,14 +32,18 @@ DESCRIPTION_WIDTH: Final = 60
 """Descriptions in tables are cut to one line of this many characters."""
 
 
-def timeout_option(parser: argparse.ArgumentParser) -> None:
-    """``--timeout SECONDS``: the bound on connecting to each server (list, test, info)."""
+def timeout_option(parser: argparse.ArgumentParser, *, startup_timeout: bool = False) -> None:
+    """``--timeout SECONDS``: the bound on connecting to each server (list, test, info).
+
+    With ``startup_timeout`` the default is None: the server's own ``startupTimeout``,
+    the bound the proxy gives it (``mcp test``)."""
+    default = "the server's startupTimeout" if startup_timeout else f"{DEFAULT_TIMEOUT_S:g}s"
     parser.add_argument(
         "--timeout",
         type=_seconds,
-        default=DEFAULT_TIMEOUT_S,
+        default=None if startup_timeout else DEFAULT_TIMEOUT_S,
         metavar="SECONDS",
-        help=f'bound on connecting to each server (default {DEFAULT_TIMEOUT_S:g}s; accepts "30s", "500ms")',
+        help=f'bound on connecting to each server (default {default}; accepts "30s", "500ms")',
     )
 
 

@@ -59,7 +59,7 @@ def register(cmds: Any, parent: argparse.ArgumentParser) -> None:
     )
     test.add_argument("name", metavar="NAME")
     out.add_format(test, ("text", "json"))
-    timeout_option(test)
+    timeout_option(test, startup_timeout=True)
     test.set_defaults(func=run_test)
 
     for verb in ("info", "get"):
@@ -215,7 +215,14 @@ def run_test(args: argparse.Namespace) -> int:
     spec = _spec(config, args.name, target)
     if spec.name in missing:
         raise CommandError(f"{spec.name}: cannot start it from this shell: {missing[spec.name]}", EXIT_FAILED)
-    result = _probe([spec], args.timeout, f"Testing {spec.name}")[spec.name]
+    from mcpvisor.actors.upstream.preflight import self_reason
+
+    itself = self_reason(spec)
+    if itself is not None:  # what the proxy refuses, never spawned here either
+        return _never_starts(args, spec, itself)
+    limit = spec.startup_timeout if args.timeout is None else args.timeout
+    result = _probe([spec], limit, f"Testing {spec.name}")[spec.name]
+    result = _within_startup_timeout(result, spec, given=args.timeout is not None)
     if args.format == "json":
         out.print_json(
             {**result.to_json(with_tools=True), "enabled": spec.enabled, "target": target_of(spec)}
@@ -244,6 +251,38 @@ def run_test(args: argparse.Namespace) -> int:
     if failure.hint:
         out.say(f"  hint: {failure.hint}")
     return EXIT_FAILED
+
+
+def _never_starts(args: argparse.Namespace, spec: ServerSpec, reason: str) -> int:
+    """``mcp test`` of a server the proxy refuses to start: FAILED, exit 1, nothing spawned."""
+    if args.format == "json":
+        out.print_json({"server": spec.name, "transport": spec.transport, "ok": False, "steps": [],
+                        "failure": {"kind": "misconfigured", "message": reason, "step": None},
+                        "enabled": spec.enabled, "target": target_of(spec)})
+    else:
+        out.say(f"Testing {spec.name} ({spec.transport}: {target_of(spec)})")
+        out.say(f"FAILED: {spec.name}: the proxy never starts it: {reason}", style="bold red")
+    return EXIT_FAILED
+
+
+def _within_startup_timeout(result: ProbeResult, spec: ServerSpec, *, given: bool) -> ProbeResult:
+    """A probe judged by the proxy's own bound: a start slower than ``startupTimeout`` fails
+    (the proxy would stop it before it is ready, however long ``--timeout`` waited), and a
+    probe cut off at ``startupTimeout`` says which setting to raise."""
+    import dataclasses
+
+    from mcpvisor.probe import Failure
+
+    setting = (f'raise "startupTimeout" in its entry (now {spec.startup_timeout:g}s) '
+               'if it is just slow to start')
+    if result.ok and result.seconds > spec.startup_timeout:
+        failure = Failure("timeout", f"started in {result.seconds:.1f}s, past its startupTimeout of "
+                                     f"{spec.startup_timeout:g}s: the proxy stops it before it is ready",
+                          "tools/list", hint=setting)
+        return dataclasses.replace(result, ok=False, tools=(), failure=failure)
+    if not given and result.failure is not None and result.failure.kind == "timeout":
+        return dataclasses.replace(result, failure=dataclasses.replace(result.failure, hint=setting))
+    return result
 
 
 @fails
