@@ -8,13 +8,15 @@ Owns:
   a lazy server's tool named before its server loaded (loaded on first use) — and the
   journal entry of each call;
 * `unknown_tool_result`: the ``isError`` answer for a name nothing serves, with the
-  closest names;
+  closest names of the server it would belong to;
+* a name not listed yet waits for its starting server, or fails naming its down one
+  (`actors.starting.await_listed`);
 * `loader_of`: the lazy-server loader a backend has, if any.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
@@ -25,11 +27,14 @@ from mcp.shared.exceptions import MCPError
 from actors import wire
 from actors.core.catalog import close_names
 from actors.core.discovery import USE_TOOL, lazy_owner
+from actors.core.pending import owner_of
 from actors.core.use_tool import CallLocal, NeedsLoad, plan_use
 from actors.eras import strip_upstream_stamps
+from actors.errors import ProxyError, error_data
 from actors.harness import ClientSession, run_label
 from actors.lazy import LazyLoader, LoadFailed
 from actors.origins import is_modern
+from actors.starting import await_listed
 
 if TYPE_CHECKING:
     from actors.core.catalog import Snapshot, ToolRoute
@@ -42,18 +47,37 @@ SessionOf = Callable[[ServerRequestContext[Any, Any]], ClientSession | None]
 """`Front.session_of`: the client session a request belongs to (None: 2026-07-28, no connection)."""
 
 
-def unknown_tool_result(name: str, snapshot: Snapshot) -> dict[str, Any]:
-    """The ``isError`` result for a tool nothing serves, naming the closest exposed ones."""
-    names = snapshot.exposed_names()
+def unknown_tool_result(name: str, snapshot: Snapshot, servers: Iterable[str] = ()) -> dict[str, Any]:
+    """The ``isError`` result for a tool nothing serves.
+
+    When the name is in a server's namespace (``servers``: the configured ones; default:
+    those with a listed tool), only that server's names are suggested: a misspelt
+    ``time_get_curent_time`` finds ``time_get_current_time``, and a tool ``slow`` lacks
+    is never "corrected" to another server's. Otherwise the closest exposed names.
+    """
+    known = set(servers) or {route.server for route in snapshot.tools.values()}
+    server = owner_of(name, known, snapshot.namespacing)
+    names = snapshot.names_of(server) if server is not None else snapshot.exposed_names()
     close = close_names(name, names)
-    text = f"Unknown tool {name!r}."
+    text = f"Unknown tool {name!r}" + (f": server {server} has no such tool." if server is not None else ".")
     if close:
         text += " Did you mean: " + ", ".join(close) + "?"
+    elif server is not None:
+        text += f" It offers {len(names)} tools; list them with tools/list."
     elif names:
         text += f" {len(names)} tools are exposed; list them with tools/list."
     else:
         text += " No tools are exposed right now."
-    return wire.tool_error_result(text, {"error": "unknown_tool", "tool": name, "didYouMean": close})
+    data: dict[str, Any] = {"error": "unknown_tool", "tool": name, "didYouMean": close}
+    if server is not None:
+        data["server"] = server
+    return wire.tool_error_result(text, data)
+
+
+def unavailable_error(exc: ProxyError) -> MCPError:
+    """The JSON-RPC error a request gets when the server it names cannot serve it now."""
+    body = error_data(exc)
+    return MCPError(code=body["code"], message=body["message"], data=body.get("data"))
 
 
 def loader_of(backend: Backend) -> LazyLoader | None:
@@ -75,11 +99,16 @@ class ToolCalls:
         snapshot = self._backend.router.snapshot
         name = params.name
         route = snapshot.tools.get(name)
-        if route is None and not self._backend.started:
-            # A client that calls before listing (it remembered the names) waits for start-up
-            # like a tools/list would, instead of being told the tool does not exist.
-            await self._backend.wait_startup()
+        if route is None and name == USE_TOOL and not self._backend.started:
+            await self._backend.wait_startup()  # the tool use_tool names may not be listed yet
             snapshot = self._backend.router.snapshot
+        elif route is None and name not in snapshot.local_tools:
+            # A client that calls before listing (it remembered the names, or its server is
+            # still starting) waits for the tool's server; a down one is named, with why.
+            try:
+                snapshot = await await_listed(self._backend, lambda s: name in s.tools, name=name)
+            except ProxyError as exc:
+                raise unavailable_error(exc) from None
             route = snapshot.tools.get(name)
         if route is None and name == USE_TOOL and snapshot.discovery is not None:
             used = await self._use_tool(ctx, params.arguments)
@@ -95,7 +124,7 @@ class ToolCalls:
             if name in snapshot.local_tools:
                 local = await self._backend.call_local_tool(name, dict(params.arguments or {}), ctx)
             else:
-                local = unknown_tool_result(name, snapshot)
+                local = unknown_tool_result(name, snapshot, self._backend.upstreams)
             return strip_upstream_stamps(local, modern_front=is_modern(ctx))
         raw = dict(ctx.params or {})
         return await self._call_route(route, raw, ctx)

@@ -8,9 +8,10 @@ Owns the `Supervisor` object an embedding program (or the CLI) holds:
   parallel) and the router sees them leave (STYLE rule 4);
 * the process watchdog (`actors.process.Reaper`) lives around both, so children
   die even if the proxy itself is SIGKILLed;
-* the start-up gate: the first ``tools/list`` waits for the eager servers' first
-  start at most ``settings.startupWait``; what arrives later reaches clients by
-  ``list_changed``;
+* start-up: ``initialize`` and every list are answered at once with what is known (the
+  servers that are up, the remembered lists of those still starting); the list changes
+  of start-up are gathered into a few notifications (`supervisor.startup`) until every
+  eager server made its first start attempt, at most ``settings.startupWait``;
 * the exposure (``settings.exposure``, ``$MCPVISOR_EXPOSURE``): the toolsets and
   configuration mode of `actors.core.toolsets`, restored from the state directory before
   the router starts, and the management tools of `supervisor.menu`; with ``discovery``,
@@ -20,6 +21,7 @@ Owns the `Supervisor` object an embedding program (or the CLI) holds:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import random
@@ -30,9 +32,10 @@ from typing import Any, Final
 
 import trio
 
-from actors.core.catalog import Snapshot
+from actors.core.catalog import Snapshot, UpstreamLists
 from actors.core.discovery import DISCOVER_TOOL, LOAD_MCP, USE_TOOL, LazyBook
 from actors.core.model import SavedState
+from actors.core.pending import WAIT_STATES
 from actors.core.registry import Changes, RegistryCore, ServerFilter
 from actors.core.toolsets import ToolsetError, ToolsetExposure
 from actors.core.use_tool import CallLocal, NeedsLoad, plan_use
@@ -46,6 +49,7 @@ from actors.link import CallOrigin
 from actors.messages import CallFinished, Event, EventBus, ListChanged
 from actors.process import Reaper, open_reaper
 from actors.router import Router
+from actors.starting import await_listed
 from actors.upstream import Hooks, State, Upstream, UpstreamStatus
 from supervisor.config import (
     Config,
@@ -57,9 +61,11 @@ from supervisor.config import (
 from supervisor.journal import CallRecord, Journal, open_journal
 from supervisor.menu import DEFINITIONS, Menu
 from supervisor.menu.discovery import discover, load_mcp
+from supervisor.remembered import CatalogFile, CatalogWriter, Remembered, catalog_fingerprint
 from supervisor.sessions import ScopedServers, SessionView, open_session
 from supervisor.settings import state_dir as resolve_state_dir
 from supervisor.settings import with_env_overrides
+from supervisor.startup import ListChangeCoalescer
 from supervisor.state import CorruptState, StateStore
 
 logger = logging.getLogger(__name__)
@@ -99,6 +105,10 @@ class _Hooks(Hooks):
 
     def log_level(self) -> str | None:
         return self._sup.front.log_level
+
+    def lists_seen(self, spec: Any, lists: UpstreamLists, era: str | None) -> None:
+        self._sup.remembered.pop(spec.name, None)
+        self._sup.catalog.seen(spec, lists, era)
 
 
 _NAMING_NOTES: Final = {
@@ -147,7 +157,9 @@ class Supervisor:
             exposure=self.toolsets,
             compounds=tuple(config.compound_tools.values()),
         )
-        self.router = Router(self.core, self._announce)
+        self.coalescer = ListChangeCoalescer(self._announce)
+        """Gathers the list changes of start-up into a few notifications (`supervisor.startup`)."""
+        self.router = Router(self.core, self.coalescer.offer)
         self.loader = LazyLoader(self.router, lambda: self.upstreams, self.lazy)
         """Every start of a lazy server goes through it (coalesced, 3 failed loads at most)."""
         self.menu = Menu(self)
@@ -163,6 +175,10 @@ class Supervisor:
         """The instances of ``"scope": "session"`` servers and their warm pools."""
         self.journal: Journal | None = None
         """Where finished calls are recorded (``journal=``, ``settings.journal``), if anywhere."""
+        self.catalog = CatalogWriter(CatalogFile(self.store.directory))
+        """Remembers what each server lists, for the next start (`supervisor.remembered`)."""
+        self.remembered: dict[str, Remembered] = {}
+        """Servers listed from memory that have not listed in this run yet."""
 
     # --- the embedding API --------------------------------------------------------------
     def tools(self) -> list[dict[str, Any]]:
@@ -175,7 +191,8 @@ class Supervisor:
 
     # The default comes from settings.startupWait: a caller's cancel scope could not supply it.
     async def wait_ready(self, timeout: float | None = None) -> list[str]:  # noqa: ASYNC109
-        """Wait until every eager server is ready or has settled (circuit open, disabled).
+        """Wait until every eager server is ready or has settled (circuit open, disabled),
+        and clients have been told of the lists start-up changed.
 
         Args:
             timeout: seconds to wait at most (default: ``settings.startupWait``).
@@ -190,22 +207,27 @@ class Supervisor:
                 if not pending:
                     break
                 await pending[0].wait_changed()
+            await self.wait_startup()  # and the list changes of start-up have been announced
         return [name for name, u in self.upstreams.items()
                 if u.state not in READY_STATES and u.state is not State.IDLE]
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Call a tool by its exposed name, as a client would; returns the ``CallToolResult``.
 
-        Tool failures come back as results with ``isError``; an unknown tool too.
+        Tool failures come back as results with ``isError``; an unknown tool too. A tool of
+        a server that is still starting waits for it (its ``restartWait``).
 
         Raises:
             actors.errors.ProxyError: the server is down, timed out, or died mid-call.
         """
         snapshot = self.router.snapshot
         route = snapshot.tools.get(name)
-        if route is None and not self.started:
-            await self.wait_startup()
+        if route is None and name == USE_TOOL and not self.started:
+            await self.wait_startup()  # the tool use_tool names may not be listed yet
             snapshot = self.router.snapshot
+        elif route is None and name not in snapshot.local_tools:
+            # Its server may be starting (wait for it) or down (UpstreamUnavailable names it).
+            snapshot = await await_listed(self, lambda s: name in s.tools, name=name)
             route = snapshot.tools.get(name)
         args = dict(arguments or {})
         if route is None and name == USE_TOOL and snapshot.discovery is not None:
@@ -232,7 +254,7 @@ class Supervisor:
         if route is None:
             if name in snapshot.local_tools:
                 return await self.call_local_tool(name, args, None)
-            return unknown_tool_result(name, snapshot)
+            return unknown_tool_result(name, snapshot, self.upstreams)
         direct = route.direct(args)  # a compound tool: its subtool's route and args
         if isinstance(direct, dict) and not self.started:
             await self.wait_startup()  # a subtool's server may not have listed yet
@@ -279,7 +301,41 @@ class Supervisor:
         return self.event_bus.subscribe()
 
     def status(self) -> list[UpstreamStatus]:
-        return [u.status() for u in self.upstreams.values()]
+        """Each server's status; one listed from memory says from when, and how many tools."""
+        out = []
+        for up in self.upstreams.values():
+            status = up.status()
+            memory = self.remembered.get(up.name)
+            if memory is not None and status.state in WAIT_STATES:  # withdrawn once it is down
+                status = dataclasses.replace(status, remembered=memory.seen,
+                                             tool_count=len(memory.lists.tools))
+            out.append(status)
+        return out
+
+    async def recall(self) -> None:
+        """List each eager server's remembered lists (`supervisor.remembered`) until it lists
+        its own, and open it in the era it answered in last time. A server whose command,
+        args, env, url or headers changed since is not listed from memory. Call before the
+        first snapshot clients see."""
+        try:
+            memory = await trio.to_thread.run_sync(self.catalog.file.load)
+        except Exception as exc:  # a cache: start as the first time
+            logger.warning("could not read the remembered catalog %s: %s", self.catalog.file.path, exc)
+            return
+        for spec in self.config.enabled_servers():
+            entry = memory.get(spec.name)
+            if spec.lazy or spec.scope != "shared" or entry is None:
+                continue
+            if entry.fingerprint != catalog_fingerprint(spec):
+                logger.info("%s: its remembered lists are of an earlier command, args, env or url; "
+                            "not listed until it starts", spec.name)
+                continue
+            self.core.remember(spec.name, entry.lists)
+            self.remembered[spec.name] = entry
+            if spec.protocol == "auto" and entry.era:
+                self._era_memory.setdefault(spec.fingerprint(), entry.era)
+            logger.info("%s: listing %d remembered tools (seen %s) until it is up", spec.name,
+                        len(entry.lists.tools), entry.seen)
 
     # --- seams other modules fill ---------------------------------------------------------
     async def equip(self, name: str) -> dict[str, Any]:
@@ -398,6 +454,7 @@ class Supervisor:
             for up in eager:
                 await up.first_attempt_done.wait()
         self._startup_done.set()
+        self.coalescer.end()
 
 
 def _version() -> str:
@@ -494,10 +551,13 @@ async def _run_tree(cfg: Config, store: StateStore, saved: SavedState, toolset: 
         sup = Supervisor(cfg, reaper=reaper, rng=rng, state_dir=store.directory)
         sup.journal = journal
         sup.toolsets.restore(saved, toolset)
+        await sup.recall()
         sup.core.rebuild()  # before the router runs: no client yet, nothing to announce
         sup._root = root
         await root.start(sup.router.run)
         await root.start(sup.front.run)
+        await root.start(sup.coalescer.run)
+        await root.start(sup.catalog.run)
         if control is not None:
             from supervisor.control import serve_control
 

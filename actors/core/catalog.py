@@ -189,6 +189,8 @@ class Snapshot:
     """Collisions and conflicts found while building, for status and logs."""
     discovery: DiscoveryIndex | None = None
     """With ``exposure: discovery``: what discover_tool and use_tool offer (`actors.core.discovery`)."""
+    namespacing: str = "prefix"
+    """``settings.namespacing`` the names were built with (which server a name belongs to)."""
 
     def route_resource(self, uri: str) -> str | None:
         server = self.resources.get(uri)
@@ -209,6 +211,10 @@ class Snapshot:
 
     def exposed_names(self) -> list[str]:
         return [t["name"] for t in self.tools_list]
+
+    def names_of(self, server: str) -> list[str]:
+        """The exposed tool names of one server."""
+        return [name for name, route in self.tools.items() if route.server == server]
 
 
 @dataclass(slots=True)
@@ -395,4 +401,5 @@ class SnapshotBuilder:
             templates_list=tuple(templates_list),
             template_owners=MappingProxyType(template_owners),
             problems=tuple(problems),
+            namespacing=self.namespacing,
         )
