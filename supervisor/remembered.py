@@ -183,13 +183,21 @@ class CatalogWriter:
         self.file = file
         self._pending: dict[str, _Seen] = {}
         self._wake = trio.Event()
+        self._idle = trio.Event()
+        self._idle.set()
         self.writes = 0
         """Entries written (those unchanged from the file are not)."""
 
     def seen(self, spec: ServerSpec, lists: UpstreamLists, era: str | None) -> None:
         """``spec``'s server listed ``lists`` while speaking ``era``: remember them."""
         self._pending[spec.name] = _Seen(spec.name, catalog_fingerprint(spec), lists, era)
+        if self._idle.is_set():
+            self._idle = trio.Event()
         self._wake.set()
+
+    async def wait_idle(self) -> None:
+        """Wait until everything handed over so far has been written (or failed)."""
+        await self._idle.wait()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Write what is handed over, until cancelled. A failed write is logged, never raised."""
@@ -206,3 +214,4 @@ class CatalogWriter:
                         self.writes += 1
                 except Exception as exc:  # a cache: the proxy serves without it
                     logger.warning("could not remember %s's lists in %s: %s", server, self.file.path, exc)
+            self._idle.set()
