@@ -5,7 +5,8 @@ Owns `ListChangeCoalescer`: during start-up every server that comes up changes t
 told ``notifications/tools/list_changed`` re-lists each time. Nine servers used to give
 seven notifications in 0.8 s, thirty gave thirty. While start-up lasts, the coalescer
 holds the changes and announces them together once the servers have been quiet for
-`QUIET_S`, or after `MAX_HOLD_S` at the latest; when start-up ends (every eager server
+`QUIET_S`, or after `MAX_HOLD_S` at the latest, both windows growing after each
+announcement (`GROWTH`, up to `LONGEST_HOLD_S`); when start-up ends (every eager server
 made its first start attempt, or ``startupWait`` passed) it announces what it holds at
 once and from then on passes every change straight through (an equip is announced as
 it happens).
@@ -35,8 +36,15 @@ tools well under a second after it is up."""
 
 MAX_HOLD_S: Final = 1.0
 """Announce at the latest this long after the first change held, even while servers keep
-coming up: thirty servers starting over several seconds give a few notifications, and
-no server waits more than a second to be seen."""
+coming up, so the first servers up are seen within a second."""
+
+GROWTH: Final = 2.0
+"""After each announcement of start-up, both windows double: servers that come up one by
+one over ten seconds (npm and Python servers start in 0.3 to 3 s on 2 busy cores, a slow
+one later) give a handful of notifications, not one a second."""
+
+LONGEST_HOLD_S: Final = 4.0
+"""The most any window grows to: a server up late in start-up is seen within 4 s."""
 
 Announce = Callable[[Snapshot, Changes], None]
 
@@ -64,6 +72,7 @@ class ListChangeCoalescer:
         self._first_at: float | None = None
         self._last_at = 0.0
         self._wake = trio.Event()
+        self._ended = trio.Event()
         self.announced = 0
         """Announcements made (held ones once each, passed-through ones each)."""
         self.offered = 0
@@ -94,7 +103,12 @@ class ListChangeCoalescer:
             return
         self._holding = False
         self._flush()
+        self._ended.set()
         self._wake.set()
+
+    async def wait_ended(self) -> None:
+        """Wait until start-up is over and what it changed has been announced."""
+        await self._ended.wait()
 
     def _flush(self) -> None:
         snapshot, changes = self._snapshot, self._pending
@@ -117,6 +131,8 @@ class ListChangeCoalescer:
                 due = min(self._last_at + self._quiet, self._first_at + self._max_hold)
                 if trio.current_time() >= due:
                     self._flush()
+                    self._quiet = min(self._quiet * GROWTH, LONGEST_HOLD_S)
+                    self._max_hold = min(self._max_hold * GROWTH, LONGEST_HOLD_S)
                     break
                 with trio.move_on_at(due):
                     await self._wake.wait()

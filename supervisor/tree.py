@@ -207,7 +207,7 @@ class Supervisor:
                 if not pending:
                     break
                 await pending[0].wait_changed()
-            await self.wait_startup()  # and the list changes of start-up have been announced
+            await self.coalescer.wait_ended()  # and the list changes of start-up have been announced
         return [name for name, u in self.upstreams.items()
                 if u.state not in READY_STATES and u.state is not State.IDLE]
 
@@ -374,7 +374,8 @@ class Supervisor:
 
     # --- what the front needs -------------------------------------------------------------
     async def wait_startup(self) -> None:
-        """Wait until every eager server made its first start attempt (at most ``startupWait``)."""
+        """Wait until every eager server made its first start attempt (at most ``startupWait``):
+        how long a request naming something no server lists yet waits."""
         await self._startup_done.wait()
 
     @property
@@ -454,6 +455,11 @@ class Supervisor:
             for up in eager:
                 await up.first_attempt_done.wait()
         self._startup_done.set()
+        # The list changes of a server slower than startupWait are still start-up's: gathered
+        # with the others until every eager server made its first attempt (its startupTimeout).
+        for up in eager:
+            if not up.first_attempt_done.is_set():
+                await up.first_attempt_done.wait()
         self.coalescer.end()
 
 
