@@ -7,7 +7,8 @@ route:
 * the name is in a configured server's namespace (`actors.core.pending.owner_of`) and
   that server is starting: wait for it like a call to a restarting server does (its
   ``restartWait``), then look again;
-* that server is down, disabled, circuit-open, misconfigured or needs a login: raise
+* that server is down, disabled (also in the config, where it has no actor),
+  circuit-open, misconfigured or needs a login: raise
   `UpstreamUnavailable`, whose message names the server, its state, why, and the next
   try (not "unknown tool");
 * no server's namespace fits (a URI, a bare name under ``namespacing: none``): wait
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 
 from actors.core.pending import owner_of, plan_unrouted
+from actors.errors import UpstreamUnavailable
 
 if TYPE_CHECKING:
     from actors.core.catalog import Snapshot
@@ -74,6 +76,12 @@ async def await_listed(backend: Starting, routed: Callable[[Snapshot], bool], *,
     snapshot = backend.router.snapshot
     if routed(snapshot):
         return snapshot
+    if name is not None:
+        disabled = _disabled(backend)
+        off = owner_of(name, [*backend.upstreams, *disabled], snapshot.namespacing)
+        if off is not None and off in disabled:
+            raise UpstreamUnavailable(off, "disabled",
+                                      f"enabled: false in the config; mcpvisor mcp enable {off}")
     server = owner(backend, name, snapshot) if name is not None else None
     up = backend.upstreams.get(server) if server is not None else None
     if up is not None:
@@ -89,6 +97,12 @@ async def await_listed(backend: Starting, routed: Callable[[Snapshot], bool], *,
         if routed(snapshot):
             return snapshot
     return backend.router.snapshot
+
+
+def _disabled(backend: Starting) -> tuple[str, ...]:
+    """Configured servers that are disabled (they have no actor), if the backend knows them."""
+    disabled = getattr(backend, "disabled_servers", None)
+    return tuple(disabled()) if disabled is not None else ()
 
 
 async def _changed_or_started(backend: Starting) -> None:

@@ -287,6 +287,11 @@ class Supervisor:
         """
         return open_session(self, label, run=run)
 
+    def disabled_servers(self) -> list[str]:
+        """Configured servers with ``enabled: false`` (no actor runs them): a request for one
+        of their names is told the server is disabled, not that the name is unknown."""
+        return [name for name, spec in self.config.servers.items() if not spec.enabled]
+
     def upstream_for(self, server: str, session: ClientSession | None) -> Upstream | None:
         """The actor a call to ``server`` goes to for ``session``: its own instance when the
         server is session-scoped (`supervisor.sessions`), the shared one otherwise."""
