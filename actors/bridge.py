@@ -19,8 +19,8 @@ Owns:
   to resume the call), each dropped when the call ends and its outcome has been
   delivered, or when the client does not come back in `INPUT_WAIT_S`.
 
-Both the SDK path (`actors.front`, `actors.origins`) and the stdio fast path
-(`actors.fastpath`, `actors.fastcall`) use `ParkedCall`; the fast path keeps its own
+Both the SDK path (`mcpvisor.actors.fronts.sdk`, `mcpvisor.actors.fronts.origins`) and the stdio fast path
+(`mcpvisor.actors.fronts.fastpath`, `mcpvisor.actors.fronts.fastcall`) use `ParkedCall`; the fast path keeps its own
 table, of its calls by the same token (`FastPath.parked`).
 """
 
@@ -34,9 +34,9 @@ from typing import Any, Final
 
 import trio
 
-from actors import wire
-from actors.errors import ProxyError, UpstreamError
-from actors.messages import Reply
+from mcpvisor.actors import wire
+from mcpvisor.actors.errors import ProxyError, UpstreamError
+from mcpvisor.actors.messages import Reply
 
 __all__ = ["CAPABILITY_OF", "INPUT_WAIT_S", "STATE_PREFIX", "ParkedCall", "ParkedCalls", "declared",
            "new_state_token", "request_state_of", "run_parked"]
@@ -211,7 +211,7 @@ async def run_parked(parked: ParkedCall, forward: Callable[[], Awaitable[dict[st
     The outcome (result or `ProxyError`) goes to the client's current or next leg; if no
     leg takes it within `INPUT_WAIT_S` (the client left), it is dropped. ``forget`` runs
     at the end in every case. Cancelling the parked call (`ParkedCall.cancel`) abandons
-    the upstream request, which tells the upstream to cancel (`actors.link.base`).
+    the upstream request, which tells the upstream to cancel (`mcpvisor.actors.link.base`).
     """
     try:
         with trio.CancelScope() as scope:

@@ -6,15 +6,15 @@ version, clientInfo and capabilities in ``_meta``, and every result says its
 ``resultType``). A client of either era may reach an upstream of either era, so:
 
 * a request loses the client's own envelope keys (`ENVELOPE_KEYS`) and, for a 2026-07-28
-  upstream, gains the proxy's (`actors.link.base.Link.envelope_meta`);
+  upstream, gains the proxy's (`mcpvisor.actors.link.base.Link.envelope_meta`);
 * a result is fitted to the client's era (`strip_upstream_stamps` on decoded results,
   `adapt_raw_result` on the fast path's raw bytes): the upstream's serverInfo stamp is
   dropped (the front stamps its own), ``resultType`` is there for a 2026-07-28 client and
   gone for a handshake-era one;
 * a result the proxy builds itself is marked final (`complete`);
 * ``input_required`` for a handshake-era client is driven by
-  `actors.link.input_required.drive_input_required`; a handshake-era upstream's
-  questions for a 2026-07-28 client become ``input_required`` legs (`actors.bridge`);
+  `mcpvisor.actors.link.input_required.drive_input_required`; a handshake-era upstream's
+  questions for a 2026-07-28 client become ``input_required`` legs (`mcpvisor.actors.bridge`);
 * logging: a handshake-era client sets a level per connection (``logging/setLevel``), a
   2026-07-28 one per request (``_meta``); `verbose_of` and `log_wanted` compare them.
 """
@@ -33,7 +33,7 @@ from mcp_types import (
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from msgspec import Raw
 
-from actors import wire
+from mcpvisor.actors import wire
 
 __all__ = [
     "ENVELOPE_KEYS",

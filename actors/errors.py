@@ -13,7 +13,7 @@ from typing import Any
 
 import trio
 
-from actors import wire
+from mcpvisor.actors import wire
 
 
 class ProxyError(Exception):

@@ -1,6 +1,6 @@
 """Loading lazy servers: one start however many ask, three failed loads and no more.
 
-Owns `LazyLoader`, the trio shell over `actors.core.discovery.LazyBook` (which the
+Owns `LazyLoader`, the trio shell over `mcpvisor.actors.core.discovery.LazyBook` (which the
 router holds). Every way a lazy server starts goes through `LazyLoader.load`:
 ``load_mcp``, and a first use in any exposure (a call of a tool named like the
 server's, an equip of a toolset naming it, a resource read nobody else serves).
@@ -10,7 +10,7 @@ server's, an equip of a toolset naming it, a resource read nobody else serves).
 * Budget: a load that fails (the start fails: exit status and stderr tail, start-up
   timeout, HTTP status) is recorded in the book and the server goes back to ``idle``,
   so it is not retried behind the caller's back; after
-  `actors.core.discovery.MAX_LOAD_FAILURES` it is no longer offered and every load
+  `mcpvisor.actors.core.discovery.MAX_LOAD_FAILURES` it is no longer offered and every load
   fails at once with the last error.
 * Announcing: a successful load reaches clients as the upstream's own `UpstreamUp`
   (one ``list_changed`` per kind of list that changed); marking it loaded in the book
@@ -27,15 +27,15 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from actors.core.discovery import MAX_LOAD_FAILURES, LazyBook, LazyServer
-from actors.errors import ProxyError
-from actors.messages import Reply
-from actors.upstream.status import State
+from mcpvisor.actors.core.discovery import MAX_LOAD_FAILURES, LazyBook, LazyServer
+from mcpvisor.actors.errors import ProxyError
+from mcpvisor.actors.messages import Reply
+from mcpvisor.actors.upstream.status import State
 
 if TYPE_CHECKING:
-    from actors.core.registry import Changes, RegistryCore
-    from actors.router import Router
-    from actors.upstream import Upstream
+    from mcpvisor.actors.core.registry import Changes, RegistryCore
+    from mcpvisor.actors.router import Router
+    from mcpvisor.actors.upstream import Upstream
 
 logger = logging.getLogger(__name__)
 

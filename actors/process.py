@@ -30,7 +30,7 @@ from typing import Final
 
 import trio
 
-from actors.framing import FrameWriter, LineReader, OversizedLine, StreamBroken
+from mcpvisor.actors.framing import FrameWriter, LineReader, OversizedLine, StreamBroken
 
 logger = logging.getLogger(__name__)
 

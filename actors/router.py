@@ -1,7 +1,7 @@
 """The router actor: the single writer of registration state.
 
 Owns the catalog (every server's discovered lists) and the exposure (which of those
-tools clients see, under which names), as a synchronous core (`actors.core.registry.RegistryCore`)
+tools clients see, under which names), as a synchronous core (`mcpvisor.actors.core.registry.RegistryCore`)
 behind a mailbox. Every mutation (a server coming up, going down, changing a list; an equip or
 unequip) is a message handled one at a time; after each one the router publishes a
 new immutable `Snapshot` and announces exactly the kinds of lists that changed.
@@ -17,10 +17,10 @@ from typing import Any, Final, Generic, Protocol, TypeVar
 
 import trio
 
-from actors.core.catalog import Snapshot
-from actors.core.registry import Changes, RegistryCore
-from actors.core.toolsets import ToolsetError, ToolsetExposure
-from actors.messages import Reply
+from mcpvisor.actors.core.catalog import Snapshot
+from mcpvisor.actors.core.registry import Changes, RegistryCore
+from mcpvisor.actors.core.toolsets import ToolsetError, ToolsetExposure
+from mcpvisor.actors.messages import Reply
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Owns `await_listed`, what the SDK front and the embedding API do with a tool, pr
 resource or completion request whose name (or URI) the router's snapshot does not
 route:
 
-* the name is in a configured server's namespace (`actors.core.pending.owner_of`) and
+* the name is in a configured server's namespace (`mcpvisor.actors.core.pending.owner_of`) and
   that server is starting: wait for it like a call to a restarting server does (its
   ``restartWait``), then look again;
 * that server is down, disabled (also in the config, where it has no actor),
@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
-from actors.core.pending import owner_of, plan_unrouted
-from actors.errors import UpstreamUnavailable
+from mcpvisor.actors.core.pending import owner_of, plan_unrouted
+from mcpvisor.actors.errors import UpstreamUnavailable
 
 if TYPE_CHECKING:
-    from actors.core.catalog import Snapshot
-    from actors.upstream import Upstream
+    from mcpvisor.actors.core.catalog import Snapshot
+    from mcpvisor.actors.upstream import Upstream
 
 
 class _Snapshots(Protocol):
@@ -39,7 +39,7 @@ class _Snapshots(Protocol):
 
 
 class Starting(Protocol):
-    """What `await_listed` needs from the supervisor (a `actors.front.Backend` has it)."""
+    """What `await_listed` needs from the supervisor (a `mcpvisor.actors.fronts.sdk.Backend` has it)."""
 
     @property
     def router(self) -> _Snapshots: ...
@@ -67,7 +67,7 @@ async def await_listed(backend: Starting, routed: Callable[[Snapshot], bool], *,
         backend: the supervisor.
         routed: true once the snapshot routes what the request names.
         name: the tool or prompt name asked for (None for a URI): its server's state
-            decides (`actors.core.pending.plan_unrouted`).
+            decides (`mcpvisor.actors.core.pending.plan_unrouted`).
 
     Raises:
         actors.errors.UpstreamUnavailable: the name's server is down, disabled, circuit

@@ -1,8 +1,8 @@
 """How a server is reached: the argv of a stdio or docker server, the SDK client transport
 of an http, sse or ws one.
 
-Shared by the upstream actor (`actors.upstream.actor`) and `mcpvisor mcp test`
-(`supervisor.probe`), so both start a server the same way.
+Shared by the upstream actor (`mcpvisor.actors.upstream.actor`) and `mcpvisor mcp test`
+(`mcpvisor.probe`), so both start a server the same way.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def sdk_transport(spec: Any, max_message: int) -> Any:
 
         return sse_client(spec.url, headers=dict(spec.headers))
     if spec.transport == "ws":
-        from actors.ws import websocket_client
+        from mcpvisor.actors.ws import websocket_client
 
         return websocket_client(spec.url, headers=dict(spec.headers), max_message=max_message)
     raise ValueError(f"unknown transport {spec.transport!r}")

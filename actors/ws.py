@@ -4,7 +4,7 @@ Wire convention of the older SDKs: subprotocol ``"mcp"``, one JSON-RPC message p
 text frame. Owns the adapter between a websocket and the SDK's `SessionMessage`
 streams in both directions: `websocket_client` (an upstream reached over ws) and
 `serve_websocket_front` (clients connecting to the proxy over ws), which admits a
-handshake only through the same `actors.auth.Gate` the HTTP front's rules come from,
+handshake only through the same `mcpvisor.actors.fronts.auth.Gate` the HTTP front's rules come from,
 caps the number of connections (``settings.maxSessions``: 503 beyond it, existing ones
 unaffected) and closes a connection idle for ``settings.sessionIdleTimeout`` with
 nothing in flight.
@@ -30,7 +30,7 @@ from trio_websocket import (
     serve_websocket,
 )
 
-from actors.auth import Gate
+from mcpvisor.actors.fronts.auth import Gate
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """mcpvisor's benchmark suite: what the proxy costs, as ratios against calling the upstream
 directly and against the proxies users would pick instead, in one run.
 
-Run ``python -m bench --quick`` (or ``mcpvisor bench``); see ``bench/README.md``.
+Run ``python -m mcpvisor.bench --quick`` (or ``mcpvisor bench``); see ``bench/README.md``.
 """

@@ -1,10 +1,10 @@
-"""``python -m bench``: see `bench.cli`."""
+"""``python -m mcpvisor.bench``: see `mcpvisor.bench.cli`."""
 
 from __future__ import annotations
 
 import sys
 
-from bench.cli import main
+from mcpvisor.bench.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

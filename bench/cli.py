@@ -1,4 +1,4 @@
-"""``python -m bench`` / ``mcpvisor bench``: run the scenarios, print the table and the JSON lines.
+"""``python -m mcpvisor.bench`` / ``mcpvisor bench``: run the scenarios, print the table and the JSON lines.
 
 Owns the command line, the order scenarios run in, the temporary directory every config,
 state directory and log goes into, and the guarantee that nothing the bench started
@@ -47,10 +47,10 @@ EPILOG: Final = """\
 scenarios: """ + ", ".join(SCENARIOS) + """
 
 examples:
-  python -m bench --quick                         # everything, small sizes (a few minutes; peers start slowly)
-  python -m bench --out bench/results/latest.json # the full run, saved
-  python -m bench --compare bench/results/latest.json --only latency,throughput
-  python -m bench --only latency --calls 20 --no-peers --json
+  python -m mcpvisor.bench --quick                         # everything, small sizes (a few minutes; peers start slowly)
+  python -m mcpvisor.bench --out bench/results/latest.json # the full run, saved
+  python -m mcpvisor.bench --compare bench/results/latest.json --only latency,throughput
+  python -m mcpvisor.bench --only latency --calls 20 --no-peers --json
 """
 
 
@@ -73,7 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench", description="Measure what mcpvisor costs, as ratios "
+    p = argparse.ArgumentParser(prog="python -m mcpvisor.bench", description="Measure what mcpvisor costs, as ratios "
                                 "against calling the upstream directly and against peer proxies.",
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     add_arguments(p)
@@ -99,10 +99,10 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     try:
-        from bench import procs
-        from bench.core import Params
-        from bench.drivers import DIRECT, REPO_DIR, mcpvisor_subject
-        from bench.report import json_lines, machine_info, print_tables, write_results
+        from mcpvisor.bench import procs
+        from mcpvisor.bench.core import Params
+        from mcpvisor.bench.drivers import DIRECT, REPO_DIR, mcpvisor_subject
+        from mcpvisor.bench.report import json_lines, machine_info, print_tables, write_results
     except ModuleNotFoundError as exc:  # an install older than psutil in the main dependencies
         err(f"bench: the bench needs the Python package {exc.name!r}, which is not installed: "
             f"pip install 'mcpvisor[bench]' (from a checkout: pip install -e '.[bench]')")
@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     peers: list[Any] = []
     peer_skips: list[tuple[str, str]] = []
     if not args.no_peers:
-        from bench.peers import peer_subjects
+        from mcpvisor.bench.peers import peer_subjects
 
         names = [n.strip() for n in args.peers.split(",")] if args.peers else None
         try:
@@ -180,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
     for result in results:
         for name, reason in peer_skips:
             result.skip(name, reason)
-    from bench.stalls import WATCH
+    from mcpvisor.bench.stalls import WATCH
 
     end_info = machine_info(REPO_DIR)
     info["load_avg_end"] = end_info["load_avg"]
@@ -204,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
 
 def compare_with(args: argparse.Namespace, old_doc: dict[str, Any] | None, results: Sequence[Any]) -> int:
     """Print the comparison with ``old_doc`` (if any); the exit code says whether something regressed."""
-    from bench.report import compare, print_comparison
+    from mcpvisor.bench.report import compare, print_comparison
 
     if old_doc is None:
         return EXIT_OK
@@ -218,8 +218,8 @@ def compare_with(args: argparse.Namespace, old_doc: dict[str, Any] | None, resul
 
 def show_saved(args: argparse.Namespace, old_doc: dict[str, Any] | None) -> int:
     """``--load FILE``: the table and JSON lines of a saved run, and its comparison with ``--compare``."""
-    from bench.core import Result
-    from bench.report import json_lines, print_tables
+    from mcpvisor.bench.core import Result
+    from mcpvisor.bench.report import json_lines, print_tables
 
     try:
         doc = json.loads(Path(args.load).read_text())
@@ -248,7 +248,7 @@ async def _guarded(*args: Any) -> list[Any]:
     processes on the way out, shielded) and the run ends with `Stopped`."""
     import trio
 
-    from bench.stalls import WATCH
+    from mcpvisor.bench.stalls import WATCH
 
     got: list[int] = []
     with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
@@ -270,14 +270,14 @@ async def _guarded(*args: Any) -> list[Any]:
 
 async def _main(wanted: Sequence[str], params: Any, workdir: Path, core: list[Any], nofast: list[Any],
                 peers: list[Any], partial: Path | None = None) -> list[Any]:
-    from bench.core import Result
-    from bench.scenarios_calls import HTTP_SCENARIOS, STDIO_SCENARIOS, run_call_group
-    from bench.scenarios_fleet import fleet_memory_and_size, run_menu, run_recovery, run_startup
+    from mcpvisor.bench.core import Result
+    from mcpvisor.bench.scenarios_calls import HTTP_SCENARIOS, STDIO_SCENARIOS, run_call_group
+    from mcpvisor.bench.scenarios_fleet import fleet_memory_and_size, run_menu, run_recovery, run_startup
 
     results: dict[str, Result] = {}
 
-    from bench.scenarios_calls import note_stalls
-    from bench.stalls import WATCH
+    from mcpvisor.bench.scenarios_calls import note_stalls
+    from mcpvisor.bench.stalls import WATCH
 
     stalls_at = WATCH.total
 
@@ -317,7 +317,7 @@ async def _main(wanted: Sequence[str], params: Any, workdir: Path, core: list[An
         r.seconds = time.perf_counter() - t0
         done([r])
     if "first_list" in wanted:
-        from bench.scenarios_startup import run_first_list
+        from mcpvisor.bench.scenarios_startup import run_first_list
 
         err("bench: first_list ...")
         t0 = time.perf_counter()
@@ -346,7 +346,7 @@ async def _main(wanted: Sequence[str], params: Any, workdir: Path, core: list[An
                 changed.skip(p.name, "has no toolsets to equip (no equivalent operation)")
             done([changed])
     if size is not None:
-        from bench.scenarios_discovery import run_discovery
+        from mcpvisor.bench.scenarios_discovery import run_discovery
 
         err("bench: discovery sizes, load_mcp and use_tool ...")
         await run_discovery(params, workdir, size)
@@ -357,7 +357,7 @@ async def _main(wanted: Sequence[str], params: Any, workdir: Path, core: list[An
         r.seconds = time.perf_counter() - t0
         done([r])
     if "harness" in wanted:
-        from bench.scenarios_harness import run_harness
+        from mcpvisor.bench.scenarios_harness import run_harness
 
         err("bench: harness (100 episodes, session-scoped servers, the journal's cost) ...")
         r = await run_harness(params, workdir)

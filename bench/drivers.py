@@ -4,7 +4,7 @@ Owns:
 
 * `ServerDef`: one benchmark upstream to run (name, generated tools);
 * `Subject`: something a client can talk to over a set of upstreams — the upstream itself
-  (``direct``), mcpvisor with its fast path on or off, or a peer proxy (see `bench.peers`).
+  (``direct``), mcpvisor with its fast path on or off, or a peer proxy (see `mcpvisor.bench.peers`).
   A subject knows how to launch itself for stdio and/or streamable HTTP;
 * `open_session`: launches a subject, connects the official SDK client to it
   (``mcp.Client(..., mode="legacy", cache=None)``: the same client for every subject, so
@@ -28,7 +28,7 @@ from typing import Any, Final
 import psutil
 import trio
 
-from bench import procs
+from mcpvisor.bench import procs
 
 BENCH_DIR: Final = Path(__file__).resolve().parent
 REPO_DIR: Final = BENCH_DIR.parent
@@ -133,7 +133,7 @@ def mcpvisor_subject(name: str, fast_path: bool = True, **settings: Any) -> Subj
         state = workdir / f"state-{tag}"
         state.mkdir(exist_ok=True)
         env = procs.base_env({"MCPVISOR_STATE_DIR": str(state)}, tag=tag)
-        argv = [PYTHON, "-m", "supervisor", "serve", "--config", str(cfg)]
+        argv = [PYTHON, "-m", "mcpvisor", "serve", "--config", str(cfg)]
         if transport == "http":
             argv += ["--transport", "http", "--host", "127.0.0.1", "--port", str(port)]
             return Launch(argv, env, cwd=str(workdir), url=f"http://127.0.0.1:{port}/mcp")

@@ -23,8 +23,8 @@ from typing import Any
 
 import trio
 
-from supervisor import open_supervisor
-from supervisor.journal import format_table, summarise
+from mcpvisor import open_supervisor
+from mcpvisor.journal import format_table, summarise
 
 UPSTREAM = str(Path(__file__).resolve().parent / "upstream.py")
 

@@ -1,6 +1,6 @@
 """One harness run in its own process: episodes against a supervisor embedded with the API.
 
-``python -m bench.harness_run --episodes 100 --pool 10 --concurrency 10 --workdir DIR``
+``python -m mcpvisor.bench.harness_run --episodes 100 --pool 10 --concurrency 10 --workdir DIR``
 prints one JSON object: wall time, each episode's start-to-first-successful-call time
 (p50/p99), peak RSS of this process (the harness and the supervisor, ``VmHWM``) and of
 the whole tree (sampled), the servers started, and the processes still alive after the
@@ -76,7 +76,7 @@ def tree_rss(me: psutil.Process) -> int:
 
 
 async def episodes(args: argparse.Namespace) -> dict[str, Any]:
-    from supervisor.tree import open_supervisor
+    from mcpvisor.tree import open_supervisor
 
     workdir = Path(args.workdir)
     journal = None if args.no_journal else workdir / "journal.db"
@@ -139,7 +139,7 @@ async def latency(args: argparse.Namespace) -> dict[str, Any]:
     """Sequential calls to the shared server through two supervisors in this process, one
     journalling and one not, in alternating blocks (A B B A ...): per-block p50s, and the
     median of the per-pair ratios (a machine that slows down slows both alike)."""
-    from supervisor.tree import open_supervisor
+    from mcpvisor.tree import open_supervisor
 
     workdir = Path(args.workdir)
     per_block = max(50, args.latency // (4 * args.rounds))
@@ -180,7 +180,7 @@ def _ms(seconds: float | None) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.harness_run", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m mcpvisor.bench.harness_run", description=__doc__.split("\n\n")[0])
     p.add_argument("--workdir", required=True)
     p.add_argument("--episodes", type=int, default=100)
     p.add_argument("--pool", type=int, default=0)

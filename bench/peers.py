@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from bench import procs
-from bench.drivers import BENCH_DIR, Launch, ServerDef, Subject, mcp_servers
+from mcpvisor.bench import procs
+from mcpvisor.bench.drivers import BENCH_DIR, Launch, ServerDef, Subject, mcp_servers
 
 PEERS_DIR: Final = BENCH_DIR / ".peers"
 RUNNERS_DIR: Final = BENCH_DIR / "peers"

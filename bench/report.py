@@ -23,7 +23,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import IO, Any, Final
 
-from bench.core import METRICS, Result
+from mcpvisor.bench.core import METRICS, Result
 
 REGRESSION_THRESHOLD: Final = 0.10
 

@@ -17,10 +17,10 @@ from typing import Any, Final
 
 import trio
 
-from bench import procs
-from bench.core import Params, Result, aggregate, mb, percentile, rnd
-from bench.drivers import ServerDef, Session, Subject, open_session
-from bench.stalls import WATCH
+from mcpvisor.bench import procs
+from mcpvisor.bench.core import Params, Result, aggregate, mb, percentile, rnd
+from mcpvisor.bench.drivers import ServerDef, Session, Subject, open_session
+from mcpvisor.bench.stalls import WATCH
 
 WARMUP_CALLS: Final = 30
 MIN_CALLS: Final = 20

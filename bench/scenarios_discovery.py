@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from bench.core import Params, Result, median, rnd
-from bench.drivers import Launch, ServerDef, Subject, mcp_servers, open_session
-from bench.scenarios_fleet import BYTES_PER_TOKEN, fleet, size_row
+from mcpvisor.bench.core import Params, Result, median, rnd
+from mcpvisor.bench.drivers import Launch, ServerDef, Subject, mcp_servers, open_session
+from mcpvisor.bench.scenarios_fleet import BYTES_PER_TOKEN, fleet, size_row
 
 USE_WARMUP: Final = 30
 """Warm-up pairs, as the latency scenario's 30 warm-up calls."""
@@ -43,8 +43,8 @@ ARGS: Final = {"query": "x"}
 
 
 def _launch(servers: Sequence[ServerDef], workdir: Path, transport: str, port: int, tag: str) -> Launch:
-    from bench import procs
-    from bench.drivers import PYTHON
+    from mcpvisor.bench import procs
+    from mcpvisor.bench.drivers import PYTHON
 
     entries = mcp_servers(servers)
     for name, entry in entries.items():
@@ -58,7 +58,7 @@ def _launch(servers: Sequence[ServerDef], workdir: Path, transport: str, port: i
     if os.environ.get("PYTHONPATH"):  # a worktree's code, when the bench is run with PYTHONPATH set
         extra["PYTHONPATH"] = os.environ["PYTHONPATH"]
     env = procs.base_env(extra, tag=tag)
-    return Launch([PYTHON, "-m", "supervisor", "serve", "--config", str(cfg)], env, cwd=str(workdir))
+    return Launch([PYTHON, "-m", "mcpvisor", "serve", "--config", str(cfg)], env, cwd=str(workdir))
 
 
 SUBJECT: Final = Subject("mcpvisor-discovery", "proxy", _launch,

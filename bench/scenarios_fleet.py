@@ -24,11 +24,11 @@ from typing import Any, Final
 
 import trio
 
-from bench import procs
-from bench.core import Params, Result, aggregate, mb, median, rnd
-from bench.drivers import DIRECT, ServerDef, Session, Subject, mcpvisor_subject, open_session
-from bench.scenarios_calls import beats_peers, call_ok, note_stalls
-from bench.stalls import WATCH
+from mcpvisor.bench import procs
+from mcpvisor.bench.core import Params, Result, aggregate, mb, median, rnd
+from mcpvisor.bench.drivers import DIRECT, ServerDef, Session, Subject, mcpvisor_subject, open_session
+from mcpvisor.bench.scenarios_calls import beats_peers, call_ok, note_stalls
+from mcpvisor.bench.stalls import WATCH
 
 BASE_TOOL_COUNT: Final = 4
 """echo, payload, sleep, work: what each default benchmark upstream lists."""

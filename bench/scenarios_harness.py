@@ -1,6 +1,6 @@
 """The ``harness`` scenario: episodes of a benchmark harness against the supervisor API.
 
-Each subject is a fresh process running `bench.harness_run`: 100 episodes (10 at a time),
+Each subject is a fresh process running `mcpvisor.bench.harness_run`: 100 episodes (10 at a time),
 each with its own instance of a session-scoped server and calls to a shared one, with
 no warm pool (``pool-0``) and with a pool as large as the concurrency (``pool-10``);
 rounds alternate the two. Reported: wall time of the episodes, episode start to first
@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import trio
 
-from bench.core import Params, Result, median, rnd
+from mcpvisor.bench.core import Params, Result, median, rnd
 
 EPISODES: Final = 100
 CONCURRENCY: Final = 10
@@ -39,12 +39,12 @@ COLUMNS: Final = ["wall_s", "first_call_p50_ms", "first_call_p99_ms", "peak_rss_
 
 
 async def _run(argv: list[str], workdir: Path) -> dict[str, Any]:
-    from bench.drivers import PYTHON, REPO_DIR
-    from bench.procs import base_env
+    from mcpvisor.bench.drivers import PYTHON, REPO_DIR
+    from mcpvisor.bench.procs import base_env
 
     await trio.Path(workdir).mkdir(parents=True, exist_ok=True)
     with trio.fail_after(RUN_TIMEOUT_S):
-        done = await trio.run_process([PYTHON, "-m", "bench.harness_run", "--workdir", str(workdir), *argv],
+        done = await trio.run_process([PYTHON, "-m", "mcpvisor.bench.harness_run", "--workdir", str(workdir), *argv],
                                       capture_stdout=True, capture_stderr=True, env=base_env(),
                                       cwd=str(REPO_DIR), check=False)
     if done.returncode != 0:
@@ -58,7 +58,7 @@ def _this_checkout(subject: Any) -> Any:
     too), whatever an installed copy elsewhere holds."""
     from dataclasses import replace
 
-    from bench.drivers import REPO_DIR
+    from mcpvisor.bench.drivers import REPO_DIR
 
     def launch(*args: Any) -> Any:
         got = subject.launch(*args)
@@ -72,8 +72,8 @@ async def stdio_journal_ratio(params: Params, workdir: Path) -> dict[str, Any]:
     """The journal's cost on the lean path a client meets: ``mcpvisor serve`` over stdio
     (the fast path), with ``settings.journal`` and without, sequential ``echo`` calls in
     alternating rounds; the median of per-round p50 ratios."""
-    from bench.drivers import ServerDef, mcpvisor_subject, open_session
-    from bench.scenarios_calls import latency
+    from mcpvisor.bench.drivers import ServerDef, mcpvisor_subject, open_session
+    from mcpvisor.bench.scenarios_calls import latency
 
     plain = _this_checkout(mcpvisor_subject("mcpvisor"))
     journalled = _this_checkout(mcpvisor_subject("mcpvisor-journal", journal="journal.db"))  # by its config

@@ -22,9 +22,9 @@ from typing import Any, Final
 
 import trio
 
-from bench import procs
-from bench.core import Params, Result, median, rnd
-from bench.drivers import PYTHON, ServerDef, mcpvisor_config
+from mcpvisor.bench import procs
+from mcpvisor.bench.core import Params, Result, median, rnd
+from mcpvisor.bench.drivers import PYTHON, ServerDef, mcpvisor_config
 
 BASE_TOOL_COUNT: Final = 4
 """echo, payload, sleep, work: what each benchmark upstream lists."""
@@ -157,7 +157,7 @@ async def run_first_list(params: Params, workdir: Path, sizes: Sequence[int] = S
         for r in range(params.startup_rounds):
             state = workdir / f"first-list-state-{n}-{r}"
             env = procs.base_env({"MCPVISOR_STATE_DIR": str(state)})
-            argv = [PYTHON, "-m", "supervisor", "serve", "--config", str(cfg)]
+            argv = [PYTHON, "-m", "mcpvisor", "serve", "--config", str(cfg)]
             try:
                 # cold runs until every tool is listed, so the warm run has it all remembered
                 figures["cold"].append(await first_answers(argv, env, workdir / f"first-list-{n}.log",

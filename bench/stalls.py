@@ -31,8 +31,8 @@ from pathlib import Path
 
 import trio
 
-from bench.canary import TICK_S
-from bench.procs import base_env
+from mcpvisor.bench.canary import TICK_S
+from mcpvisor.bench.procs import base_env
 
 
 class StallWatch:

@@ -2,7 +2,7 @@
 
 The embedding API::
 
-    from supervisor import open_supervisor, serve
+    from mcpvisor import open_supervisor, serve
 
     async with open_supervisor("mcpvisor.json") as sup:
         await sup.wait_ready()
@@ -22,39 +22,39 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from actors import __version__
+from mcpvisor.actors import __version__
 
 _EXPORTS = {
-    "Config": "supervisor.config",
-    "ConfigError": "supervisor.config",
-    "load_config": "supervisor.config",
-    "parse_config": "supervisor.config",
-    "Supervisor": "supervisor.tree",
-    "open_supervisor": "supervisor.tree",
-    "serve": "supervisor._serve",
-    "serve_http": "supervisor._serve",
-    "serve_stdio": "supervisor._serve",
-    "serve_ws": "supervisor._serve",
+    "Config": "mcpvisor.config",
+    "ConfigError": "mcpvisor.config",
+    "load_config": "mcpvisor.config",
+    "parse_config": "mcpvisor.config",
+    "Supervisor": "mcpvisor.tree",
+    "open_supervisor": "mcpvisor.tree",
+    "serve": "mcpvisor._serve",
+    "serve_http": "mcpvisor._serve",
+    "serve_stdio": "mcpvisor._serve",
+    "serve_ws": "mcpvisor._serve",
 }
 
 __all__ = ["__version__", *_EXPORTS]
 
 if TYPE_CHECKING:
     # Redundant aliases mark re-exports (__all__ is built from _EXPORTS, which ruff cannot read).
-    from supervisor._serve import serve as serve
-    from supervisor._serve import serve_http as serve_http
-    from supervisor._serve import serve_stdio as serve_stdio
-    from supervisor._serve import serve_ws as serve_ws
-    from supervisor.config import Config as Config
-    from supervisor.config import ConfigError as ConfigError
-    from supervisor.config import load_config as load_config
-    from supervisor.config import parse_config as parse_config
-    from supervisor.tree import Supervisor as Supervisor
-    from supervisor.tree import open_supervisor as open_supervisor
+    from mcpvisor._serve import serve as serve
+    from mcpvisor._serve import serve_http as serve_http
+    from mcpvisor._serve import serve_stdio as serve_stdio
+    from mcpvisor._serve import serve_ws as serve_ws
+    from mcpvisor.config import Config as Config
+    from mcpvisor.config import ConfigError as ConfigError
+    from mcpvisor.config import load_config as load_config
+    from mcpvisor.config import parse_config as parse_config
+    from mcpvisor.tree import Supervisor as Supervisor
+    from mcpvisor.tree import open_supervisor as open_supervisor
 
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
-        raise AttributeError(f"module 'supervisor' has no attribute {name!r}")
+        raise AttributeError(f"module 'mcpvisor' has no attribute {name!r}")
     return getattr(importlib.import_module(module), name)

@@ -1,7 +1,7 @@
-"""``python -m supervisor`` is the ``mcpvisor`` command."""
+"""``python -m mcpvisor`` is the ``mcpvisor`` command."""
 
 import sys
 
-from supervisor.cli import main
+from mcpvisor.cli import main
 
 sys.exit(main())

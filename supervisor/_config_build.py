@@ -4,8 +4,8 @@ Owns the pass over a document: top-level keys, then the sections in the order th
 rules need them (``settings`` first, since its ``envMode`` picks the interpolator and
 its knobs are every server's defaults; then ``mcpServers``; then ``tools`` and
 ``toolsets``, which name servers). The rules of each section live beside it:
-`supervisor._config_settings`, `supervisor._config_servers`, `supervisor._config_tools`,
-on the shared checks of `supervisor._config_check`.
+`mcpvisor._config_settings`, `mcpvisor._config_servers`, `mcpvisor._config_tools`,
+on the shared checks of `mcpvisor._config_check`.
 Everything is checked before anything is returned, so a bad file never partially applies.
 """
 
@@ -17,11 +17,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from supervisor._config_schema import close_match
-from supervisor._config_servers import ServerRules
-from supervisor._config_settings import SettingsRules
-from supervisor._config_tools import ToolRules
-from supervisor._config_types import TOP_KEYS, Config, ConfigError, ServerSpec
+from mcpvisor._config_schema import close_match
+from mcpvisor._config_servers import ServerRules
+from mcpvisor._config_settings import SettingsRules
+from mcpvisor._config_tools import ToolRules
+from mcpvisor._config_types import TOP_KEYS, Config, ConfigError, ServerSpec
 
 __all__ = ["build"]
 

@@ -5,7 +5,7 @@ Owns `Checker`, the state of one pass over one document (its path, the directory
 relative paths are taken from, the interpolator, the names declared so far) and the
 shared field checks: a choice among fixed values, the supervision knobs and their
 pairs, interpolation of one value, and local paths. The sections build on it:
-`supervisor._config_settings`, `supervisor._config_servers`, `supervisor._config_tools`.
+`mcpvisor._config_settings`, `mcpvisor._config_servers`, `mcpvisor._config_tools`.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any
 
 from msgspec import UNSET
 
-from supervisor._config_durations import format_duration, parse_duration
-from supervisor._config_env import Interpolator
-from supervisor._config_schema import ServerEntry, SettingsEntry, close_match, describe_type
-from supervisor._config_types import KNOB_PAIRS, KNOBS, Knob
+from mcpvisor._config_durations import format_duration, parse_duration
+from mcpvisor._config_env import Interpolator
+from mcpvisor._config_schema import ServerEntry, SettingsEntry, close_match, describe_type
+from mcpvisor._config_types import KNOB_PAIRS, KNOBS, Knob
 
 _KNOB_BY_KEY = {k.key: k for k in KNOBS}
 

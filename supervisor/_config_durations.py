@@ -1,6 +1,6 @@
 """Durations in the config file: parsing, bounds and the hints that go with them.
 
-Owns `parse_duration` (re-exported by `supervisor.config`) and `format_duration`, the
+Owns `parse_duration` (re-exported by `mcpvisor.config`) and `format_duration`, the
 short human spelling (`250ms`, `30s`, `5m`, `1h`) used in every message about a duration.
 """
 

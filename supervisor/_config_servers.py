@@ -18,15 +18,15 @@ from urllib.parse import urlsplit
 
 from msgspec import UNSET
 
-from supervisor._config_check import Checker
-from supervisor._config_schema import (
+from mcpvisor._config_check import Checker
+from mcpvisor._config_schema import (
     ExposedToolEntry,
     ServerEntry,
     convert_collecting,
     describe_type,
     field_names,
 )
-from supervisor._config_types import (
+from mcpvisor._config_types import (
     APPLIES,
     FOREIGN,
     HTTP_ALIASES,
@@ -47,7 +47,7 @@ from supervisor._config_types import (
 
 
 class ServerRules(Checker):
-    """The ``mcpServers`` rules of `supervisor._config_build._Builder`."""
+    """The ``mcpServers`` rules of `mcpvisor._config_build._Builder`."""
 
     def server(self, name: str, raw: Any, settings: Settings) -> ServerSpec | None:
         where = f'server "{name}"'

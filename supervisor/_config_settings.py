@@ -18,11 +18,11 @@ from urllib.parse import urlsplit
 
 from msgspec import UNSET
 
-from supervisor._config_check import Checker
-from supervisor._config_durations import parse_duration
-from supervisor._config_env import ENV_MODES, Interpolator, parse_dotenv
-from supervisor._config_schema import AuthEntry, SettingsEntry, convert_collecting, field_names
-from supervisor._config_types import (
+from mcpvisor._config_check import Checker
+from mcpvisor._config_durations import parse_duration
+from mcpvisor._config_env import ENV_MODES, Interpolator, parse_dotenv
+from mcpvisor._config_schema import AuthEntry, SettingsEntry, convert_collecting, field_names
+from mcpvisor._config_types import (
     DEFAULT_DISCOVERY_BUDGET,
     DEFAULT_MAX_SESSIONS,
     DISCOVERY_BUDGET_MAX,
@@ -47,7 +47,7 @@ from supervisor._config_types import (
 
 
 class SettingsRules(Checker):
-    """The ``settings`` rules of `supervisor._config_build._Builder`."""
+    """The ``settings`` rules of `mcpvisor._config_build._Builder`."""
 
     def settings(self, raw: Mapping[str, Any]) -> Settings:
         where = "settings"

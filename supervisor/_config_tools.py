@@ -14,10 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec import UNSET
 
-from actors.core.catalog import bare, flatten
-from actors.core.toolsets import MANAGEMENT_TOOLS
-from supervisor._config_check import Checker
-from supervisor._config_schema import (
+from mcpvisor._config_check import Checker
+from mcpvisor._config_schema import (
     CompoundEntry,
     SubtoolEntry,
     SubtoolServerEntry,
@@ -27,14 +25,16 @@ from supervisor._config_schema import (
     convert_collecting,
     describe_type,
 )
-from supervisor._config_types import NAME_RE, NAME_RULE, ServerSpec, Settings, ToolRef, ToolsetDecl
+from mcpvisor._config_types import NAME_RE, NAME_RULE, ServerSpec, Settings, ToolRef, ToolsetDecl
+from mcpvisor.actors.core.catalog import bare, flatten
+from mcpvisor.actors.core.toolsets import MANAGEMENT_TOOLS
 
 if TYPE_CHECKING:  # imported where a `tools` section is built: it pulls in jsonschema
-    from actors.core.compound import CompoundDecl, SubtoolDecl
+    from mcpvisor.actors.core.compound import CompoundDecl, SubtoolDecl
 
 
 class ToolRules(Checker):
-    """The ``toolsets`` and ``tools`` rules of `supervisor._config_build._Builder`."""
+    """The ``toolsets`` and ``tools`` rules of `mcpvisor._config_build._Builder`."""
 
     def toolset(self, name: str, raw: Any) -> ToolsetDecl | None:
         where = f'toolset "{name}"'
@@ -141,7 +141,7 @@ class ToolRules(Checker):
                     self.problem(where, f'field "subtools.{sub.server}.tools": "{sub.tool}" is listed twice')
                 seen.add(sub.key)
             if len(self.problems) == before:
-                from actors.core.compound import CompoundDecl
+                from mcpvisor.actors.core.compound import CompoundDecl
 
                 out[name] = CompoundDecl(name=name, description=entry.description, subtools=tuple(subs))
         return out
@@ -149,7 +149,7 @@ class ToolRules(Checker):
     def subtools(self, where: str, server: str, raw: Any,
                  servers: Mapping[str, ServerSpec]) -> list[SubtoolDecl]:
         """One server's subtools of a compound tool."""
-        from actors.core.compound import SubtoolDecl
+        from mcpvisor.actors.core.compound import SubtoolDecl
 
         at = f"subtools.{server}"
         if server not in self.server_names:

@@ -1,7 +1,7 @@
-"""The resolved config records and the tables behind them (re-exported by `supervisor.config`).
+"""The resolved config records and the tables behind them (re-exported by `mcpvisor.config`).
 
 Owns the immutable records (`Config`, `ServerSpec`, `Settings`, `ToolsetDecl`, `ToolRef`,
-`ExposedTool`; `CompoundDecl` comes from `actors.core.compound`), `ConfigError`, the supervision
+`ExposedTool`; `CompoundDecl` comes from `mcpvisor.actors.core.compound`), `ConfigError`, the supervision
 knob table with its defaults and bounds (DESIGN.md "Behaviour under failure"), and which fields
 each transport takes.
 """
@@ -17,11 +17,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
-from actors.core import policy
-from supervisor._config_schema import KNOB_KEYS, ServerEntry, field_names
+from mcpvisor._config_schema import KNOB_KEYS, ServerEntry, field_names
+from mcpvisor.actors.core import policy
 
 if TYPE_CHECKING:  # the module pulls in jsonschema: a CLI that never loads a config need not
-    from actors.core.compound import CompoundDecl
+    from mcpvisor.actors.core.compound import CompoundDecl
 
 DEFAULT_HOST: Final = "127.0.0.1"
 """Loopback only by default: without a token the HTTP/WS fronts are open to this machine only."""
@@ -201,7 +201,7 @@ class ServerSpec:
     lazy: bool = False
     scope: str = "shared"
     """``shared``: one instance for every client; ``session``: one per client session
-    (`supervisor.sessions`)."""
+    (`mcpvisor.sessions`)."""
     pool: int = 0
     """Session scope only: instances kept started and unused, so a session's first call
     does not wait for a start."""
@@ -301,7 +301,7 @@ class Settings:
     session_idle_timeout: float = DEFAULT_SESSION_IDLE_S
     discovery_budget: int = DEFAULT_DISCOVERY_BUDGET
     journal: str | None = None
-    """The SQLite file every call is recorded in (`supervisor.journal`); None: no journal."""
+    """The SQLite file every call is recorded in (`mcpvisor.journal`); None: no journal."""
     journal_payloads: bool = False
     """Record full arguments and results in the journal (otherwise sizes and digests only)."""
 

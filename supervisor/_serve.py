@@ -3,7 +3,7 @@
 Owns the fronts' lifetimes (`serve` returns when a stdio client closes its end, and
 runs until cancelled for the network fronts) and their security (DESIGN.md "Security
 of the network fronts"): building the token verifier, the Host/Origin rules
-(`actors.auth`), the session limits and TLS from ``settings`` and the command line,
+(`mcpvisor.actors.fronts.auth`), the session limits and TLS from ``settings`` and the command line,
 and refusing to open a non-loopback bind that nothing guards.
 """
 
@@ -23,10 +23,18 @@ from typing import Any, Final
 import trio
 from pydantic import AnyHttpUrl
 
-from actors.auth import ChainVerifier, Gate, HostRules, StaticTokens, Verifier, host_rules, is_loopback
-from supervisor._config_types import MIN_TOKEN_CHARS
-from supervisor.config import DEFAULT_HOST, DEFAULT_PORT, Settings
-from supervisor.tree import Supervisor
+from mcpvisor._config_types import MIN_TOKEN_CHARS
+from mcpvisor.actors.fronts.auth import (
+    ChainVerifier,
+    Gate,
+    HostRules,
+    StaticTokens,
+    Verifier,
+    host_rules,
+    is_loopback,
+)
+from mcpvisor.config import DEFAULT_HOST, DEFAULT_PORT, Settings
+from mcpvisor.tree import Supervisor
 
 logger = logging.getLogger(__name__)
 
@@ -213,7 +221,7 @@ def build_guard(
         from mcp.server.auth.routes import build_resource_metadata_url
         from mcp.server.auth.settings import AuthSettings
 
-        from actors.oauth import JwtVerifier, resource_url
+        from mcpvisor.actors.fronts.oauth import JwtVerifier, resource_url
 
         scheme = scheme + ("s" if tls else "")
         resource = resource_url(settings.auth.audience, f"{scheme}://{host}:{port}{path}")
@@ -270,7 +278,7 @@ async def serve_http(
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve streamable HTTP at ``http(s)://host:port/mcp`` (hypercorn's trio worker) until cancelled,
-    with the dashboard, the management API and ``/healthz`` beside it (`supervisor.dashboard`).
+    with the dashboard, the management API and ``/healthz`` beside it (`mcpvisor.dashboard`).
 
     ``task_status.started`` receives the URL actually bound (``port=0`` picks a free port).
 
@@ -281,13 +289,13 @@ async def serve_http(
     import hypercorn.trio
     from mcp.server.transport_security import TransportSecuritySettings
 
-    from actors.limits import install
+    from mcpvisor.actors.fronts.limits import install
 
     guard = build_guard(
         sup, host, port, tokens=tokens, insecure_no_auth=insecure_no_auth, certfile=certfile, keyfile=keyfile
     )
     install(sup.front.server)
-    from supervisor.dashboard import for_supervisor
+    from mcpvisor.dashboard import for_supervisor
 
     hub, dashboard = for_supervisor(sup, guard)  # `/`, `/api/...`, `/healthz` (supervisor/dashboard)
     allowed_hosts, allowed_origins = guard.rules.sdk_lists()
@@ -327,7 +335,7 @@ async def serve_stdio(
     sup: Supervisor, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
 ) -> None:
     """Serve one client on this process's stdin/stdout until it closes stdin."""
-    from actors.stdio_front import StdioFront, claim_stdio
+    from mcpvisor.actors.fronts.stdio import StdioFront, claim_stdio
 
     async with claim_stdio() as (receive, send):
         front = StdioFront(
@@ -357,8 +365,8 @@ async def serve_ws(
     Raises:
         UnsafeBind: before binding, for a non-loopback ``host`` with no token.
     """
-    from actors.limits import install
-    from actors.ws import serve_websocket_front
+    from mcpvisor.actors.fronts.limits import install
+    from mcpvisor.actors.ws import serve_websocket_front
 
     guard = build_guard(
         sup,

@@ -32,11 +32,10 @@ from typing import Any, Final
 import msgspec
 import platformdirs
 
-from actors.core.model import ToolEntry, Toolset
-from supervisor._config_build import build
-from supervisor._config_durations import parse_duration
-from supervisor._config_schema import describe_type
-from supervisor._config_types import (
+from mcpvisor._config_build import build
+from mcpvisor._config_durations import parse_duration
+from mcpvisor._config_schema import describe_type
+from mcpvisor._config_types import (
     DEFAULT_HOST,
     DEFAULT_PORT,
     TRANSPORTS,
@@ -49,6 +48,7 @@ from supervisor._config_types import (
     ToolRef,
     ToolsetDecl,
 )
+from mcpvisor.actors.core.model import ToolEntry, Toolset
 
 __all__ = [
     "DEFAULT_HOST",

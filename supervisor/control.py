@@ -43,14 +43,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from actors.framing import FrameWriter, LineReader, OversizedLine, StreamBroken
-from supervisor._atomic import atomic_write_text
-from supervisor.state import now_iso
+from mcpvisor._atomic import atomic_write_text
+from mcpvisor.actors.framing import FrameWriter, LineReader, OversizedLine, StreamBroken
+from mcpvisor.state import now_iso
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from actors.upstream import UpstreamStatus
+    from mcpvisor.actors.upstream import UpstreamStatus
 
 logger = logging.getLogger(__name__)
 
@@ -336,7 +336,7 @@ async def serve_control(sup: Any, state_dir: Path, *, transport: str = "embedded
     Args:
         sup: the `Supervisor` (``status()``, ``settings``, ``config``; ``equip``,
             ``unequip``, ``reload`` for those ops).
-        state_dir: the state directory (``supervisor.settings.state_dir``).
+        state_dir: the state directory (``mcpvisor.settings.state_dir``).
         transport: what the registration reports (``stdio``, ``http``, ``ws``).
     """
     pid = os.getpid()

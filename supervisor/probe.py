@@ -10,7 +10,7 @@ running proxy:
 * `probe_all`: every given server at once, under one process watchdog, reporting each
   result as it arrives.
 
-It uses the proxy's own connection code (`actors.link.stdio.open_stdio_link` /
+It uses the proxy's own connection code (`mcpvisor.actors.link.stdio.open_stdio_link` /
 `open_sdk_link`), so a server that passes here starts under the proxy too. Whatever a
 probe starts is stopped and reaped before it returns, cancellation included.
 """
@@ -23,7 +23,7 @@ from typing import Any, Final
 
 import trio
 
-from supervisor.config import ServerSpec
+from mcpvisor.config import ServerSpec
 
 __all__ = [
     "DEFAULT_PROBE_TIMEOUT_S",
@@ -211,7 +211,7 @@ async def probe_server(
         spec: the server, as resolved from the config (enabled or not: a probe is explicit).
         limit: bound on the whole probe, in seconds. On expiry the probe is abandoned
             and reported as a ``timeout`` failure naming the step it was in.
-        reaper: an `actors.process.Reaper` that kills the child if this process dies.
+        reaper: an `mcpvisor.actors.process.Reaper` that kills the child if this process dies.
 
     Returns:
         The result; never raises for a failure of the server itself.
@@ -262,7 +262,7 @@ async def probe_all(
         Results by server name, in the order of ``specs``. ``on_result`` is called as
         each one finishes (for a spinner's progress).
     """
-    from actors.process import open_reaper
+    from mcpvisor.actors.process import open_reaper
 
     load_connection_code()
     results: dict[str, ProbeResult] = {}
@@ -289,8 +289,8 @@ def load_connection_code() -> None:
 
 
 async def _probe_stdio(run: _Run, reaper: Any) -> None:
-    from actors.link import open_stdio_link
-    from actors.transports import stdio_argv
+    from mcpvisor.actors.link import open_stdio_link
+    from mcpvisor.actors.transports import stdio_argv
 
     spec = run.spec
     argv = stdio_argv(spec)
@@ -315,7 +315,7 @@ async def _probe_stdio(run: _Run, reaper: Any) -> None:
 
 
 async def _probe_remote(run: _Run) -> None:
-    from actors.link import open_sdk_link
+    from mcpvisor.actors.link import open_sdk_link
 
     async with open_sdk_link(
         run.spec.name, _remote_transport(run), events=_QuietEvents(), protocol=run.spec.protocol
@@ -328,7 +328,7 @@ def _remote_transport(run: _Run) -> Any:
     spec = run.spec
     headers = dict(spec.headers)
     if spec.transport == "ws":
-        from actors.ws import websocket_client
+        from mcpvisor.actors.ws import websocket_client
 
         return websocket_client(spec.url or "", headers=headers, max_message=PROBE_MAX_MESSAGE)
     import httpx2
@@ -412,8 +412,8 @@ def _stderr_tail(run: _Run) -> tuple[str, ...]:
 
 def _classify(exc: BaseException, run: _Run) -> Failure:
     """Turn whatever the connection raised into a `Failure` a user can act on."""
-    from actors.errors import ProxyError, UpstreamDied
-    from actors.process import SpawnError, describe_exit
+    from mcpvisor.actors.errors import ProxyError, UpstreamDied
+    from mcpvisor.actors.process import SpawnError, describe_exit
 
     leaves = list(_leaves(exc)) or [exc]
     step = run.step

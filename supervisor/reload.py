@@ -34,15 +34,15 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from actors.core.registry import RegistryCore, diff
-from actors.messages import Reply
-from actors.upstream import RouterPort
-from supervisor.config import Config, ConfigError, ServerSpec, Settings, load_config, parse_config
-from supervisor.settings import with_env_overrides
+from mcpvisor.actors.core.registry import RegistryCore, diff
+from mcpvisor.actors.messages import Reply
+from mcpvisor.actors.upstream import RouterPort
+from mcpvisor.config import Config, ConfigError, ServerSpec, Settings, load_config, parse_config
+from mcpvisor.settings import with_env_overrides
 
 if TYPE_CHECKING:
-    from actors.upstream import Upstream
-    from supervisor.tree import Supervisor
+    from mcpvisor.actors.upstream import Upstream
+    from mcpvisor.tree import Supervisor
 
 __all__ = [
     "DEBOUNCE_S",
@@ -226,7 +226,7 @@ class _Commit:
         self._ports = ports
 
     def run(self, core: RegistryCore) -> tuple[list[Upstream], Any]:
-        from supervisor.tree import server_filter
+        from mcpvisor.tree import server_filter
 
         sup, plan = self._sup, self._plan
         before = core.snapshot
@@ -265,7 +265,7 @@ def _redeclare(core: RegistryCore, config: Config) -> None:
     """
     exposure = core.exposure
     if hasattr(exposure, "declared"):
-        from supervisor.config import declared_toolset
+        from mcpvisor.config import declared_toolset
 
         exposure.declared = {name: declared_toolset(decl) for name, decl in config.toolsets.items()}
     book = getattr(exposure, "lazy", None)
@@ -412,7 +412,7 @@ async def _replace(
     Calls that arrive meanwhile wait for the new actor (it is ``starting``), bounded by
     the server's ``restartWait``, as through any restart.
     """
-    from actors.upstream import State
+    from mcpvisor.actors.upstream import State
 
     old = sup.upstreams[spec.name]
     up = _held_upstream(sup, spec, fresh, ports)

@@ -31,8 +31,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from actors.core.catalog import UpstreamLists
-from supervisor._atomic import (
+from mcpvisor._atomic import (
     DEFAULT_LOCK_TIMEOUT_S,
     JSONFileError,
     atomic_write_text,
@@ -40,10 +39,11 @@ from supervisor._atomic import (
     locked,
     read_json,
 )
-from supervisor.state import now_iso
+from mcpvisor.actors.core.catalog import UpstreamLists
+from mcpvisor.state import now_iso
 
 if TYPE_CHECKING:
-    from supervisor.config import ServerSpec
+    from mcpvisor.config import ServerSpec
 
 logger = logging.getLogger(__name__)
 

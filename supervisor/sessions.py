@@ -13,7 +13,7 @@ Owns:
   transport: its own equipped toolset, its own session-scoped instances, its calls
   labelled with the run in the journal.
 
-Instances are ordinary `actors.upstream.Upstream` actors (same supervision, timeouts,
+Instances are ordinary `mcpvisor.actors.upstream.Upstream` actors (same supervision, timeouts,
 restarts) run in the supervisor's tree, so leaving the supervisor stops them all; they
 report their lists to nobody (`_QuietRouter`): the shared instance speaks for the
 server.
@@ -31,16 +31,16 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from actors.core.catalog import ToolRoute, tool_hints
-from actors.core.toolsets import ToolsetError, resolve
-from actors.eras import strip_upstream_stamps
-from actors.errors import ProxyError
-from actors.front_tools import unknown_tool_result
-from actors.harness import ClientSession
-from actors.upstream import State, Upstream
+from mcpvisor.actors.core.catalog import ToolRoute, tool_hints
+from mcpvisor.actors.core.toolsets import ToolsetError, resolve
+from mcpvisor.actors.eras import strip_upstream_stamps
+from mcpvisor.actors.errors import ProxyError
+from mcpvisor.actors.fronts.tools import unknown_tool_result
+from mcpvisor.actors.harness import ClientSession
+from mcpvisor.actors.upstream import State, Upstream
 
 if TYPE_CHECKING:
-    from supervisor.tree import Supervisor
+    from mcpvisor.tree import Supervisor
 
 logger = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from typing import Final
 
 import platformdirs
 
-from actors.core.toolsets import MODES
-from supervisor.config import ConfigError, Settings
+from mcpvisor.actors.core.toolsets import MODES
+from mcpvisor.config import ConfigError, Settings
 
 __all__ = ["APP_NAME", "EXPOSURE_ENV", "STATE_DIR_ENV", "state_dir", "with_env_overrides"]
 

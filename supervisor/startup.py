@@ -23,8 +23,8 @@ from typing import Final
 
 import trio
 
-from actors.core.catalog import Snapshot
-from actors.core.registry import Changes
+from mcpvisor.actors.core.catalog import Snapshot
+from mcpvisor.actors.core.registry import Changes
 
 logger = logging.getLogger(__name__)
 

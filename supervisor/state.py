@@ -2,8 +2,8 @@
 
 Owns:
 
-* Where the state lives is `supervisor.settings.state_dir`.
-* The JSON form in ``state.json`` of the records in `actors.core.model`
+* Where the state lives is `mcpvisor.settings.state_dir`.
+* The JSON form in ``state.json`` of the records in `mcpvisor.actors.core.model`
   (:class:`SavedState`, :class:`Toolset`, :class:`ToolEntry`, :class:`PinnedSchema`,
   :class:`Note`).
 * :class:`StateStore` — reads and transactional updates of ``state.json``: every update
@@ -23,8 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from actors.core.model import Note, PinnedSchema, SavedState, ToolEntry, Toolset
-from supervisor._atomic import (
+from mcpvisor._atomic import (
     DEFAULT_LOCK_TIMEOUT_S,
     JSONFileError,
     atomic_write_text,
@@ -33,6 +32,7 @@ from supervisor._atomic import (
     parse_json,
     to_plain,
 )
+from mcpvisor.actors.core.model import Note, PinnedSchema, SavedState, ToolEntry, Toolset
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence

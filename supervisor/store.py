@@ -5,7 +5,7 @@ Owns :class:`ConfigStore`: a transaction over the JSON config file (a superset o
 Code's ``.mcp.json``) and the few edits the CLI makes through it, with the errors they raise.
 
 The file belongs to the user. Every edit reads the file fresh under the file lock, changes
-only what it was asked to, and writes atomically (see :mod:`supervisor._atomic`), so two
+only what it was asked to, and writes atomically (see :mod:`mcpvisor._atomic`), so two
 commands run at once both land; the lock file (``<file>.lock``) is deleted when the edit
 ends, and a temporary file a killed edit left is deleted by the next one, so nothing but
 the file itself is left in the user's folder. Everything mcpvisor does not own is kept as it was: other
@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from supervisor._atomic import (
+from mcpvisor._atomic import (
     DEFAULT_LOCK_TIMEOUT_S,
     JSONFileError,
     atomic_write_text,

@@ -6,17 +6,17 @@ Owns the `Supervisor` object an embedding program (or the CLI) holds:
   runs one upstream actor per enabled server, all started concurrently, so on the
   way out the upstreams stop first (each process group stopped and reaped, in
   parallel) and the router sees them leave (STYLE rule 4);
-* the process watchdog (`actors.process.Reaper`) lives around both, so children
+* the process watchdog (`mcpvisor.actors.process.Reaper`) lives around both, so children
   die even if the proxy itself is SIGKILLed;
 * start-up: ``initialize`` and every list are answered at once with what is known (the
   servers that are up, the remembered lists of those still starting); the list changes
-  of start-up are gathered into a few notifications (`supervisor.startup`) until every
+  of start-up are gathered into a few notifications (`mcpvisor.startup`) until every
   eager server made its first start attempt, at most ``settings.startupWait``;
 * the exposure (``settings.exposure``, ``$MCPVISOR_EXPOSURE``): the toolsets and
-  configuration mode of `actors.core.toolsets`, restored from the state directory before
-  the router starts, and the management tools of `supervisor.menu`; with ``discovery``,
-  ``discover_tool`` and ``load_mcp`` (`supervisor.menu.discovery`);
-* the lazy servers' loader (`actors.lazy.LazyLoader`), shared by every exposure.
+  configuration mode of `mcpvisor.actors.core.toolsets`, restored from the state directory before
+  the router starts, and the management tools of `mcpvisor.menu`; with ``discovery``,
+  ``discover_tool`` and ``load_mcp`` (`mcpvisor.menu.discovery`);
+* the lazy servers' loader (`mcpvisor.actors.lazy.LazyLoader`), shared by every exposure.
 """
 
 from __future__ import annotations
@@ -32,41 +32,41 @@ from typing import Any, Final
 
 import trio
 
-from actors.core.catalog import Snapshot, UpstreamLists
-from actors.core.discovery import DISCOVER_TOOL, LOAD_MCP, USE_TOOL, LazyBook
-from actors.core.model import SavedState
-from actors.core.pending import WAIT_STATES
-from actors.core.registry import Changes, RegistryCore, ServerFilter
-from actors.core.toolsets import ToolsetError, ToolsetExposure
-from actors.core.use_tool import CallLocal, NeedsLoad, plan_use
-from actors.eras import strip_upstream_stamps
-from actors.errors import ProxyError
-from actors.front import Front
-from actors.front_tools import unknown_tool_result
-from actors.harness import ClientSession
-from actors.lazy import LazyLoader
-from actors.link import CallOrigin
-from actors.messages import CallFinished, Event, EventBus, ListChanged
-from actors.process import Reaper, open_reaper
-from actors.router import Router
-from actors.starting import await_listed
-from actors.upstream import Hooks, State, Upstream, UpstreamStatus
-from supervisor.config import (
+from mcpvisor.actors.core.catalog import Snapshot, UpstreamLists
+from mcpvisor.actors.core.discovery import DISCOVER_TOOL, LOAD_MCP, USE_TOOL, LazyBook
+from mcpvisor.actors.core.model import SavedState
+from mcpvisor.actors.core.pending import WAIT_STATES
+from mcpvisor.actors.core.registry import Changes, RegistryCore, ServerFilter
+from mcpvisor.actors.core.toolsets import ToolsetError, ToolsetExposure
+from mcpvisor.actors.core.use_tool import CallLocal, NeedsLoad, plan_use
+from mcpvisor.actors.eras import strip_upstream_stamps
+from mcpvisor.actors.errors import ProxyError
+from mcpvisor.actors.fronts.sdk import Front
+from mcpvisor.actors.fronts.tools import unknown_tool_result
+from mcpvisor.actors.harness import ClientSession
+from mcpvisor.actors.lazy import LazyLoader
+from mcpvisor.actors.link import CallOrigin
+from mcpvisor.actors.messages import CallFinished, Event, EventBus, ListChanged
+from mcpvisor.actors.process import Reaper, open_reaper
+from mcpvisor.actors.router import Router
+from mcpvisor.actors.starting import await_listed
+from mcpvisor.actors.upstream import Hooks, State, Upstream, UpstreamStatus
+from mcpvisor.config import (
     Config,
     ServerSpec,
     declared_toolset,
     load_config,
     parse_config,
 )
-from supervisor.journal import CallRecord, Journal, open_journal
-from supervisor.menu import DEFINITIONS, Menu
-from supervisor.menu.discovery import discover, load_mcp
-from supervisor.remembered import CatalogFile, CatalogWriter, Remembered, catalog_fingerprint
-from supervisor.sessions import ScopedServers, SessionView, open_session
-from supervisor.settings import state_dir as resolve_state_dir
-from supervisor.settings import with_env_overrides
-from supervisor.startup import ListChangeCoalescer
-from supervisor.state import CorruptState, StateStore
+from mcpvisor.journal import CallRecord, Journal, open_journal
+from mcpvisor.menu import DEFINITIONS, Menu
+from mcpvisor.menu.discovery import discover, load_mcp
+from mcpvisor.remembered import CatalogFile, CatalogWriter, Remembered, catalog_fingerprint
+from mcpvisor.sessions import ScopedServers, SessionView, open_session
+from mcpvisor.settings import state_dir as resolve_state_dir
+from mcpvisor.settings import with_env_overrides
+from mcpvisor.startup import ListChangeCoalescer
+from mcpvisor.state import CorruptState, StateStore
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ class Supervisor:
             compounds=tuple(config.compound_tools.values()),
         )
         self.coalescer = ListChangeCoalescer(self._announce)
-        """Gathers the list changes of start-up into a few notifications (`supervisor.startup`)."""
+        """Gathers the list changes of start-up into a few notifications (`mcpvisor.startup`)."""
         self.router = Router(self.core, self.coalescer.offer)
         self.loader = LazyLoader(self.router, lambda: self.upstreams, self.lazy)
         """Every start of a lazy server goes through it (coalesced, 3 failed loads at most)."""
@@ -169,14 +169,14 @@ class Supervisor:
         self._startup_done = trio.Event()
         self._tree: trio.Nursery | None = None
         self.reload_lock = trio.Lock()
-        """Reloads are applied one at a time, in call order (`supervisor.reload`)."""
+        """Reloads are applied one at a time, in call order (`mcpvisor.reload`)."""
         self._root: trio.Nursery | None = None
         self.scoped = ScopedServers(self)
         """The instances of ``"scope": "session"`` servers and their warm pools."""
         self.journal: Journal | None = None
         """Where finished calls are recorded (``journal=``, ``settings.journal``), if anywhere."""
         self.catalog = CatalogWriter(CatalogFile(self.store.directory))
-        """Remembers what each server lists, for the next start (`supervisor.remembered`)."""
+        """Remembers what each server lists, for the next start (`mcpvisor.remembered`)."""
         self.remembered: dict[str, Remembered] = {}
         """Servers listed from memory that have not listed in this run yet."""
 
@@ -294,7 +294,7 @@ class Supervisor:
 
     def upstream_for(self, server: str, session: ClientSession | None) -> Upstream | None:
         """The actor a call to ``server`` goes to for ``session``: its own instance when the
-        server is session-scoped (`supervisor.sessions`), the shared one otherwise."""
+        server is session-scoped (`mcpvisor.sessions`), the shared one otherwise."""
         up = self.upstreams.get(server)
         if up is None or session is None or getattr(up.spec, "scope", "shared") != "session":
             return up
@@ -302,7 +302,7 @@ class Supervisor:
 
     def events(self) -> AsyncIterator[Event]:
         """``async for event in sup.events()``: every upstream state change (with its
-        reason), every list change, every finished call, from now on (`actors.messages`)."""
+        reason), every list change, every finished call, from now on (`mcpvisor.actors.messages`)."""
         return self.event_bus.subscribe()
 
     def status(self) -> list[UpstreamStatus]:
@@ -318,7 +318,7 @@ class Supervisor:
         return out
 
     async def recall(self) -> None:
-        """List each eager server's remembered lists (`supervisor.remembered`) until it lists
+        """List each eager server's remembered lists (`mcpvisor.remembered`) until it lists
         its own, and open it in the era it answered in last time. A server whose command,
         args, env, url or headers changed since is not listed from memory. Call before the
         first snapshot clients see."""
@@ -372,8 +372,8 @@ class Supervisor:
         """Re-read the config file (or apply ``config``): start added servers, stop removed
         or disabled ones, restart changed ones, leave the rest running; clients get one
         list_changed. A config that does not validate changes nothing (``ok: false``).
-        See `supervisor.reload.reload_supervisor`."""
-        from supervisor.reload import reload_supervisor
+        See `mcpvisor.reload.reload_supervisor`."""
+        from mcpvisor.reload import reload_supervisor
 
         return await reload_supervisor(self, config)
 
@@ -406,7 +406,7 @@ class Supervisor:
         """A call finished: tell ``events()`` subscribers and queue a journal record.
 
         Never waits: the journal takes the raw arguments and result and works out sizes,
-        digests and the outcome on its own writer task (`supervisor.journal`).
+        digests and the outcome on its own writer task (`mcpvisor.journal`).
         """
         journal = self.journal
         if journal is None and not self.event_bus.has_subscribers:
@@ -469,7 +469,7 @@ class Supervisor:
 
 
 def _version() -> str:
-    from supervisor import __version__
+    from mcpvisor import __version__
 
     return __version__
 
@@ -522,11 +522,11 @@ async def open_supervisor(
         watch: follow the config file (when ``config`` came from one): each valid edit is
             applied by `Supervisor.reload` (supervisor/reload.py); a bad edit is logged.
         control: a state directory to register this proxy's control socket in
-            (`supervisor.control`, what ``mcpvisor status`` reads) for the block's lifetime;
+            (`mcpvisor.control`, what ``mcpvisor status`` reads) for the block's lifetime;
             None: no control channel. A socket that cannot be created is only logged.
         control_transport: the transport the registration reports (``stdio``, ``http``, ``ws``).
         journal: record every tool call in this SQLite file (default: ``settings.journal``;
-            `supervisor.journal`, ``mcpvisor journal PATH``). Queued records are written
+            `mcpvisor.journal`, ``mcpvisor journal PATH``). Queued records are written
             when the block exits.
         journal_payloads: record full arguments and results too (default:
             ``settings.journalPayloads``; otherwise sizes and digests only).
@@ -570,7 +570,7 @@ async def _run_tree(cfg: Config, store: StateStore, saved: SavedState, toolset: 
         await root.start(sup.coalescer.run)
         await root.start(sup.catalog.run)
         if control is not None:
-            from supervisor.control import serve_control
+            from mcpvisor.control import serve_control
 
             await root.start(lambda task_status: serve_control(
                 sup, Path(control), transport=control_transport, task_status=task_status))
@@ -583,7 +583,7 @@ async def _run_tree(cfg: Config, store: StateStore, saved: SavedState, toolset: 
                 sup.scoped.fill_pools()
                 root.start_soon(sup._startup_gate)
                 if watch and cfg.path is not None:
-                    from supervisor.reload import watch_config
+                    from mcpvisor.reload import watch_config
 
                     await tree.start(watch_config, sup)
                 try:

@@ -58,7 +58,7 @@ def proxy_params(config: Path, *extra: str, env: Mapping[str, str] | None = None
     """Launch ``mcpvisor serve`` over stdio, as Claude Code would."""
     full_env = dict(os.environ)
     full_env.update(env or {})
-    return StdioServerParameters(command=PY, args=["-m", "supervisor", "serve", "--config", str(config), *extra],
+    return StdioServerParameters(command=PY, args=["-m", "mcpvisor", "serve", "--config", str(config), *extra],
                                  env=full_env)
 
 
@@ -167,11 +167,11 @@ async def pipe_transport(receive: trio.abc.ReceiveStream, send: trio.abc.SendStr
 async def embedded_connection(sup: Any
                               ) -> AsyncIterator[tuple[trio.abc.SendStream, trio.abc.ReceiveStream, Any]]:
     """One client connection to the running supervisor ``sup`` through the stdio front
-    (`actors.stdio_front`, fast path and all) that `mcpvisor serve` puts on its
+    (`mcpvisor.actors.fronts.stdio`, fast path and all) that `mcpvisor serve` puts on its
     stdin/stdout, on OS pipes; yields the client's ends (send, receive) and the
     `StdioFront`. Several may be open on one supervisor at once. Closing the client's
     send end is the client leaving (EOF): the front ends its session."""
-    from actors.stdio_front import StdioFront
+    from mcpvisor.actors.fronts.stdio import StdioFront
 
     up_r, up_w = os.pipe()      # client -> proxy
     down_r, down_w = os.pipe()  # proxy -> client
@@ -187,7 +187,7 @@ async def embedded_connection(sup: Any
 @asynccontextmanager
 async def embedded_front(config: Path, *, state_dir: Path | None = None
                          ) -> AsyncIterator[tuple[trio.abc.SendStream, trio.abc.ReceiveStream]]:
-    """A proxy running in this process behind the same stdio front (`actors.stdio_front`,
+    """A proxy running in this process behind the same stdio front (`mcpvisor.actors.fronts.stdio`,
     fast path and all) that `mcpvisor serve` puts on its stdin/stdout, on OS pipes, with
     the same real upstream subprocesses; yields the client's ends (send, receive). It
     saves the second ``import mcp`` (seconds on a 2-core machine).
@@ -196,7 +196,7 @@ async def embedded_front(config: Path, *, state_dir: Path | None = None
     proxy answers a first ``tools/list`` at once with what is up, and these tests are
     about what happens after start-up (tests/integration/test_startup_real.py is about
     start-up itself)."""
-    from supervisor import open_supervisor
+    from mcpvisor import open_supervisor
 
     async with open_supervisor(config, state_dir=state_dir or config.parent / "state", watch=False) as sup:
         await sup.wait_ready()

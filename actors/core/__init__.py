@@ -1,11 +1,11 @@
 """The sans-IO cores: plain synchronous code with no trio and no I/O.
 
-* `actors.core.catalog` — naming and the immutable `Snapshot` clients read.
-* `actors.core.registry` — `RegistryCore`, the router's registration state.
-* `actors.core.registration` — the messages an upstream sends the router.
-* `actors.core.toolsets` — the toolset exposure and configuration mode.
-* `actors.core.model` — the records of toolsets and notes (`Toolset`, `ToolEntry`, ...).
-* `actors.core.policy` — the restart policy of one upstream (backoff, circuit breaker).
+* `mcpvisor.actors.core.catalog` — naming and the immutable `Snapshot` clients read.
+* `mcpvisor.actors.core.registry` — `RegistryCore`, the router's registration state.
+* `mcpvisor.actors.core.registration` — the messages an upstream sends the router.
+* `mcpvisor.actors.core.toolsets` — the toolset exposure and configuration mode.
+* `mcpvisor.actors.core.model` — the records of toolsets and notes (`Toolset`, `ToolEntry`, ...).
+* `mcpvisor.actors.core.policy` — the restart policy of one upstream (backoff, circuit breaker).
 
 A test imports this package in a fresh interpreter and checks trio stays unloaded.
 """

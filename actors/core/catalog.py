@@ -23,8 +23,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from actors.core.compound import CompoundTool
-    from actors.core.discovery import DiscoveryIndex
+    from mcpvisor.actors.core.compound import CompoundTool
+    from mcpvisor.actors.core.discovery import DiscoveryIndex
 
 MAX_NAME: Final = 64
 """Longest exposed name. MCP allows 128, but Claude Code and the OpenAI/Anthropic tool APIs
@@ -116,7 +116,7 @@ class ToolRoute:
     wire: Mapping[str, Any]
     """The tool as listed to clients (exposed name, description with any user notes)."""
     compound: CompoundTool | None = None
-    """Set for a compound tool (`actors.core.compound`): a call is checked and routed to
+    """Set for a compound tool (`mcpvisor.actors.core.compound`): a call is checked and routed to
     one of its subtools by ``compound.prepare``; ``server`` and ``original`` are unused."""
 
     def direct(self, arguments: Mapping[str, Any]) -> tuple[ToolRoute, dict[str, Any]] | dict[str, Any]:
@@ -124,8 +124,8 @@ class ToolRoute:
 
         For a compound tool that is its subtool's route and ``args``; a call failing the
         compound tool's check gives the ``isError`` result to answer instead (nothing is
-        sent). The fast path, the embedding API (`supervisor.tree`) and harness sessions
-        (`supervisor.sessions`) call this; the SDK front (`actors.front_tools`) calls
+        sent). The fast path, the embedding API (`mcpvisor.tree`) and harness sessions
+        (`mcpvisor.sessions`) call this; the SDK front (`mcpvisor.actors.fronts.tools`) calls
         ``compound.prepare`` itself. A caller that can wait (the API, the SDK front) waits
         for start-up after a refusal and checks again.
         """
@@ -188,7 +188,7 @@ class Snapshot:
     problems: tuple[str, ...] = ()
     """Collisions and conflicts found while building, for status and logs."""
     discovery: DiscoveryIndex | None = None
-    """With ``exposure: discovery``: what discover_tool and use_tool offer (`actors.core.discovery`)."""
+    """With ``exposure: discovery``: what discover_tool and use_tool offer (`mcpvisor.actors.core.discovery`)."""
     namespacing: str = "prefix"
     """``settings.namespacing`` the names were built with (which server a name belongs to)."""
 

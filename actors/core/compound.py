@@ -30,8 +30,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from actors.core.arguments import Checker, checker_of
-from actors.core.catalog import tool_hints
+from mcpvisor.actors.core.arguments import Checker, checker_of
+from mcpvisor.actors.core.catalog import tool_hints
 
 __all__ = [
     "COMPOUND_SERVER",

@@ -4,7 +4,7 @@ Owns, as plain synchronous code (STYLE rule 2):
 
 * `LazyBook`: the lazy servers (``"lazy": true``) and what became of their loads:
   loaded, or failed how many times and why; after `MAX_LOAD_FAILURES` a server is no
-  longer offered. The router holds it; `actors.lazy.LazyLoader` feeds it.
+  longer offered. The router holds it; `mcpvisor.actors.lazy.LazyLoader` feeds it.
 * `DiscoveryExposure`-side view (`discovery_view`): turns the snapshot the toolset
   exposure built (routes for every selected tool) into what a discovery client sees:
   ``tools/list`` holds only `DISCOVER_TOOL`, `USE_TOOL` and (while a lazy server can
@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
-from actors.core.catalog import Snapshot, ToolRoute, close_names, flatten
+from mcpvisor.actors.core.catalog import Snapshot, ToolRoute, close_names, flatten
 
 if TYPE_CHECKING:
-    from actors.core.registry import RegistryCore
+    from mcpvisor.actors.core.registry import RegistryCore
 
 DISCOVER_TOOL: Final = "discover_tool"
 USE_TOOL: Final = "use_tool"
@@ -96,7 +96,7 @@ class LazyServer:
 
 @dataclass(slots=True)
 class LazyBook:
-    """The lazy servers, by name; mutate only inside the router (`actors.lazy`)."""
+    """The lazy servers, by name; mutate only inside the router (`mcpvisor.actors.lazy`)."""
 
     servers: dict[str, LazyServer] = field(default_factory=dict)
 

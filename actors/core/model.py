@@ -1,7 +1,7 @@
 """The records of toolsets and notes, shared by the router's core and the state store.
 
 Plain frozen records with no I/O (the JSON form of ``state.json`` lives in
-`supervisor.state`): a `Toolset` of `ToolEntry` items, each maybe carrying the
+`mcpvisor.state`): a `Toolset` of `ToolEntry` items, each maybe carrying the
 `PinnedSchema` it was built with; a user's `Note` on a tool; `SavedState`, everything
 ``state.json`` holds.
 """

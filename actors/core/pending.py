@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final, Literal
 
-from actors.core.catalog import flatten
+from mcpvisor.actors.core.catalog import flatten
 
 __all__ = ["WAIT_STATES", "Unrouted", "owner_of", "plan_unrouted"]
 

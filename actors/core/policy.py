@@ -130,7 +130,7 @@ class PolicyConfig:
 
         Reads ``restart_delay``, ``restart_delay_max``, ``restart_reset_after``,
         ``circuit_failures``, ``circuit_open_for``, ``circuit_open_max`` and, if present,
-        ``jitter``, ``restart_intensity`` and ``restart_period`` (``supervisor.config.ServerSpec``
+        ``jitter``, ``restart_intensity`` and ``restart_period`` (``mcpvisor.config.ServerSpec``
         has them). An attribute that is missing or ``None`` takes the default.
 
         Args:

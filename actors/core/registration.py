@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from actors.core.catalog import UpstreamLists
+from mcpvisor.actors.core.catalog import UpstreamLists
 
 __all__ = ["UpstreamDown", "UpstreamListed", "UpstreamState", "UpstreamUp"]
 

@@ -2,9 +2,9 @@
 
 `RegistryCore` holds every server's discovered lists (the catalog) and the exposure
 (which of those tools clients see, under which names). ``apply`` takes one registration
-message (`actors.core.registration`) and answers which kinds of lists changed
+message (`mcpvisor.actors.core.registration`) and answers which kinds of lists changed
 (`Changes`); ``snapshot`` is the immutable `Snapshot` clients read. The actor shell
-around it, with the mailbox, is `actors.router.Router`.
+around it, with the mailbox, is `mcpvisor.actors.router.Router`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from actors.core.catalog import Candidate, Snapshot, SnapshotBuilder, UpstreamLists
-from actors.core.compound import COMPOUND_SERVER, CompoundDecl, CompoundTool, resolve_compound
-from actors.core.registration import UpstreamDown, UpstreamListed, UpstreamState, UpstreamUp
+from mcpvisor.actors.core.catalog import Candidate, Snapshot, SnapshotBuilder, UpstreamLists
+from mcpvisor.actors.core.compound import COMPOUND_SERVER, CompoundDecl, CompoundTool, resolve_compound
+from mcpvisor.actors.core.registration import UpstreamDown, UpstreamListed, UpstreamState, UpstreamUp
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class Exposure(Protocol):
 
     def finish(self, snapshot: Snapshot, core: RegistryCore) -> Snapshot:
         """The snapshot clients see, from the one built of `select` (discovery reshapes
-        what is listed: `actors.core.discovery`)."""
+        what is listed: `mcpvisor.actors.core.discovery`)."""
 
 
 class ExposeAll:

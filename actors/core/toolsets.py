@@ -2,7 +2,7 @@
 
 Owns, as plain synchronous code the router's core calls (STYLE rule 2):
 
-* `ToolsetExposure`: the `actors.router.Exposure` for ``settings.exposure`` ``menu``
+* `ToolsetExposure`: the `mcpvisor.actors.router.Exposure` for ``settings.exposure`` ``menu``
   and ``all``: configuration mode on/off, the equipped toolset, the toolsets known
   (declared in the config file, read-only; saved in the state directory) and the
   users' notes. ``select`` is a pure function of that state and the catalog.
@@ -26,7 +26,7 @@ all         none                every discovered tool + the management tools
 all         T                   T's exposed tools + the management tools (equip narrows)
 discovery   none / T            discover_tool, use_tool (+ load_mcp): every tool (or T's)
                                 reachable through them, the management tools callable
-                                but not listed (`actors.core.discovery`)
+                                but not listed (`mcpvisor.actors.core.discovery`)
 ==========  ==================  =====================================================
 """
 
@@ -39,15 +39,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from actors.core.catalog import Candidate, Snapshot, close_names, exposed_tool
-from actors.core.discovery import LazyBook, discovery_view
-from actors.core.model import Note, PinnedSchema, SavedState, ToolEntry, Toolset
+from mcpvisor.actors.core.catalog import Candidate, Snapshot, close_names, exposed_tool
+from mcpvisor.actors.core.discovery import LazyBook, discovery_view
+from mcpvisor.actors.core.model import Note, PinnedSchema, SavedState, ToolEntry, Toolset
 
 if TYPE_CHECKING:
-    from actors.core.registry import RegistryCore
+    from mcpvisor.actors.core.registry import RegistryCore
 
 MODES: Final = ("menu", "all", "discovery")
-"""The exposures this module implements (``discovery`` reshaped by `actors.core.discovery`)."""
+"""The exposures this module implements (``discovery`` reshaped by `mcpvisor.actors.core.discovery`)."""
 
 DEFAULT_DISCOVERY_BUDGET: Final = 8 * 1024
 """Bytes of catalog in discover_tool's description (as ``settings.discoveryBudget``'s default)."""
@@ -390,7 +390,7 @@ def _resolve_entry(entry: ToolEntry, cat: Catalog, core: RegistryCore, pin_schem
 
 
 def placeholder_definitions() -> dict[str, Mapping[str, Any]]:
-    """Bare definitions of the management tools (the real ones live in `supervisor.menu`)."""
+    """Bare definitions of the management tools (the real ones live in `mcpvisor.menu`)."""
     return {name: {"name": name, "inputSchema": {"type": "object"}} for name in MANAGEMENT_TOOLS}
 
 

@@ -8,7 +8,7 @@ Owns:
   a ``CallToolResult`` with ``isError`` (unknown tool with close matches, bad arguments
   naming the field). The front's SDK path, the fast path and the embedding API all use
   it, so they refuse and route alike.
-* `check_arguments`: a tool's arguments against its input schema (`actors.core.arguments`,
+* `check_arguments`: a tool's arguments against its input schema (`mcpvisor.actors.core.arguments`,
   the checker compound tools share), the error worded for use_tool.
 """
 
@@ -19,10 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from actors import wire
-from actors.core.arguments import checker_of
-from actors.core.catalog import Snapshot, ToolRoute
-from actors.core.discovery import USE_TOOL, lazy_owner
+from mcpvisor.actors import wire
+from mcpvisor.actors.core.arguments import checker_of
+from mcpvisor.actors.core.catalog import Snapshot, ToolRoute
+from mcpvisor.actors.core.discovery import USE_TOOL, lazy_owner
 
 logger = logging.getLogger(__name__)
 

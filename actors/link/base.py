@@ -12,8 +12,8 @@ Owns, for one connected upstream:
   token restored), sampling / elicitation / roots requests to the client whose call
   caused them, logs and list changes to the supervisor.
 
-The transports are subclasses: `actors.link.stdio.StdioLink` (our own pipes) and
-`actors.link.sdk.SdkLink` (the SDK's HTTP, SSE and websocket clients).
+The transports are subclasses: `mcpvisor.actors.link.stdio.StdioLink` (our own pipes) and
+`mcpvisor.actors.link.sdk.SdkLink` (the SDK's HTTP, SSE and websocket clients).
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ from mcp_types import (
 )
 from msgspec import UNSET
 
-from actors import wire
-from actors.eras import ENVELOPE_KEYS, is_modern_version, log_wanted, verbose_of
-from actors.errors import CallTimeout, ProxyError, TooManyRequests, UpstreamDied, UpstreamError
-from actors.framing import StreamBroken
-from actors.link.input_required import INPUT_REQUIRED_METHODS, drive_input_required
-from actors.link.session import request_envelope
+from mcpvisor.actors import wire
+from mcpvisor.actors.eras import ENVELOPE_KEYS, is_modern_version, log_wanted, verbose_of
+from mcpvisor.actors.errors import CallTimeout, ProxyError, TooManyRequests, UpstreamDied, UpstreamError
+from mcpvisor.actors.framing import StreamBroken
+from mcpvisor.actors.link.input_required import INPUT_REQUIRED_METHODS, drive_input_required
+from mcpvisor.actors.link.session import request_envelope
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class LinkEvents(Protocol):
 
 class FastSink(CallOrigin, Protocol):
     """A fast-path call's client side: the response is written from the reader task, no
-    task waits for it (`actors.fastcall.FastCall`)."""
+    task waits for it (`mcpvisor.actors.fronts.fastcall.FastCall`)."""
 
     async def deliver(self, env: wire.Envelope, line: bytes) -> None:
         """The upstream answered: write the response to the client."""
@@ -355,7 +355,7 @@ class Link:
     async def log_to_callers(self, params: dict[str, Any]) -> None:
         """An upstream's log message, for the 2026-07-28 client of the latest call in flight
         that asked for logs at its level: such a client gets logs only on a request's own
-        stream (handshake-era clients get them by broadcast, `actors.front`). The upstream
+        stream (handshake-era clients get them by broadcast, `mcpvisor.actors.fronts.sdk`). The upstream
         does not say which call a log belongs to; the latest call is the same guess
         `pick_origin` makes for its questions."""
         level = params.get("level")

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from actors import wire
-from actors.errors import UpstreamError
+from mcpvisor.actors import wire
+from mcpvisor.actors.errors import UpstreamError
 
 if TYPE_CHECKING:
-    from actors.link.base import CallOrigin, Link
+    from mcpvisor.actors.link.base import CallOrigin, Link
 
 INPUT_REQUIRED_ROUNDS: Final = 10
 """Rounds of ``input_required`` the proxy drives for a handshake-era client before giving up

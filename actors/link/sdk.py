@@ -16,10 +16,10 @@ import trio
 from mcp.client.session import ClientSession, IncomingMessage, LoggingFnT, MessageHandlerFnT
 from mcp.shared.exceptions import MCPError
 
-from actors import wire
-from actors.errors import UpstreamDied
-from actors.link.base import Link, LinkEvents, Pending
-from actors.link.session import client_info, handshake, session_callbacks
+from mcpvisor.actors import wire
+from mcpvisor.actors.errors import UpstreamDied
+from mcpvisor.actors.link.base import Link, LinkEvents, Pending
+from mcpvisor.actors.link.session import client_info, handshake, session_callbacks
 
 logger = logging.getLogger(__name__)
 

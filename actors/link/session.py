@@ -10,11 +10,11 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from actors import __version__
-from actors.errors import ProxyError
+from mcpvisor.actors import __version__
+from mcpvisor.actors.errors import ProxyError
 
 if TYPE_CHECKING:
-    from actors.link.base import Link
+    from mcpvisor.actors.link.base import Link
 
 CLIENT_NAME: Final = "mcpvisor"
 """The clientInfo name upstreams see."""

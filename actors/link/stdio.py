@@ -24,12 +24,12 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from msgspec import UNSET
 
-from actors import wire
-from actors.errors import CallTimeout, ProxyError, UpstreamDied
-from actors.framing import FrameWriter, LineReader, OversizedLine, StreamBroken
-from actors.link.base import PROXY_ID_PREFIX, FastSink, Link, LinkEvents, Pending
-from actors.link.session import client_info, handshake, session_callbacks
-from actors.process import Reaper, StderrLog, describe_exit, spawn, stop_process
+from mcpvisor.actors import wire
+from mcpvisor.actors.errors import CallTimeout, ProxyError, UpstreamDied
+from mcpvisor.actors.framing import FrameWriter, LineReader, OversizedLine, StreamBroken
+from mcpvisor.actors.link.base import PROXY_ID_PREFIX, FastSink, Link, LinkEvents, Pending
+from mcpvisor.actors.link.session import client_info, handshake, session_callbacks
+from mcpvisor.actors.process import Reaper, StderrLog, describe_exit, spawn, stop_process
 
 logger = logging.getLogger(__name__)
 

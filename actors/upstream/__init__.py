@@ -1,15 +1,15 @@
 """One upstream server as a supervised actor.
 
-* `actors.upstream.actor` — `Upstream`: the lifecycle loop, the state machine, calls;
-* `actors.upstream.status` — its states, `UpstreamStatus`, and the ports it uses;
-* `actors.upstream.failures` — why a start or a connection failed, in words;
-* `actors.upstream.tasks` — listing, re-listing, pings, the listen stream.
+* `mcpvisor.actors.upstream.actor` — `Upstream`: the lifecycle loop, the state machine, calls;
+* `mcpvisor.actors.upstream.status` — its states, `UpstreamStatus`, and the ports it uses;
+* `mcpvisor.actors.upstream.failures` — why a start or a connection failed, in words;
+* `mcpvisor.actors.upstream.tasks` — listing, re-listing, pings, the listen stream.
 """
 
 from __future__ import annotations
 
-from actors.upstream.actor import OpenLink, Upstream, open_real_link
-from actors.upstream.status import WAITABLE, Hooks, RouterPort, State, UpstreamStatus
+from mcpvisor.actors.upstream.actor import OpenLink, Upstream, open_real_link
+from mcpvisor.actors.upstream.status import WAITABLE, Hooks, RouterPort, State, UpstreamStatus
 
 __all__ = ["WAITABLE", "Hooks", "OpenLink", "RouterPort", "State", "Upstream", "UpstreamStatus",
            "open_real_link"]

@@ -40,17 +40,24 @@ from typing import Any, Protocol
 
 import trio
 
-from actors.core.catalog import UpstreamLists
-from actors.core.policy import Backoff, CircuitState, OpenCircuit, PolicyConfig, RestartPolicy, WaitUntil
-from actors.core.registration import UpstreamDown, UpstreamUp
-from actors.errors import CallTimeout, UpstreamDied, UpstreamError, UpstreamUnavailable
-from actors.link import CallOrigin, Link, LinkEvents, open_sdk_link, open_stdio_link
-from actors.messages import EventBus, StateChanged
-from actors.process import Reaper
-from actors.transports import sdk_transport, stdio_argv
-from actors.upstream.failures import classify, with_stderr
-from actors.upstream.status import USEFUL_METHODS, WAITABLE, Hooks, RouterPort, State, UpstreamStatus
-from actors.upstream.tasks import LinkTasks
+from mcpvisor.actors.core.catalog import UpstreamLists
+from mcpvisor.actors.core.policy import (
+    Backoff,
+    CircuitState,
+    OpenCircuit,
+    PolicyConfig,
+    RestartPolicy,
+    WaitUntil,
+)
+from mcpvisor.actors.core.registration import UpstreamDown, UpstreamUp
+from mcpvisor.actors.errors import CallTimeout, UpstreamDied, UpstreamError, UpstreamUnavailable
+from mcpvisor.actors.link import CallOrigin, Link, LinkEvents, open_sdk_link, open_stdio_link
+from mcpvisor.actors.messages import EventBus, StateChanged
+from mcpvisor.actors.process import Reaper
+from mcpvisor.actors.transports import sdk_transport, stdio_argv
+from mcpvisor.actors.upstream.failures import classify, with_stderr
+from mcpvisor.actors.upstream.status import USEFUL_METHODS, WAITABLE, Hooks, RouterPort, State, UpstreamStatus
+from mcpvisor.actors.upstream.tasks import LinkTasks
 
 logger = logging.getLogger(__name__)
 

@@ -15,12 +15,12 @@ import anyio
 import trio
 from mcp.shared.exceptions import MCPError
 
-from actors import wire
-from actors.errors import ProxyError, UpstreamDied
-from actors.process import SpawnError, describe_exit
+from mcpvisor.actors import wire
+from mcpvisor.actors.errors import ProxyError, UpstreamDied
+from mcpvisor.actors.process import SpawnError, describe_exit
 
 if TYPE_CHECKING:
-    from actors.link import Link
+    from mcpvisor.actors.link import Link
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 if TYPE_CHECKING:
-    from actors.link import CallOrigin
+    from mcpvisor.actors.link import CallOrigin
 
 
 # Not StrEnum: that would change str(state) and f"{state}" from "State.READY" to "ready".
@@ -74,7 +74,7 @@ class UpstreamStatus:
 
 
 class RouterPort(Protocol):
-    """What an upstream actor needs from the router (`actors.router.Router` has it)."""
+    """What an upstream actor needs from the router (`mcpvisor.actors.router.Router` has it)."""
 
     async def send(self, message: object) -> None:
         """Queue a registration message."""
@@ -100,5 +100,5 @@ class Hooks:
         return None
 
     def lists_seen(self, spec: Any, lists: Any, era: str | None) -> None:  # pragma: no cover - interface
-        """The server of ``spec`` listed ``lists`` (`actors.core.catalog.UpstreamLists`) while
+        """The server of ``spec`` listed ``lists`` (`mcpvisor.actors.core.catalog.UpstreamLists`) while
         speaking ``era``: what a later start may list from memory. Must not block."""

@@ -1,6 +1,6 @@
 """What an upstream actor runs beside a live link: listing, re-listing, pings, the listen stream.
 
-`LinkTasks` is a part of `actors.upstream.actor.Upstream` (its base class): the tasks
+`LinkTasks` is a part of `mcpvisor.actors.upstream.actor.Upstream` (its base class): the tasks
 `serve` runs for the life of one link (the re-lister after a list_changed, the
 handshake-era pinger, the 2026-07-28 ``subscriptions/listen`` stream, the re-listing on
 a cadence of lists the server cannot announce), and the listing of everything a server
@@ -17,15 +17,15 @@ import mcp_types as types
 import trio
 from mcp.shared.exceptions import MCPError
 
-from actors import wire
-from actors.core.catalog import UpstreamLists
-from actors.core.registration import UpstreamListed
-from actors.errors import CallTimeout, ProxyError, UpstreamDied
-from actors.upstream.failures import WRITE_FAILED, exit_text
+from mcpvisor.actors import wire
+from mcpvisor.actors.core.catalog import UpstreamLists
+from mcpvisor.actors.core.registration import UpstreamListed
+from mcpvisor.actors.errors import CallTimeout, ProxyError, UpstreamDied
+from mcpvisor.actors.upstream.failures import WRITE_FAILED, exit_text
 
 if TYPE_CHECKING:
-    from actors.link import Link
-    from actors.upstream.status import Hooks, RouterPort
+    from mcpvisor.actors.link import Link
+    from mcpvisor.actors.upstream.status import Hooks, RouterPort
 
 logger = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ class Formatter(argparse.RawDescriptionHelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from supervisor import __version__
+    from mcpvisor import __version__
 
     parser = argparse.ArgumentParser(
         prog="mcpvisor",
@@ -40,12 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mcpvisor {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
-        importlib.import_module(f"supervisor.cli.{name}").register(sub)
+        importlib.import_module(f"mcpvisor.cli.{name}").register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from supervisor.cli.mcp import COMMAND_DEST, split_argv
+    from mcpvisor.cli.mcp import COMMAND_DEST, split_argv
 
     parser = build_parser()
     words, command = split_argv(sys.argv[1:] if argv is None else argv)  # `mcp add`'s command

@@ -1,11 +1,11 @@
-"""``mcpvisor bench``: run the benchmark suite (``python -m bench``) with the same flags."""
+"""``mcpvisor bench``: run the benchmark suite (``python -m mcpvisor.bench``) with the same flags."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from supervisor.cli import Formatter
+from mcpvisor.cli import Formatter
 
 DESCRIPTION = ("Measure what mcpvisor costs: tool-call latency and throughput (stdio and streamable HTTP), "
                "a 1 MiB result, start-up with 1 and 20 upstreams, memory, tools/list size, list_changed "
@@ -16,7 +16,7 @@ DESCRIPTION = ("Measure what mcpvisor costs: tool-call latency and throughput (s
 
 def register(sub: Any) -> None:
     try:
-        from bench.cli import EPILOG, add_arguments
+        from mcpvisor.bench.cli import EPILOG, add_arguments
     except ImportError:  # an install without the bench package (it ships with the source tree)
         return
     p = sub.add_parser("bench", help="run the benchmark suite (ratios against direct and peer proxies)",
@@ -26,6 +26,6 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bench.cli import run as run_bench
+    from mcpvisor.bench.cli import run as run_bench
 
     return run_bench(args)

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from supervisor.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Formatter
-from supervisor.cli import _output as out
+from mcpvisor.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Formatter
+from mcpvisor.cli import _output as out
 
 if TYPE_CHECKING:
-    from supervisor.config import Config
-    from supervisor.store import ConfigStore
+    from mcpvisor.config import Config
+    from mcpvisor.store import ConfigStore
 
 DEFAULT_NEW_CONFIG: Final = "mcpvisor.json"
 """Created in the current directory by the first `mcp add` when no config exists."""
@@ -118,7 +118,7 @@ def explicit_config(args: argparse.Namespace) -> str | None:
 
 def locate(args: argparse.Namespace) -> Target | None:
     """The config file to read: the proxy's lookup order. None when nothing exists."""
-    from supervisor.config import find_config
+    from mcpvisor.config import find_config
 
     path, why = find_config(explicit_config(args))
     if path is None:
@@ -127,7 +127,7 @@ def locate(args: argparse.Namespace) -> Target | None:
 
 
 def nothing_found() -> str:
-    from supervisor.config import find_config
+    from mcpvisor.config import find_config
 
     return find_config(None)[1]
 
@@ -140,7 +140,7 @@ def locate_for_write(args: argparse.Namespace, scope: str | None = None) -> Targ
     default) the file the lookup finds (``--config`` and ``$MCPVISOR_CONFIG`` even when it
     does not exist yet), else a new ``./mcpvisor.json``.
     """
-    from supervisor.config import user_config_path
+    from mcpvisor.config import user_config_path
 
     if scope == "user" and explicit_config(args) is None:
         path = user_config_path()
@@ -167,7 +167,7 @@ def require(args: argparse.Namespace) -> Target:
 
 def load(target: Target) -> Config:
     """The parsed config, or a `CommandError` (exit 2) listing every problem."""
-    from supervisor.config import ConfigError, load_config
+    from mcpvisor.config import ConfigError, load_config
 
     try:
         return load_config(target.path)
@@ -188,7 +188,7 @@ def load_lenient(target: Target) -> tuple[Config, dict[str, str]]:
     Raises:
         CommandError: any other problem (exit 2), listing every one.
     """
-    from supervisor.config import ConfigError, load_config
+    from mcpvisor.config import ConfigError, load_config
 
     try:
         return load_config(target.path), {}
@@ -224,7 +224,7 @@ class _LenientEnv(Mapping[str, str]):
 
 def validate_document(doc: dict[str, Any], path: Path) -> None:
     """Raise `ConfigError` if ``doc`` is not a valid config (variables this shell lacks excepted)."""
-    from supervisor.config import ConfigError, parse_config
+    from mcpvisor.config import ConfigError, parse_config
 
     try:
         parse_config(doc, path=path, env=_LenientEnv())
@@ -236,7 +236,7 @@ def validate_document(doc: dict[str, Any], path: Path) -> None:
 
 def unset_variables(doc: dict[str, Any], path: Path) -> list[str]:
     """Warnings for `${VAR}` references this shell does not set (the proxy may)."""
-    from supervisor.config import ConfigError, parse_config
+    from mcpvisor.config import ConfigError, parse_config
 
     try:
         parse_config(doc, path=path)
@@ -246,21 +246,21 @@ def unset_variables(doc: dict[str, Any], path: Path) -> list[str]:
 
 
 def open_store(path: Path) -> ConfigStore:
-    from supervisor.store import ConfigStore
+    from mcpvisor.store import ConfigStore
 
     return ConfigStore(path, validate=validate_document)
 
 
 def store_errors() -> tuple[type[Exception], ...]:
     """The exceptions a store edit raises that the CLI reports (each is a complete message)."""
-    from supervisor._atomic import LockTimeout
-    from supervisor.store import StoreError
+    from mcpvisor._atomic import LockTimeout
+    from mcpvisor.store import StoreError
 
     return (StoreError, LockTimeout)
 
 
 def exit_code_of(exc: Exception) -> int:
-    from supervisor._atomic import LockTimeout
+    from mcpvisor._atomic import LockTimeout
 
     return EXIT_FAILED if isinstance(exc, LockTimeout | OSError) else EXIT_USAGE
 
@@ -306,7 +306,7 @@ def register(sub: Any) -> None:
 
 def lookup_order(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Each place the lookup considers, whether it exists, and which one is used."""
-    from supervisor.config import CONFIG_ENV_VAR, CONFIG_FILE_NAMES, COORDINATOR_ENV_VAR, user_config_path
+    from mcpvisor.config import CONFIG_ENV_VAR, CONFIG_FILE_NAMES, COORDINATOR_ENV_VAR, user_config_path
 
     explicit = explicit_config(args)
     places: list[dict[str, Any]] = [{"source": "--config", "path": explicit, "given": explicit is not None}]

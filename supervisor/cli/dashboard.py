@@ -1,8 +1,8 @@
 """``mcpvisor dashboard``: the dashboard of a proxy that is already running.
 
 A proxy under a client (stdio) has no HTTP front of its own. This command serves the same
-page and API (`supervisor.dashboard`) on loopback, in its own process, against the proxy's
-control socket (`supervisor.control`): status is the socket's ``status`` op, polled;
+page and API (`mcpvisor.dashboard`) on loopback, in its own process, against the proxy's
+control socket (`mcpvisor.control`): status is the socket's ``status`` op, polled;
 edits go through the config store to the proxy's config file, then the socket's
 ``reload`` op applies them at once (the proxy's file watcher would too); ``test`` runs the
 ``mcp test`` probe here. Calls per minute and latency are not on the control channel and
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
-from supervisor.cli import EXIT_FAILED, EXIT_OK, Formatter
+from mcpvisor.cli import EXIT_FAILED, EXIT_OK, Formatter
 
 HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8849
@@ -50,9 +50,9 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     import trio
 
-    from supervisor.cli.status import no_proxy_message
-    from supervisor.control import list_running
-    from supervisor.settings import state_dir
+    from mcpvisor.cli.status import no_proxy_message
+    from mcpvisor.control import list_running
+    from mcpvisor.settings import state_dir
 
     directory = state_dir(args.state_dir)
     proxies = [p for p in list_running(directory) if args.pid in (None, p.pid)]
@@ -100,8 +100,8 @@ async def serve_dashboard(socket: Path, config: str | None, directory: Path, por
     import trio
     from starlette.applications import Starlette
 
-    from actors.auth import host_rules
-    from supervisor.dashboard import (
+    from mcpvisor.actors.fronts.auth import host_rules
+    from mcpvisor.dashboard import (
         ControlSource,
         DashboardGuard,
         Hub,

@@ -5,8 +5,8 @@
 Owns the command: find the client's config (its usual places, or PATH), show what the
 import will do (add, skip an identical server, skip / rename / replace a different one
 of the same name), ask on a terminal, and write everything in one locked, atomic,
-validated edit of the config file (`supervisor.store.ConfigStore`). Reading and
-converting the other clients' formats is `supervisor.importers`.
+validated edit of the config file (`mcpvisor.store.ConfigStore`). Reading and
+converting the other clients' formats is `mcpvisor.importers`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from supervisor.cli import EXIT_FAILED, EXIT_OK, Formatter
-from supervisor.cli import _output as out
-from supervisor.cli.config_cmd import (
+from mcpvisor.cli import EXIT_FAILED, EXIT_OK, Formatter
+from mcpvisor.cli import _output as out
+from mcpvisor.cli.config_cmd import (
     CommandError,
     config_option,
     exit_code_of,
@@ -28,7 +28,7 @@ from supervisor.cli.config_cmd import (
 )
 
 if TYPE_CHECKING:
-    from supervisor.importers import Action, Found
+    from mcpvisor.importers import Action, Found
 
 EPILOG: Final = """\
 examples:
@@ -48,7 +48,7 @@ where each client keeps its servers:
 
 CLIENTS: Final = ("claude-code", "claude-desktop", "cursor", "vscode")
 CONFLICT_POLICIES: Final = ("skip", "rename", "replace")
-"""`supervisor.importers.CLIENTS` / `CONFLICT_POLICIES`, repeated so `--help` does not import it."""
+"""`mcpvisor.importers.CLIENTS` / `CONFLICT_POLICIES`, repeated so `--help` does not import it."""
 
 
 def register(sub: Any) -> None:
@@ -92,7 +92,7 @@ def add_import_options(p: argparse.ArgumentParser) -> None:
 
 
 def _read(args: argparse.Namespace) -> tuple[list[Found], list[str], list[str]]:
-    from supervisor.importers import ImportSource, default_sources, read_sources
+    from mcpvisor.importers import ImportSource, default_sources, read_sources
 
     if args.path:
         path = Path(args.path).expanduser()
@@ -122,7 +122,7 @@ def _without_empty(found: Found) -> Found:
     """An imported entry without empty ``args``, ``env`` or ``headers``, as `mcp add` writes them."""
     import dataclasses
 
-    from supervisor.cli.mcp._common import drop_empty
+    from mcpvisor.cli.mcp._common import drop_empty
 
     return found if found.entry is None else dataclasses.replace(found, entry=drop_empty(found.entry))
 
@@ -131,7 +131,7 @@ def _validated(found: list[Found], target: Path) -> list[Found]:
     """Each found entry checked on its own: one that mcpvisor would reject is skipped with why."""
     import dataclasses
 
-    from supervisor.config import ConfigError
+    from mcpvisor.config import ConfigError
 
     checked = []
     for item in found:
@@ -146,8 +146,8 @@ def _validated(found: list[Found], target: Path) -> list[Found]:
 
 
 def _describe(action: Action) -> dict[str, Any]:
-    from supervisor.cli.mcp import target_of
-    from supervisor.config import ConfigError, parse_config
+    from mcpvisor.cli.mcp import target_of
+    from mcpvisor.config import ConfigError, parse_config
 
     entry = action.found.entry
     transport, what = "?", ""
@@ -185,8 +185,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from supervisor.importers import plan_import
-    from supervisor.store import MalformedConfig
+    from mcpvisor.importers import plan_import
+    from mcpvisor.store import MalformedConfig
 
     found, warnings, looked = _read(args)
     for warning in warnings:

@@ -2,7 +2,7 @@
 
 Per server and tool: calls, errors, latency p50/p99; per run (episode label): calls and
 failures; the outcome counts. ``--run LABEL`` narrows it to one run; ``--format json``
-gives the same as one JSON object (`supervisor.journal.summarise`).
+gives the same as one JSON object (`mcpvisor.journal.summarise`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 import sys
 from typing import Any, Final
 
-from supervisor.cli import EXIT_FAILED, EXIT_OK, Formatter
+from mcpvisor.cli import EXIT_FAILED, EXIT_OK, Formatter
 
 EPILOG: Final = """\
 examples:
@@ -38,8 +38,8 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from supervisor.journal import format_table, summarise
-    from supervisor.journal._summary import JournalMissing
+    from mcpvisor.journal import format_table, summarise
+    from mcpvisor.journal._summary import JournalMissing
 
     try:
         summary = summarise(args.path, run=args.run)

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
-from supervisor._config_types import EXPOSURES
-from supervisor.cli import EXIT_OK, EXIT_USAGE, Formatter
-from supervisor.config import DEFAULT_HOST, DEFAULT_PORT
+from mcpvisor._config_types import EXPOSURES
+from mcpvisor.cli import EXIT_OK, EXIT_USAGE, Formatter
+from mcpvisor.config import DEFAULT_HOST, DEFAULT_PORT
 
 logger = logging.getLogger("mcpvisor")
 
@@ -127,7 +127,7 @@ def setup_logging(level: str, log_file: str | None, secrets: Any = ()) -> None:
 
 
 def resolve_config(args: argparse.Namespace) -> tuple[Path, str]:
-    from supervisor.config import demo_config_path, find_config
+    from mcpvisor.config import demo_config_path, find_config
 
     if args.demo:
         return demo_config_path(), "--demo: the bundled demo config"
@@ -143,8 +143,8 @@ def resolve_config(args: argparse.Namespace) -> tuple[Path, str]:
 def run(args: argparse.Namespace) -> int:
     import trio
 
-    from supervisor._serve import TokenFileError, UnsafeBind, check_bind, start_tokens, tls_context
-    from supervisor.config import ConfigError, load_config
+    from mcpvisor._serve import TokenFileError, UnsafeBind, check_bind, start_tokens, tls_context
+    from mcpvisor.config import ConfigError, load_config
 
     try:
         path, why = resolve_config(args)
@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"mcpvisor: cannot use --certfile/--keyfile: {exc}", file=sys.stderr)
             return EXIT_USAGE
     if args.exposure:  # the flag wins over $MCPVISOR_EXPOSURE, which wins over the file
-        from supervisor.settings import EXPOSURE_ENV
+        from mcpvisor.settings import EXPOSURE_ENV
 
         os.environ.pop(EXPOSURE_ENV, None)
         settings = dataclasses.replace(config.settings, exposure=args.exposure)
@@ -183,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
     logger.info("config: %s (%s)", path, why)
     for warning in config.warnings:
         logger.warning("%s", warning)
-    from actors.core.toolsets import ToolsetError
+    from mcpvisor.actors.core.toolsets import ToolsetError
 
     try:
         trio.run(_main, args, config)
@@ -199,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
 def _print_login(sup: Any, url: str) -> None:
     """Print the dashboard's login URL on stderr, outside the log (a log file must never
     hold a token; the terminal that started the proxy may)."""
-    from supervisor.dashboard import ensure_token, login_url
+    from mcpvisor.dashboard import ensure_token, login_url
 
     base = url.removesuffix("/mcp")
     token = ensure_token(Path(sup.store.directory))
@@ -210,9 +210,9 @@ def _print_login(sup: Any, url: str) -> None:
 async def _main(args: argparse.Namespace, config: Any) -> None:
     import trio
 
-    from supervisor._serve import serve
-    from supervisor.settings import state_dir as user_state_dir
-    from supervisor.tree import open_supervisor
+    from mcpvisor._serve import serve
+    from mcpvisor.settings import state_dir as user_state_dir
+    from mcpvisor.tree import open_supervisor
 
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async with open_supervisor(config, state_dir=args.state_dir, toolset=args.toolset,

@@ -1,7 +1,7 @@
 """``mcpvisor status``: what the running proxies' supervisors see, as a table or JSON.
 
 Each running proxy registers a control socket in the state directory
-(`supervisor.control`); this command asks every one of them for its status. ``--watch``
+(`mcpvisor.control`); this command asks every one of them for its status. ``--watch``
 redraws every second, so a crash, the backoff, the open circuit and the recovery of a
 flaky server can be watched as they happen.
 """
@@ -16,8 +16,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from supervisor.cli import EXIT_FAILED, EXIT_OK, Formatter
-from supervisor.cli._output import era
+from mcpvisor.cli import EXIT_FAILED, EXIT_OK, Formatter
+from mcpvisor.cli._output import era
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -70,7 +70,7 @@ def register(sub: Any) -> None:
 
 def collect(state_dir: Path, timeout: float) -> tuple[list[dict[str, Any]], list[str]]:
     """(the status reply of every running proxy, a message per proxy that did not answer)."""
-    from supervisor.control import ControlError, list_running, request
+    from mcpvisor.control import ControlError, list_running, request
 
     reports, problems = [], []
     for proxy in list_running(state_dir):
@@ -87,7 +87,7 @@ def no_proxy_message(state_dir: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from supervisor.settings import state_dir
+    from mcpvisor.settings import state_dir
 
     directory = state_dir(args.state_dir)
     if args.watch:

@@ -1,12 +1,12 @@
 """``mcpvisor toolset list|show|create|delete|equip|unequip``: toolsets from the command line.
 
 Owns the CLI side of toolsets. It works on the same state the proxy uses: saved
-toolsets and the equipped one live in the state directory (`supervisor.state.StateStore`,
+toolsets and the equipped one live in the state directory (`mcpvisor.state.StateStore`,
 locked and atomic, so a running proxy and this command never lose each other's writes);
 toolsets declared in the config file are listed as read-only.
 
 ``equip`` and ``unequip`` reach every running proxy of that state directory through its
-control socket (`supervisor.control`), which applies the change, records it and sends
+control socket (`mcpvisor.control`), which applies the change, records it and sends
 its clients one ``list_changed``. With no proxy running, the choice is recorded for the
 next one to start with.
 """
@@ -19,13 +19,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from supervisor.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Formatter
-from supervisor.cli import _output as out
-from supervisor.cli.config_cmd import CommandError, config_option, load_lenient, locate, reporting, usage
+from mcpvisor.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Formatter
+from mcpvisor.cli import _output as out
+from mcpvisor.cli.config_cmd import CommandError, config_option, load_lenient, locate, reporting, usage
 
 if TYPE_CHECKING:
-    from actors.core.model import SavedState, Toolset
-    from supervisor.config import Config
+    from mcpvisor.actors.core.model import SavedState, Toolset
+    from mcpvisor.config import Config
 
 CONTROL_TIMEOUT_S: Final = 10.0
 """Bound on one request to a running proxy's control socket (an equip is one router step
@@ -166,8 +166,8 @@ def register(sub: Any) -> None:
 
 def _code_of(err: Exception) -> int | None:
     """A state error's exit code: 1 for a corrupt file, a lock or the disk, 2 for bad input."""
-    from supervisor._atomic import LockTimeout
-    from supervisor.state import CorruptState, StateError
+    from mcpvisor._atomic import LockTimeout
+    from mcpvisor.state import CorruptState, StateError
 
     if isinstance(err, (CorruptState, LockTimeout, OSError)):
         return EXIT_FAILED
@@ -187,8 +187,8 @@ class _Context:
     """The config (if any), the state directory and its store, for one command."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        from supervisor.config import Settings
-        from supervisor.state import StateStore
+        from mcpvisor.config import Settings
+        from mcpvisor.state import StateStore
 
         self.config: Config | None = None
         target = locate(args)
@@ -202,7 +202,7 @@ class _Context:
         self.store = StateStore(self.state_dir)
 
     def declared(self) -> dict[str, Toolset]:
-        from actors.core.model import ToolEntry, Toolset
+        from mcpvisor.actors.core.model import ToolEntry, Toolset
 
         if self.config is None:
             return {}
@@ -229,8 +229,8 @@ class _Context:
 
 
 def _state_dir(explicit: str | None, settings: Any) -> Path:
-    """The proxy's own rule (`supervisor.settings.state_dir`)."""
-    from supervisor.settings import state_dir
+    """The proxy's own rule (`mcpvisor.settings.state_dir`)."""
+    from mcpvisor.settings import state_dir
 
     return state_dir(explicit, configured=settings.state_dir)
 
@@ -339,7 +339,7 @@ def _check_tools(ctx: _Context, refs: Sequence[str], timeout: float) -> dict[str
     """Contact the servers ``refs`` name; return each tool's definition, or fail naming what is wrong."""
     import trio
 
-    from supervisor.probe import load_connection_code, probe_all
+    from mcpvisor.probe import load_connection_code, probe_all
 
     assert ctx.config is not None
     servers = list(dict.fromkeys(ref.partition(".")[0] for ref in refs))
@@ -377,9 +377,9 @@ def _check_tools(ctx: _Context, refs: Sequence[str], timeout: float) -> dict[str
 
 @_fails
 def run_create(args: argparse.Namespace) -> int:
-    from actors.core.model import ToolEntry, Toolset
-    from supervisor._config_types import NAME_RE
-    from supervisor.state import ToolsetExists, now_iso
+    from mcpvisor._config_types import NAME_RE
+    from mcpvisor.actors.core.model import ToolEntry, Toolset
+    from mcpvisor.state import ToolsetExists, now_iso
 
     ctx = _Context(args)
     if not NAME_RE.match(args.name):
@@ -403,7 +403,7 @@ def run_create(args: argparse.Namespace) -> int:
             out.note("note: no config found, so the tools were not checked")
         entries = [ToolEntry(ref, None, None, None) for ref in refs]
     else:
-        from actors.core.toolsets import pin_of, ref_id
+        from mcpvisor.actors.core.toolsets import pin_of, ref_id
 
         tools = _check_tools(ctx, refs, args.timeout)
         for ref in refs:
@@ -436,7 +436,7 @@ def run_create(args: argparse.Namespace) -> int:
 
 @_fails
 def run_delete(args: argparse.Namespace) -> int:
-    from supervisor.state import UnknownToolset
+    from mcpvisor.state import UnknownToolset
 
     ctx = _Context(args)
     if args.name in ctx.declared():
@@ -471,10 +471,10 @@ def _running(args: argparse.Namespace, state_dir: Path) -> list[Any]:
     toolsets elsewhere, so both places are asked.
     """
     try:
-        from supervisor.control import list_running
+        from mcpvisor.control import list_running
     except ImportError:
         return []
-    from supervisor.settings import state_dir as registration_dir
+    from mcpvisor.settings import state_dir as registration_dir
 
     found: dict[int, Any] = {}
     for directory in dict.fromkeys((state_dir, registration_dir(getattr(args, "state_dir", None)))):
@@ -488,7 +488,7 @@ def _running(args: argparse.Namespace, state_dir: Path) -> list[Any]:
 
 def _tell(proxies: Sequence[Any], op: str, **fields: Any) -> list[dict[str, Any]]:
     """Send ``op`` to each running proxy; one report per proxy (``ok`` and ``answer`` or ``error``)."""
-    from supervisor.control import ControlError, request
+    from mcpvisor.control import ControlError, request
 
     reports = []
     for proxy in proxies:

@@ -15,9 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from supervisor.dashboard._app import dashboard_routes
-from supervisor.dashboard._guard import TOKEN_FILE, DashboardGuard, ensure_token
-from supervisor.dashboard._hub import ControlSource, Hub, LocalSource
+from mcpvisor.dashboard._app import dashboard_routes
+from mcpvisor.dashboard._guard import TOKEN_FILE, DashboardGuard, ensure_token
+from mcpvisor.dashboard._hub import ControlSource, Hub, LocalSource
 
 __all__ = [
     "TOKEN_FILE",
@@ -39,7 +39,7 @@ def login_url(base: str, token: str) -> str:
 
 def for_supervisor(sup: Any, guard: Any) -> tuple[Hub, list[Any]]:
     """The hub and routes for the supervisor in this process behind ``guard``
-    (`supervisor._serve.Guard`); the dashboard token lives in ``sup``'s state directory."""
+    (`mcpvisor._serve.Guard`); the dashboard token lives in ``sup``'s state directory."""
     token = ensure_token(Path(sup.store.directory))
     hub = Hub(LocalSource(sup))
     dguard = DashboardGuard(guard.rules, token, guard.verifier, tls=guard.tls is not None)

@@ -1,6 +1,6 @@
 """The dashboard page, the JSON management API and the live feed, as Starlette routes.
 
-Mounted into the streamable HTTP app next to ``/mcp`` (`supervisor._serve.serve_http`)
+Mounted into the streamable HTTP app next to ``/mcp`` (`mcpvisor._serve.serve_http`)
 or served alone by ``mcpvisor dashboard``. Every route but ``/healthz`` passes
 `DashboardGuard.check` first. The live feed is a Starlette websocket route in the same
 hypercorn app: hypercorn's trio worker speaks the websocket protocol itself (wsproto) and
@@ -39,9 +39,9 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from supervisor.dashboard._entries import Entries, FieldErrors, masked
-from supervisor.dashboard._guard import DashboardGuard, set_cookie
-from supervisor.dashboard._hub import Hub
+from mcpvisor.dashboard._entries import Entries, FieldErrors, masked
+from mcpvisor.dashboard._guard import DashboardGuard, set_cookie
+from mcpvisor.dashboard._hub import Hub
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ MAX_BODY_BYTES: Final = 256 * 1024
 """A server entry is a few hundred bytes; a larger body is refused."""
 
 TEST_TIMEOUT_S: Final = 15.0
-"""`supervisor.probe.DEFAULT_PROBE_TIMEOUT_S`, as ``mcpvisor mcp test``."""
+"""`mcpvisor.probe.DEFAULT_PROBE_TIMEOUT_S`, as ``mcpvisor mcp test``."""
 
 
 def _error(status: int, message: str, **extra: Any) -> JSONResponse:
@@ -72,7 +72,7 @@ def _error(status: int, message: str, **extra: Any) -> JSONResponse:
 
 
 def _asset(name: str) -> bytes:
-    return resources.files("supervisor.dashboard").joinpath("static", name).read_bytes()
+    return resources.files("mcpvisor.dashboard").joinpath("static", name).read_bytes()
 
 
 
@@ -85,7 +85,7 @@ checkout, a tracked file), and editing it would change every later demo."""
 
 def is_bundled_demo(path: Path | None) -> bool:
     """Whether ``path`` is the demo config shipped inside the package."""
-    from supervisor.config import demo_config_path
+    from mcpvisor.config import demo_config_path
 
     return path is not None and path.resolve() == demo_config_path()
 
@@ -205,8 +205,8 @@ class Api:
 
     async def _edit(self, request: Request, change: Any, status: int = 200) -> Response:
         """Run ``change(entries, body)`` in a thread, then have the proxy apply the file."""
-        from supervisor._atomic import LockTimeout
-        from supervisor.store import DuplicateServer, InvalidConfig, StoreError, UnknownServer
+        from mcpvisor._atomic import LockTimeout
+        from mcpvisor.store import DuplicateServer, InvalidConfig, StoreError, UnknownServer
 
         if (refused := await self._refused(request, request.method)) is not None:
             return refused
@@ -275,8 +275,8 @@ class Api:
 
     async def test(self, request: Request) -> Response:
         """The probe behind ``mcpvisor mcp test``, on the entry as the file has it now."""
-        from supervisor.config import ConfigError, load_config
-        from supervisor.probe import probe_server
+        from mcpvisor.config import ConfigError, load_config
+        from mcpvisor.probe import probe_server
 
         if (refused := await self._refused(request, "POST")) is not None:
             return refused

@@ -1,13 +1,13 @@
 """Server entries as the dashboard shows and takes them, through the CLI's own checks.
 
-Reads and writes go through `supervisor.store.ConfigStore`, opened the way the CLI opens
-it (`supervisor.cli.config_cmd.open_store`: validated, atomic, unknown keys kept), and an
+Reads and writes go through `mcpvisor.store.ConfigStore`, opened the way the CLI opens
+it (`mcpvisor.cli.config_cmd.open_store`: validated, atomic, unknown keys kept), and an
 entry is checked with the function behind ``mcpvisor mcp add-json``
-(`supervisor.cli.config_cmd.validate_document`), so a bad value gets the same message
+(`mcpvisor.cli.config_cmd.validate_document`), so a bad value gets the same message
 the CLI prints. Those messages name a field (``field "args": ...``); `FieldErrors` keeps
 that name so the page can show the message next to its input.
 
-Secrets: literal env and header values leave as ``***`` (`supervisor.cli._output.mask_entry`,
+Secrets: literal env and header values leave as ``***`` (`mcpvisor.cli._output.mask_entry`,
 as ``mcp info`` shows them; a ``${VAR}`` reference is shown as written, it holds no
 secret). An edit that sends ``***`` back keeps the stored value.
 """
@@ -22,10 +22,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from supervisor.cli._output import MASK, mask_entry
-from supervisor.cli.config_cmd import open_store, validate_document
-from supervisor.cli.mcp._common import drop_empty
-from supervisor.store import UnknownServer
+from mcpvisor.cli._output import MASK, mask_entry
+from mcpvisor.cli.config_cmd import open_store, validate_document
+from mcpvisor.cli.mcp._common import drop_empty
+from mcpvisor.store import UnknownServer
 
 SECRET_KEYS: Final = ("env", "headers")
 _FIELD_RE: Final = re.compile(r'field "([^"]+)"')
@@ -77,8 +77,8 @@ def check_entry(name: str, entry: Any) -> dict[str, Any]:
     The checks of ``mcpvisor mcp add-json`` (name rule, the config schema), plus the one
     ``mcp test`` would fail at first: a stdio command that is not there.
     """
-    from supervisor._config_types import NAME_RE, NAME_RULE
-    from supervisor.config import ConfigError
+    from mcpvisor._config_types import NAME_RE, NAME_RULE
+    from mcpvisor.config import ConfigError
 
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise FieldErrors({"name": f'server name "{name}" is invalid: {NAME_RULE}'})
@@ -104,7 +104,7 @@ def check_entry(name: str, entry: Any) -> dict[str, Any]:
 
 def command_problem(entry: Mapping[str, Any]) -> str | None:
     """Why a stdio entry's command cannot start, in the words the proxy uses when it
-    spawns it (`actors.process`), or None. ``${VAR}`` commands are left to the proxy."""
+    spawns it (`mcpvisor.actors.process`), or None. ``${VAR}`` commands are left to the proxy."""
     if entry.get("type", "stdio") != "stdio" or "command" not in entry:
         return None
     command = entry["command"]

@@ -1,6 +1,6 @@
 """Who may read the dashboard and who may change the config through it.
 
-On top of the front's own rules (`actors.auth`: Host and Origin, the configured tokens
+On top of the front's own rules (`mcpvisor.actors.fronts.auth`: Host and Origin, the configured tokens
 that guard every request once set), the dashboard and ``/api`` add one: a request that
 changes something (POST, PUT, DELETE) always needs a token, even on loopback with none
 configured. That token is `ensure_token`'s, kept in the state directory (mode 0600);
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from actors.auth import HostRules, Verifier, bearer_token
+from mcpvisor.actors.fronts.auth import HostRules, Verifier, bearer_token
 
 TOKEN_FILE: Final = "dashboard-token"
 """The dashboard's token in the state directory."""

@@ -27,14 +27,14 @@ from typing import Any, Final, Protocol
 
 import trio
 
-from supervisor.dashboard._metrics import CallWindow, RecentEvents
+from mcpvisor.dashboard._metrics import CallWindow, RecentEvents
 
 POLL_S: Final = 0.5
 """How often `ControlSource` asks a running proxy for its status: half the one second
 within which the page must show a change."""
 
 CONTROL_TIMEOUT_S: Final = 5.0
-"""`supervisor.control.DEFAULT_REQUEST_TIMEOUT_S`; a reload may take longer (below)."""
+"""`mcpvisor.control.DEFAULT_REQUEST_TIMEOUT_S`; a reload may take longer (below)."""
 
 RELOAD_TIMEOUT_S: Final = 120.0
 """A reload waits for added servers to start (``startupTimeout`` is 30 s by default)."""
@@ -72,12 +72,12 @@ class LocalSource:
         return Path(path) if path is not None else None
 
     async def status(self) -> dict[str, Any]:
-        from supervisor.control import status_report
+        from mcpvisor.control import status_report
 
         return status_report(self.sup, transport="http")
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
-        from actors.messages import CallFinished, ListChanged, StateChanged
+        from mcpvisor.actors.messages import CallFinished, ListChanged, StateChanged
 
         async for event in self.sup.events():
             match event:
@@ -98,7 +98,7 @@ class LocalSource:
 
 
 class ControlSource:
-    """A running proxy, through its control socket (`supervisor.control`)."""
+    """A running proxy, through its control socket (`mcpvisor.control`)."""
 
     reaper: Any = None
 
@@ -111,8 +111,8 @@ class ControlSource:
         return Path(self._config) if self._config else None
 
     async def _ask(self, op: str, bound: float = CONTROL_TIMEOUT_S) -> dict[str, Any]:
-        """Ask the proxy (`supervisor.control.request`, in a thread: it blocks up to ``bound`` s)."""
-        from supervisor.control import request
+        """Ask the proxy (`mcpvisor.control.request`, in a thread: it blocks up to ``bound`` s)."""
+        from mcpvisor.control import request
 
         reply: dict[str, Any] = await trio.to_thread.run_sync(lambda: request(self.socket, op, bound))
         return reply
@@ -124,7 +124,7 @@ class ControlSource:
         return reply
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
-        from supervisor.control import ControlError
+        from mcpvisor.control import ControlError
 
         last: dict[str, str] = {}
         while True:

@@ -1,6 +1,6 @@
 """Demo MCP server: arithmetic, safe expression evaluation, and a slow counter with progress.
 
-Run: ``python -m supervisor.demo.calc`` (stdio).
+Run: ``python -m mcpvisor.demo.calc`` (stdio).
 
 Tools:
 * ``add(a, b)``, ``multiply(a, b)`` - plain arithmetic.

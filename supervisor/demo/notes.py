@@ -1,6 +1,6 @@
 """Demo MCP server: a small note store.
 
-Run: ``python -m supervisor.demo.notes`` (stdio). Notes live in memory; set ``NOTES_FILE``
+Run: ``python -m mcpvisor.demo.notes`` (stdio). Notes live in memory; set ``NOTES_FILE``
 to a path to keep them in a JSON file across restarts (written atomically after every
 change; an unreadable file stops the server rather than being overwritten).
 

@@ -1,6 +1,6 @@
 """Demo MCP server: small text utilities, one of which asks the user before answering.
 
-Run: ``python -m supervisor.demo.text`` (stdio).
+Run: ``python -m mcpvisor.demo.text`` (stdio).
 
 Tools:
 * ``word_count(text)`` - words, characters and lines.

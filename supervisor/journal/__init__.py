@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from supervisor.journal._summary import format_table, summarise
-from supervisor.journal._writer import OUTCOMES, CallRecord, Journal, open_journal
+from mcpvisor.journal._summary import format_table, summarise
+from mcpvisor.journal._writer import OUTCOMES, CallRecord, Journal, open_journal
 
 __all__ = ["OUTCOMES", "CallRecord", "Journal", "format_table", "open_journal", "summarise"]

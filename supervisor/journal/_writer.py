@@ -32,8 +32,8 @@ from typing import Any, Final
 import msgspec
 import trio
 
-from actors import wire
-from actors.harness import CancelledByClient
+from mcpvisor.actors import wire
+from mcpvisor.actors.harness import CancelledByClient
 
 logger = logging.getLogger(__name__)
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from actors import wire
-from actors.core.toolsets import ToolsetError
-from supervisor._config_types import NAME_RE
-from supervisor.menu.definitions import NAME_HELP
+from mcpvisor._config_types import NAME_RE
+from mcpvisor.actors import wire
+from mcpvisor.actors.core.toolsets import ToolsetError
+from mcpvisor.menu.definitions import NAME_HELP
 
 
 def ok(text: str, data: dict[str, Any]) -> dict[str, Any]:

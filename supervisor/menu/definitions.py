@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from actors.core.toolsets import (
+from mcpvisor._config_types import NAME_RULE
+from mcpvisor.actors.core.toolsets import (
     ANNOTATE,
     BUILD,
     DELETE,
@@ -22,7 +23,6 @@ from actors.core.toolsets import (
     SERVER_STATUS,
     UNEQUIP,
 )
-from supervisor._config_types import NAME_RULE
 
 MAX_TOOLS_PER_TOOLSET: Final = 500
 """More is not a toolset; HyperTool caps at 100, a catalog of 20 servers has ~500."""

@@ -1,7 +1,7 @@
 """``discover_tool`` and ``load_mcp``: the proxy-answered half of lazy discovery.
 
-(``use_tool`` is answered by the front, `actors.front_tools.ToolCalls`, so it routes exactly as a
-direct call; the catalog and the lookups are `actors.core.discovery`.)
+(``use_tool`` is answered by the front, `mcpvisor.actors.fronts.tools.ToolCalls`, so it routes exactly as a
+direct call; the catalog and the lookups are `mcpvisor.actors.core.discovery`.)
 
 Each answers readable text plus the same data as ``structuredContent``; a failure is an
 ``isError`` result that says what exists instead.
@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from actors import wire
-from actors.core.discovery import DISCOVER_TOOL, LOAD_MCP, describe_tool, match_servers, one_line
-from actors.lazy import LoadFailed
-from supervisor.menu.checks import ok
+from mcpvisor.actors import wire
+from mcpvisor.actors.core.discovery import DISCOVER_TOOL, LOAD_MCP, describe_tool, match_servers, one_line
+from mcpvisor.actors.lazy import LoadFailed
+from mcpvisor.menu.checks import ok
 
 if TYPE_CHECKING:
-    from actors.core.catalog import Snapshot
-    from actors.lazy import LazyLoader
+    from mcpvisor.actors.core.catalog import Snapshot
+    from mcpvisor.actors.lazy import LazyLoader
 
 
 def _error(tool: str, text: str, **data: Any) -> dict[str, Any]:
@@ -74,7 +74,7 @@ def discover(snapshot: Snapshot, arguments: Mapping[str, Any]) -> dict[str, Any]
 
 
 async def load_mcp(loader: LazyLoader | None, arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """``load_mcp {mcp_name}``: start a lazy server (coalesced; see `actors.lazy`)."""
+    """``load_mcp {mcp_name}``: start a lazy server (coalesced; see `mcpvisor.actors.lazy`)."""
     name = arguments.get("mcp_name")
     if loader is None or not isinstance(name, str) or not name or set(arguments) - {"mcp_name"}:
         return _error(LOAD_MCP, 'load_mcp takes {"mcp_name": NAME}, a server from discover_tool\'s '

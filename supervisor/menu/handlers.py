@@ -9,7 +9,7 @@ from typing import Any
 
 import trio
 
-from actors.core.toolsets import (
+from mcpvisor.actors.core.toolsets import (
     ANNOTATE,
     BUILD,
     DELETE,
@@ -24,9 +24,9 @@ from actors.core.toolsets import (
     UNEQUIP,
     ToolsetError,
 )
-from supervisor.menu.checks import check_args, failed, ok, string_arg
-from supervisor.menu.operations import MenuBackend, MenuOperations, compound_report
-from supervisor.menu.render import render_active, render_compounds, render_mode, status_dict
+from mcpvisor.menu.checks import check_args, failed, ok, string_arg
+from mcpvisor.menu.operations import MenuBackend, MenuOperations, compound_report
+from mcpvisor.menu.render import render_active, render_compounds, render_mode, status_dict
 
 
 class Menu(MenuOperations):

@@ -28,10 +28,12 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import trio
 
-from actors.core.catalog import assign_names
-from actors.core.compound import CompoundTool
-from actors.core.model import Note, SavedState, ToolEntry, Toolset
-from actors.core.toolsets import (
+from mcpvisor._atomic import LockTimeout
+from mcpvisor._config_types import NAME_RE
+from mcpvisor.actors.core.catalog import assign_names
+from mcpvisor.actors.core.compound import CompoundTool
+from mcpvisor.actors.core.model import Note, SavedState, ToolEntry, Toolset
+from mcpvisor.actors.core.toolsets import (
     EXPOSED,
     MANAGEMENT_TOOLS,
     MISSING,
@@ -46,17 +48,15 @@ from actors.core.toolsets import (
     one_line,
     pin_of,
 )
-from actors.router import ExposureCall
-from supervisor._atomic import LockTimeout
-from supervisor._config_types import NAME_RE
-from supervisor.menu.checks import check_name, unknown_toolset
-from supervisor.menu.definitions import MAX_NOTE_CHARS, MAX_TOOLS_PER_TOOLSET, NAME_HELP
-from supervisor.state import CorruptState, StateError, StateStore, ToolsetExists, UnknownToolset, now_iso
+from mcpvisor.actors.router import ExposureCall
+from mcpvisor.menu.checks import check_name, unknown_toolset
+from mcpvisor.menu.definitions import MAX_NOTE_CHARS, MAX_TOOLS_PER_TOOLSET, NAME_HELP
+from mcpvisor.state import CorruptState, StateError, StateStore, ToolsetExists, UnknownToolset, now_iso
 
 if TYPE_CHECKING:
-    from actors.core.registry import RegistryCore
-    from actors.router import Router
-    from actors.upstream import Upstream, UpstreamStatus
+    from mcpvisor.actors.core.registry import RegistryCore
+    from mcpvisor.actors.router import Router
+    from mcpvisor.actors.upstream import Upstream, UpstreamStatus
 
 
 COMMIT_TIMEOUT_S: Final = 30.0
@@ -67,7 +67,7 @@ mailbox of upstream events; 30 s means it is gone (shutting down)."""
 
 async def _load_quietly(loader: Any, server: str) -> None:
     """Load ``server`` for an equipped toolset; a failure is the loader's to log and count."""
-    from actors.lazy import LoadFailed
+    from mcpvisor.actors.lazy import LoadFailed
 
     try:
         await loader.load(server)
@@ -90,7 +90,7 @@ class MenuBackend(Protocol):
 
 class MenuOperations:
     """The management operations over a supervisor's router and state directory, shared
-    by the tools (`supervisor.menu.handlers.Menu`) and the embedding API."""
+    by the tools (`mcpvisor.menu.handlers.Menu`) and the embedding API."""
 
     def __init__(self, backend: MenuBackend) -> None:
         self.backend = backend
@@ -160,7 +160,7 @@ class MenuOperations:
     def load_lazy(self) -> None:
         """Start the lazy servers whose tools the equipped toolset names (idempotent), in
         the background, through the supervisor's loader when it has one (coalesced, with
-        its failure budget; `actors.lazy`)."""
+        its failure budget; `mcpvisor.actors.lazy`)."""
         loader = getattr(self.backend, "loader", None)
         start_soon = getattr(self.backend, "start_soon", None)
         for s in self.exposure.resolve(self.core):

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from actors.core.toolsets import EXPOSED, MISSING, PENDING, REFUSED, SCHEMA_CHANGED
+from mcpvisor.actors.core.toolsets import EXPOSED, MISSING, PENDING, REFUSED, SCHEMA_CHANGED
 
 
 def _camel(key: str) -> str:

@@ -21,8 +21,8 @@ from typing import Any, Final
 import pytest
 import trio
 
-from actors.errors import UpstreamDied, UpstreamUnavailable
-from actors.messages import StateChanged
+from mcpvisor.actors.errors import UpstreamDied, UpstreamUnavailable
+from mcpvisor.actors.messages import StateChanged
 from tests.chaos.test_chaos_real import PROMPT_S, supervised
 from tests.helpers import REAL_IO_BOUND_S, flaky
 

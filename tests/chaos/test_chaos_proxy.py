@@ -26,8 +26,8 @@ import pytest
 import trio
 from mcp.shared.exceptions import MCPError
 
-from supervisor.cli import main as cli_main
-from supervisor.control import ControlError, list_running, request
+from mcpvisor.cli import main as cli_main
+from mcpvisor.control import ControlError, list_running, request
 from tests.helpers import (
     PY,
     SERVERS_DIR,
@@ -192,7 +192,7 @@ async def test_no_process_survives_a_sigkilled_proxy(tmp_path: Path) -> None:
     log = (tmp_path / "proxy.log").open("wb")
     with trio.fail_after(PROXY_BOUND_S):
         proxy = await trio.lowlevel.open_process(
-            [PY, "-m", "supervisor", "serve", "--config", str(config), "--state-dir", str(state_dir)],
+            [PY, "-m", "mcpvisor", "serve", "--config", str(config), "--state-dir", str(state_dir)],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log)
         try:
             for name in ("a", "b", "c"):

@@ -23,10 +23,10 @@ import psutil
 import pytest
 import trio
 
-from actors.errors import CallTimeout, UpstreamDied, UpstreamUnavailable
-from actors.link import stdio as link_module
-from actors.messages import Event, ListChanged, StateChanged
-from supervisor.tree import Supervisor, open_supervisor
+from mcpvisor.actors.errors import CallTimeout, UpstreamDied, UpstreamUnavailable
+from mcpvisor.actors.link import stdio as link_module
+from mcpvisor.actors.messages import Event, ListChanged, StateChanged
+from mcpvisor.tree import Supervisor, open_supervisor
 from tests.helpers import REAL_IO_BOUND_S, flaky, read_record
 
 pytestmark = pytest.mark.slow
@@ -259,7 +259,7 @@ async def test_garbage_on_stdout_is_logged_and_survived(tmp_path: Path, mode: st
                                                         caplog: pytest.LogCaptureFixture) -> None:
     """Non-JSON lines on stdout (a log line at start, one before each answer) are logged
     and skipped; the server is not restarted and every call is answered."""
-    caplog.set_level(logging.WARNING, logger="actors.link")
+    caplog.set_level(logging.WARNING, logger="mcpvisor.actors.link")
     with trio.fail_after(REAL_IO_BOUND_S):
         async with supervised(tmp_path, {"g": flaky("--garbage-stdout", mode, **FAST)}) as (sup, _):
             await sup.wait_ready()

@@ -60,7 +60,7 @@ async def drive(url: str, work: Path, scenario: str) -> None:
     config = write_config(url, work)
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "supervisor", "serve", "--config", str(config), "--state-dir", str(work / "state")],
+        args=["-m", "mcpvisor", "serve", "--config", str(config), "--state-dir", str(work / "state")],
         env=dict(os.environ),
     )
     with anyio.fail_after(DRIVE_TIMEOUT_S):

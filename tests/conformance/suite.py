@@ -259,7 +259,7 @@ async def serving_proxy(upstream: Mapping[str, Any], work: Path) -> AsyncIterato
     argv = [
         sys.executable,
         "-m",
-        "supervisor",
+        "mcpvisor",
         "serve",
         "--transport",
         "http",

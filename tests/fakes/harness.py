@@ -18,12 +18,12 @@ from typing import Any, Final
 
 import trio
 
-from actors.core.catalog import tool_hints
-from actors.core.registry import Changes, RegistryCore
-from actors.messages import Event, EventBus, StateChanged
-from actors.router import Router
-from actors.upstream import Hooks, Upstream
-from supervisor.config import ServerSpec
+from mcpvisor.actors.core.catalog import tool_hints
+from mcpvisor.actors.core.registry import Changes, RegistryCore
+from mcpvisor.actors.messages import Event, EventBus, StateChanged
+from mcpvisor.actors.router import Router
+from mcpvisor.actors.upstream import Hooks, Upstream
+from mcpvisor.config import ServerSpec
 from tests.fakes.links import FakeUpstream
 
 MAX_MESSAGE: Final = 16 * 1024 * 1024

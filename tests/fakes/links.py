@@ -1,7 +1,7 @@
 """In-memory upstream servers for the actor's `open_link` seam, named for their behaviour.
 
 A fake server (`FakeUpstream` and its subclasses) is the behaviour shared by every
-"process" the actor starts; each start makes a new `FakeLink` (a real `actors.link.Link`,
+"process" the actor starts; each start makes a new `FakeLink` (a real `mcpvisor.actors.link.Link`,
 so the pending table, the inactivity timeout reset by progress, the hard cap, the
 courtesy cancel and fail-at-once-on-close are the production code) with a new fake pid.
 Nothing touches the OS, so everything runs under trio's MockClock: the fakes record the
@@ -23,10 +23,10 @@ from typing import Any
 import mcp_types as types
 import trio
 
-from actors import wire
-from actors.errors import UpstreamDied
-from actors.link.base import Link, LinkEvents, Pending
-from actors.process import describe_exit
+from mcpvisor.actors import wire
+from mcpvisor.actors.errors import UpstreamDied
+from mcpvisor.actors.link.base import Link, LinkEvents, Pending
+from mcpvisor.actors.process import describe_exit
 
 _pids = itertools.count(40000)
 
@@ -232,7 +232,7 @@ class FakeUpstream:
     @asynccontextmanager
     async def open_link(self, up: Any, *, events: LinkEvents, protocol: str,
                         on_spawn: Callable[[Link], None]) -> AsyncIterator[Link]:
-        """The `actors.upstream.OpenLink` for this fake."""
+        """The `mcpvisor.actors.upstream.OpenLink` for this fake."""
         link = FakeLink(up.name, events, self)
         self.links.append(link)
         self.starts.append(trio.current_time())

@@ -19,7 +19,7 @@ Pieces:
 * `MemoryBackend`: what `Front` reads of the supervisor (a fixed snapshot, the
   upstreams, a record of ``note_call``; with ``open_memory_proxy(instances=N)`` the
   server is session-scoped and each client session is handed its own instance, as
-  `supervisor.sessions.ScopedServers` does).
+  `mcpvisor.sessions.ScopedServers` does).
 """
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ import trio
 import trio.testing
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
 
-from actors.core.catalog import Snapshot, ToolRoute
-from actors.front import Front
-from actors.link import StdioLink
-from actors.process import StderrLog
-from actors.stdio_front import StdioFront
+from mcpvisor.actors.core.catalog import Snapshot, ToolRoute
+from mcpvisor.actors.fronts.sdk import Front
+from mcpvisor.actors.fronts.stdio import StdioFront
+from mcpvisor.actors.link import StdioLink
+from mcpvisor.actors.process import StderrLog
 
 MAX_MESSAGE: Final = 64 * 1024
 """The front's line limit in these tests: small, so an oversized line is cheap to build."""

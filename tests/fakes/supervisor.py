@@ -1,4 +1,4 @@
-"""A stand-in for `supervisor.tree.Supervisor` with what the control channel and the
+"""A stand-in for `mcpvisor.tree.Supervisor` with what the control channel and the
 status CLI read of it: ``config.path``, ``settings.exposure``, ``toolsets.equipped``,
 ``status()``, and ``equip`` / ``unequip`` / ``reload``."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from actors.upstream import UpstreamStatus
+from mcpvisor.actors.upstream import UpstreamStatus
 
 
 def a_status(name: str = "s", **fields: Any) -> UpstreamStatus:

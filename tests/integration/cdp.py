@@ -4,7 +4,7 @@ Debian's ``chromium`` (``apt-get install -y chromium``; ``.ci/run`` installs it)
 in its own process group with a fresh profile and ``--remote-debugging-port=0``; the
 browser prints the websocket URL it listens on, and `Browser` speaks CDP to it over
 trio-websocket (one reader task owns the connection; each request waits on its own
-one-slot channel, as in `actors`). One page target, attached in flat mode.
+one-slot channel, as in `mcpvisor.actors`). One page target, attached in flat mode.
 
 `Page.wait_for` waits for a JavaScript condition on the page's DOM with a
 MutationObserver (no polling, no sleeps); the caller bounds it with ``trio.fail_after``.

@@ -174,7 +174,7 @@ async def serve(config: Path, state: Path, log: Path) -> AsyncIterator[LineClien
     (stdin closed, then killed if it lingers) when the block ends."""
     with log.open("ab") as err:
         process = await trio.lowlevel.open_process(
-            [PY, "-m", "supervisor", "serve", "--config", str(config), "--state-dir", str(state)],
+            [PY, "-m", "mcpvisor", "serve", "--config", str(config), "--state-dir", str(state)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
     client = LineClient(process)
     try:

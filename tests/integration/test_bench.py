@@ -2,7 +2,7 @@
 with the expected keys, and ``--compare`` flags an injected regression.
 
 No timing is asserted here (the numbers depend on the machine and its load); only the
-shape of the output and the bookkeeping. The run is a subprocess (``python -m bench``), so
+shape of the output and the bookkeeping. The run is a subprocess (``python -m mcpvisor.bench``), so
 this test also proves the bench leaves no process behind (the conftest fixture checks).
 """
 
@@ -22,10 +22,10 @@ import psutil
 import pytest
 import trio
 
-from bench.core import Result
-from bench.drivers import resolve_tool
-from bench.report import compare
-from bench.stalls import StallWatch
+from mcpvisor.bench.core import Result
+from mcpvisor.bench.drivers import resolve_tool
+from mcpvisor.bench.report import compare
+from mcpvisor.bench.stalls import StallWatch
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_LIMIT_S = 150.0
@@ -35,7 +35,7 @@ RUN_LIMIT_S = 150.0
 async def run_bench(*args: str) -> tuple[int, str, str]:
     env = dict(os.environ)
     with trio.fail_after(RUN_LIMIT_S):
-        proc = await trio.run_process([sys.executable, "-m", "bench", *args], cwd=REPO, env=env,
+        proc = await trio.run_process([sys.executable, "-m", "mcpvisor.bench", *args], cwd=REPO, env=env,
                                       capture_stdout=True, capture_stderr=True, check=False)
     return proc.returncode, proc.stdout.decode(), proc.stderr.decode()
 
@@ -103,7 +103,7 @@ async def test_sigterm_stops_the_run_and_every_server_it_started() -> None:
     process it started is left. Before, SIGTERM killed only the bench and left them running."""
     token = uuid.uuid4().hex
     env = dict(os.environ, MCPVISOR_BENCH_TOKEN=token)
-    argv = [sys.executable, "-m", "bench", "--only", "http_latency", "--calls", "1000000", "--rounds", "1",
+    argv = [sys.executable, "-m", "mcpvisor.bench", "--only", "http_latency", "--calls", "1000000", "--rounds", "1",
             "--no-peers", "--no-nofast"]
     proc = await trio.lowlevel.open_process(argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL,
                                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import trio
 
-from bench.core import Params
-from bench.scenarios_startup import BASE_TOOL_COUNT, MANAGEMENT_TOOLS, run_first_list
+from mcpvisor.bench.core import Params
+from mcpvisor.bench.scenarios_startup import BASE_TOOL_COUNT, MANAGEMENT_TOOLS, run_first_list
 from tests.helpers import REAL_IO_BOUND_S
 
 

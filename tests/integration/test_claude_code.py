@@ -72,7 +72,7 @@ async def check_connected(claude: str, config: Path, project: Path, env: dict[st
                           tmp_path: Path) -> None:
     with trio.fail_after(BOUND_S):
         added = await trio.run_process(
-            [claude, "mcp", "add", "mcpvisor", "--", PY, "-m", "supervisor", "serve", "--config", str(config),
+            [claude, "mcp", "add", "mcpvisor", "--", PY, "-m", "mcpvisor", "serve", "--config", str(config),
              "--state-dir", str(tmp_path / "state")],
             cwd=project, env=env, capture_stdout=True, capture_stderr=True, stdin=b"")
         assert b"Added stdio MCP server mcpvisor" in added.stdout, added.stdout + added.stderr

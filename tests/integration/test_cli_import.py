@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.cli.importer import CLIENTS, CONFLICT_POLICIES
-from supervisor.config import load_config
+from mcpvisor.cli.importer import CLIENTS, CONFLICT_POLICIES
+from mcpvisor.config import load_config
 from tests.integration.test_cli_mcp import Cli, cli  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.timeout(300)  # several CLI runs, each bounded by 60 s on a loaded machine
@@ -26,7 +26,7 @@ DESKTOP = {
 
 
 def test_client_names_match_the_importers() -> None:
-    from supervisor import importers
+    from mcpvisor import importers
 
     assert CLIENTS == importers.CLIENTS
     assert CONFLICT_POLICIES == importers.CONFLICT_POLICIES

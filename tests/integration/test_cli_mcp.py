@@ -3,8 +3,8 @@
 Each test works in its own temp directory with its own config, state directory, HOME and
 XDG dirs, with stdin not a terminal (so the CLI must never prompt) unless a test gives it
 one. Probes run against the fixture servers (tests/servers). `Cli` runs
-`supervisor.cli.main` in this process (a new interpreter costs seconds on a 2-core
-machine); ``real=True`` runs ``python -m supervisor`` as a subprocess instead, for the
+`mcpvisor.cli.main` in this process (a new interpreter costs seconds on a 2-core
+machine); ``real=True`` runs ``python -m mcpvisor`` as a subprocess instead, for the
 checks that are about the process itself (exit status, concurrent writers, a terminal).
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from supervisor.config import load_config
+from mcpvisor.config import load_config
 
 SERVERS = Path(__file__).parents[1] / "servers"
 FLAKY = str(SERVERS / "flaky.py")
@@ -45,7 +45,7 @@ class Result:
 
 
 class Cli:
-    """`python -m supervisor` in an isolated directory: its own config, state, HOME and XDG dirs."""
+    """`python -m mcpvisor` in an isolated directory: its own config, state, HOME and XDG dirs."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -73,7 +73,7 @@ class Cli:
         return json.loads((path or self.config).read_text())
 
     def argv(self, *args: str) -> list[str]:
-        return [PY, "-m", "supervisor", *args]
+        return [PY, "-m", "mcpvisor", *args]
 
     def __call__(self, *args: str, stdin: str = "", env: dict[str, str] | None = None,
                  real: bool = False) -> Result:
@@ -93,7 +93,7 @@ class Cli:
 
     def _in_process(self, args: tuple[str, ...], stdin: str, env: dict[str, str]) -> Result:
         """``main(args)`` with this test's cwd, environment and stdin, output captured."""
-        from supervisor.cli import main
+        from mcpvisor.cli import main
 
         out, err = io.StringIO(), io.StringIO()
         saved_env, saved_cwd, saved_stdin = dict(os.environ), os.getcwd(), sys.stdin
@@ -148,7 +148,7 @@ def _parsers(parser: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, .
 
 
 def test_every_command_has_help_with_an_example(cli: Cli) -> None:
-    from supervisor.cli import build_parser
+    from mcpvisor.cli import build_parser
 
     commands = _parsers(build_parser())
     names = {" ".join(path) for path, _ in commands}

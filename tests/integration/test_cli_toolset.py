@@ -73,7 +73,7 @@ async def test_equip_from_the_cli_reaches_a_running_proxy(cli: Cli) -> None:  # 
 
     async def run_cli(*args: str) -> str:
         done = await trio.run_process(
-            [sys.executable, "-m", "supervisor", *args],
+            [sys.executable, "-m", "mcpvisor", *args],
             cwd=cli.cwd,
             env=cli.env,
             capture_stdout=True,

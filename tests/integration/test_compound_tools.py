@@ -68,8 +68,8 @@ async def proxy(config: Path, recorder: Recorder | None = None, *, toolset: str 
                 mode: str = "legacy") -> AsyncIterator[tuple[Any, Client]]:
     """(supervisor, client): a real SDK client over OS pipes to the stdio front of a
     proxy running here, with real upstream subprocesses."""
-    from actors.stdio_front import StdioFront
-    from supervisor import open_supervisor
+    from mcpvisor import open_supervisor
+    from mcpvisor.actors.fronts.stdio import StdioFront
 
     up_r, up_w = os.pipe()
     down_r, down_w = os.pipe()
@@ -267,7 +267,7 @@ def test_mcp_info_shows_the_compound_tool_and_its_subtools_state(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """``mcpvisor mcp info research`` connects to the subtools' servers and says, for
     each subtool, whether its server lists it."""
-    from supervisor.cli import main
+    from mcpvisor.cli import main
 
     config = write(tmp_path)
     doc = json.loads(config.read_text())

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import trio
 
-from supervisor.control import (
+from mcpvisor.control import (
     MAX_REQUEST_BYTES,
     ControlError,
     RunningProxy,
@@ -36,7 +36,7 @@ from supervisor.control import (
     serve_control,
     status_dict,
 )
-from supervisor.tree import open_supervisor
+from mcpvisor.tree import open_supervisor
 from tests.fakes.supervisor import StubSupervisor, a_status
 
 BOUND_S = 30.0
@@ -172,7 +172,7 @@ async def test_an_unusable_state_dir_costs_a_warning_not_the_proxy(
     that runs normally."""
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("")
-    caplog.set_level(logging.WARNING, logger="supervisor.control")
+    caplog.set_level(logging.WARNING, logger="mcpvisor.control")
     with trio.fail_after(BOUND_S):
         async with trio.open_nursery() as nursery:
             assert await nursery.start(serve_control, StubSupervisor(), not_a_dir) is None

@@ -13,7 +13,7 @@ import pytest
 import trio
 from trio_websocket import open_websocket_url
 
-from supervisor.config import demo_config_path
+from mcpvisor.config import demo_config_path
 from tests.helpers import REAL_IO_BOUND_S, write_config
 from tests.integration.dashboard import SECRET, flaky_entry, fleet, private, server_state, serving
 
@@ -209,9 +209,9 @@ async def test_a_configured_token_guards_reading_too(tmp_path: Path) -> None:
 async def test_mcpvisor_dashboard_drives_a_proxy_running_over_stdio(tmp_path: Path) -> None:
     """``mcpvisor dashboard`` serves the API for a proxy under a stdio client, through its
     control socket: the status shows, and disabling a server reaches the client at once."""
-    from supervisor.cli.dashboard import serve_dashboard
-    from supervisor.control import list_running
-    from supervisor.dashboard import ensure_token
+    from mcpvisor.cli.dashboard import serve_dashboard
+    from mcpvisor.control import list_running
+    from mcpvisor.dashboard import ensure_token
     from tests.helpers import Recorder, proxy_client
 
     state = tmp_path / "state"
@@ -241,7 +241,7 @@ async def test_mcpvisor_dashboard_drives_a_proxy_running_over_stdio(tmp_path: Pa
 def test_mcpvisor_dashboard_with_no_running_proxy_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``mcpvisor dashboard`` in a state dir with no proxy: exit 1 and the message says how
     to start one (the command's own entry point, as a user runs it)."""
-    from supervisor.cli import main
+    from mcpvisor.cli import main
 
     assert main(["dashboard", "--state-dir", str(tmp_path), "--no-open"]) == 1
     assert f"no running mcpvisor proxy found in {tmp_path}" in capsys.readouterr().err

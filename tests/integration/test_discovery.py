@@ -29,10 +29,10 @@ import trio
 import trio.testing
 from mcp import Client
 
-from actors.core.discovery import DISCOVER_TOOL, LOAD_MCP, USE_TOOL
-from actors.messages import ListChanged
-from supervisor import serve_http
-from supervisor.tree import open_supervisor
+from mcpvisor import serve_http
+from mcpvisor.actors.core.discovery import DISCOVER_TOOL, LOAD_MCP, USE_TOOL
+from mcpvisor.actors.messages import ListChanged
+from mcpvisor.tree import open_supervisor
 from tests.helpers import (
     REAL_IO_BOUND_S,
     Recorder,
@@ -261,7 +261,7 @@ def test_mcp_add_lazy_writes_description(tmp_path: Path) -> None:
     import sys
 
     path = tmp_path / "mcpvisor.json"
-    proc = subprocess.run([sys.executable, "-m", "supervisor", "mcp", "add", "big", "--config", str(path), "--lazy",
+    proc = subprocess.run([sys.executable, "-m", "mcpvisor", "mcp", "add", "big", "--config", str(path), "--lazy",
                            "--description", "Large toolbox", "--", "node", "big.js"],
                           capture_output=True, text=True, timeout=REAL_IO_BOUND_S, check=False,
                           stdin=subprocess.DEVNULL)

@@ -21,7 +21,7 @@ import pytest
 import trio
 from trio_websocket import open_websocket_url
 
-from supervisor import open_supervisor, serve_http, serve_ws
+from mcpvisor import open_supervisor, serve_http, serve_ws
 from tests.helpers import REAL_IO_BOUND_S, embedded_front, flaky, write_config
 
 pytestmark = pytest.mark.slow

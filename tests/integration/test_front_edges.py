@@ -17,9 +17,18 @@ import psutil
 import pytest
 import trio
 
-from supervisor import open_supervisor
-from tests.helpers import PY, REAL_IO_BOUND_S, embedded_client, embedded_front, everything, flaky, read_record, \
-    text_of, write_config
+from mcpvisor import open_supervisor
+from tests.helpers import (
+    PY,
+    REAL_IO_BOUND_S,
+    embedded_client,
+    embedded_front,
+    everything,
+    flaky,
+    read_record,
+    text_of,
+    write_config,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -151,7 +160,7 @@ async def test_a_server_that_cannot_start_is_reported_and_the_others_serve(tmp_p
 async def test_a_bad_config_exits_2_naming_the_file_server_and_field(tmp_path: Path) -> None:
     config = tmp_path / "mcpvisor.json"
     config.write_text(json.dumps({"mcpServers": {"git": {"comand": "uvx"}}}))
-    done = subprocess.run([PY, "-m", "supervisor", "serve", "--config", str(config)], capture_output=True,
+    done = subprocess.run([PY, "-m", "mcpvisor", "serve", "--config", str(config)], capture_output=True,
                           text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert done.returncode == 2
     assert "mcpvisor.json" in done.stderr and '"git"' in done.stderr and "command" in done.stderr
@@ -215,7 +224,7 @@ async def test_the_first_list_waits_for_start_up_and_late_servers_arrive_by_list
 async def test_stopping_the_proxy_leaves_no_child(tmp_path: Path, how: str) -> None:
     """Whichever way the proxy is stopped, its upstreams (and their grandchildren) go too."""
     config = write_config(tmp_path, {"a": flaky("--spawn-grandchild"), "b": flaky()})
-    proc = subprocess.Popen([PY, "-m", "supervisor", "serve", "--config", str(config)],
+    proc = subprocess.Popen([PY, "-m", "mcpvisor", "serve", "--config", str(config)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         me = psutil.Process(proc.pid)
@@ -251,7 +260,7 @@ async def test_stopping_the_proxy_leaves_no_child(tmp_path: Path, how: str) -> N
 
 
 def test_help_lists_serve_with_an_example() -> None:
-    done = subprocess.run([sys.executable, "-m", "supervisor", "serve", "--help"], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "mcpvisor", "serve", "--help"], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0 and "examples:" in done.stdout and "--transport" in done.stdout
     # A long example is continued with a shell backslash, not joined into one run of spaces.

@@ -23,11 +23,11 @@ import psutil
 import pytest
 import trio
 
-from actors.errors import CallTimeout, UpstreamDied
-from actors.upstream import State
-from supervisor.journal import summarise
-from supervisor.journal._writer import outcome_of
-from supervisor.tree import Supervisor, open_supervisor
+from mcpvisor.actors.errors import CallTimeout, UpstreamDied
+from mcpvisor.actors.upstream import State
+from mcpvisor.journal import summarise
+from mcpvisor.journal._writer import outcome_of
+from mcpvisor.tree import Supervisor, open_supervisor
 from tests.helpers import (
     PY,
     REAL_IO_BOUND_S,
@@ -59,7 +59,7 @@ def rows(path: Path, where: str = "") -> list[dict[str, Any]]:
 
 async def cli(*args: str) -> str:
     """Run ``mcpvisor ARGS`` and return its stdout (it must succeed)."""
-    done = await trio.run_process([PY, "-m", "supervisor", *args], capture_stdout=True, capture_stderr=True)
+    done = await trio.run_process([PY, "-m", "mcpvisor", *args], capture_stdout=True, capture_stderr=True)
     return done.stdout.decode()
 
 
@@ -170,7 +170,7 @@ async def test_the_summary_counts_per_tool_and_per_run_and_narrows_to_one_run(tm
     assert "server_down 1" in table
     none = await cli("journal", str(journal), "--run", "no-such-run")
     assert "0 calls, 0 sessions, 0 retries\n" in none  # no dangling "; " without outcomes
-    missing = await trio.run_process([PY, "-m", "supervisor", "journal", str(tmp_path / "nope.db")],
+    missing = await trio.run_process([PY, "-m", "mcpvisor", "journal", str(tmp_path / "nope.db")],
                                      capture_stdout=True, capture_stderr=True, check=False)
     assert missing.returncode == 1
     assert b"no journal" in missing.stderr
@@ -212,7 +212,7 @@ async def test_a_proxy_killed_mid_run_leaves_a_consistent_journal(tmp_path: Path
     journal = tmp_path / "runs.db"
     config = write_config(tmp_path, {"shared": flaky()}, stateDir=str(tmp_path / "state"))
     proc = await trio.lowlevel.open_process(
-        [PY, "-m", "supervisor", "serve", "--config", str(config), "--journal", str(journal)],
+        [PY, "-m", "mcpvisor", "serve", "--config", str(config), "--journal", str(journal)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert proc.stdin is not None
     assert proc.stdout is not None
@@ -451,7 +451,7 @@ async def test_each_http_client_session_gets_its_own_instance_stopped_when_it_le
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    from supervisor import serve_http
+    from mcpvisor import serve_http
 
     cfg = harness_config(box=flaky(scope="session"))
     journal = tmp_path / "runs.db"
@@ -546,11 +546,11 @@ REPO_DIR = Path(__file__).resolve().parents[2]
 
 
 async def test_the_bench_harness_run_reports_first_calls_and_leaves_no_process(tmp_path: Path) -> None:
-    """`bench.harness_run` (what ``python -m bench --only harness`` runs): every episode
+    """`mcpvisor.bench.harness_run` (what ``python -m mcpvisor.bench --only harness`` runs): every episode
     gets a fresh instance (pool plus refills), and it reports 0 processes left."""
     with trio.fail_after(REAL_IO_BOUND_S):
         argv = ["--workdir", str(tmp_path), "--episodes", "6", "--pool", "2", "--concurrency", "2"]
-        done = await trio.run_process([PY, "-m", "bench.harness_run", *argv], capture_stdout=True,
+        done = await trio.run_process([PY, "-m", "mcpvisor.bench.harness_run", *argv], capture_stdout=True,
                                       capture_stderr=True, cwd=str(REPO_DIR))
     report = json.loads(done.stdout)
     assert report["processes_left"] == 0

@@ -30,11 +30,11 @@ import trio
 from mcp import Client
 from mcp.client.subscriptions import ToolsListChanged
 
-from actors.core.toolsets import CONFIG_TOOLS, ENTER_CONFIG, EXIT_CONFIG
-from supervisor import serve_http
-from supervisor.config import ConfigError, Settings
-from supervisor.settings import with_env_overrides
-from supervisor.tree import open_supervisor
+from mcpvisor import serve_http
+from mcpvisor.actors.core.toolsets import CONFIG_TOOLS, ENTER_CONFIG, EXIT_CONFIG
+from mcpvisor.config import ConfigError, Settings
+from mcpvisor.settings import with_env_overrides
+from mcpvisor.tree import open_supervisor
 from tests.helpers import PY, REAL_IO_BOUND_S, flaky, proxy_params, wait_settled, write_config
 
 pytestmark = pytest.mark.slow
@@ -204,7 +204,7 @@ def test_serve_refuses_to_start_with_status_2(tmp_path: Path, extra: tuple[str, 
     config = write_config(tmp_path, {"s1": flaky("--name", "s1", "--record", str(record))},
                           toolsets={"dev": ["s1.echo"]}, exposure="menu")
     proc = subprocess.run(
-        [PY, "-m", "supervisor", "serve", "--config", str(config), "--state-dir", str(tmp_path / "state"), *extra],
+        [PY, "-m", "mcpvisor", "serve", "--config", str(config), "--state-dir", str(tmp_path / "state"), *extra],
         env={**os.environ, **env}, stdin=subprocess.DEVNULL, capture_output=True, text=True,
         timeout=REAL_IO_BOUND_S, check=False,
     )

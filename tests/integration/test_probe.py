@@ -1,4 +1,4 @@
-"""`supervisor.probe`: one bounded attempt at a server, with step timings and a classified failure.
+"""`mcpvisor.probe`: one bounded attempt at a server, with step timings and a classified failure.
 
 Real servers only: the fixture servers over stdio, a loopback HTTP responder that answers
 every request with one status, and a port nobody listens on. Every probe must leave no
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from supervisor.config import ServerSpec, parse_config
-from supervisor.probe import probe_all, probe_server
+from mcpvisor.config import ServerSpec, parse_config
+from mcpvisor.probe import probe_all, probe_server
 
 SERVERS = Path(__file__).parents[1] / "servers"
 BOUND_S = 60.0

@@ -20,7 +20,7 @@ import pytest
 import trio
 import trio.testing
 
-from actors.process import (
+from mcpvisor.actors.process import (
     SpawnError,
     StderrLog,
     _group_alive,

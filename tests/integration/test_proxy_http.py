@@ -15,7 +15,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ToolsListChanged
 
-from supervisor import open_supervisor, serve_http
+from mcpvisor import open_supervisor, serve_http
 from tests.helpers import REAL_IO_BOUND_S, Recorder, everything, flaky, text_of, time_server, write_config
 
 pytestmark = pytest.mark.slow

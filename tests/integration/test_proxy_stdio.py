@@ -17,8 +17,17 @@ import pytest
 import trio
 from mcp.shared.exceptions import MCPError
 
-from tests.helpers import REAL_IO_BOUND_S, Recorder, embedded_client, everything, flaky, read_record, text_of, \
-    time_server, write_config
+from tests.helpers import (
+    REAL_IO_BOUND_S,
+    Recorder,
+    embedded_client,
+    everything,
+    flaky,
+    read_record,
+    text_of,
+    time_server,
+    write_config,
+)
 
 pytestmark = pytest.mark.slow
 

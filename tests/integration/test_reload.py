@@ -8,7 +8,7 @@ Three layers:
   step (exactly one `ListChanged`), unchanged servers keep their process, removed ones
   are stopped and reaped, a bad config changes nothing, the file watcher sees in-place
   writes and editor-style replace-by-rename;
-* end to end: a real SDK client over stdio to ``python -m supervisor serve``, the config
+* end to end: a real SDK client over stdio to ``python -m mcpvisor serve``, the config
   edited with the real CLI (``mcp add``/``mcp remove``) or by hand: tools appear after one
   ``list_changed``, a bad edit changes nothing, SIGHUP reloads (re-reading ``.env``).
 
@@ -31,12 +31,12 @@ import pytest
 import trio
 import trio.testing
 
-from actors.core.registration import UpstreamState
-from actors.messages import ListChanged
-from actors.upstream import State
-from supervisor.config import Settings, parse_config
-from supervisor.reload import plan_reload
-from supervisor.tree import Supervisor, open_supervisor
+from mcpvisor.actors.core.registration import UpstreamState
+from mcpvisor.actors.messages import ListChanged
+from mcpvisor.actors.upstream import State
+from mcpvisor.config import Settings, parse_config
+from mcpvisor.reload import plan_reload
+from mcpvisor.tree import Supervisor, open_supervisor
 from tests.helpers import REAL_IO_BOUND_S, Recorder, flaky, proxy_client, write_config
 
 pytestmark = pytest.mark.timeout(REAL_IO_BOUND_S * 2.5)  # real processes on a loaded 2-core machine
@@ -226,7 +226,7 @@ async def test_the_watcher_follows_writes_and_editor_renames(tmp_path: Path) -> 
 
 async def cli(*args: str, cwd: Path) -> str:
     done = await trio.run_process(
-        [sys.executable, "-m", "supervisor", *args],
+        [sys.executable, "-m", "mcpvisor", *args],
         cwd=cwd,
         capture_stdout=True,
         capture_stderr=True,

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from actors.errors import UpstreamUnavailable
-from supervisor import open_supervisor
+from mcpvisor import open_supervisor
+from mcpvisor.actors.errors import UpstreamUnavailable
 from tests.helpers import REAL_IO_BOUND_S, embedded_connection, everything, flaky, write_config
 
 DISABLED = "server off is disabled (enabled: false in the config; mcpvisor mcp enable off)"

@@ -61,7 +61,7 @@ def text(answer: dict[str, Any]) -> str:
 
 
 async def status_json(state: Path) -> list[dict[str, Any]]:
-    done = await trio.run_process([PY, "-m", "supervisor", "status", "--state-dir", str(state), "--format",
+    done = await trio.run_process([PY, "-m", "mcpvisor", "status", "--state-dir", str(state), "--format",
                                    "json"], capture_stdout=True, capture_stderr=True)
     return json.loads(done.stdout)  # type: ignore[no-any-return]
 

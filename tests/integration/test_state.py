@@ -20,10 +20,10 @@ from typing import Any
 import platformdirs
 import pytest
 
-from actors.core.model import Note, PinnedSchema, SavedState, ToolEntry, Toolset
-from supervisor._atomic import LockTimeout, dump_json
-from supervisor.settings import state_dir
-from supervisor.state import (
+from mcpvisor._atomic import LockTimeout, dump_json
+from mcpvisor.actors.core.model import Note, PinnedSchema, SavedState, ToolEntry, Toolset
+from mcpvisor.settings import state_dir
+from mcpvisor.state import (
     CorruptState,
     StateError,
     StateStore,
@@ -373,8 +373,8 @@ def test_unknown_keys_from_a_newer_version_are_preserved(tmp_path: Path) -> None
 ADD_TOOLSETS = """
 import sys
 from pathlib import Path
-from actors.core.model import Note, ToolEntry, Toolset
-from supervisor.state import StateStore
+from mcpvisor.actors.core.model import Note, ToolEntry, Toolset
+from mcpvisor.state import StateStore
 store = StateStore(Path(sys.argv[1]), lock_timeout=30.0)
 tag, count = sys.argv[2], int(sys.argv[3])
 print("ready", flush=True)
@@ -411,7 +411,7 @@ def test_two_processes_saving_toolsets_both_land(tmp_path: Path, spawn: Any) -> 
 LOCK_HOLDER = """
 import sys
 from pathlib import Path
-from supervisor._atomic import locked
+from mcpvisor._atomic import locked
 with locked(Path(sys.argv[1]) / "state.json"):
     print("locked", flush=True)
     sys.stdin.readline()

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from supervisor.cli import main as cli_main
-from supervisor.cli.status import LAST_ERROR_WIDTH, fmt_duration, fmt_retry, render, shorten
-from supervisor.control import serve_control, status_report
+from mcpvisor.cli import main as cli_main
+from mcpvisor.cli.status import LAST_ERROR_WIDTH, fmt_duration, fmt_retry, render, shorten
+from mcpvisor.control import serve_control, status_report
 from tests.fakes.supervisor import StubSupervisor, a_status
 
 BOUND_S = 30.0

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from supervisor._atomic import JSONFileError, LockTimeout, atomic_write_text, dump_json, locked, read_json
-from supervisor.store import (
+from mcpvisor._atomic import JSONFileError, LockTimeout, atomic_write_text, dump_json, locked, read_json
+from mcpvisor.store import (
     ConfigStore,
     DuplicateServer,
     InvalidConfig,
@@ -177,7 +177,7 @@ def test_dump_json_format() -> None:
 LOCK_HOLDER = """
 import sys
 from pathlib import Path
-from supervisor._atomic import locked
+from mcpvisor._atomic import locked
 with locked(Path(sys.argv[1]), remove=True):
     print("locked", flush=True)
     sys.stdin.readline()
@@ -224,7 +224,7 @@ def test_lock_of_a_killed_process_is_released(tmp_path: Path, spawn: Any) -> Non
 ADD_SERVERS = """
 import sys
 from pathlib import Path
-from supervisor.store import ConfigStore
+from mcpvisor.store import ConfigStore
 store = ConfigStore(Path(sys.argv[1]), lock_timeout=30.0)
 tag, count = sys.argv[2], int(sys.argv[3])
 print("ready", flush=True)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from supervisor._atomic import locked
-from supervisor.store import ConfigStore, DuplicateServer, InvalidConfig
+from mcpvisor._atomic import locked
+from mcpvisor.store import ConfigStore, DuplicateServer, InvalidConfig
 
 
 def names(directory: Path) -> list[str]:
@@ -61,7 +61,7 @@ def test_the_next_edit_removes_a_killed_writers_temp_file(tmp_path: Path) -> Non
 def test_a_removed_lock_file_still_excludes(tmp_path: Path) -> None:
     """Holding the lock, the next holder cannot take it (a deleted lock file is not a free
     lock); after release it can, and the file is gone again."""
-    from supervisor._atomic import LockTimeout
+    from mcpvisor._atomic import LockTimeout
 
     path = tmp_path / "cfg.json"
     with locked(path, remove=True):

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from actors.errors import ProxyError
-from actors.upstream import State
-from supervisor import open_supervisor
+from mcpvisor import open_supervisor
+from mcpvisor.actors.errors import ProxyError
+from mcpvisor.actors.upstream import State
 from tests.helpers import REAL_IO_BOUND_S, everything, read_record, write_config
 
 pytestmark = pytest.mark.slow

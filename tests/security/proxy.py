@@ -64,7 +64,7 @@ class Proxy:
 
 
 def serve_args(config: Path, *extra: str) -> list[str]:
-    return [PY, "-m", "supervisor", "serve", "--config", str(config), "--log-level", "debug", *extra]
+    return [PY, "-m", "mcpvisor", "serve", "--config", str(config), "--log-level", "debug", *extra]
 
 
 def run_serve(

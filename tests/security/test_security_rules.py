@@ -1,4 +1,4 @@
-"""The sans-IO admission rules (`actors.auth`) and the strictness of the new settings.
+"""The sans-IO admission rules (`mcpvisor.actors.fronts.auth`) and the strictness of the new settings.
 
 No I/O: these pin the decisions the subprocess tests rely on, case by case.
 """
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from actors.auth import Gate, StaticTokens, bearer_token, host_name, host_rules
-from supervisor.config import ConfigError, parse_config
+from mcpvisor.actors.fronts.auth import Gate, StaticTokens, bearer_token, host_name, host_rules
+from mcpvisor.config import ConfigError, parse_config
 
 TOKEN = "rule-token-0123456789abcdef"
 

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import re
 
-from actors.core.catalog import MAX_NAME, Candidate, SnapshotBuilder, UpstreamLists, assign_names, flatten
+from mcpvisor.actors.core.catalog import (
+    MAX_NAME,
+    Candidate,
+    SnapshotBuilder,
+    UpstreamLists,
+    assign_names,
+    flatten,
+)
 
 VALID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 

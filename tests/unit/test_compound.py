@@ -11,13 +11,13 @@ from typing import Any
 import jsonschema  # type: ignore[import-untyped]
 import pytest
 
-from actors.core.catalog import UpstreamLists
-from actors.core.compound import CompoundDecl, SubCall, SubtoolDecl
-from actors.core.model import ToolEntry, Toolset
-from actors.core.registration import UpstreamDown, UpstreamUp
-from actors.core.registry import RegistryCore, ServerFilter
-from actors.core.toolsets import MANAGEMENT_TOOLS, ToolsetExposure
-from supervisor.config import ConfigError, parse_config
+from mcpvisor.actors.core.catalog import UpstreamLists
+from mcpvisor.actors.core.compound import CompoundDecl, SubCall, SubtoolDecl
+from mcpvisor.actors.core.model import ToolEntry, Toolset
+from mcpvisor.actors.core.registration import UpstreamDown, UpstreamUp
+from mcpvisor.actors.core.registry import RegistryCore, ServerFilter
+from mcpvisor.actors.core.toolsets import MANAGEMENT_TOOLS, ToolsetExposure
+from mcpvisor.config import ConfigError, parse_config
 
 SEARCH = {"name": "search", "description": "Search engine\nsecond line",
           "inputSchema": {"type": "object", "properties": {"query": {"type": "string"},
@@ -250,7 +250,7 @@ def test_every_problem_of_the_section_is_one_line_naming_the_field() -> None:
 
 def test_the_coordinator_config_variable_comes_after_mcpvisor_config(tmp_path: Any) -> None:
     """$MCP_PROXY_CONFIG_PATH is honoured, below $MCPVISOR_CONFIG and above ./mcpvisor.json."""
-    from supervisor.config import find_config
+    from mcpvisor.config import find_config
 
     (tmp_path / "mcpvisor.json").write_text("{}")
     assert find_config(env={"MCP_PROXY_CONFIG_PATH": "coord.json"}, cwd=tmp_path) == \
@@ -276,7 +276,7 @@ SIMPLE = {"type": "object", "properties": {"s": {"type": "string"}, "i": {"type"
 def test_the_quick_check_of_plain_schemas_agrees_with_jsonschema(schema: dict[str, Any],
                                                                  args: dict[str, Any]) -> None:
     """Plain schemas skip jsonschema on the hot path; the verdict must be jsonschema's."""
-    from actors.core.compound import resolve_compound
+    from mcpvisor.actors.core.compound import resolve_compound
 
     decl = CompoundDecl("c", None, (SubtoolDecl("s", "t"),))
     compound = resolve_compound(decl, find_tool=lambda s, t: {"name": "t", "inputSchema": schema},

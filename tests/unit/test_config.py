@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from supervisor.config import (
+from mcpvisor.config import (
     DEFAULT_HOST,
     DEFAULT_PORT,
     TRANSPORTS,
@@ -87,7 +87,7 @@ def test_claude_code_mcp_json_loads_unchanged(tmp_path: Path) -> None:
 def test_public_constants_and_paths() -> None:
     assert (DEFAULT_HOST, DEFAULT_PORT) == ("127.0.0.1", 8848)
     assert TRANSPORTS == ("stdio", "http", "sse", "ws", "stdio-docker")
-    assert demo_config_path().parts[-3:] == ("supervisor", "demo", "mcpvisor.json")
+    assert demo_config_path().parts[-2:] == ("demo", "mcpvisor.json")
     assert user_config_path().name == "mcpvisor.json"
 
 
@@ -497,7 +497,7 @@ def test_fingerprint_follows_what_needs_a_restart() -> None:
 
 def test_find_config_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("supervisor.config.user_config_path", lambda: tmp_path / "user" / "mcpvisor.json")
+    monkeypatch.setattr("mcpvisor.config.user_config_path", lambda: tmp_path / "user" / "mcpvisor.json")
     path, why = find_config(env={})
     assert path is None
     assert why.startswith("no config found; looked at: ./mcpvisor.json, ./.mcp.json")

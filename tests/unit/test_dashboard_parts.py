@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from actors.auth import StaticTokens, host_rules
-from supervisor.dashboard._entries import FieldErrors, check_entry, masked, unmask
-from supervisor.dashboard._guard import COOKIE, DashboardGuard, cookie_value, ensure_token, set_cookie
-from supervisor.dashboard._metrics import WINDOW_S, CallWindow
+from mcpvisor.actors.fronts.auth import StaticTokens, host_rules
+from mcpvisor.dashboard._entries import FieldErrors, check_entry, masked, unmask
+from mcpvisor.dashboard._guard import COOKIE, DashboardGuard, cookie_value, ensure_token, set_cookie
+from mcpvisor.dashboard._metrics import WINDOW_S, CallWindow
 
 TOKEN = "dashboard-token-0123456789abcdef"
 CONFIGURED = "configured-token-0123456789abcdef"

@@ -16,8 +16,8 @@ import pytest
 import trio
 import trio.testing
 
-from actors.core.catalog import UpstreamLists
-from actors.core.discovery import (
+from mcpvisor.actors.core.catalog import UpstreamLists
+from mcpvisor.actors.core.discovery import (
     DISCOVER_TOOL,
     LOAD_MCP,
     MAX_LOAD_FAILURES,
@@ -25,12 +25,12 @@ from actors.core.discovery import (
     LazyBook,
     match_servers,
 )
-from actors.core.registration import UpstreamUp
-from actors.core.registry import RegistryCore
-from actors.core.toolsets import CONFIG_TOOLS, ToolsetExposure
-from actors.core.use_tool import CallLocal, CallRoute, NeedsLoad, check_arguments, plan_use
-from supervisor.config import ConfigError, parse_config
-from supervisor.settings import with_env_overrides
+from mcpvisor.actors.core.registration import UpstreamUp
+from mcpvisor.actors.core.registry import RegistryCore
+from mcpvisor.actors.core.toolsets import CONFIG_TOOLS, ToolsetExposure
+from mcpvisor.actors.core.use_tool import CallLocal, CallRoute, NeedsLoad, check_arguments, plan_use
+from mcpvisor.config import ConfigError, parse_config
+from mcpvisor.settings import with_env_overrides
 from tests.fakes.memory_front import open_memory_proxy
 
 BOUND_S = 3600.0
@@ -154,7 +154,7 @@ def test_discovery_is_accepted_and_the_budget_is_validated() -> None:
 
 def _discovery_backend(p: Any) -> None:
     """Give the memory proxy's fixed snapshot a discovery index over its routes."""
-    from actors.core.discovery import DiscoveryIndex
+    from mcpvisor.actors.core.discovery import DiscoveryIndex
 
     snap = p.backend.router.snapshot
     routes = {name: dataclasses.replace(r, wire={**r.wire, "inputSchema": tool("x", text="string")["inputSchema"]})
@@ -206,8 +206,8 @@ async def test_use_tool_with_bad_arguments_sends_nothing(autojump_clock: trio.te
 def test_many_lazy_servers_keep_the_start_up_list_small_and_are_found_by_query() -> None:
     """Whatever the number of lazy servers, tools/list at start stays under 3 KB; those
     the block cannot name are counted, and a query finds them."""
-    from actors.core.discovery import size_of
-    from supervisor.menu.discovery import discover
+    from mcpvisor.actors.core.discovery import size_of
+    from mcpvisor.menu.discovery import discover
 
     lazy = {f"srv{i:03d}": f"Toolbox number {i} for topic{i}" for i in range(200)}
     exposure = ToolsetExposure("discovery", lazy=LazyBook.of(lazy))

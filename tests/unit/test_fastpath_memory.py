@@ -398,7 +398,7 @@ async def test_a_2026_client_that_never_retries_leaves_no_upstream_request_waiti
     upstream's question gets an error by `INPUT_WAIT_S` and the call is cancelled at its
     own timeout; a late retry gets an error, not a hang (both paths). A regression shows as an upstream
     request that is never answered or a retry that waits forever."""
-    from actors.bridge import INPUT_WAIT_S
+    from mcpvisor.actors.bridge import INPUT_WAIT_S
 
     with trio.fail_after(BOUND_S):
         async with open_memory_proxy(fast_path=fast_path) as p:
@@ -559,7 +559,7 @@ async def test_a_bridged_result_nobody_comes_back_for_is_forgotten(
     """The client left after an ``input_required`` leg and the upstream finished anyway
     (its question was answered with an error): the parked call is forgotten
     `INPUT_WAIT_S` later, so a client that walks away costs bounded memory."""
-    from actors.bridge import INPUT_WAIT_S
+    from mcpvisor.actors.bridge import INPUT_WAIT_S
 
     with trio.fail_after(BOUND_S):
         async with open_memory_proxy(fast_path=fast_path) as p:

@@ -16,8 +16,8 @@ from typing import Any
 import trio
 import trio.testing
 
-from actors.clients import CLIENT_QUEUE, CLIENT_SEND_TIMEOUT_S
-from actors.router import Changes
+from mcpvisor.actors.fronts.clients import CLIENT_QUEUE, CLIENT_SEND_TIMEOUT_S
+from mcpvisor.actors.router import Changes
 from tests.fakes.memory_front import RawClient, open_memory_proxy
 
 Clock = trio.testing.MockClock

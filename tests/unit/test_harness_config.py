@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from supervisor.config import ConfigError, parse_config
+from mcpvisor.config import ConfigError, parse_config
 
 
 def one(entry: dict[str, Any], **settings: Any) -> Any:

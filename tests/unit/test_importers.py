@@ -1,4 +1,4 @@
-"""`supervisor.importers`: other clients' config files, as they write them, become mcpvisor entries.
+"""`mcpvisor.importers`: other clients' config files, as they write them, become mcpvisor entries.
 
 The sample files below follow each client's documented format: Claude Code's `.mcp.json`
 and `~/.claude.json` (user and per-project servers), Claude Desktop's
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.config import parse_config
-from supervisor.importers import (
+from mcpvisor.config import parse_config
+from mcpvisor.importers import (
     Found,
     ImportSource,
     default_sources,

@@ -1,5 +1,5 @@
 """The layering DESIGN.md's "Layout" fixes: `actors/` never imports `supervisor/`, and
-the sans-IO cores in `actors.core` load no trio."""
+the sans-IO cores in `mcpvisor.actors.core` load no trio."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def test_actors_never_import_supervisor() -> None:
     offenders = [f"{path.relative_to(ROOT)}:{line}: {module}"
                  for path in files
                  for line, module in _imported_modules(path)
-                 if module == "supervisor" or module.startswith("supervisor.")]
+                 if module == "supervisor" or module.startswith("mcpvisor.")]
     assert offenders == []
 
 
@@ -40,15 +40,15 @@ def test_the_scan_sees_a_supervisor_import(tmp_path: Path) -> None:
     """The scan above is not blind: it finds an import hidden in a function."""
     probe = tmp_path / "probe.py"
     probe.write_text("def f():\n    from supervisor.state import StateStore\n", encoding="utf-8")
-    assert _imported_modules(probe) == [(2, "supervisor.state")]
+    assert _imported_modules(probe) == [(2, "mcpvisor.state")]
 
 
 def test_importing_the_sans_io_cores_loads_no_trio() -> None:
     """``import actors.core`` and every module in it, in a fresh interpreter, leaves trio
     (and the SDK, filelock, platformdirs) unloaded."""
-    modules = sorted(f"actors.core.{p.stem}" for p in (ROOT / "actors" / "core").glob("*.py")
+    modules = sorted(f"mcpvisor.actors.core.{p.stem}" for p in (ROOT / "actors" / "core").glob("*.py")
                      if p.stem != "__init__")
-    assert "actors.core.registry" in modules
+    assert "mcpvisor.actors.core.registry" in modules
     code = ("import sys, importlib\n"
             "import actors.core\n"
             f"for m in {modules!r}: importlib.import_module(m)\n"

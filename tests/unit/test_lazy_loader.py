@@ -1,4 +1,4 @@
-"""`actors.lazy.LazyLoader` over real upstream actors and fake servers, in virtual time.
+"""`mcpvisor.actors.lazy.LazyLoader` over real upstream actors and fake servers, in virtual time.
 
 A regression shows as: more than one start for concurrent loads, a load that hangs or
 succeeds when the start failed, a failed server retried behind the caller's back (more
@@ -12,8 +12,8 @@ import pytest
 import trio
 import trio.testing
 
-from actors.core.discovery import LazyBook
-from actors.lazy import LazyLoader, LoadFailed
+from mcpvisor.actors.core.discovery import LazyBook
+from mcpvisor.actors.lazy import LazyLoader, LoadFailed
 from tests.fakes.harness import Harness, open_harness
 from tests.fakes.links import FakeUpstream, HangsAtStartUpstream, NeverStartsUpstream, SlowStartUpstream
 

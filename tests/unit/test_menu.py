@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import trio
 
-from actors.core.registration import UpstreamDown
-from actors.core.toolsets import CONFIG_TOOLS, ENTER_CONFIG, EXIT_CONFIG, MANAGEMENT_TOOLS
-from supervisor.menu import DEFINITIONS
-from supervisor.menu.render import status_dict
+from mcpvisor.actors.core.registration import UpstreamDown
+from mcpvisor.actors.core.toolsets import CONFIG_TOOLS, ENTER_CONFIG, EXIT_CONFIG, MANAGEMENT_TOOLS
+from mcpvisor.menu import DEFINITIONS
+from mcpvisor.menu.render import status_dict
 from tests.unit.test_registry_router import BOUND_S, Harness, open_harness
 
 

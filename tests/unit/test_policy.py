@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from actors.core.policy import (
+from mcpvisor.actors.core.policy import (
     Backoff,
     CircuitState,
     IntensityWindow,

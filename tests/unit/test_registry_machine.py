@@ -27,11 +27,11 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from actors.core.catalog import UpstreamLists
-from actors.core.model import Note, SavedState, ToolEntry, Toolset
-from actors.core.registration import UpstreamDown, UpstreamListed, UpstreamUp
-from actors.core.registry import RegistryCore
-from actors.core.toolsets import (
+from mcpvisor.actors.core.catalog import UpstreamLists
+from mcpvisor.actors.core.model import Note, SavedState, ToolEntry, Toolset
+from mcpvisor.actors.core.registration import UpstreamDown, UpstreamListed, UpstreamUp
+from mcpvisor.actors.core.registry import RegistryCore
+from mcpvisor.actors.core.toolsets import (
     CONFIG_TOOLS,
     ENTER_CONFIG,
     EXIT_CONFIG,
@@ -40,7 +40,7 @@ from actors.core.toolsets import (
     pin_of,
     ref_id,
 )
-from actors.router import ExposureCall
+from mcpvisor.actors.router import ExposureCall
 
 SERVERS = ("a", "b")
 TOOLS = ("t0", "t-2", "t_2")  # t-2 and t_2 flatten alike: collisions happen

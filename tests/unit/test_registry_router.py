@@ -24,16 +24,16 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.core.catalog import Snapshot, UpstreamLists
-from actors.core.model import SavedState
-from actors.core.registration import UpstreamDown, UpstreamListed, UpstreamUp
-from actors.core.registry import Changes, RegistryCore
-from actors.core.toolsets import ENTER_CONFIG, PENDING, ToolsetError, ToolsetExposure
-from actors.router import Router
-from supervisor._atomic import LockTimeout
-from supervisor.config import ToolRef, ToolsetDecl, declared_toolset
-from supervisor.menu import DEFINITIONS, Menu
-from supervisor.state import StateStore
+from mcpvisor._atomic import LockTimeout
+from mcpvisor.actors.core.catalog import Snapshot, UpstreamLists
+from mcpvisor.actors.core.model import SavedState
+from mcpvisor.actors.core.registration import UpstreamDown, UpstreamListed, UpstreamUp
+from mcpvisor.actors.core.registry import Changes, RegistryCore
+from mcpvisor.actors.core.toolsets import ENTER_CONFIG, PENDING, ToolsetError, ToolsetExposure
+from mcpvisor.actors.router import Router
+from mcpvisor.config import ToolRef, ToolsetDecl, declared_toolset
+from mcpvisor.menu import DEFINITIONS, Menu
+from mcpvisor.state import StateStore
 
 BOUND_S: Final = 120.0
 """Per-test bound. Everything is in-process, but each state write fsyncs the file and its

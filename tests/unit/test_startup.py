@@ -1,5 +1,5 @@
 """Start-up pieces on their own: the list-change coalescer (virtual clock), whose name a
-request is for (`actors.core.pending`), and the remembered catalog file."""
+request is for (`mcpvisor.actors.core.pending`), and the remembered catalog file."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import pytest
 import trio
 import trio.testing
 
-from actors.core.catalog import Snapshot, UpstreamLists
-from actors.core.pending import owner_of, plan_unrouted
-from actors.core.registry import Changes
-from supervisor.config import ServerSpec
-from supervisor.remembered import CatalogFile, CatalogWriter, Remembered, catalog_fingerprint
-from supervisor.startup import LONGEST_HOLD_S, MAX_HOLD_S, QUIET_S, ListChangeCoalescer
+from mcpvisor.actors.core.catalog import Snapshot, UpstreamLists
+from mcpvisor.actors.core.pending import owner_of, plan_unrouted
+from mcpvisor.actors.core.registry import Changes
+from mcpvisor.config import ServerSpec
+from mcpvisor.remembered import CatalogFile, CatalogWriter, Remembered, catalog_fingerprint
+from mcpvisor.startup import LONGEST_HOLD_S, MAX_HOLD_S, QUIET_S, ListChangeCoalescer
 
 TOOLS = Changes(tools=True)
 PROMPTS = Changes(prompts=True)

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from actors.core.catalog import MAX_NAME, UpstreamLists
-from actors.core.model import Note, SavedState, ToolEntry, Toolset
-from actors.core.registration import UpstreamDown, UpstreamListed, UpstreamUp
-from actors.core.registry import RegistryCore
-from actors.core.toolsets import (
+from mcpvisor.actors.core.catalog import MAX_NAME, UpstreamLists
+from mcpvisor.actors.core.model import Note, SavedState, ToolEntry, Toolset
+from mcpvisor.actors.core.registration import UpstreamDown, UpstreamListed, UpstreamUp
+from mcpvisor.actors.core.registry import RegistryCore
+from mcpvisor.actors.core.toolsets import (
     CONFIG_TOOLS,
     ENTER_CONFIG,
     EXIT_CONFIG,
@@ -33,8 +33,8 @@ from actors.core.toolsets import (
     pin_of,
     ref_id,
 )
-from actors.router import ExposureCall
-from supervisor.config import ToolRef, ToolsetDecl, declared_toolset
+from mcpvisor.actors.router import ExposureCall
+from mcpvisor.config import ToolRef, ToolsetDecl, declared_toolset
 
 NAME_OK = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
 

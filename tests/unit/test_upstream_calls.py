@@ -3,7 +3,7 @@ waiting through restarts, timeouts, progress, the hard cap, health pings (issue 
 3 and 4; RELIABILITY C6, P13, P14, P17, D2).
 
 Every test runs on `autojump_clock` with in-memory fake servers (tests/fakes): the link
-underneath is the production `actors.link.Link`, so its pending table, timeouts and
+underneath is the production `mcpvisor.actors.link.Link`, so its pending table, timeouts and
 courtesy cancels are what is tested. A regression shows as an error at the wrong virtual
 time (a hang until the timeout instead of at once), a retry that should not happen, or a
 missing ``notifications/cancelled``.
@@ -17,7 +17,7 @@ import pytest
 import trio
 import trio.testing
 
-from actors.errors import CallTimeout, UpstreamDied, UpstreamUnavailable
+from mcpvisor.actors.errors import CallTimeout, UpstreamDied, UpstreamUnavailable
 from tests.fakes.harness import open_harness
 from tests.fakes.links import (
     CrashEveryNthCallUpstream,
@@ -268,7 +268,7 @@ async def test_every_call_gets_one_answer_within_its_bounds_under_random_faults(
                 await h.call(server, tool, {"text": str(i), "seconds": rng.choice([0.1, 1, 3])})
                 outcomes.setdefault(i, []).append("ok")
             except Exception as exc:  # every failure must be one of ours
-                assert type(exc).__module__ == "actors.errors", exc
+                assert type(exc).__module__ == "mcpvisor.actors.errors", exc
                 outcomes.setdefault(i, []).append(type(exc).__name__)
             took = trio.current_time() - asked
             assert took <= bound, (server, tool, took)

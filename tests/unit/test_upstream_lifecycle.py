@@ -19,9 +19,9 @@ import trio
 import trio.lowlevel
 import trio.testing
 
-from actors.core.policy import PolicyConfig, RestartPolicy
-from actors.errors import UpstreamUnavailable, wall_clock
-from actors.messages import StateChanged
+from mcpvisor.actors.core.policy import PolicyConfig, RestartPolicy
+from mcpvisor.actors.errors import UpstreamUnavailable, wall_clock
+from mcpvisor.actors.messages import StateChanged
 from tests.fakes.harness import open_harness
 from tests.fakes.links import (
     ChangingToolsUpstream,

@@ -4,7 +4,7 @@ Owns the commands a user builds their setup with, the way they already do with
 ``claude mcp add``: ``add`` and ``add-json`` (`.add`, its command line in `.argv`), ``remove``, ``enable`` and
 ``disable`` (`.edit`), ``list``, ``test``, ``info`` and ``get`` (`.inspect`), and
 ``add-from-claude-desktop`` (``mcpvisor import claude-desktop``). Every write goes
-through `supervisor.store.ConfigStore` (locked, atomic, keeps what mcpvisor does not own,
+through `mcpvisor.store.ConfigStore` (locked, atomic, keeps what mcpvisor does not own,
 validates before writing); a running proxy watching the file picks each change up by
 itself (supervisor/reload.py).
 
@@ -17,11 +17,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from supervisor.cli import Formatter, importer
-from supervisor.cli.config_cmd import config_option, usage
-from supervisor.cli.mcp import add, edit, inspect
-from supervisor.cli.mcp.argv import COMMAND_DEST, split_argv
-from supervisor.cli.mcp.inspect import target_of
+from mcpvisor.cli import Formatter, importer
+from mcpvisor.cli.config_cmd import config_option, usage
+from mcpvisor.cli.mcp import add, edit, inspect
+from mcpvisor.cli.mcp.argv import COMMAND_DEST, split_argv
+from mcpvisor.cli.mcp.inspect import target_of
 
 __all__ = ["COMMAND_DEST", "register", "split_argv", "target_of"]
 

@@ -7,7 +7,7 @@ import difflib
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from supervisor.cli.config_cmd import (
+from mcpvisor.cli.config_cmd import (
     CommandError,
     Target,
     exit_code_of,
@@ -20,10 +20,10 @@ from supervisor.cli.config_cmd import (
 TRANSPORT_CHOICES: Final = ("stdio", "http", "sse", "ws", "stdio-docker")
 URL_TRANSPORTS: Final = ("http", "sse", "ws")
 SCOPE_CHOICES: Final = ("local", "project", "user")
-"""Claude Code's ``-s/--scope`` names (see `supervisor.cli.config_cmd.locate_for_write`)."""
+"""Claude Code's ``-s/--scope`` names (see `mcpvisor.cli.config_cmd.locate_for_write`)."""
 STATUS_CHOICES: Final = ("online", "offline", "disabled")
 DEFAULT_TIMEOUT_S: Final = 15.0
-"""`supervisor.probe.DEFAULT_PROBE_TIMEOUT_S`, repeated so that `--help` does not import trio."""
+"""`mcpvisor.probe.DEFAULT_PROBE_TIMEOUT_S`, repeated so that `--help` does not import trio."""
 MAX_TIMEOUT_S: Final = 3600.0
 """Upper bound of ``--timeout``: an hour is already far past any server's start-up."""
 EMPTY_DROPPED: Final = ("args", "env", "headers")
@@ -44,7 +44,7 @@ def timeout_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _seconds(text: str) -> float:
-    from supervisor.config import parse_duration
+    from mcpvisor.config import parse_duration
 
     try:
         value = parse_duration(text, field="--timeout", max_s=MAX_TIMEOUT_S, min_s=0.001)

@@ -21,9 +21,9 @@ import json
 from collections.abc import Sequence
 from typing import Any, Final
 
-from supervisor.cli import EXIT_OK, EXIT_USAGE, Formatter
-from supervisor.cli import _output as out
-from supervisor.cli.config_cmd import (
+from mcpvisor.cli import EXIT_OK, EXIT_USAGE, Formatter
+from mcpvisor.cli import _output as out
+from mcpvisor.cli.config_cmd import (
     CommandError,
     exit_code_of,
     locate_for_write,
@@ -32,13 +32,13 @@ from supervisor.cli.config_cmd import (
     unset_variables,
     validate_document,
 )
-from supervisor.cli.mcp._common import (
+from mcpvisor.cli.mcp._common import (
     TRANSPORT_CHOICES,
     URL_TRANSPORTS,
     drop_empty,
     fails,
 )
-from supervisor.cli.mcp.argv import COMMAND_DEST, add_options, looks_like_url, scope_option
+from mcpvisor.cli.mcp.argv import COMMAND_DEST, add_options, looks_like_url, scope_option
 
 ADD_EPILOG: Final = """\
 examples:  (servers' README install lines, with mcpvisor for claude)
@@ -251,7 +251,7 @@ def _number_or_text(text: str) -> float | int | str:
 
 
 def _check_name(name: str) -> None:
-    from supervisor._config_types import NAME_RE, NAME_RULE
+    from mcpvisor._config_types import NAME_RE, NAME_RULE
 
     if not NAME_RE.match(name):
         raise CommandError(f'server name "{name}" is invalid: {NAME_RULE}')
@@ -305,7 +305,7 @@ def _write(args: argparse.Namespace, entry: dict[str, Any]) -> int:
 def run_add_json(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from supervisor.config import ConfigError
+    from mcpvisor.config import ConfigError
 
     _check_name(args.name)
     where = f"mcp add-json {args.name}"

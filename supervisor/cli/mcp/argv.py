@@ -1,7 +1,7 @@
 """The command line of ``mcpvisor mcp add``: its options, and where the server's command starts.
 
 `split_argv` runs on the whole ``mcpvisor`` argv before argparse sees it (see
-`supervisor.cli.main`): everything after the first ``--`` is the server's command and
+`mcpvisor.cli.main`): everything after the first ``--`` is the server's command and
 arguments, verbatim; without ``--``, the first word after NAME that is not a URL starts
 it. argparse then parses only our part, once, and cannot take the command's options
 (``-y``, ``-m``, ``--transport``) for ours.
@@ -13,9 +13,9 @@ import argparse
 from collections.abc import Sequence
 from typing import Final
 
-from supervisor.cli import _output as out
-from supervisor.cli.config_cmd import config_option
-from supervisor.cli.mcp._common import SCOPE_CHOICES, TRANSPORT_CHOICES
+from mcpvisor.cli import _output as out
+from mcpvisor.cli.config_cmd import config_option
+from mcpvisor.cli.mcp._common import SCOPE_CHOICES, TRANSPORT_CHOICES
 
 COMMAND_DEST: Final = "command_argv"
 """Where `split_argv`'s command lands in the parsed arguments (None: no command given)."""

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from supervisor.cli import EXIT_FAILED, EXIT_OK, Formatter
-from supervisor.cli import _output as out
-from supervisor.cli.config_cmd import CommandError, open_store
-from supervisor.cli.mcp._common import fails, server_target, unknown
+from mcpvisor.cli import EXIT_FAILED, EXIT_OK, Formatter
+from mcpvisor.cli import _output as out
+from mcpvisor.cli.config_cmd import CommandError, open_store
+from mcpvisor.cli.mcp._common import fails, server_target, unknown
 
 
 def register(cmds: Any, parent: argparse.ArgumentParser) -> None:

@@ -1,6 +1,6 @@
 """``mcpvisor mcp list|test|info|get``: what is configured, and does it answer.
 
-These commands connect to servers with the proxy's own code (`supervisor.probe`),
+These commands connect to servers with the proxy's own code (`mcpvisor.probe`),
 concurrently, each bounded by ``--timeout``, and stop and reap whatever they start.
 ``get`` is Claude Code's name for ``info``.
 """
@@ -11,10 +11,10 @@ import argparse
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from supervisor.cli import EXIT_FAILED, EXIT_OK, Formatter
-from supervisor.cli import _output as out
-from supervisor.cli.config_cmd import CommandError, Target, load_lenient, locate, nothing_found, require
-from supervisor.cli.mcp._common import (
+from mcpvisor.cli import EXIT_FAILED, EXIT_OK, Formatter
+from mcpvisor.cli import _output as out
+from mcpvisor.cli.config_cmd import CommandError, Target, load_lenient, locate, nothing_found, require
+from mcpvisor.cli.mcp._common import (
     DESCRIPTION_WIDTH,
     STATUS_CHOICES,
     fails,
@@ -23,8 +23,8 @@ from supervisor.cli.mcp._common import (
 )
 
 if TYPE_CHECKING:
-    from supervisor.config import Config, ServerSpec
-    from supervisor.probe import ProbeResult
+    from mcpvisor.config import Config, ServerSpec
+    from mcpvisor.probe import ProbeResult
 
 
 def register(cmds: Any, parent: argparse.ArgumentParser) -> None:
@@ -96,7 +96,7 @@ def _probe(specs: Sequence[ServerSpec], timeout: float, what: str) -> dict[str, 
 
     import trio
 
-    from supervisor.probe import load_connection_code, probe_all
+    from mcpvisor.probe import load_connection_code, probe_all
 
     logging.getLogger().addHandler(logging.NullHandler())  # servers' stderr is for the proxy's log
     if not specs:
@@ -319,8 +319,8 @@ def run_info(args: argparse.Namespace) -> int:
 def remembered_note(config: Config, spec: ServerSpec) -> dict[str, Any] | None:
     """What the state directory remembers of ``spec``'s lists (what a proxy lists while the
     server starts), for ``mcp info``; None when nothing is remembered."""
-    from supervisor.remembered import CatalogFile, catalog_fingerprint
-    from supervisor.settings import state_dir, with_env_overrides
+    from mcpvisor.remembered import CatalogFile, catalog_fingerprint
+    from mcpvisor.settings import state_dir, with_env_overrides
 
     directory = state_dir(configured=with_env_overrides(config.settings).state_dir)
     entry = CatalogFile(directory).load().get(spec.name)
@@ -337,7 +337,7 @@ def remembered_note(config: Config, spec: ServerSpec) -> dict[str, Any] | None:
 
 def _compound_info(args: argparse.Namespace, config: Config, target: Target) -> int:
     """``mcp info NAME`` for a compound tool: its subtools, each checked on its server."""
-    from actors.core.compound import resolve_compound
+    from mcpvisor.actors.core.compound import resolve_compound
 
     decl = config.compound_tools[args.name]
     names = list(dict.fromkeys(d.server for d in decl.subtools))

@@ -3,13 +3,13 @@
 Owns:
 
 * `Front`: the request handlers (resources, prompts, completion, logging; tools/call
-  is `actors.front_tools`): each reads the router's current snapshot and forwards to
+  is `mcpvisor.actors.fronts.tools`): each reads the router's current snapshot and forwards to
   the owning upstream actor;
 * the broadcaster's entry points: list_changed, resources/updated and upstream log
   messages to every client, in both eras (handshake era: each connection's queue in
-  `actors.clients`; 2026-07-28: the `subscriptions/listen` bus), never blocking the router;
+  `mcpvisor.actors.fronts.clients`; 2026-07-28: the `subscriptions/listen` bus), never blocking the router;
 * the bridged calls of 2026-07-28 clients to handshake-era upstreams: each runs beside
-  the client's legs, parked under its ``requestState`` (`actors.bridge`, `actors.origins`);
+  the client's legs, parked under its ``requestState`` (`mcpvisor.actors.bridge`, `mcpvisor.actors.fronts.origins`);
 * the client session of each request (`session_of`): one per handshake-era connection;
   a transport serving its connection itself (`serve_connection`, the stdio front) hands
   its own session over, so its fast path and the SDK reach the same session-scoped
@@ -41,23 +41,23 @@ from mcp.server.subscriptions import (
 )
 from mcp.shared.exceptions import MCPError
 
-from actors import wire
-from actors.bridge import ParkedCall, ParkedCalls, request_state_of, run_parked
-from actors.clients import CLIENT_SEND_TIMEOUT_S, ClientRegistry, ClientState, level_ok
-from actors.core.catalog import PromptRoute, Snapshot, close_names
-from actors.core.pending import owner_of
-from actors.core.registry import Changes
-from actors.eras import LOG_LEVELS, complete, is_modern_version, strip_upstream_stamps
-from actors.errors import ProxyError, error_data
-from actors.front_tools import ToolCalls, loader_of
-from actors.harness import ClientSession, sdk_session
-from actors.lazy import LoadFailed
-from actors.link import CallOrigin
-from actors.link.input_required import INPUT_REQUIRED_METHODS
-from actors.origins import BridgedOrigin, ConnectionOrigin, SdkOrigin, is_modern
-from actors.router import Router
-from actors.starting import await_listed
-from actors.upstream import Upstream
+from mcpvisor.actors import wire
+from mcpvisor.actors.bridge import ParkedCall, ParkedCalls, request_state_of, run_parked
+from mcpvisor.actors.core.catalog import PromptRoute, Snapshot, close_names
+from mcpvisor.actors.core.pending import owner_of
+from mcpvisor.actors.core.registry import Changes
+from mcpvisor.actors.eras import LOG_LEVELS, complete, is_modern_version, strip_upstream_stamps
+from mcpvisor.actors.errors import ProxyError, error_data
+from mcpvisor.actors.fronts.clients import CLIENT_SEND_TIMEOUT_S, ClientRegistry, ClientState, level_ok
+from mcpvisor.actors.fronts.origins import BridgedOrigin, ConnectionOrigin, SdkOrigin, is_modern
+from mcpvisor.actors.fronts.tools import ToolCalls, loader_of
+from mcpvisor.actors.harness import ClientSession, sdk_session
+from mcpvisor.actors.lazy import LoadFailed
+from mcpvisor.actors.link import CallOrigin
+from mcpvisor.actors.link.input_required import INPUT_REQUIRED_METHODS
+from mcpvisor.actors.router import Router
+from mcpvisor.actors.starting import await_listed
+from mcpvisor.actors.upstream import Upstream
 
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -134,7 +134,7 @@ class Front:
         self._listen = ListenHandler(self.bus)
         self._subscribers: dict[str, int] = {}
         self.parked = ParkedCalls()
-        """Calls of 2026-07-28 clients waiting for their retry with the answers (`actors.bridge`)."""
+        """Calls of 2026-07-28 clients waiting for their retry with the answers (`mcpvisor.actors.bridge`)."""
         self._origins: dict[str, BridgedOrigin] = {}
         self._nursery: trio.Nursery | None = None
         self.log_level: str | None = None
@@ -144,7 +144,7 @@ class Front:
         """Sessions transports made for the connections they serve (`serve_connection`),
         by the session id the SDK's loop was given."""
         self.tools = ToolCalls(backend, self._forward, self.session_of)
-        """``tools/call``, ``use_tool`` and loading a lazy tool's server (`actors.front_tools`)."""
+        """``tools/call``, ``use_tool`` and loading a lazy tool's server (`mcpvisor.actors.fronts.tools`)."""
         self.server: Server[Any] = ProxyServer(
             name,
             version=version,
@@ -265,7 +265,7 @@ class Front:
                 del self._sessions[key]
 
     def session_of(self, ctx: ServerRequestContext[Any, Any]) -> ClientSession | None:
-        """The client session of a request served through the SDK (`actors.harness.sdk_session`)."""
+        """The client session of a request served through the SDK (`mcpvisor.actors.harness.sdk_session`)."""
         return sdk_session(ctx, is_modern(ctx), self._sessions)
 
     def _upstream(self, server: str, ctx: ServerRequestContext[Any, Any] | None = None) -> Upstream:

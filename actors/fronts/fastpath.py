@@ -12,7 +12,7 @@ Owns, for one front connection (`FastPath`):
   so arguments and unknown keys such as ``inputResponses`` travel as they came), the
   id and the progress token swapped for the upstream's, the era adapted where the
   client and the upstream speak different ones;
-* the connection's side of each call in flight: its `FastCall` (`actors.fastcall`:
+* the connection's side of each call in flight: its `FastCall` (`mcpvisor.actors.fronts.fastcall`:
   the answer, retries, mid-call traffic and the ``input_required`` bridge) by client
   id, the parked calls by ``requestState``, and the requests sent to the client on an
   upstream's behalf (`FastPath.ask_client`).
@@ -42,21 +42,21 @@ from mcp_types import (
 )
 from msgspec import UNSET, Raw
 
-from actors import wire
-from actors.bridge import CAPABILITY_OF, STATE_PREFIX
-from actors.core.discovery import USE_TOOL
-from actors.core.use_tool import check_arguments
-from actors.eras import ENVELOPE_KEYS, is_modern_version, verbose_of
-from actors.errors import ProxyError, UpstreamError
-from actors.fastcall import FastCall
-from actors.framing import FrameWriter, StreamBroken
-from actors.harness import RUN_META_KEY, CancelledByClient, ClientSession
-from actors.link.stdio import StdioLink
-from actors.messages import Reply
+from mcpvisor.actors import wire
+from mcpvisor.actors.bridge import CAPABILITY_OF, STATE_PREFIX
+from mcpvisor.actors.core.discovery import USE_TOOL
+from mcpvisor.actors.core.use_tool import check_arguments
+from mcpvisor.actors.eras import ENVELOPE_KEYS, is_modern_version, verbose_of
+from mcpvisor.actors.errors import ProxyError, UpstreamError
+from mcpvisor.actors.framing import FrameWriter, StreamBroken
+from mcpvisor.actors.fronts.fastcall import FastCall
+from mcpvisor.actors.harness import RUN_META_KEY, CancelledByClient, ClientSession
+from mcpvisor.actors.link.stdio import StdioLink
+from mcpvisor.actors.messages import Reply
 
 if TYPE_CHECKING:
-    from actors.core.catalog import Snapshot, ToolRoute
-    from actors.front import Backend
+    from mcpvisor.actors.core.catalog import Snapshot, ToolRoute
+    from mcpvisor.actors.fronts.sdk import Backend
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ these from ``settings``):
   (``settings.authToken``, ``settings.authTokens``, ``$MCPVISOR_TOKEN``,
   ``--token-file``), compared in constant time; the token set is read at every check,
   so a hot reload that removes a token locks its holder out at once;
-* `ChainVerifier`: static tokens first, then an OAuth verifier (`actors.oauth`);
+* `ChainVerifier`: static tokens first, then an OAuth verifier (`mcpvisor.actors.fronts.oauth`);
 * `HostRules`: which Host and Origin headers a front accepts (DNS-rebinding defence),
   as a predicate for the websocket front and as the SDK's `TransportSecuritySettings`
   for the HTTP front, so both fronts apply the same rules;

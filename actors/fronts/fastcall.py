@@ -1,4 +1,4 @@
-"""One call on the lean tool-call path (`actors.fastpath`), as the upstream link sees it.
+"""One call on the lean tool-call path (`mcpvisor.actors.fronts.fastpath`), as the upstream link sees it.
 
 Owns, for one fast-path ``tools/call``:
 
@@ -11,7 +11,7 @@ Owns, for one fast-path ``tools/call``:
   client (`CallOrigin`);
 * the bridge for a 2026-07-28 client on a handshake-era upstream: the upstream's
   questions answer the client's leg as ``input_required`` and the call waits, parked
-  under its ``requestState``, for the client's retry (`actors.bridge`); and the
+  under its ``requestState``, for the client's retry (`mcpvisor.actors.bridge`); and the
   reverse, a 2026-07-28 upstream's ``input_required`` driven for a handshake-era client.
 """
 
@@ -26,17 +26,17 @@ import trio
 from mcp_types import LOG_LEVEL_META_KEY
 from msgspec import UNSET, Raw
 
-from actors import wire
-from actors.bridge import INPUT_WAIT_S, ParkedCall, declared, new_state_token
-from actors.eras import ENVELOPE_KEYS, adapt_raw_result, strip_upstream_stamps
-from actors.errors import CallTimeout, ProxyError, UpstreamDied, UpstreamError, error_data
-from actors.link.input_required import drive_input_required
+from mcpvisor.actors import wire
+from mcpvisor.actors.bridge import INPUT_WAIT_S, ParkedCall, declared, new_state_token
+from mcpvisor.actors.eras import ENVELOPE_KEYS, adapt_raw_result, strip_upstream_stamps
+from mcpvisor.actors.errors import CallTimeout, ProxyError, UpstreamDied, UpstreamError, error_data
+from mcpvisor.actors.link.input_required import drive_input_required
 
 if TYPE_CHECKING:
-    from actors.core.catalog import ToolRoute
-    from actors.fastpath import FastPath
-    from actors.link.stdio import StdioLink
-    from actors.upstream import Upstream
+    from mcpvisor.actors.core.catalog import ToolRoute
+    from mcpvisor.actors.fronts.fastpath import FastPath
+    from mcpvisor.actors.link.stdio import StdioLink
+    from mcpvisor.actors.upstream import Upstream
 
 logger = logging.getLogger(__name__)
 

@@ -1,13 +1,13 @@
 """How an upstream's mid-call traffic reaches the client of the shared (SDK) front.
 
-Owns the `CallOrigin` implementations of `actors.front`:
+Owns the `CallOrigin` implementations of `mcpvisor.actors.fronts.sdk`:
 
 * `ConnectionOrigin`: a handshake-era connection asked outside any call (e.g. an
   upstream's roots/list at start-up);
 * `SdkOrigin`: the client whose request caused an upstream call; its progress, log
   messages and the upstream's requests (sampling, elicitation, roots) go to it;
 * `BridgedOrigin`: a 2026-07-28 client's call to a handshake-era upstream, whose
-  questions become ``input_required`` legs (`actors.bridge`).
+  questions become ``input_required`` legs (`mcpvisor.actors.bridge`).
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError, NoBackChannelError
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY
 
-from actors import wire
-from actors.bridge import ParkedCall, declared
-from actors.clients import ClientRegistry, ClientState
-from actors.eras import is_modern_version
-from actors.errors import BridgeUnsupported, UpstreamError
+from mcpvisor.actors import wire
+from mcpvisor.actors.bridge import ParkedCall, declared
+from mcpvisor.actors.eras import is_modern_version
+from mcpvisor.actors.errors import BridgeUnsupported, UpstreamError
+from mcpvisor.actors.fronts.clients import ClientRegistry, ClientState
 
 
 def is_modern(ctx: ServerRequestContext[Any, Any] | None) -> bool:

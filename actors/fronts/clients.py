@@ -22,7 +22,7 @@ from typing import Any, Final
 import trio
 from mcp.server.connection import Connection
 
-from actors.eras import LOG_LEVELS
+from mcpvisor.actors.eras import LOG_LEVELS
 
 CLIENT_QUEUE: Final = 256
 """Notifications queued for one client before duplicates are coalesced (a stuck client

@@ -10,7 +10,7 @@ Owns:
 * `unknown_tool_result`: the ``isError`` answer for a name nothing serves, with the
   closest names of the server it would belong to;
 * a name not listed yet waits for its starting server, or fails naming its down one
-  (`actors.starting.await_listed`);
+  (`mcpvisor.actors.starting.await_listed`);
 * `loader_of`: the lazy-server loader a backend has, if any.
 """
 
@@ -24,21 +24,21 @@ import trio
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
-from actors import wire
-from actors.core.catalog import close_names
-from actors.core.discovery import USE_TOOL, lazy_owner
-from actors.core.pending import owner_of
-from actors.core.use_tool import CallLocal, NeedsLoad, plan_use
-from actors.eras import strip_upstream_stamps
-from actors.errors import ProxyError, error_data
-from actors.harness import ClientSession, run_label
-from actors.lazy import LazyLoader, LoadFailed
-from actors.origins import is_modern
-from actors.starting import await_listed
+from mcpvisor.actors import wire
+from mcpvisor.actors.core.catalog import close_names
+from mcpvisor.actors.core.discovery import USE_TOOL, lazy_owner
+from mcpvisor.actors.core.pending import owner_of
+from mcpvisor.actors.core.use_tool import CallLocal, NeedsLoad, plan_use
+from mcpvisor.actors.eras import strip_upstream_stamps
+from mcpvisor.actors.errors import ProxyError, error_data
+from mcpvisor.actors.fronts.origins import is_modern
+from mcpvisor.actors.harness import ClientSession, run_label
+from mcpvisor.actors.lazy import LazyLoader, LoadFailed
+from mcpvisor.actors.starting import await_listed
 
 if TYPE_CHECKING:
-    from actors.core.catalog import Snapshot, ToolRoute
-    from actors.front import Backend
+    from mcpvisor.actors.core.catalog import Snapshot, ToolRoute
+    from mcpvisor.actors.fronts.sdk import Backend
 
 Forward = Callable[..., Awaitable[dict[str, Any]]]
 """`Front._forward`: ``(server, method, params, ctx, *, retry_safe)`` to the owning upstream."""

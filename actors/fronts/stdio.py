@@ -34,10 +34,10 @@ import trio
 from mcp.shared.message import SessionMessage
 from msgspec import UNSET
 
-from actors import wire
-from actors.fastpath import FastPath
-from actors.framing import FrameWriter, LineReader, OversizedLine, StreamBroken
-from actors.harness import ClientSession
+from mcpvisor.actors import wire
+from mcpvisor.actors.framing import FrameWriter, LineReader, OversizedLine, StreamBroken
+from mcpvisor.actors.fronts.fastpath import FastPath
+from mcpvisor.actors.harness import ClientSession
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class StdioFront:
 
     async def serve(self) -> None:
         """Serve until the client closes its end (EOF on stdin), then end the session
-        (its session-scoped instances stop; `supervisor.sessions` bounds the wait)."""
+        (its session-scoped instances stop; `mcpvisor.sessions` bounds the wait)."""
         try:
             async with trio.open_nursery() as nursery:
                 if self._use_fast_path:
