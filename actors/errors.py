@@ -36,6 +36,10 @@ def wall_clock(deadline: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(wall))
 
 
+_STATE_WORDS = {"circuit_open": "circuit open: too many failed starts", "backing_off": "restarting"}
+"""How an error names the state of a server that will be tried again."""
+
+
 class UpstreamUnavailable(ProxyError):
     """The server that owns the target is not serving (down, restarting, circuit open, disabled)."""
 
@@ -43,7 +47,8 @@ class UpstreamUnavailable(ProxyError):
 
     def __init__(self, server: str, state: str, reason: str | None, retry_at: float | None = None) -> None:
         if retry_at is not None:
-            message = f"server {server} is down ({reason or state}), next try at {wall_clock(retry_at)}"
+            message = (f"server {server} is down ({reason or state}), next try at {wall_clock(retry_at)} "
+                       f"({_STATE_WORDS.get(state, state.replace('_', ' '))})")
         elif reason:
             message = f"server {server} is {state.replace('_', ' ')} ({reason})"
         else:

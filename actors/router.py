@@ -87,6 +87,7 @@ class Router:
         self._publish = publish
         self._send, self._receive = trio.open_memory_channel[object](MAILBOX_SIZE)
         self.applied = 0
+        self._changed = trio.Event()
 
     @property
     def snapshot(self) -> Snapshot:
@@ -104,6 +105,11 @@ class Router:
         """Run ``call`` inside the router, in mailbox order, and return its answer."""
         await self._send.send(call)
         return await call.reply.wait()
+
+    async def wait_changed(self) -> None:
+        """Wait until the next mutation that changes what clients see (the snapshot is
+        new by then; its announcement may still be held during start-up)."""
+        await self._changed.wait()
 
     def statistics(self) -> trio.MemoryChannelStatistics:
         return self._send.statistics()
@@ -129,6 +135,8 @@ class Router:
             return
         self.applied += 1
         if changes:
+            self._changed.set()
+            self._changed = trio.Event()
             self._publish(self.core.snapshot, changes)
         if isinstance(reply, Reply):
             reply.set(answer)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Final
 
 SCENARIOS: Final = ("latency", "latency_work", "throughput", "payload", "http_latency", "http_throughput",
-                    "startup", "rss", "tools_list_size", "list_changed", "recovery", "harness")
+                    "startup", "first_list", "rss", "tools_list_size", "list_changed", "recovery", "harness")
 EXIT_OK: Final = 0
 EXIT_REGRESSION: Final = 1
 EXIT_USAGE: Final = 2
@@ -314,6 +314,14 @@ async def _main(wanted: Sequence[str], params: Any, workdir: Path, core: list[An
         err("bench: startup ...")
         t0 = time.perf_counter()
         r = note_single(await run_startup([*core, *multi_peers], params, workdir))
+        r.seconds = time.perf_counter() - t0
+        done([r])
+    if "first_list" in wanted:
+        from mcpvisor.bench.scenarios_startup import run_first_list
+
+        err("bench: first_list ...")
+        t0 = time.perf_counter()
+        r = await run_first_list(params, workdir)
         r.seconds = time.perf_counter() - t0
         done([r])
     fleet_wanted = [n for n in ("rss", "tools_list_size") if n in wanted]

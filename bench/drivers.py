@@ -49,6 +49,8 @@ class ServerDef:
     name: str
     tools: int = 0
     bare: bool = False
+    start_delay: float = 0.0
+    """Seconds the upstream reads nothing after it is spawned (a slow server's start)."""
 
     def argv(self) -> list[str]:
         args = [str(UPSTREAM), "--name", self.name]
@@ -56,6 +58,8 @@ class ServerDef:
             args += ["--tools", str(self.tools)]
         if self.bare:
             args.append("--bare")
+        if self.start_delay:
+            args += ["--start-delay", f"{self.start_delay:g}"]
         return args
 
     def entry(self) -> dict[str, Any]:

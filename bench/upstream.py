@@ -15,7 +15,8 @@ Tools:
     tool_0..       ``--tools N`` generated tools with realistic descriptions and schemas
                    (for the tools/list size scenario); each answers like echo
 
-Usage: ``python bench/upstream.py [--name NAME] [--tools N] [--bare]``. Exits 0 on stdin EOF.
+Usage: ``python bench/upstream.py [--name NAME] [--tools N] [--bare] [--start-delay S]``. Exits 0 on
+stdin EOF.
 """
 
 from __future__ import annotations
@@ -183,7 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default="bench", help="serverInfo name and the workspace in tool descriptions")
     parser.add_argument("--tools", type=int, default=0, metavar="N", help="add N generated tools tool_0..")
     parser.add_argument("--bare", action="store_true", help="list only the generated tools (echo etc. still answer)")
+    parser.add_argument("--start-delay", type=float, default=0.0, metavar="S",
+                        help="read nothing for S seconds first (a server that is slow to start)")
     opts = parser.parse_args(argv)
+    if opts.start_delay > 0:
+        time.sleep(opts.start_delay)
     try:
         Upstream(opts.name, opts.tools, opts.bare).serve()
     except KeyboardInterrupt:

@@ -8,9 +8,10 @@ Owns the `Supervisor` object an embedding program (or the CLI) holds:
   parallel) and the router sees them leave (STYLE rule 4);
 * the process watchdog (`mcpvisor.actors.process.Reaper`) lives around both, so children
   die even if the proxy itself is SIGKILLed;
-* the start-up gate: the first ``tools/list`` waits for the eager servers' first
-  start at most ``settings.startupWait``; what arrives later reaches clients by
-  ``list_changed``;
+* start-up: ``initialize`` and every list are answered at once with what is known (the
+  servers that are up, the remembered lists of those still starting); the list changes
+  of start-up are gathered into a few notifications (`mcpvisor.startup`) until every
+  eager server made its first start attempt, at most ``settings.startupWait``;
 * the exposure (``settings.exposure``, ``$MCPVISOR_EXPOSURE``): the toolsets and
   configuration mode of `mcpvisor.actors.core.toolsets`, restored from the state directory before
   the router starts, and the management tools of `mcpvisor.menu`; with ``discovery``,
@@ -31,9 +32,10 @@ from typing import Any, Final
 
 import trio
 
-from mcpvisor.actors.core.catalog import Snapshot
+from mcpvisor.actors.core.catalog import Snapshot, UpstreamLists
 from mcpvisor.actors.core.discovery import DISCOVER_TOOL, LOAD_MCP, LazyBook
 from mcpvisor.actors.core.model import SavedState
+from mcpvisor.actors.core.pending import WAIT_STATES
 from mcpvisor.actors.core.plan import CallLocal, CallRoute, Refused, unknown_tool
 from mcpvisor.actors.core.registry import Changes, RegistryCore
 from mcpvisor.actors.core.toolsets import ToolsetError, ToolsetExposure
@@ -60,9 +62,11 @@ from mcpvisor.journal import CallRecord, Journal, open_journal
 from mcpvisor.menu import DEFINITIONS, Menu
 from mcpvisor.menu.discovery import discover, load_mcp
 from mcpvisor.redact import remember, scrub_known, secret_values
+from mcpvisor.remembered import CatalogFile, CatalogWriter, Remembered, catalog_fingerprint
 from mcpvisor.sessions import ScopedServers, SessionView, open_session
 from mcpvisor.settings import state_dir as resolve_state_dir
 from mcpvisor.settings import with_env_overrides
+from mcpvisor.startup import ListChangeCoalescer
 from mcpvisor.state import CorruptState, StateStore
 
 logger = logging.getLogger(__name__)
@@ -96,6 +100,10 @@ class _Hooks(Hooks):
 
     def log_level(self) -> str | None:
         return self._sup.front.log_level
+
+    def lists_seen(self, spec: Any, lists: UpstreamLists, era: str | None) -> None:
+        self._sup.remembered.pop(spec.name, None)
+        self._sup.catalog.seen(spec, lists, era)
 
 
 _NAMING_NOTES: Final = {
@@ -144,7 +152,9 @@ class Supervisor:
             exposure=self.toolsets,
             compounds=tuple(config.compound_tools.values()),
         )
-        self.router = Router(self.core, self._announce)
+        self.coalescer = ListChangeCoalescer(self._announce)
+        """Gathers the list changes of start-up into a few notifications (`mcpvisor.startup`)."""
+        self.router = Router(self.core, self.coalescer.offer)
         self.loader = LazyLoader(self.router, lambda: self.upstreams, self.lazy)
         """Every start of a lazy server goes through it (coalesced, 3 failed loads at most)."""
         self.menu = Menu(self)
@@ -160,6 +170,10 @@ class Supervisor:
         """The instances of ``"scope": "session"`` servers and their warm pools."""
         self.journal: Journal | None = None
         """Where finished calls are recorded (``journal=``, ``settings.journal``), if anywhere."""
+        self.catalog = CatalogWriter(CatalogFile(self.store.directory))
+        """Remembers what each server lists, for the next start (`mcpvisor.remembered`)."""
+        self.remembered: dict[str, Remembered] = {}
+        """Servers listed from memory that have not listed in this run yet."""
 
     # --- the embedding API --------------------------------------------------------------
     def tools(self) -> list[dict[str, Any]]:
@@ -172,7 +186,8 @@ class Supervisor:
 
     # The default comes from settings.startupWait: a caller's cancel scope could not supply it.
     async def wait_ready(self, timeout: float | None = None) -> list[str]:  # noqa: ASYNC109
-        """Wait until every eager server is ready or has settled (circuit open, disabled).
+        """Wait until every eager server is ready or has settled (circuit open, disabled),
+        and clients have been told of the lists start-up changed.
 
         Args:
             timeout: seconds to wait at most (default: ``settings.startupWait``).
@@ -187,13 +202,15 @@ class Supervisor:
                 if not pending:
                     break
                 await pending[0].wait_changed()
+            await self.coalescer.wait_ended()  # and the list changes of start-up have been announced
         return [name for name, u in self.upstreams.items()
                 if u.state not in READY_STATES and u.state is not State.IDLE]
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Call a tool by its exposed name, as a client would; returns the ``CallToolResult``.
 
-        Tool failures come back as results with ``isError``; an unknown tool too.
+        Tool failures come back as results with ``isError``; an unknown tool too. A tool of
+        a server that is still starting waits for it (its ``restartWait``).
 
         Raises:
             actors.errors.ProxyError: the server is down, timed out, or died mid-call.
@@ -247,6 +264,11 @@ class Supervisor:
         """
         return open_session(self, label, run=run)
 
+    def disabled_servers(self) -> list[str]:
+        """Configured servers with ``enabled: false`` (no actor runs them): a request for one
+        of their names is told the server is disabled, not that the name is unknown."""
+        return [name for name, spec in self.config.servers.items() if not spec.enabled]
+
     def upstream_for(self, server: str, session: ClientSession | None) -> Upstream | None:
         """The actor a call to ``server`` goes to for ``session``: its own instance when the
         server is session-scoped (`mcpvisor.sessions`), the shared one otherwise."""
@@ -262,14 +284,47 @@ class Supervisor:
 
     def status(self) -> list[UpstreamStatus]:
         """Every configured server's status, in file order: those that run (whatever their
-        state), and those the config disables (state ``disabled``), which have no actor; each
-        reason and last error scrubbed of the config's secrets (they may quote a server's
-        stderr, which may print its key)."""
-        shown = [u.status() if (u := self.upstreams.get(name)) is not None else _disabled_status(spec)
+        state), and those the config disables (state ``disabled``), which have no actor; one
+        listed from memory says from when, and how many tools; each reason and last error
+        scrubbed of the config's secrets (they may quote a server's stderr, which may print
+        its key)."""
+        shown = [self._status_of(u) if (u := self.upstreams.get(name)) is not None else _disabled_status(spec)
                  for name, spec in self.config.servers.items() if name in self.upstreams or not spec.enabled]
-        shown += [u.status() for name, u in self.upstreams.items() if name not in self.config.servers]
+        shown += [self._status_of(u) for name, u in self.upstreams.items() if name not in self.config.servers]
         return [dataclasses.replace(s, reason=s.reason and scrub_known(s.reason),
                                     last_error=s.last_error and scrub_known(s.last_error)) for s in shown]
+
+    def _status_of(self, up: Upstream) -> UpstreamStatus:
+        status = up.status()
+        memory = self.remembered.get(up.name)
+        if memory is not None and status.state in WAIT_STATES:  # withdrawn once it is down
+            status = dataclasses.replace(status, remembered=memory.seen, tool_count=len(memory.lists.tools))
+        return status
+
+    async def recall(self) -> None:
+        """List each eager server's remembered lists (`mcpvisor.remembered`) until it lists
+        its own, and open it in the era it answered in last time. A server whose command,
+        args, env, url or headers changed since is not listed from memory. Call before the
+        first snapshot clients see."""
+        try:
+            memory = await trio.to_thread.run_sync(self.catalog.file.load)
+        except Exception as exc:  # a cache: start as the first time
+            logger.warning("could not read the remembered catalog %s: %s", self.catalog.file.path, exc)
+            return
+        for spec in self.config.enabled_servers():
+            entry = memory.get(spec.name)
+            if spec.lazy or spec.scope != "shared" or entry is None:
+                continue
+            if entry.fingerprint != catalog_fingerprint(spec):
+                logger.info("%s: its remembered lists are of an earlier command, args, env or url; "
+                            "not listed until it starts", spec.name)
+                continue
+            self.core.remember(spec.name, entry.lists)
+            self.remembered[spec.name] = entry
+            if spec.protocol == "auto" and entry.era:
+                self._era_memory.setdefault(spec.fingerprint(), entry.era)
+            logger.info("%s: listing %d remembered tools (seen %s) until it is up", spec.name,
+                        len(entry.lists.tools), entry.seen)
 
     # --- seams other modules fill ---------------------------------------------------------
     async def equip(self, name: str) -> dict[str, Any]:
@@ -308,7 +363,8 @@ class Supervisor:
 
     # --- what the front needs -------------------------------------------------------------
     async def wait_startup(self) -> None:
-        """Wait until every eager server made its first start attempt (at most ``startupWait``)."""
+        """Wait until every eager server made its first start attempt (at most ``startupWait``):
+        how long a request naming something no server lists yet waits."""
         await self._startup_done.wait()
 
     @property
@@ -388,6 +444,12 @@ class Supervisor:
             for up in eager:
                 await up.first_attempt_done.wait()
         self._startup_done.set()
+        # The list changes of a server slower than startupWait are still start-up's: gathered
+        # with the others until every eager server made its first attempt (its startupTimeout).
+        for up in eager:
+            if not up.first_attempt_done.is_set():
+                await up.first_attempt_done.wait()
+        self.coalescer.end()
 
 
 def _disabled_status(spec: ServerSpec) -> UpstreamStatus:
@@ -493,10 +555,13 @@ async def _run_tree(cfg: Config, store: StateStore, saved: SavedState, toolset: 
         sup = Supervisor(cfg, reaper=reaper, rng=rng, state_dir=store.directory)
         sup.journal = journal
         sup.toolsets.restore(saved, toolset)
+        await sup.recall()
         sup.core.rebuild()  # before the router runs: no client yet, nothing to announce
         sup._root = root
         await root.start(sup.router.run)
         await root.start(sup.front.run)
+        await root.start(sup.coalescer.run)
+        await root.start(sup.catalog.run)
         if control is not None:
             from mcpvisor.control import serve_control
 

@@ -103,13 +103,33 @@ class Recorder:
                 "message_handler": self.handler}
 
 
+SETTLED: Final = frozenset({"ready", "circuit_open", "disabled", "stopped", "not loaded", "idle", "misconfigured"})
+"""Server states that are not on their way somewhere (what `Supervisor.wait_ready` waits for)."""
+
+
+async def wait_settled(client: Client) -> None:
+    """Wait until every server of the proxy behind ``client`` has settled (ready, circuit
+    open, disabled), asking ``get-server-status``: the proxy answers the first
+    ``tools/list`` at once with whatever is up, and a test about what happens after
+    start-up waits for start-up first. Bound it with the test's own ``fail_after``."""
+    while True:
+        result = await client.call_tool("get-server-status", {})
+        servers = (result.structured_content or {}).get("servers", [])
+        if all(s.get("state") in SETTLED for s in servers):
+            return
+        await trio.sleep(0.05)  # a subprocess proxy has no event to wait on; the loop is bounded
+
+
 @asynccontextmanager
 async def proxy_client(config: Path, *extra: str, mode: str = "legacy", recorder: Recorder | None = None,
-                       env: Mapping[str, str] | None = None) -> AsyncIterator[Client]:
-    """A real SDK client connected over stdio to a ``mcpvisor serve`` subprocess."""
+                       env: Mapping[str, str] | None = None, settle: bool = True) -> AsyncIterator[Client]:
+    """A real SDK client connected over stdio to a ``mcpvisor serve`` subprocess; with
+    ``settle``, yielded once every server has settled (`wait_settled`)."""
     kwargs = recorder.kwargs() if recorder is not None else {}
     async with Client(proxy_params(config, *extra, env=env), mode=mode, cache=None,  # type: ignore[arg-type]
                       **kwargs) as client:
+        if settle:
+            await wait_settled(client)
         yield client
 
 
@@ -173,12 +193,18 @@ async def embedded_front(config: Path, *, state_dir: Path | None = None
     """A proxy running in this process behind the same stdio front (`mcpvisor.actors.fronts.stdio`,
     fast path and all) that `mcpvisor serve` puts on its stdin/stdout, on OS pipes, with
     the same real upstream subprocesses; yields the client's ends (send, receive). It
-    saves the second ``import mcp`` (seconds on a 2-core machine)."""
+    saves the second ``import mcp`` (seconds on a 2-core machine).
+
+    The client connects once every server has settled (ready, circuit open, ...): the
+    proxy answers a first ``tools/list`` at once with what is up, and these tests are
+    about what happens after start-up (tests/integration/test_startup_real.py is about
+    start-up itself)."""
     from mcpvisor import open_supervisor
 
-    async with open_supervisor(config, state_dir=state_dir or config.parent / "state", watch=False) as sup, \
-            embedded_connection(sup) as (send, receive, _):
-        yield send, receive
+    async with open_supervisor(config, state_dir=state_dir or config.parent / "state", watch=False) as sup:
+        await sup.wait_ready()
+        async with embedded_connection(sup) as (send, receive, _):
+            yield send, receive
 
 
 @asynccontextmanager

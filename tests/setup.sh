@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Install what the test suite needs besides the Python packages, pinned by the project's
 # own files: the MCP conformance suite (and the node 22 it runs on), the filesystem server
-# the install-line tests start through npx, and Debian's chromium for the dashboard's
+# the install-line tests start through npx, the npm reference servers and Claude Code's CLI
+# of the start-up tests, and Debian's chromium for the dashboard's
 # browser tests (only when it is missing; needs root or sudo). Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 npm ci --prefix tests/conformance --no-audit --no-fund
 npm ci --prefix tests/npm-filesystem --no-audit --no-fund
+# The reference servers of the first-hour suite and Claude Code's CLI (test_startup_real.py,
+# test_claude_code.py); the CLI is a native binary shipped inside its npm package.
+npm ci --prefix tests/npm-servers --no-audit --no-fund
 if ! command -v chromium >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update && $SUDO apt-get install -y --no-install-recommends chromium

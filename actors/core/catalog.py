@@ -190,6 +190,8 @@ class Snapshot:
     unloaded: tuple[LazyServer, ...] = ()
     """Lazy servers not loaded (given up on or not): a call of a name like one of their
     tools loads the server first (`mcpvisor.actors.core.plan`)."""
+    namespacing: str = "prefix"
+    """``settings.namespacing`` the names were built with (which server a name belongs to)."""
 
     def route_resource(self, uri: str) -> str | None:
         server = self.resources.get(uri)
@@ -210,6 +212,10 @@ class Snapshot:
 
     def exposed_names(self) -> list[str]:
         return [t["name"] for t in self.tools_list]
+
+    def names_of(self, server: str) -> list[str]:
+        """The exposed tool names of one server."""
+        return [name for name, route in self.tools.items() if route.server == server]
 
 
 @dataclass(slots=True)
@@ -396,4 +402,5 @@ class SnapshotBuilder:
             templates_list=tuple(templates_list),
             template_owners=MappingProxyType(template_owners),
             problems=tuple(problems),
+            namespacing=self.namespacing,
         )

@@ -29,7 +29,7 @@ each executor.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import msgspec
@@ -37,6 +37,7 @@ import msgspec
 from mcpvisor.actors import wire
 from mcpvisor.actors.core.catalog import Snapshot, ToolRoute, close_names
 from mcpvisor.actors.core.discovery import USE_TOOL, lazy_owner
+from mcpvisor.actors.core.pending import owner_of
 from mcpvisor.actors.core.use_tool import CallLocal, CallRoute, NeedsLoad, plan_use
 
 __all__ = [
@@ -71,7 +72,7 @@ _any: Final = msgspec.json.Decoder()
 
 
 def plan_call(snapshot: Snapshot, name: str, arguments: Any = None, *, started: bool = True,
-              may_load: bool = True) -> Plan:
+              may_load: bool = True, servers: Iterable[str] = ()) -> Plan:
     """What a call of ``name`` with ``arguments`` does now, read from ``snapshot``.
 
     Args:
@@ -85,6 +86,8 @@ def plan_call(snapshot: Snapshot, name: str, arguments: Any = None, *, started: 
             `WAIT_FOR_STARTUP`, not refused.
         may_load: False once the caller loaded a lazy server for this call: a name still
             unknown is then refused rather than loaded again.
+        servers: the configured servers, whose namespaces an unknown name's hint keeps to
+            (default: the servers with a listed tool).
 
     Returns:
         A `Plan`; see the module docstring. Pure: the same inputs give an equal plan.
@@ -101,7 +104,7 @@ def plan_call(snapshot: Snapshot, name: str, arguments: Any = None, *, started: 
         if isinstance(used, dict):
             return Refused(used)
         if isinstance(used, NeedsLoad):
-            return used if may_load else Refused(unknown_tool(used.tool_name, snapshot))
+            return used if may_load else Refused(unknown_tool(used.tool_name, snapshot, servers))
         if isinstance(used, CallRoute) and used.route.compound is not None:
             return _subtool(used.route, used.arguments, started)
         return used
@@ -111,7 +114,7 @@ def plan_call(snapshot: Snapshot, name: str, arguments: Any = None, *, started: 
     owner = lazy_owner(name, snapshot.unloaded) if may_load else None
     if owner is not None:
         return NeedsLoad(owner.name, name)
-    return Refused(unknown_tool(name, snapshot))
+    return Refused(unknown_tool(name, snapshot, servers))
 
 
 def _subtool(route: ToolRoute, arguments: Any, started: bool) -> Plan:
@@ -131,15 +134,28 @@ def _decoded(arguments: Any) -> Any:
     return {} if arguments is None else arguments
 
 
-def unknown_tool(name: str, snapshot: Snapshot) -> dict[str, Any]:
-    """The ``isError`` result for a tool nothing serves, naming the closest exposed ones."""
-    names = snapshot.exposed_names()
+def unknown_tool(name: str, snapshot: Snapshot, servers: Iterable[str] = ()) -> dict[str, Any]:
+    """The ``isError`` result for a tool nothing serves.
+
+    When the name is in a server's namespace (``servers``: the configured ones; default:
+    those with a listed tool), only that server's names are suggested: a misspelt
+    ``time_get_curent_time`` finds ``time_get_current_time``, and a tool ``slow`` lacks
+    is never "corrected" to another server's. Otherwise the closest exposed names.
+    """
+    known = set(servers) or {route.server for route in snapshot.tools.values()}
+    server = owner_of(name, known, snapshot.namespacing)
+    names = snapshot.names_of(server) if server is not None else snapshot.exposed_names()
     close = close_names(name, names)
-    text = f"Unknown tool {name!r}."
+    text = f"Unknown tool {name!r}" + (f": server {server} has no such tool." if server is not None else ".")
     if close:
         text += " Did you mean: " + ", ".join(close) + "?"
+    elif server is not None:
+        text += f" It offers {len(names)} tools; list them with tools/list."
     elif names:
         text += f" {len(names)} tools are exposed; list them with tools/list."
     else:
         text += " No tools are exposed right now."
-    return wire.tool_error_result(text, {"error": "unknown_tool", "tool": name, "didYouMean": close})
+    data: dict[str, Any] = {"error": "unknown_tool", "tool": name, "didYouMean": close}
+    if server is not None:
+        data["server"] = server
+    return wire.tool_error_result(text, data)

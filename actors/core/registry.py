@@ -199,6 +199,16 @@ class RegistryCore:
                 raise TypeError(f"router core cannot apply {type(message).__name__}")
         return self.rebuild()
 
+    def remember(self, server: str, lists: UpstreamLists) -> None:
+        """List ``server`` from memory (its lists of an earlier run) until it lists its own.
+
+        Call before the first `rebuild` clients see; `UpstreamUp` replaces the lists (no
+        change announced when they are the same), a withdrawal removes them.
+        """
+        if server in self.order and server not in self.lists:
+            self.lists[server] = lists
+            self.states[server] = ("starting", "listed from memory")
+
     def reconfigure(self, order: Sequence[str], filters: Mapping[str, ServerFilter], namespacing: str,
                     compounds: Sequence[CompoundDecl] | None = None) -> Changes:
         """Apply a new config (hot reload): server order, filters, naming, compound tools

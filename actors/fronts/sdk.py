@@ -45,7 +45,8 @@ from mcp.shared.exceptions import MCPError
 
 from mcpvisor.actors import wire
 from mcpvisor.actors.bridge import ParkedCall, ParkedCalls, request_state_of, run_parked
-from mcpvisor.actors.core.catalog import Snapshot, close_names
+from mcpvisor.actors.core.catalog import PromptRoute, Snapshot, close_names
+from mcpvisor.actors.core.pending import owner_of
 from mcpvisor.actors.core.registry import Changes
 from mcpvisor.actors.eras import LOG_LEVELS, complete, is_modern_version, strip_upstream_stamps
 from mcpvisor.actors.errors import ProxyError, error_data
@@ -58,6 +59,7 @@ from mcpvisor.actors.lazy import LoadFailed
 from mcpvisor.actors.link import CallOrigin
 from mcpvisor.actors.link.input_required import INPUT_REQUIRED_METHODS
 from mcpvisor.actors.router import Router
+from mcpvisor.actors.starting import await_listed
 from mcpvisor.actors.upstream import Upstream
 
 if TYPE_CHECKING:
@@ -378,17 +380,17 @@ class Front:
     # The list handlers answer with plain dicts: the SDK types ``on_list_*`` as returning its
     # result models, but its runner takes any ``HandlerResult`` (model, dict or None,
     # ``mcp.server.runner._dump_result``), and a dict skips a pydantic round trip per list.
+    # None of them waits for start-up: a client is answered at once with what is known (the
+    # servers that are up, the remembered lists of those starting); the rest arrive with
+    # list_changed. Claude Code gives up on a server whose first tools/list takes over ~5 s.
     async def _list_tools(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
-        await self.backend.wait_startup()
         return complete({"tools": list(self.backend.router.snapshot.tools_list)})
 
     # --- resources ---------------------------------------------------------------------
     async def _list_resources(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
-        await self.backend.wait_startup()
         return complete({"resources": list(self.backend.router.snapshot.resources_list)})
 
     async def _list_templates(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
-        await self.backend.wait_startup()
         return complete({"resourceTemplates": list(self.backend.router.snapshot.templates_list)})
 
     def _resource_owner(self, uri: str) -> str:
@@ -401,6 +403,9 @@ class Front:
     async def _read_resource(self, ctx: ServerRequestContext[Any, Any],
                              params: types.ReadResourceRequestParams) -> Any:
         uri = str(params.uri)
+        # Read before its server listed it (a one-shot client reads right after connecting):
+        # wait while start-up lasts, as tools/call does.
+        await await_listed(self.backend, lambda s: s.route_resource(uri) is not None)
         loader = loader_of(self.backend)
         if self.backend.router.snapshot.route_resource(uri) is None and loader is not None:
             # First use: a URI nobody serves may be a lazy server's; load those not loaded yet.
@@ -463,19 +468,39 @@ class Front:
 
     # --- prompts and completion ----------------------------------------------------------
     async def _list_prompts(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
-        await self.backend.wait_startup()
         return complete({"prompts": list(self.backend.router.snapshot.prompts_list)})
 
     async def _get_prompt(self, ctx: ServerRequestContext[Any, Any],
                           params: types.GetPromptRequestParams) -> Any:
-        route = self.backend.router.snapshot.prompts.get(params.name)
-        if route is None:
-            close = close_names(params.name, self.backend.router.snapshot.prompts)
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise MCPError(code=wire.INVALID_PARAMS, message=f"unknown prompt {params.name!r}{hint}")
+        route = await self._prompt_route(params.name)
         raw = dict(ctx.params or {})
         raw["name"] = route.original
         return await self._forward(route.server, "prompts/get", raw, ctx)
+
+    async def _prompt_route(self, name: str) -> PromptRoute:
+        """The route of prompt ``name``, waiting for its server if it is starting.
+
+        Raises:
+            MCPError: its server is down (named, with why and the next try), or the prompt
+                is unknown (the closest names of the same server, when it has any).
+        """
+        snapshot = self.backend.router.snapshot
+        route = snapshot.prompts.get(name)
+        if route is not None:
+            return route
+        try:
+            snapshot = await await_listed(self.backend, lambda s: name in s.prompts, name=name)
+        except ProxyError as exc:
+            raise to_mcp_error(exc) from None
+        route = snapshot.prompts.get(name)
+        if route is not None:
+            return route
+        server = owner_of(name, self.backend.upstreams, snapshot.namespacing)
+        names = [n for n, r in snapshot.prompts.items() if server is None or r.server == server]
+        close = close_names(name, names)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        where = f" (server {server} has no such prompt)" if server is not None else ""
+        raise MCPError(code=wire.INVALID_PARAMS, message=f"unknown prompt {name!r}{where}{hint}")
 
     async def _complete(self, ctx: ServerRequestContext[Any, Any],
                         params: types.CompleteRequestParams) -> Any:
@@ -483,13 +508,13 @@ class Front:
         ref = dict(raw.get("ref") or {})
         snapshot = self.backend.router.snapshot
         if ref.get("type") == "ref/prompt":
-            route = snapshot.prompts.get(str(ref.get("name")))
-            if route is None:
-                raise MCPError(code=wire.INVALID_PARAMS, message=f"unknown prompt {ref.get('name')!r}")
+            route = await self._prompt_route(str(ref.get("name")))
             ref["name"] = route.original
             server = route.server
         else:
             uri = str(ref.get("uri", ""))
+            if snapshot.route_completion_ref(uri) is None:
+                snapshot = await await_listed(self.backend, lambda s: s.route_completion_ref(uri) is not None)
             server = snapshot.route_completion_ref(uri) or ""
             if not server:
                 raise MCPError(code=wire.INVALID_PARAMS,

@@ -9,6 +9,8 @@ Owns:
   (the connection's own instance of a session-scoped server), a compound tool's or
   ``use_tool``'s direct call, a local management tool, a refusal; and the journal entry
   of each forwarded call;
+* `unavailable_error`: the JSON-RPC error for a name whose server is down (a name not
+  listed yet waits for its starting server first: `mcpvisor.actors.starting.await_listed`);
 * `loader_of`: the lazy-server loader a backend has, if any.
 """
 
@@ -24,6 +26,7 @@ from mcp.shared.exceptions import MCPError
 
 from mcpvisor.actors import wire
 from mcpvisor.actors.core.catalog import ToolRoute
+from mcpvisor.actors.core.discovery import USE_TOOL
 from mcpvisor.actors.core.plan import (
     CallLocal,
     CallRoute,
@@ -34,9 +37,11 @@ from mcpvisor.actors.core.plan import (
     plan_call,
 )
 from mcpvisor.actors.eras import strip_upstream_stamps
+from mcpvisor.actors.errors import ProxyError, error_data
 from mcpvisor.actors.fronts.origins import is_modern
 from mcpvisor.actors.harness import ClientSession, run_label
 from mcpvisor.actors.lazy import LazyLoader, LoadFailed
+from mcpvisor.actors.starting import await_listed
 
 if TYPE_CHECKING:
     from mcpvisor.actors.core.catalog import Snapshot
@@ -59,6 +64,12 @@ class View(Protocol):
     def snapshot(self) -> Snapshot: ...
 
 
+def unavailable_error(exc: ProxyError) -> MCPError:
+    """The JSON-RPC error a request gets when the server it names cannot serve it now."""
+    body = error_data(exc)
+    return MCPError(code=body["code"], message=body["message"], data=body.get("data"))
+
+
 def loader_of(backend: Backend) -> LazyLoader | None:
     """The backend's lazy-server loader (a backend without lazy servers has none)."""
     return getattr(backend, "loader", None)
@@ -73,9 +84,15 @@ async def settle(backend: Backend, view: View, name: str, arguments: Any) -> Set
     after the load is refused). Cancellation: a wait or load in progress is abandoned
     (the load itself goes on for its other waiters, `LazyLoader.load`).
     """
+    snapshot = view.snapshot
+    if name not in snapshot.tools and name not in snapshot.local_tools and name != USE_TOOL:
+        # Its server may be starting (wait for it, its restartWait) or down: then
+        # `await_listed` raises the error naming the server, its state and the next try.
+        await await_listed(backend, lambda s: name in s.tools, name=name)
     may_load = True
     while True:
-        plan: Plan = plan_call(view.snapshot, name, arguments, started=backend.started, may_load=may_load)
+        plan: Plan = plan_call(view.snapshot, name, arguments, started=backend.started, may_load=may_load,
+                               servers=backend.upstreams)
         if isinstance(plan, WaitForStartup):
             await backend.wait_startup()
         elif isinstance(plan, NeedsLoad):
@@ -113,7 +130,10 @@ class ToolCalls:
                         params: types.CallToolRequestParams) -> Any:
         """The SDK's ``tools/call`` handler: route ``params.name`` and answer as its owner does."""
         backend = self._backend
-        plan = await settle(backend, backend.router, params.name, params.arguments)
+        try:
+            plan = await settle(backend, backend.router, params.name, params.arguments)
+        except ProxyError as exc:
+            raise unavailable_error(exc) from None
         if isinstance(plan, Refused):
             return strip_upstream_stamps(plan.result, modern_front=is_modern(ctx))
         if isinstance(plan, CallLocal):

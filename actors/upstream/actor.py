@@ -568,6 +568,7 @@ class Upstream(LinkTasks):
                         self.policy.on_ready(trio.current_time())
                         self._withdrawn = False
                         await self.router.submit(UpstreamUp(self.name, lists))
+                        self.hooks.lists_seen(self.spec, lists, self._era_of(link))
                         self._set_state(State.READY, f"started in {trio.current_time() - started:.2f}s, "
                                                      f"{len(lists.tools)} tools")
                         self.first_attempt_done.set()
@@ -592,5 +593,10 @@ class Upstream(LinkTasks):
 
     def _remember_era(self, link: Link) -> None:
         if self.spec.protocol == "auto" and link.protocol_version:
-            self._era_memory[self.spec.fingerprint()] = "legacy" if not link.modern else link.protocol_version
+            self._era_memory[self.spec.fingerprint()] = self._era_of(link)
+
+    @staticmethod
+    def _era_of(link: Link) -> str:
+        """The era a link speaks, as the era memory keeps it (``legacy`` or the 2026-07-28-era version)."""
+        return "legacy" if not link.modern else str(link.protocol_version)
 

@@ -72,6 +72,9 @@ class UpstreamStatus:
     calls: int = 0
     answered: int = 0
     availability: float | None = None
+    remembered: str | None = None
+    """While a starting server has not listed in this run: when the lists clients are shown
+    from memory were seen (UTC, ISO 8601); None otherwise."""
 
 
 class RouterPort(Protocol):
@@ -99,3 +102,7 @@ class Hooks:
     def log_level(self) -> str | None:  # pragma: no cover - interface
         """The most verbose level any client asked for (``logging/setLevel``), if any."""
         return None
+
+    def lists_seen(self, spec: Any, lists: Any, era: str | None) -> None:  # pragma: no cover - interface
+        """The server of ``spec`` listed ``lists`` (`mcpvisor.actors.core.catalog.UpstreamLists`) while
+        speaking ``era``: what a later start may list from memory. Must not block."""

@@ -25,7 +25,7 @@ from mcpvisor.actors.upstream.failures import WRITE_FAILED, exit_text
 
 if TYPE_CHECKING:
     from mcpvisor.actors.link import Link
-    from mcpvisor.actors.upstream.status import RouterPort
+    from mcpvisor.actors.upstream.status import Hooks, RouterPort
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +53,7 @@ class LinkTasks:
     name: str
     spec: Any
     router: RouterPort
+    hooks: Hooks
     lists: UpstreamLists
     _dirty: set[str]
     _dirty_event: trio.Event
@@ -189,6 +190,8 @@ class LinkTasks:
             return
         self.lists = self.lists.replace(kind, items)
         await self.router.send(UpstreamListed(self.name, kind, items))
+        era = "legacy" if not link.modern else str(link.protocol_version)
+        self.hooks.lists_seen(self.spec, self.lists, era)
 
     async def list_all(self, link: Link) -> UpstreamLists:
         lists = UpstreamLists()

@@ -251,9 +251,18 @@ def render(report: dict[str, Any], width: int | None = None) -> Any:
         table.add_row("(no servers)", *[""] * (len(table.columns) - 1))
     errors = [(str(s.get("name")), shorten(s.get("lastError"))) for s in report.get("servers", [])
               if s.get("lastError")]
-    if not errors:
+    remembered = [(str(s.get("name")), s.get("toolCount", 0), str(s["remembered"]))
+                  for s in report.get("servers", []) if s.get("remembered")]
+    if not errors and not remembered:
         return table
-    lines = Text("last error\n", style="bold")
+    lines = Text()
+    if remembered:
+        lines.append("listed from memory while starting\n", style="bold")
+        for name, count, seen in remembered:
+            lines.append(f"  {name}: ", style="bold")
+            lines.append(f"{count} tools remembered from {seen}\n")
+    if errors:
+        lines.append("last error\n", style="bold")
     for name, error in errors:
         lines.append(f"  {name}: ", style="bold")
         lines.append(f"{error}\n")

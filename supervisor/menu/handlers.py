@@ -153,6 +153,8 @@ class Menu(MenuOperations):
             if s.get("uptimeSeconds") is not None:
                 extra.append(f"up {s['uptimeSeconds']:.0f}s")
             extra.append(f"{s.get('toolCount', 0)} tools")
+            if s.get("remembered"):
+                extra.append(f"listed from memory of {s['remembered']} until it is up")
             extra.append(f"restarts {s.get('restarts', 0)}")
             if s.get("circuit") and s["circuit"] != "closed":
                 extra.append(f"circuit {s['circuit']}")

@@ -79,6 +79,7 @@ async def proxy(config: Path, recorder: Recorder | None = None, *, toolset: str 
     async with front_in, front_out, client_in, client_out, \
             open_supervisor(config, state_dir=config.parent / "state", watch=False, toolset=toolset) as sup, \
             trio.open_nursery() as nursery:
+        await sup.wait_ready()  # these tests are about calls once the servers are up
         front = StdioFront(sup.front, front_in, front_out, max_message=sup.settings.max_message_bytes,
                            fast_path=sup.settings.fast_path)
         nursery.start_soon(front.serve)

@@ -234,6 +234,7 @@ async def test_lazy_servers_start_on_first_use_in_all_exposure(tmp_path: Path) -
     }, exposure="all")
     with trio.fail_after(REAL_IO_BOUND_S):
         async with open_supervisor(config, state_dir=tmp_path / "state") as sup, trio.open_nursery() as nursery:
+            await sup.wait_ready()  # s1 is up: the lists answer at once with what is up
             url = await nursery.start(serve_http, sup, "127.0.0.1", 0)
             async with Client(url, mode="legacy", cache=None) as client:
                 assert "big_echo" not in await names(client)

@@ -62,6 +62,7 @@ async def proxied_client(tmp_path: Path, front: str, upstream: str, mode: str, r
     else:
         async with open_supervisor(config, state_dir=tmp_path / "state", watch=False) as sup, \
                 trio.open_nursery() as nursery:
+            await sup.wait_ready()  # these tests are about what happens once the server is up
             url = await nursery.start(serve_http, sup, "127.0.0.1", 0)
             async with Client(url, **kwargs) as client:
                 yield client

@@ -35,7 +35,7 @@ from mcpvisor.actors.core.toolsets import CONFIG_TOOLS, ENTER_CONFIG, EXIT_CONFI
 from mcpvisor.config import ConfigError, Settings
 from mcpvisor.settings import with_env_overrides
 from mcpvisor.tree import open_supervisor
-from tests.helpers import PY, REAL_IO_BOUND_S, flaky, proxy_params, write_config
+from tests.helpers import PY, REAL_IO_BOUND_S, flaky, proxy_params, wait_settled, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -91,6 +91,7 @@ async def test_from_40_tools_to_a_4_tool_toolset_and_back_across_a_restart(tmp_p
         seen = Tally()
         async with Client(proxy_params(config, "--state-dir", str(state)), mode="legacy", cache=None,
                           message_handler=seen.handler) as client:
+            await wait_settled(client)
             assert await names(client) == MENU
             available = structured(await client.call_tool("list-available-tools", {}))
             assert available["toolCount"] == 40
@@ -115,6 +116,7 @@ async def test_from_40_tools_to_a_4_tool_toolset_and_back_across_a_restart(tmp_p
         seen = Tally()
         async with Client(proxy_params(config, "--state-dir", str(state)), mode="legacy", cache=None,
                           message_handler=seen.handler) as client:
+            await wait_settled(client)
             assert await names(client) == FOUR_NAMES  # normal mode, toolset equipped
             # (servers that came up after this client connected were announced as they did)
             added = await client.call_tool("s2_add", {"a": 2, "b": 40})

@@ -29,6 +29,7 @@ async def test_two_clients_in_both_eras_share_the_proxy_and_both_hear_list_chang
     legacy_rec = Recorder()
     with trio.fail_after(REAL_IO_BOUND_S):
         async with open_supervisor(config) as sup, trio.open_nursery() as nursery:
+            await sup.wait_ready()  # about list changes after start-up, not during it
             url = await nursery.start(serve_http, sup, "127.0.0.1", 0)
             assert url.startswith("http://127.0.0.1:") and url.endswith("/mcp")
             async with Client(url, mode="legacy", cache=None, **legacy_rec.kwargs()) as legacy, \

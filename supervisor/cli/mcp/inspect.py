@@ -295,6 +295,7 @@ def run_info(args: argparse.Namespace) -> int:
     entry = out.mask_entry(dict(spec.raw))
     probe = spec.enabled and not args.no_probe and spec.name not in missing
     result = _probe([spec], args.timeout, f"Listing {spec.name}'s tools")[spec.name] if probe else None
+    memory = remembered_note(config, spec)
     if args.format == "json":
         out.print_json(
             {
@@ -314,6 +315,7 @@ def run_info(args: argparse.Namespace) -> int:
                 "probe": result.to_json() if result is not None else None,
                 "protocol": spec.protocol,
                 "protocolVersion": result.protocol_version if result is not None and result.ok else None,
+                "remembered": memory,
             }
         )
         return EXIT_OK
@@ -329,6 +331,8 @@ def run_info(args: argparse.Namespace) -> int:
     out.say("config:")
     for line in json.dumps(entry, indent=2, ensure_ascii=False).splitlines():
         out.say(f"  {line}")
+    if memory is not None:
+        out.say(f"remembered: {memory['text']}")
     if result is None:
         if spec.name in missing:
             out.say(f"tools: not listed: {missing[spec.name]}")
@@ -351,6 +355,25 @@ def run_info(args: argparse.Namespace) -> int:
             states = ", ".join(f"{d.tool} ({'listed' if d.tool in listed else 'NOT listed'})" for d in subs)
             out.say(f"subtools of compound tool {decl.name}: {states}")
     return EXIT_OK
+
+
+def remembered_note(config: Config, spec: ServerSpec) -> dict[str, Any] | None:
+    """What the state directory remembers of ``spec``'s lists (what a proxy lists while the
+    server starts), for ``mcp info``; None when nothing is remembered."""
+    from mcpvisor.remembered import CatalogFile, catalog_fingerprint
+    from mcpvisor.settings import state_dir, with_env_overrides
+
+    directory = state_dir(configured=with_env_overrides(config.settings).state_dir)
+    entry = CatalogFile(directory).load().get(spec.name)
+    if entry is None:
+        return None
+    usable = entry.fingerprint == catalog_fingerprint(spec)
+    count = len(entry.lists.tools)
+    text = (f"{count} tools remembered from {entry.seen} (listed while the server starts)" if usable
+            else f"{count} tools remembered from {entry.seen}, for an earlier command, args, env or url: "
+                 "not listed until the server starts")
+    return {"seen": entry.seen, "toolCount": count, "usable": usable, "file": str(directory / "catalog.json"),
+            "text": text}
 
 
 def _compound_info(args: argparse.Namespace, config: Config, target: Target) -> int:
