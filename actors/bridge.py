@@ -46,7 +46,7 @@ logger = logging.getLogger(__name__)
 INPUT_WAIT_S: Final = 60.0
 """How long an upstream's question waits for the 2026-07-28 client to come back with the
 answer (its retry with ``inputResponses``); then the upstream gets an error for it. The
-same as DESIGN.md's default call inactivity timeout: the upstream call would give up on
+same as docs/design.md's default call inactivity timeout: the upstream call would give up on
 a silent client after as long on the handshake-era path."""
 
 STATE_PREFIX: Final = "mcpvisor-bridge:"

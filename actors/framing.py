@@ -9,7 +9,7 @@ Owns the two halves every stdio pipe needs:
 * `FrameWriter` is the single gate to a send stream: the first writer sends,
   concurrent writers append to a batch the active writer flushes with one
   ``send_all`` (frames coalesce under load, which is what lets concurrency 32 keep
-  up with a direct connection; HOTPATH.md).
+  up with a direct connection; docs/hotpath.md).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ stream is declared broken instead of wedging every caller (python-sdk bounds its
 courtesy writes the same way, `_ABANDON_WRITE_TIMEOUT`)."""
 
 CLOSE_TIMEOUT_S: Final = 1.0
-"""Bound on closing the stream (shielded, STYLE rule 16): a pipe closes at once or never."""
+"""Bound on closing the stream (shielded, docs/style.md rule 16): a pipe closes at once or never."""
 
 MAX_BUFFERED_BYTES: Final = 8 * 1024 * 1024
 """Bytes queued behind an in-progress write before further writers wait."""

@@ -129,7 +129,7 @@ class LazyLoader:
             reply = Reply()
             self._inflight[name] = reply
             # The start belongs to every waiter, not to this caller's cancel scope: run it
-            # shielded, bounded by the server's own start-up timeout plus margins (STYLE rule 16).
+            # shielded, bounded by the server's own start-up timeout plus margins (docs/style.md rule 16).
             bound = up.spec.startup_timeout + 3 * LOAD_MARGIN_S
             try:
                 with trio.CancelScope(shield=True, deadline=trio.current_time() + bound):

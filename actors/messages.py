@@ -1,6 +1,6 @@
 """Messages between actors and the events the supervisor publishes.
 
-Frozen records, dispatched by type (STYLE rule 6). Requests that need an answer carry
+Frozen records, dispatched by type (docs/style.md rule 6). Requests that need an answer carry
 a one-shot `Reply`.
 """
 

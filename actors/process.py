@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE_S: Final = 2.0
 """close stdin -> wait -> SIGTERM -> wait -> SIGKILL; the MCP SDK's PROCESS_TERMINATION_TIMEOUT
-and FORCE_KILL_TIMEOUT (SDK-NOTES.md §7), DESIGN.md "Behaviour under failure"."""
+and FORCE_KILL_TIMEOUT (docs/sdk.md §7), docs/design.md "Behaviour under failure"."""
 
 SWEEP_POLL_S: Final = 0.05
 """How often a group sweep checks whether members are left."""
@@ -328,7 +328,7 @@ async def _sweep_group(pgid: int, grace: float) -> None:
 async def stop_process(proc: trio.Process, *, grace: float = SHUTDOWN_GRACE_S, reaper: Reaper | None) -> int:
     """Stop ``proc`` and its whole process group; always reaps. Returns the exit status.
 
-    The sequence (DESIGN.md): close stdin, wait ``grace``, SIGTERM the group, wait
+    The sequence (docs/design.md): close stdin, wait ``grace``, SIGTERM the group, wait
     ``grace``, SIGKILL the group. Shielded from cancellation and bounded by about
     ``3 * grace``, so a stuck child can delay shutdown but never wedge it.
     """

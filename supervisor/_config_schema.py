@@ -3,7 +3,7 @@
 Owns the per-entry Structs (one server entry, the settings object, a toolset), the loop
 that validates one entry and collects every problem in it (msgspec stops at the first),
 and the mapping of msgspec's messages to ones that name the key the user wrote with a
-close match for a misspelt one. msgspec elides dict keys in error paths (SDK-NOTES §6), so
+close match for a misspelt one. msgspec elides dict keys in error paths (docs/sdk.md §6), so
 callers validate each server entry on its own and prefix its name themselves.
 """
 

@@ -2,7 +2,7 @@
 
 Owns the immutable records (`Config`, `ServerSpec`, `Settings`, `ToolsetDecl`, `ToolRef`,
 `ExposedTool`; `CompoundDecl` comes from `mcpvisor.actors.core.compound`), `ConfigError`, the supervision
-knob table with its defaults and bounds (DESIGN.md "Behaviour under failure"), and which fields
+knob table with its defaults and bounds (docs/design.md "Behaviour under failure"), and which fields
 each transport takes.
 """
 
@@ -94,7 +94,7 @@ HTTP_ALIASES: Final = frozenset({"streamable-http", "streamableHttp", "streamabl
 
 @dataclass(frozen=True, slots=True)
 class Knob:
-    """One supervision knob: attribute, config key, default and bounds (DESIGN.md defaults)."""
+    """One supervision knob: attribute, config key, default and bounds (docs/design.md defaults)."""
 
     attr: str
     key: str

@@ -1,7 +1,7 @@
 """Put a `Supervisor` behind a front: stdio, streamable HTTP or websocket.
 
 Owns the fronts' lifetimes (`serve` returns when a stdio client closes its end, and
-runs until cancelled for the network fronts) and their security (DESIGN.md "Security
+runs until cancelled for the network fronts) and their security (docs/design.md "Security
 of the network fronts"): building the token verifier, the Host/Origin rules
 (`mcpvisor.actors.fronts.auth`), the session limits and TLS from ``settings`` and the command line,
 and refusing to open a non-loopback bind that nothing guards.
@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 HTTP_PATH: Final = "/mcp"
 TOKEN_ENV: Final = "MCPVISOR_TOKEN"
-"""A shared token from the environment (DESIGN.md), named "env" in logs."""
+"""A shared token from the environment (docs/design.md), named "env" in logs."""
 ANONYMOUS: Final = "anonymous"
 """Who a request on an open front (no token configured now) is, to the SDK's session checks."""
 TOKEN_FILE_NAME: Final = "token-file"

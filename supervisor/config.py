@@ -9,7 +9,7 @@ unchanged. This module owns:
   whose lines name the file, the server and the field, with a close match for a
   misspelt key. A bad config never partially applies: a full `Config` or an error;
 * `${VAR}` interpolation per `settings.envMode`, with the `.env` next to the file;
-* durations (`parse_duration`) and the supervision defaults of DESIGN.md "Behaviour under
+* durations (`parse_duration`) and the supervision defaults of docs/design.md "Behaviour under
   failure", settable per server and, for all servers, under `settings`;
 * the resolved, immutable records other modules use: `Config`, `ServerSpec`, `Settings`,
   `ToolsetDecl`, `ToolRef`, `ExposedTool`.
@@ -79,7 +79,7 @@ COORDINATOR_ENV_VAR: Final = "MCP_PROXY_CONFIG_PATH"
 """MCP Coordinator's variable for its config file, honoured after `$MCPVISOR_CONFIG` so a
 coordinator user's environment keeps working (issue 17)."""
 CONFIG_FILE_NAMES: Final = ("mcpvisor.json", ".mcp.json")
-"""Looked for in the current directory, in this order (DESIGN.md "Config file")."""
+"""Looked for in the current directory, in this order (docs/design.md "Config file")."""
 
 
 def user_config_path() -> Path:

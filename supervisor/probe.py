@@ -238,7 +238,7 @@ async def probe_server(
             if rest is not None:
                 failure = _classify(rest, run)
             if cancelled is not None:
-                raise cancelled from None  # STYLE 14: ours ends here, an outer one goes on
+                raise cancelled from None  # docs/style.md 14: ours ends here, an outer one goes on
             raise
     if scope.cancelled_caught and failure is None:
         failure = Failure(

@@ -61,7 +61,7 @@ does not count)."""
 _KINDS: Final = ("tools", "resources", "templates", "prompts")
 
 FLUSH_S: Final = 2.0
-"""Bound on writing what is still pending when the proxy stops (STYLE rule 16: a shielded
+"""Bound on writing what is still pending when the proxy stops (docs/style.md rule 16: a shielded
 wait is bounded); each write is one small file under its lock, milliseconds."""
 
 

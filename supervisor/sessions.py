@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 
 STOP_WAIT_S: Final = 10.0
 """Bound on waiting for a session's instances to stop when it ends: close stdin, 2 s,
-SIGTERM, 2 s, SIGKILL (DESIGN.md's stop sequence) fits with room to spare."""
+SIGTERM, 2 s, SIGKILL (docs/design.md's stop sequence) fits with room to spare."""
 
 class _QuietRouter:
     """The router port of a session instance: its lists go nowhere (the shared one lists)."""

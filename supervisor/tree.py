@@ -5,7 +5,7 @@ Owns the `Supervisor` object an embedding program (or the CLI) holds:
 * the root nursery runs the router and the broadcaster; inside it the tree nursery
   runs one upstream actor per enabled server, all started concurrently, so on the
   way out the upstreams stop first (each process group stopped and reaped, in
-  parallel) and the router sees them leave (STYLE rule 4);
+  parallel) and the router sees them leave (docs/style.md rule 4);
 * the process watchdog (`mcpvisor.actors.process.Reaper`) lives around both, so children
   die even if the proxy itself is SIGKILLed;
 * start-up: ``initialize`` and every list are answered at once with what is known (the

@@ -51,7 +51,7 @@ def short_hash(text: str) -> str:
 
 
 def flatten(name: str) -> str:
-    """Every character outside ``[A-Za-z0-9_]`` becomes ``_`` (DESIGN.md, "Names")."""
+    """Every character outside ``[A-Za-z0-9_]`` becomes ``_`` (docs/design.md, "Names")."""
     return _FLATTEN.sub("_", name)
 
 
@@ -112,7 +112,7 @@ class ToolRoute:
     original: str
     retry_safe: bool
     """The tool is annotated readOnlyHint or idempotentHint: a call may be retried once
-    on a fresh process if the upstream died under it (DESIGN.md "Behaviour under failure")."""
+    on a fresh process if the upstream died under it (docs/design.md "Behaviour under failure")."""
     wire: Mapping[str, Any]
     """The tool as listed to clients (exposed name, description with any user notes)."""
     compound: CompoundTool | None = None
@@ -230,7 +230,7 @@ def assign_names(
 ) -> tuple[list[_Named], list[str]]:
     """Give each candidate its exposed name; resolve collisions deterministically.
 
-    Tools and prompts are named by the same rules (DESIGN.md "Prompts are namespaced and
+    Tools and prompts are named by the same rules (docs/design.md "Prompts are namespaced and
     flattened like tools"); ``kind`` only words the problems reported.
 
     ``prefix``: always ``server_tool``; ``auto``: the bare name unless tools of two

@@ -1,6 +1,6 @@
 """Compound tools: one exposed tool offering chosen tools of several servers (sans-IO).
 
-The config's top-level ``tools`` section, in MCP Coordinator's shape (DESIGN.md
+The config's top-level ``tools`` section, in MCP Coordinator's shape (docs/design.md
 "Compound tools")::
 
     "tools": {"research": {"description": "...",

@@ -1,6 +1,6 @@
 """Lazy discovery (``settings.exposure: "discovery"``): three tools instead of three hundred (sans-IO).
 
-Owns, as plain synchronous code (STYLE rule 2):
+Owns, as plain synchronous code (docs/style.md rule 2):
 
 * `LazyBook`: the lazy servers (``"lazy": true``) and what became of their loads:
   loaded, or failed how many times and why; after `MAX_LOAD_FAILURES` a server is no
@@ -16,7 +16,7 @@ Owns, as plain synchronous code (STYLE rule 2):
 * `DiscoveryIndex`: lookup by exposed or namespaced name, and `search` ranking for
   ``discover_tool {query}`` over names, descriptions and server descriptions.
 
-Tool names and arguments are dynmcp's (DESIGN.md "Exposure modes"): prompts written
+Tool names and arguments are dynmcp's (docs/design.md "Exposure modes"): prompts written
 for it name ``discover_tool {tool_name}``, ``use_tool {tool_name, arguments}`` and
 ``load_mcp {mcp_name}``.
 """

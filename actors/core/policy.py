@@ -6,7 +6,7 @@ drives every timer, and a seeded :class:`random.Random` makes the jitter reprodu
 
 This module owns:
 
-* :class:`PolicyConfig`: the per-server numbers (DESIGN.md "Behaviour under failure").
+* :class:`PolicyConfig`: the per-server numbers (docs/design.md "Behaviour under failure").
 * :class:`RestartPolicy`: what an upstream actor does next after a start, a crash or a
   clean stop: start now, back off for a delay, or wait for the circuit to allow a trial.
   It owns the failure streak, the backoff attempt counter, the circuit state (closed,
@@ -47,28 +47,28 @@ if TYPE_CHECKING:
     from tenacity import RetryCallState
 
 DEFAULT_RESTART_DELAY_S: Final = 0.25
-"""First backoff delay. DESIGN.md "restart backoff": 0.25 s doubling (systemd's
+"""First backoff delay. docs/design.md "restart backoff": 0.25 s doubling (systemd's
 RestartSec is 100 ms, the kubelet's first delay 10 s)."""
 DEFAULT_RESTART_DELAY_MAX_S: Final = 30.0
-"""Backoff cap. DESIGN.md: "doubling to 30 s"; RELIABILITY.md's tenacity ``max=30``."""
+"""Backoff cap. docs/design.md: "doubling to 30 s"; docs/reliability.md's tenacity ``max=30``."""
 DEFAULT_JITTER_S: Final = 0.25
-"""Most random seconds added to a delay. RELIABILITY.md pairs ``jitter=1`` with a 1 s
-first delay; DESIGN.md starts at 0.25 s, so the jitter is one first delay, as there."""
+"""Most random seconds added to a delay. docs/reliability.md pairs ``jitter=1`` with a 1 s
+first delay; docs/design.md starts at 0.25 s, so the jitter is one first delay, as there."""
 DEFAULT_RESTART_RESET_AFTER_S: Final = 60.0
-"""Healthy uptime that forgives past failures. DESIGN.md: "reset after 60 s of healthy
+"""Healthy uptime that forgives past failures. docs/design.md: "reset after 60 s of healthy
 uptime" (the kubelet waits 10 min)."""
 DEFAULT_CIRCUIT_FAILURES: Final = 5
-"""Consecutive failures that open the circuit. DESIGN.md; pybreaker's ``fail_max=5``."""
+"""Consecutive failures that open the circuit. docs/design.md; pybreaker's ``fail_max=5``."""
 DEFAULT_CIRCUIT_OPEN_FOR_S: Final = 30.0
-"""First open period. DESIGN.md "circuit open for 30 s" (pybreaker 60 s, Hystrix 5 s)."""
+"""First open period. docs/design.md "circuit open for 30 s" (pybreaker 60 s, Hystrix 5 s)."""
 DEFAULT_CIRCUIT_OPEN_MAX_S: Final = 300.0
-"""Longest open period. DESIGN.md "at most 5 min"; the kubelet's 5 min backoff cap."""
+"""Longest open period. docs/design.md "at most 5 min"; the kubelet's 5 min backoff cap."""
 BACKOFF_EXP_BASE: Final = 2
-"""Backoff growth per consecutive failure. DESIGN.md "doubling"; tenacity's default."""
+"""Backoff growth per consecutive failure. docs/design.md "doubling"; tenacity's default."""
 CIRCUIT_OPEN_GROWTH: Final = 2
-"""Open-period growth per failed trial. DESIGN.md "doubling per failed trial"."""
+"""Open-period growth per failed trial. docs/design.md "doubling per failed trial"."""
 HALF_OPEN_MAX_TRIALS: Final = 1
-"""Starts allowed while half open. RELIABILITY.md: "Half-open allows 1 probe"."""
+"""Starts allowed while half open. docs/reliability.md: "Half-open allows 1 probe"."""
 DEFAULT_INTENSITY: Final = 10
 """Restarts of healthy lives allowed per :data:`DEFAULT_PERIOD_S` before the backoff
 grows anyway (OTP's MaxR; issue 18: "more than 10 in 60 s" is a storm)."""
@@ -164,7 +164,7 @@ class PolicyConfig:
 
 
 DEFAULT_POLICY_CONFIG: Final = PolicyConfig()
-"""The DESIGN.md defaults."""
+"""The docs/design.md defaults."""
 
 
 class CircuitState(enum.Enum):
@@ -295,14 +295,14 @@ class RestartPolicy:
         """Create a fresh CLOSED policy.
 
         Args:
-            config: the numbers; the DESIGN.md defaults if omitted.
+            config: the numbers; the docs/design.md defaults if omitted.
             rng: the jitter source; seed it for reproducible delays. A fresh unseeded
                 ``random.Random()`` if omitted.
         """
         self._config = config
         self._rng = rng if rng is not None else random.Random()
         # tenacity's formula, min(restart_delay * 2**(n-1), restart_delay_max); only its
-        # wait strategy: its stop/timers read time.monotonic() (STYLE.md rule 15).
+        # wait strategy: its stop/timers read time.monotonic() (docs/style.md rule 15).
         self._wait = tenacity.wait_exponential(
             multiplier=config.restart_delay, max=config.restart_delay_max, exp_base=BACKOFF_EXP_BASE)
         self._total_failures = 0

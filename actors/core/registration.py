@@ -1,6 +1,6 @@
 """The registration messages an upstream sends the router, applied by `RegistryCore`.
 
-Frozen records, dispatched by type (STYLE rule 6); no I/O.
+Frozen records, dispatched by type (docs/style.md rule 6); no I/O.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Toolsets and configuration mode: which upstream tools clients see (sans-IO).
 
-Owns, as plain synchronous code the router's core calls (STYLE rule 2):
+Owns, as plain synchronous code the router's core calls (docs/style.md rule 2):
 
 * `ToolsetExposure`: the `mcpvisor.actors.router.Exposure` for ``settings.exposure`` ``menu``
   and ``all``: configuration mode on/off, the equipped toolset, the toolsets known
@@ -12,7 +12,7 @@ Owns, as plain synchronous code the router's core calls (STYLE rule 2):
 * refIds (`ref_id`) and schema pins (`pin_of`, `describe_changes`).
 * The token estimate of a tools list (`estimate_tokens`).
 
-What clients see (DESIGN.md "Exposure modes"):
+What clients see (docs/design.md "Exposure modes"):
 
 ==========  ==================  =====================================================
 exposure    equipped            tools listed
@@ -66,7 +66,7 @@ ENTER_CONFIG: Final = "enter-configuration-mode"
 
 CONFIG_TOOLS: Final = (LIST_AVAILABLE, BUILD, LIST_SAVED, EQUIP, DELETE, UNEQUIP, GET_ACTIVE, ANNOTATE,
                        SERVER_STATUS)
-"""The management tools (DESIGN.md order; HyperTool's names), without the mode switches."""
+"""The management tools (docs/design.md order; HyperTool's names), without the mode switches."""
 MANAGEMENT_TOOLS: Final = (*CONFIG_TOOLS, EXIT_CONFIG, ENTER_CONFIG)
 
 REF_ID_LEN: Final = 16
@@ -115,7 +115,7 @@ def canonical_json(value: Any) -> str:
 
 
 def ref_id(server: str, original: str, tool: Mapping[str, Any]) -> str:
-    """A stable hash of a tool's server, name and schemas (DESIGN.md "refId").
+    """A stable hash of a tool's server, name and schemas (docs/design.md "refId").
 
     The description is not part of it (a reworded description keeps the refId; pins
     notice it separately).

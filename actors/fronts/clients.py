@@ -4,7 +4,7 @@ Owns:
 
 * `ClientState`: one live handshake-era connection (the SDK creates a `ServerSession`
   per request, so the front captures the connection from each request and from
-  ``notifications/initialized``; SDK-NOTES.md §1.3), its log level, resource
+  ``notifications/initialized``; docs/sdk.md §1.3), its log level, resource
   subscriptions and notification queue;
 * `ClientRegistry`: every such connection, and one sender task per client that
   delivers its queue (list_changed, resources/updated, upstream log messages). A
@@ -30,7 +30,7 @@ from mcpvisor.actors.fronts.outbox import Outbox
 
 CLIENT_QUEUE: Final = 256
 """Notifications queued for one client before duplicates are coalesced (a stuck client
-costs bounded memory; RELIABILITY R6)."""
+costs bounded memory; docs/reliability.md R6)."""
 
 CLIENT_SEND_TIMEOUT_S: Final = 5.0
 """A client that cannot take a notification in this long is skipped for that one (its
@@ -77,7 +77,7 @@ class ClientState:
 class ClientRegistry:
     """Live handshake-era connections, and the per-client notification queues.
 
-    Each connection gets its own sender task while `run` is running (RELIABILITY R6):
+    Each connection gets its own sender task while `run` is running (docs/reliability.md R6):
     a client that stops reading blocks only its own sender, and costs at most
     `CLIENT_QUEUE` queued notifications and one task until its connection closes.
     """

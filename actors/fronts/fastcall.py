@@ -41,10 +41,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 FALLBACK_TIMEOUT_S: Final = 60.0
-"""``timeout`` for a call whose server a reload removed mid-call (DESIGN.md's default)."""
+"""``timeout`` for a call whose server a reload removed mid-call (docs/design.md's default)."""
 
 FALLBACK_MAX_CALL_TIME_S: Final = 600.0
-"""``maxCallTime`` for a call whose server a reload removed mid-call (DESIGN.md's default)."""
+"""``maxCallTime`` for a call whose server a reload removed mid-call (docs/design.md's default)."""
 
 _INPUT_REQUIRED: Final = b'"input_required"'
 _str = msgspec.json.Decoder(str)
@@ -171,7 +171,7 @@ class FastCall:
             await self.link.cancel_fast(self.proxy_id, reason)
 
     async def _retry_slow(self, first: UpstreamDied, scope: trio.CancelScope) -> None:
-        """Died under a retry-safe tool: once more on the new process (DESIGN.md), the slow way.
+        """Died under a retry-safe tool: once more on the new process (docs/design.md), the slow way.
 
         Answers the client unless it cancelled meanwhile (``scope`` cancelled, the call
         gone from ``fast.calls``): MCP cancellation, no response to a cancelled request.

@@ -7,7 +7,7 @@ Owns, for one front connection (`FastPath`):
 * the gate: a call takes this path only after the connection's handshake is done (the
   client sent ``notifications/initialized`` and the SDK's ``initialize`` reply has
   gone into the writer), or when it carries the 2026-07-28 envelope, so a pipelined call never
-  overtakes the ``initialize`` reply (HOTPATH.md, "Init-gate bug");
+  overtakes the ``initialize`` reply (docs/hotpath.md, "Init-gate bug");
 * the rewrite: the tool's name replaced in ``params`` (decoded as ``dict[str, Raw]``,
   so arguments and unknown keys such as ``inputResponses`` travel as they came), the
   id and the progress token swapped for the upstream's, the era adapted where the
@@ -65,7 +65,7 @@ SERVER_REQUEST_PREFIX: Final = "mvs-"
 
 CLIENT_GONE_CANCEL_S: Final = 1.0
 """Bound on each courtesy cancel sent upstream when a client disconnects mid-call
-(STYLE rule 16: every shielded wait is bounded)."""
+(docs/style.md rule 16: every shielded wait is bounded)."""
 
 _str = msgspec.json.Decoder(str)
 _token = msgspec.json.Decoder(int | str)

@@ -16,7 +16,7 @@ from mcp.shared.exceptions import MCPError
 
 MAX_IN_FLIGHT: Final = 64
 """Requests one session may have in flight (issue 12's default): far above what an
-agent runs at once (SDK-NOTES §4 measures at concurrency 32), far below what would
+agent runs at once (docs/sdk.md §4 measures at concurrency 32), far below what would
 let one client hold every upstream's attention."""
 
 TOO_MANY_IN_FLIGHT: Final = -32000

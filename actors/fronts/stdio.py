@@ -8,7 +8,7 @@ Owns the client's stdin/stdout for one connection (what Claude Code launches):
 * the reader classifies each frame by its envelope (msgspec): malformed JSON,
   batches, requests with a null or reused id are answered here with the JSON-RPC
   error the spec asks for; everything else goes to the SDK `Server` over in-memory
-  streams (HOTPATH.md: the SDK's stdio transport moves every read and write to a
+  streams (docs/hotpath.md: the SDK's stdio transport moves every read and write to a
   worker thread, ~0.55 ms per call; ours does not);
 * the writer turns the SDK's outgoing messages into lines on one `FrameWriter`;
 * the connection's `ClientSession`: one per connection, shared by the fast path and

@@ -41,7 +41,7 @@ IDLE_CLOSE_CODE: Final = 1001
 INTERNAL_ERROR_CLOSE_CODE: Final = 1011
 """RFC 6455 7.4.1: the server met a condition that prevented it from serving the connection."""
 CLOSE_TIMEOUT_S: Final = 1.0
-"""Bound on the closing handshake after a connection failed (STYLE rule 16)."""
+"""Bound on the closing handshake after a connection failed (docs/style.md rule 16)."""
 
 SHUTDOWN_CLOSE_CODE: Final = 1001
 """RFC 6455 7.4.1 "going away": the proxy is stopping."""

@@ -69,7 +69,7 @@ person or a model, so a server with this many open questions is flooding, not wo
 number as the per-session cap on client requests (`mcpvisor.actors.fronts.limits.MAX_IN_FLIGHT`)."""
 
 CANCEL_WRITE_S: Final = 2.0
-"""Bound on the courtesy cancel write when a request is abandoned (STYLE rule 16)."""
+"""Bound on the courtesy cancel write when a request is abandoned (docs/style.md rule 16)."""
 
 
 class CallOrigin(Protocol):
@@ -250,7 +250,7 @@ class Link:
                 meta.setdefault(LOG_LEVEL_META_KEY, level)  # 2026-07-28 logging is a per-request opt-in
         if origin is not None and origin.progress_token is not None:
             # The request id doubles as the upstream-side token: unique per upstream even
-            # when two clients chose the same token (RELIABILITY P15).
+            # when two clients chose the same token (docs/reliability.md P15).
             meta["progressToken"] = proxy_id
         if meta:
             out["_meta"] = meta

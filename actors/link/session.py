@@ -76,7 +76,7 @@ async def handshake(session: ClientSession, protocol: str) -> None:
     handshake. A server that speaks both eras is thus opened in the handshake era,
     where a server written the usual way (``ctx.session.create_message``, ``elicit``,
     ``send_tool_list_changed``) has its back-channel; 2026-07-28 forbids server-to-client
-    requests (SDK-NOTES 1.5), so opening such a server there would take sampling,
+    requests (docs/sdk.md 1.5), so opening such a server there would take sampling,
     elicitation and list changes away from it (issue 14, conformance). Trying the
     handshake first also costs a handshake-only server nothing, where the SDK's
     ``negotiate_auto`` probes ``server/discover`` first (up to its 10 s timeout for a

@@ -6,7 +6,7 @@ Owns, for one configured server:
   detect failure (crash, closed transport, missed pings, garbage on stdout, a start
   that takes too long), ask the restart policy what next (backoff, circuit open,
   half-open trial);
-* the state machine of DESIGN.md::
+* the state machine of docs/design.md::
 
       idle (lazy) -> starting -> ready -> backing_off -> starting ...
                                       \\-> circuit_open -> half_open -> ready | circuit_open
@@ -26,7 +26,7 @@ Owns, for one configured server:
   the server is disabled or stopped, back once it is ready again; re-listed after
   every start and after the server says a list changed.
 
-Time comes only from trio (STYLE rule 15): under `trio.testing.MockClock` with an
+Time comes only from trio (docs/style.md rule 15): under `trio.testing.MockClock` with an
 in-memory link factory (``open_link=``) every backoff, circuit period, ping and
 timeout runs in virtual time (tests/fakes).
 """

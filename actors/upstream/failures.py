@@ -3,7 +3,7 @@
 The exit status and the last stderr lines when the process is gone ("exited with
 status 2: <stderr>"), the link's own close reason ("hung: 3 pings unanswered", "garbage
 on stdout: ..."), the handshake's error, or the exception. Cancellation is never a
-failure: it is re-raised (STYLE rule 14).
+failure: it is re-raised (docs/style.md rule 14).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ STDERR_TAIL_LINES: Final = 3
 
 def classify(exc: BaseException, attempt: Link | None, server: str) -> str:
     """The failure text for an exception out of a start or a life; re-raises
-    cancellation and anything that is not an `Exception` (STYLE rule 14)."""
+    cancellation and anything that is not an `Exception` (docs/style.md rule 14)."""
     if isinstance(exc, BaseExceptionGroup):
         cancelled, rest = exc.split(trio.Cancelled)
         if rest is None:

@@ -1,4 +1,4 @@
-"""The live dashboard and the management API of the HTTP front (DESIGN.md "HTTP front extras").
+"""The live dashboard and the management API of the HTTP front (docs/design.md "HTTP front extras").
 
 ``mcpvisor serve --transport http`` serves, next to ``/mcp``: the page at ``/`` (one
 static bundle in ``static/``, nothing from elsewhere), the JSON API under ``/api/``, the

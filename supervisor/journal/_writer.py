@@ -55,7 +55,7 @@ BATCH_WINDOW_S: Final = 0.05
 most a SIGKILL can lose is this window's records (plus the batch being written)."""
 
 CLOSE_TIMEOUT_S: Final = 5.0
-"""Bound on writing the queued records when the journal closes (STYLE rule 16)."""
+"""Bound on writing the queued records when the journal closes (docs/style.md rule 16)."""
 
 DIGEST_BYTES: Final = 16
 """BLAKE2b digest size for arguments and results: 128 bits tells payloads apart."""
@@ -260,7 +260,7 @@ class Journal:
         self.written = 0
         self.dropped = 0
         # Records carry Trio-clock times; one reading of the wall clock turns them into
-        # timestamps a reader understands (STYLE rule 15: no behaviour depends on it).
+        # timestamps a reader understands (docs/style.md rule 15: no behaviour depends on it).
         self._wall_offset = time.time() - trio.current_time()
         self._closing = False
         self._close_requested = trio.Event()
@@ -345,7 +345,7 @@ async def open_journal(path: str | os.PathLike[str], *, payloads: bool = False) 
                 yield journal
             finally:
                 # The writer drains what is queued and ends at the closed channel; a disk
-                # that stalls longer than the bound loses the rest (STYLE rule 16).
+                # that stalls longer than the bound loses the rest (docs/style.md rule 16).
                 journal._send.close()
                 journal._closing = True
                 journal._close_requested.set()

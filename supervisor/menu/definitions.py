@@ -1,6 +1,6 @@
 """The management tools as clients list them: names, arguments and their limits.
 
-Names and arguments are compatible with HyperTool's (DESIGN.md "Exposure modes").
+Names and arguments are compatible with HyperTool's (docs/design.md "Exposure modes").
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 
 COMMIT_TIMEOUT_S: Final = 30.0
 """Bound on the router applying a change once the state file has it (shielded from
-cancellation, STYLE rule 16): the router applies in microseconds behind at most a
+cancellation, docs/style.md rule 16): the router applies in microseconds behind at most a
 mailbox of upstream events; 30 s means it is gone (shutting down)."""
 
 

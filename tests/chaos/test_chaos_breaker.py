@@ -1,7 +1,7 @@
 """The circuit breaker tells a server that works between crashes from one that cannot
 start (issue 18; docs/supervision.md "Healthy lives, failed starts and the breaker").
 
-Real processes (tests/servers/flaky.py) under `open_supervisor` with the DESIGN.md
+Real processes (tests/servers/flaky.py) under `open_supervisor` with the docs/design.md
 defaults for the breaker (5 failed starts in a row open it), one case per test:
 
 1. dies after working: crashes on every third call; it must never be taken offline;

@@ -47,7 +47,7 @@ SUITE_TIMEOUT_S: Final = 90.0
 """Bound for one whole suite run; it takes 1-3 s on the 2-core machine (30 scenarios,
 the slowest waits ~0.3 s for log notifications)."""
 STOP_GRACE_S: Final = 10.0
-"""SIGTERM to SIGKILL: mcpvisor closes its stdio upstreams in up to ~4 s (SDK-NOTES §7)."""
+"""SIGTERM to SIGKILL: mcpvisor closes its stdio upstreams in up to ~4 s (docs/sdk.md §7)."""
 FIXTURE_READY: Final = re.compile(rb"conformance ready (http://\S+)")
 PROXY_READY: Final = re.compile(rb"serving (http://[^\s;]+)")
 INSTALL: Final = "npm ci --prefix tests/conformance"

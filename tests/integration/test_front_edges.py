@@ -84,7 +84,7 @@ async def test_malformed_input_gets_json_rpc_errors_and_the_proxy_keeps_serving(
     """Non-JSON -> -32700 with a null id; a batch -> -32600; a request with a null id ->
     -32600; a reused in-flight id -> -32600 while the first completes; an unknown method ->
     -32601 with its id; a malformed notification -> nothing at all. The next valid request
-    is served (RELIABILITY P1-P4, P7, P8, P20)."""
+    is served (docs/reliability.md P1-P4, P7, P8, P20)."""
     config = write_config(tmp_path, {"fl": flaky()})
     with trio.fail_after(REAL_IO_BOUND_S):
         async with raw_proxy(config) as raw:

@@ -23,7 +23,7 @@ import trio
 from tests.helpers import PY
 
 START_BOUND_S: Final = 60.0
-"""Start-up of a proxy with one Python upstream on a busy 2-core box (SDK-NOTES §4: ~1 s idle)."""
+"""Start-up of a proxy with one Python upstream on a busy 2-core box (docs/sdk.md §4: ~1 s idle)."""
 STOP_BOUND_S: Final = 15.0
 """SIGTERM to exit, children included (their stop sequence is 2 s + 2 s)."""
 

@@ -1,7 +1,7 @@
 """Compound tools (the config's top-level ``tools``), sans-IO: the catalog entry, its
 description and schema, the check of a call before anything is sent, the router core's
 announcements when a subtool's server goes and comes back, naming, toolsets, and the
-config's validation (issue 17; DESIGN.md "Compound tools").
+config's validation (issue 17; docs/design.md "Compound tools").
 """
 
 from __future__ import annotations

@@ -105,7 +105,7 @@ async def test_two_calls_in_flight_get_their_own_answers_in_the_order_the_upstre
 
 
 async def test_a_call_whose_upstream_dies_fails_at_that_instant(autojump_clock: Clock) -> None:
-    """RELIABILITY D2: the upstream exits 5 s into a call; the client gets a JSON-RPC
+    """docs/reliability.md D2: the upstream exits 5 s into a call; the client gets a JSON-RPC
     error (-32000, naming the server and the exit status) at that same virtual instant,
     not at the 10 s timeout. A regression shows as a later time or a different error."""
     with trio.fail_after(BOUND_S):
@@ -423,7 +423,7 @@ async def test_a_2026_client_that_never_retries_leaves_no_upstream_request_waiti
 
 
 async def test_a_retry_safe_call_is_sent_once_more_to_the_next_process(autojump_clock: Clock) -> None:
-    """DESIGN.md "Behaviour under failure": a read-only tool whose upstream dies under it
+    """docs/design.md "Behaviour under failure": a read-only tool whose upstream dies under it
     is sent once more to the restarted process, with a progress token of that process's
     own, and the client sees only the result under its id. A regression shows as an
     error to the client or a retry that never reaches the new process."""

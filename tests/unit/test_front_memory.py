@@ -105,7 +105,7 @@ async def test_log_messages_respect_each_clients_level(autojump_clock: Clock) ->
 
 
 async def test_a_stuck_client_costs_a_bounded_queue_and_others_still_hear(autojump_clock: Clock) -> None:
-    """RELIABILITY R6: a client that stops reading, ahead of a healthy one in delivery
+    """docs/reliability.md R6: a client that stops reading, ahead of a healthy one in delivery
     order, is skipped after `CLIENT_SEND_TIMEOUT_S` per notification: the healthy client
     hears a list change within that bound, and a burst of changes leaves at most
     `CLIENT_QUEUE` notifications queued for the stuck one. A regression shows as the
@@ -127,7 +127,7 @@ async def test_a_stuck_client_costs_a_bounded_queue_and_others_still_hear(autoju
 
 
 async def test_a_healthy_client_is_not_delayed_by_a_stuck_clients_backlog(autojump_clock: Clock) -> None:
-    """RELIABILITY R6 "other subscribers are unaffected": after a burst of list changes,
+    """docs/reliability.md R6 "other subscribers are unaffected": after a burst of list changes,
     a healthy client behind a stuck one hears the latest change within one
     `CLIENT_SEND_TIMEOUT_S`, however many are queued for the stuck one. A regression
     shows as the healthy client's notification arriving only after the stuck client's

@@ -43,7 +43,7 @@ async def two_servers(h: Harness) -> None:
 
 
 def test_definitions_have_the_hypertool_names_and_arguments() -> None:
-    """DESIGN.md names every management tool and its arguments; prompts written for
+    """docs/design.md names every management tool and its arguments; prompts written for
     HyperTool use exactly these."""
     assert tuple(DEFINITIONS) == MANAGEMENT_TOOLS
     props = {name: set(d["inputSchema"].get("properties", {})) for name, d in DEFINITIONS.items()}

@@ -2,7 +2,7 @@
 
 The policy is sans-IO, so these are plain synchronous tests: time is a number we pass
 in, jitter comes from a seeded ``random.Random``. No sleeps, no real time. Scenario ids
-(B1-B3, C1-C4, S1/S4/S5) are RELIABILITY.md §4 adapted to this API.
+(B1-B3, C1-C4, S1/S4/S5) are docs/reliability.md §4 adapted to this API.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ NEVER_OPENS = 10**6
 
 
 def base_delay(config: PolicyConfig, attempt: int) -> float:
-    """The jitter-free delay of the n-th consecutive failure, by the DESIGN.md formula."""
+    """The jitter-free delay of the n-th consecutive failure, by the docs/design.md formula."""
     return min(config.restart_delay * 2.0 ** (attempt - 1), config.restart_delay_max)
 
 
@@ -88,7 +88,7 @@ def test_b1_delays_double_to_the_cap_and_restart_times_follow() -> None:
 
 
 def test_default_delays_start_at_a_quarter_second() -> None:
-    """DESIGN.md defaults with jitter off: 0.25, 0.5, 1, 2 s, then the 5th failure opens
+    """docs/design.md defaults with jitter off: 0.25, 0.5, 1, 2 s, then the 5th failure opens
     the circuit instead of backing off."""
     policy = RestartPolicy(NO_JITTER)
     decisions = [failed_start(policy, 0.0) for _ in range(5)]

@@ -1,4 +1,4 @@
-"""The router's registry core as a state machine (RELIABILITY R4), under Hypothesis.
+"""The router's registry core as a state machine (docs/reliability.md R4), under Hypothesis.
 
 Random sequences of build, equip, unequip, delete, annotate, configuration mode on/off,
 and upstreams coming up, going down (withdrawn or not) and changing their tools
@@ -14,7 +14,7 @@ and upstreams coming up, going down (withdrawn or not) and changing their tools
 * a step is announced (its `Changes` says tools changed) exactly when the list clients
   see changed, so every change is announced once and no-ops are not announced.
 
-Rules are synchronous (pytest-trio has no async stateful testing; STYLE notes).
+Rules are synchronous (pytest-trio has no async stateful testing; docs/style.md notes).
 """
 
 from __future__ import annotations

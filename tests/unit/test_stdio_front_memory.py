@@ -58,7 +58,7 @@ async def test_a_call_is_routed_either_way_and_answered_under_the_clients_id(
 
 
 async def test_malformed_lines_get_json_rpc_errors_and_the_front_keeps_serving(autojump_clock: Clock) -> None:
-    """RELIABILITY P1-P4, P7, P8: non-JSON -> -32700 with a null id; a batch -> -32600 with
+    """docs/reliability.md P1-P4, P7, P8: non-JSON -> -32700 with a null id; a batch -> -32600 with
     a null id; a null id -> -32600; ``"jsonrpc": "1.0"`` -> -32600 with its id; a request
     without a method, result or error -> -32600 with its id; a malformed notification ->
     nothing; an unknown method -> -32601 with its id. Then a call is served. A regression
@@ -101,7 +101,7 @@ async def test_malformed_lines_get_json_rpc_errors_and_the_front_keeps_serving(a
 
 
 async def test_an_id_in_flight_cannot_be_reused(autojump_clock: Clock) -> None:
-    """RELIABILITY P20: a request reusing the id of a call still in flight gets -32600
+    """docs/reliability.md P20: a request reusing the id of a call still in flight gets -32600
     under that id and is not forwarded; the first call still gets its own answer. A
     regression shows as the second request reaching the upstream or stealing the answer."""
     with trio.fail_after(BOUND_S):
@@ -143,7 +143,7 @@ async def test_an_oversized_line_is_refused_and_the_next_line_is_served(autojump
 
 
 async def test_a_pipelined_call_never_overtakes_the_initialize_reply(autojump_clock: Clock) -> None:
-    """HOTPATH "Init-gate bug": initialize, notifications/initialized and a tools/call in
+    """docs/hotpath.md "Init-gate bug": initialize, notifications/initialized and a tools/call in
     one write, the SDK slow to answer initialize (one virtual second, as on a loaded
     machine) and the upstream quick: the initialize reply is still the first line out,
     and the call is served. A regression shows as the call's reply coming first."""

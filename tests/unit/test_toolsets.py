@@ -2,7 +2,7 @@
 
 Everything here is synchronous: a `RegistryCore` with a `ToolsetExposure`, fed the
 same registration messages the upstream actors send. Each test names the rule of
-DESIGN.md ("Exposure modes", "Names exposed to clients") it pins down.
+docs/design.md ("Exposure modes", "Names exposed to clients") it pins down.
 """
 
 from __future__ import annotations

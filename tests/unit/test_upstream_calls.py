@@ -1,6 +1,6 @@
 """Calls through the upstream actor under virtual time: in-flight deaths, retries,
 waiting through restarts, timeouts, progress, the hard cap, health pings (issue points
-3 and 4; RELIABILITY C6, P13, P14, P17, D2).
+3 and 4; docs/reliability.md C6, P13, P14, P17, D2).
 
 Every test runs on `autojump_clock` with in-memory fake servers (tests/fakes): the link
 underneath is the production `mcpvisor.actors.link.Link`, so its pending table, timeouts and
@@ -38,7 +38,7 @@ def text(result: dict[str, object]) -> str:
 
 
 async def test_call_in_flight_fails_at_once_when_the_server_dies(autojump_clock: Clock) -> None:
-    """Issue point 4 / RELIABILITY D2: a call in flight when its upstream dies gets an error
+    """Issue point 4 / docs/reliability.md D2: a call in flight when its upstream dies gets an error
     at that very instant (not at the 60 s timeout), naming the server and the exit."""
     server = FakeUpstream()
     async with open_harness({"s": server}) as h:
@@ -62,7 +62,7 @@ async def test_call_in_flight_fails_at_once_when_the_server_dies(autojump_clock:
 
 
 async def test_retry_safe_call_is_retried_once_on_the_new_process(autojump_clock: Clock) -> None:
-    """DESIGN.md: a read-only (or idempotent) tool whose server died under it is sent once
+    """docs/design.md: a read-only (or idempotent) tool whose server died under it is sent once
     more to the new process, after the backoff; the caller sees only the result."""
     server = FakeUpstream()
     async with open_harness({"s": server}) as h:
@@ -156,7 +156,7 @@ async def test_call_to_a_half_open_server_waits_for_the_trial(autojump_clock: Cl
 
 
 async def test_timed_out_call_names_server_and_limit_and_cancels_upstream(autojump_clock: Clock) -> None:
-    """Issue point 4 / RELIABILITY C6, P13: no answer within ``timeout`` -> an error at
+    """Issue point 4 / docs/reliability.md C6, P13: no answer within ``timeout`` -> an error at
     exactly the limit naming the server and the limit, and the upstream gets
     ``notifications/cancelled`` for that request. The server is not restarted (a slow
     tool is not a dead server; pings decide that)."""
@@ -175,7 +175,7 @@ async def test_timed_out_call_names_server_and_limit_and_cancels_upstream(autoju
 
 
 async def test_progress_resets_the_timeout_but_not_the_hard_cap(autojump_clock: Clock) -> None:
-    """RELIABILITY P14: progress every 3 s keeps a 5 s timeout from firing; the 20 s hard
+    """docs/reliability.md P14: progress every 3 s keeps a 5 s timeout from firing; the 20 s hard
     cap ends the call anyway, with the upstream told to cancel."""
     server = ProgressForeverUpstream(interval=3)
     async with open_harness({"s": server}, knobs={"timeout": 5.0, "max_call_time": 20.0}) as h:
@@ -209,7 +209,7 @@ async def test_progress_that_stops_times_out_after_the_last_progress(autojump_cl
 
 
 async def test_hung_server_is_found_by_pings_and_restarted(autojump_clock: Clock) -> None:
-    """Issue point 3 / RELIABILITY P17: a server that stops answering (alive, not dead)
+    """Issue point 3 / docs/reliability.md P17: a server that stops answering (alive, not dead)
     misses 3 pings (every 30 s, 5 s each) and is restarted at t = 30+5 + 30+5 + 30+5;
     a call stuck in it fails at that instant, not at its own timeout."""
     server = HangingUpstream(after=1)
@@ -249,7 +249,7 @@ async def test_pings_that_are_answered_keep_the_server(autojump_clock: Clock) ->
 async def test_every_call_gets_one_answer_within_its_bounds_under_random_faults(
         autojump_clock: Clock,
 ) -> None:
-    """Chaos (RELIABILITY X1, seeded): three servers (crash every 3rd call, hang after 4
+    """Chaos (docs/reliability.md X1, seeded): three servers (crash every 3rd call, hang after 4
     calls, start slowly) and a healthy one; 200 concurrent random calls over time. Each
     call ends exactly once, with a result or a ProxyError, within timeout + restartWait
     (+ one retry); the healthy server answers every call at once."""

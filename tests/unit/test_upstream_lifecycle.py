@@ -1,5 +1,5 @@
 """The upstream actor's state machine under virtual time: backoff, circuit breaker,
-withdraw/restore announcements, operator actions (RELIABILITY.md §4.2, §4.3).
+withdraw/restore announcements, operator actions (docs/reliability.md §4.2, §4.3).
 
 Every test runs on `autojump_clock` with in-memory fake servers (tests/fakes), so the
 times asserted are exact virtual times (`trio.current_time()`) and ten minutes of
@@ -39,7 +39,7 @@ def gaps(times: list[float]) -> list[float]:
 
 
 async def test_autojump_clock_is_active(autojump_clock: Clock) -> None:
-    """RELIABILITY B5: an hour of trio.sleep takes well under a second of real time,
+    """docs/reliability.md B5: an hour of trio.sleep takes well under a second of real time,
     so every timing assertion in this file is on the virtual clock."""
     start = time.monotonic()
     await trio.sleep(3600)
@@ -47,7 +47,7 @@ async def test_autojump_clock_is_active(autojump_clock: Clock) -> None:
 
 
 async def test_backoff_doubles_from_the_first_delay_up_to_the_cap(autojump_clock: Clock) -> None:
-    """RELIABILITY B1: jitter off, delay 1 s doubling to 30 s, circuit out of the way:
+    """docs/reliability.md B1: jitter off, delay 1 s doubling to 30 s, circuit out of the way:
     starts at t = 0, 1, 3, 7, 15, 31, 61, 91 (delays 1, 2, 4, 8, 16, 30, 30)."""
     server = NeverStartsUpstream()
     async with open_harness({"s": server}, knobs={"restart_delay": 1.0, "restart_delay_max": 30.0,
@@ -63,7 +63,7 @@ async def test_backoff_doubles_from_the_first_delay_up_to_the_cap(autojump_clock
 async def test_jittered_delays_stay_within_their_bounds_and_replay_with_the_seed(
         seed: int, autojump_clock: Clock,
 ) -> None:
-    """RELIABILITY B2: with the default jitter (0.25 s) each delay n lies within
+    """docs/reliability.md B2: with the default jitter (0.25 s) each delay n lies within
     [base(n), min(base(n) + 0.25, 30)], and the same seed gives the same schedule."""
     schedules = []
     for _ in range(2):
@@ -79,7 +79,7 @@ async def test_jittered_delays_stay_within_their_bounds_and_replay_with_the_seed
 
 
 async def test_healthy_uptime_resets_the_backoff(autojump_clock: Clock) -> None:
-    """RELIABILITY B3: three quick crashes grow the delay (0.25, 0.5, 1); after 60 s of
+    """docs/reliability.md B3: three quick crashes grow the delay (0.25, 0.5, 1); after 60 s of
     healthy uptime the life counts as healthy and its crash restarts at once (issue 18)."""
     server = FakeUpstream()
     async with open_harness({"s": server}) as h:
@@ -97,7 +97,7 @@ async def test_healthy_uptime_resets_the_backoff(autojump_clock: Clock) -> None:
 
 
 async def test_stop_during_a_long_backoff_is_immediate(autojump_clock: Clock) -> None:
-    """RELIABILITY B4: a stop requested during a 30 s backoff ends the actor at once,
+    """docs/reliability.md B4: a stop requested during a 30 s backoff ends the actor at once,
     with no further start."""
     server = NeverStartsUpstream()
     async with open_harness({"s": server}, knobs={"restart_delay": 30.0}) as h:
@@ -152,7 +152,7 @@ async def test_call_to_an_open_circuit_fails_at_once_naming_the_next_try(autojum
 async def test_trial_success_closes_the_circuit_and_restores_the_tools_with_one_list_changed(
         autojump_clock: Clock,
 ) -> None:
-    """RELIABILITY C7 / issue point 5: tools survive the first crash and its backoff
+    """docs/reliability.md C7 / issue point 5: tools survive the first crash and its backoff
     restarts without any list_changed; when the circuit opens they are withdrawn with
     exactly one; the successful trial brings them back with exactly one."""
     server = NeverStartsUpstream()
@@ -181,7 +181,7 @@ async def test_trial_success_closes_the_circuit_and_restores_the_tools_with_one_
 
 
 async def test_failed_trial_reopens_the_circuit_for_twice_as_long(autojump_clock: Clock) -> None:
-    """RELIABILITY C4: a trial that fails re-opens the circuit for 60 s, then 120 s;
+    """docs/reliability.md C4: a trial that fails re-opens the circuit for 60 s, then 120 s;
     the tools stay withdrawn (no further list_changed)."""
     server = NeverStartsUpstream()
     async with open_harness({"s": server}) as h:
