@@ -34,16 +34,14 @@ from mcpvisor.actors.fronts.auth import (
     host_rules,
     is_loopback,
 )
+from mcpvisor.actors.fronts.http import HTTP_PATH
 from mcpvisor.config import DEFAULT_HOST, DEFAULT_PORT, Settings
 from mcpvisor.tree import Supervisor
 
 logger = logging.getLogger(__name__)
 
-HTTP_PATH: Final = "/mcp"
 TOKEN_ENV: Final = "MCPVISOR_TOKEN"
 """A shared token from the environment (docs/design.md), named "env" in logs."""
-ANONYMOUS: Final = "anonymous"
-"""Who a request on an open front (no token configured now) is, to the SDK's session checks."""
 TOKEN_FILE_NAME: Final = "token-file"
 """The name `--token-file`'s token goes by in logs."""
 STATIC_ISSUER_PLACEHOLDER: Final = "https://mcpvisor.invalid/"
@@ -300,41 +298,6 @@ def build_guard(
     return Guard(rules, verifier, auth_settings, required, resource_metadata_url, tls, names)
 
 
-def open_while_unguarded(app: Any, verifier: Verifier) -> None:
-    """Make the SDK's bearer check of ``app`` admit everyone while ``verifier`` guards nothing.
-
-    The SDK decides once, when it builds the app, whether ``/mcp`` needs a token; we give it
-    a verifier always and swap its authentication backend for one that asks
-    ``verifier.guarding()`` at every request: an open loopback front stays open, and a
-    token a hot reload adds is required from the next request on.
-
-    Raises:
-        RuntimeError: the SDK no longer builds the app with a bearer backend to replace
-            (a front that would silently ignore tokens must not start).
-    """
-    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, BearerAuthBackend
-    from mcp.server.auth.provider import AccessToken
-    from starlette.authentication import AuthCredentials
-    from starlette.middleware.authentication import AuthenticationMiddleware
-    from starlette.requests import HTTPConnection
-
-    class _Backend(BearerAuthBackend):
-        async def authenticate(self, conn: HTTPConnection) -> Any:
-            if not verifier.guarding():
-                anonymous = AccessToken(token="", client_id=ANONYMOUS, scopes=[])
-                return AuthCredentials([]), AuthenticatedUser(anonymous)
-            return await super().authenticate(conn)
-
-    for middleware in app.user_middleware:
-        backend = middleware.kwargs.get("backend")
-        if middleware.cls is AuthenticationMiddleware and isinstance(backend, BearerAuthBackend):
-            middleware.kwargs["backend"] = _Backend(
-                backend.token_verifier, resource_server_url=backend.resource_server_url
-            )
-            return
-    raise RuntimeError("the SDK's streamable HTTP app has no bearer authentication to extend")
-
-
 # --------------------------------------------------------------------------------------
 # the fronts
 # --------------------------------------------------------------------------------------
@@ -351,75 +314,37 @@ async def serve_http(
     keyfile: str | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve streamable HTTP at ``http(s)://host:port/mcp`` (hypercorn's trio worker) until cancelled,
-    or until the proxy's drain is done (`mcpvisor.actors.fronts.drain`), with the dashboard, the management
-    API and ``/healthz`` beside it (`mcpvisor.dashboard`).
+    """Serve streamable HTTP at ``http(s)://host:port/mcp`` (`mcpvisor.actors.fronts.http`)
+    until cancelled, or until the proxy's drain is done (`mcpvisor.actors.fronts.drain`),
+    with the dashboard, the management API and ``/healthz`` beside it (`mcpvisor.dashboard`).
 
     ``task_status.started`` receives the URL actually bound (``port=0`` picks a free port).
 
     Raises:
         UnsafeBind: before binding, for a non-loopback ``host`` with no token.
     """
-    import hypercorn.config
-    import hypercorn.trio
-    from mcp.server.transport_security import TransportSecuritySettings
-
-    from mcpvisor.actors.fronts.limits import install
+    from mcpvisor.actors.fronts.http import HttpLimits, serve_http_front
+    from mcpvisor.dashboard import for_supervisor
 
     guard = build_guard(
         sup, host, port, tokens=tokens, insecure_no_auth=insecure_no_auth, certfile=certfile, keyfile=keyfile
     )
-    install(sup.front.server)
-    from mcpvisor.dashboard import for_supervisor
-
     hub, dashboard = for_supervisor(sup, guard)  # `/`, `/api/...`, `/healthz` (supervisor/dashboard)
-    allowed_hosts, allowed_origins = guard.rules.sdk_lists()
-    app = sup.front.server.streamable_http_app(
-        streamable_http_path=HTTP_PATH,
-        host=host,
-        transport_security=TransportSecuritySettings(
-            enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts, allowed_origins=allowed_origins
-        ),
-        max_request_body_size=sup.settings.max_message_bytes,
-        max_sessions=sup.settings.max_sessions,
-        session_idle_timeout=sup.settings.session_idle_timeout,
-        auth=guard.auth_settings,
-        token_verifier=guard.verifier,
-        custom_starlette_routes=dashboard,
-    )
-    from mcpvisor.actors.fronts.http import FrameGuard
-
-    manager = sup.front.server.session_manager  # checks frames after the token and Host/Origin ones
-    manager.asgi_app = FrameGuard(manager.asgi_app, sup.settings.max_message_bytes)  # type: ignore[assignment]
-    if guard.verifier is not None:
-        open_while_unguarded(app, guard.verifier)
-    config = hypercorn.config.Config()
-    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
-    config.accesslog = None
-    config.errorlog = logging.getLogger("hypercorn.error")
-    config.graceful_timeout = 2.0
-    # Bounds on a connection that has not sent a whole request: hypercorn's idle timer runs
-    # from the accept until a request's headers are complete (slowloris), and TLS has its own
-    # handshake timer (60 s by default). read_timeout stays unset: it bounds every read, so it
-    # would also cut an SSE stream or a long call whose client rightly sends nothing.
-    config.keep_alive_timeout = sup.settings.handshake_timeout
-    config.ssl_handshake_timeout = sup.settings.handshake_timeout
-    if certfile:
-        config.certfile = certfile
-        config.keyfile = keyfile
-
-    async def started(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
-        # Once the drain has answered every request (SIGTERM, SIGINT), hypercorn stops
-        # accepting, lets the open responses finish (graceful_timeout) and returns.
-        await hypercorn.trio.serve(app, config, shutdown_trigger=sup.front.drain.done.wait,  # type: ignore[arg-type]
-                                   task_status=task_status)
-        nursery.cancel_scope.cancel(reason="the HTTP front closed")
+    settings = sup.settings
+    limits = HttpLimits(max_body=settings.max_message_bytes, max_sessions=settings.max_sessions,
+                        session_idle_timeout=settings.session_idle_timeout,
+                        handshake_timeout=settings.handshake_timeout)
 
     async with trio.open_nursery() as nursery:
         await nursery.start(hub.run)
-        binds: list[str] = await nursery.start(started)
-        url = binds[0].rstrip("/") + HTTP_PATH
-        task_status.started(url)
+
+        async def front(task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+            await serve_http_front(sup.front, host, port, limits=limits, rules=guard.rules,
+                                   verifier=guard.verifier, auth=guard.auth_settings, routes=dashboard,
+                                   certfile=certfile, keyfile=keyfile, task_status=task_status)
+            nursery.cancel_scope.cancel(reason="the HTTP front closed")
+
+        task_status.started(await nursery.start(front))
 
 
 async def serve_stdio(

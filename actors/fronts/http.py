@@ -1,6 +1,11 @@
-"""The streamable HTTP front's frame checks, in front of the SDK's session manager.
+"""The streamable HTTP front: MCP at ``/mcp`` on hypercorn's trio worker, the SDK's
+session manager behind our guards.
 
-Owns `FrameGuard`, an ASGI wrapper of the SDK's ``StreamableHTTPSessionManager.asgi_app``
+Owns `serve_http_front`, which builds the SDK's streamable-HTTP app for the shared front
+(Host/Origin rules, the token verifier, body and session limits), puts the frame checks
+in front of its session manager, lets the caller add routes beside ``/mcp`` (the
+dashboard), and serves it until cancelled or until the proxy's drain is done; and
+`FrameGuard`, an ASGI wrapper of the SDK's ``StreamableHTTPSessionManager.asgi_app``
 (so it runs after the token and Host/Origin checks, for POSTs to ``/mcp`` only). It reads
 each POST body (bounded by the body limit the SDK enforces) and answers at once, with
 HTTP 400 and a JSON-RPC error, what the SDK would mishandle:
@@ -18,9 +23,11 @@ Everything else reaches the SDK unchanged, the body replayed as it was read.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any, Final
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
 
+import trio
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from msgspec import UNSET
 
@@ -33,9 +40,138 @@ from mcpvisor.actors.fronts.frames import (
     request_refusal,
 )
 
+if TYPE_CHECKING:
+    from mcp.server.auth.settings import AuthSettings
+
+    from mcpvisor.actors.fronts.auth import HostRules, Verifier
+    from mcpvisor.actors.fronts.sdk import Front
+
 logger = logging.getLogger(__name__)
 
-__all__ = ["MAX_JSON_DEPTH", "FrameGuard"]
+__all__ = ["HTTP_PATH", "MAX_JSON_DEPTH", "FrameGuard", "HttpLimits", "open_while_unguarded",
+           "serve_http_front"]
+
+HTTP_PATH: Final = "/mcp"
+ANONYMOUS: Final = "anonymous"
+"""Who a request on an open front (no token configured now) is, to the SDK's session checks."""
+GRACEFUL_CLOSE_S: Final = 2.0
+"""After the drain, how long hypercorn lets open responses finish (its ``graceful_timeout``)."""
+
+
+@dataclass(frozen=True)
+class HttpLimits:
+    """The bounds of the HTTP front (``settings``)."""
+
+    max_body: int
+    """Largest request body (``maxMessageBytes``)."""
+    max_sessions: int
+    session_idle_timeout: float
+    handshake_timeout: float
+    """From accept until a request's headers are complete, and the TLS handshake."""
+
+
+async def serve_http_front(
+    front: Front,
+    host: str,
+    port: int,
+    *,
+    limits: HttpLimits,
+    rules: HostRules,
+    verifier: Verifier | None,
+    auth: AuthSettings | None,
+    routes: Sequence[Any] = (),
+    certfile: str | None = None,
+    keyfile: str | None = None,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``front`` over streamable HTTP at ``http(s)://host:port/mcp`` until cancelled,
+    or until its drain is done (`mcpvisor.actors.fronts.drain`); ``routes`` (Starlette
+    routes) are served beside ``/mcp``. ``task_status.started`` receives the URL bound."""
+    import hypercorn.config
+    import hypercorn.trio
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    from mcpvisor.actors.fronts.limits import install
+
+    install(front.server)
+    allowed_hosts, allowed_origins = rules.sdk_lists()
+    app = front.server.streamable_http_app(
+        streamable_http_path=HTTP_PATH,
+        host=host,
+        transport_security=TransportSecuritySettings(
+            enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts, allowed_origins=allowed_origins
+        ),
+        max_request_body_size=limits.max_body,
+        max_sessions=limits.max_sessions,
+        session_idle_timeout=limits.session_idle_timeout,
+        auth=auth,
+        token_verifier=verifier,
+        custom_starlette_routes=list(routes),
+    )
+    manager = front.server.session_manager  # checks frames after the token and Host/Origin ones
+    manager.asgi_app = FrameGuard(manager.asgi_app, limits.max_body)  # type: ignore[assignment]
+    if verifier is not None:
+        open_while_unguarded(app, verifier)
+    config = hypercorn.config.Config()
+    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.accesslog = None
+    config.errorlog = logging.getLogger("hypercorn.error")
+    config.graceful_timeout = GRACEFUL_CLOSE_S
+    # Bounds on a connection that has not sent a whole request: hypercorn's idle timer runs
+    # from the accept until a request's headers are complete (slowloris), and TLS has its own
+    # handshake timer (60 s by default). read_timeout stays unset: it bounds every read, so it
+    # would also cut an SSE stream or a long call whose client rightly sends nothing.
+    config.keep_alive_timeout = limits.handshake_timeout
+    config.ssl_handshake_timeout = limits.handshake_timeout
+    if certfile:
+        config.certfile = certfile
+        config.keyfile = keyfile
+
+    async def started(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
+        # Once the drain has answered every request (SIGTERM, SIGINT), hypercorn stops
+        # accepting, lets the open responses finish (graceful_timeout) and returns.
+        await hypercorn.trio.serve(app, config, shutdown_trigger=front.drain.done.wait,  # type: ignore[arg-type]
+                                   task_status=task_status)
+        nursery.cancel_scope.cancel(reason="the HTTP front closed")
+
+    async with trio.open_nursery() as nursery:
+        binds: list[str] = await nursery.start(started)
+        task_status.started(binds[0].rstrip("/") + HTTP_PATH)
+
+
+def open_while_unguarded(app: Any, verifier: Verifier) -> None:
+    """Make the SDK's bearer check of ``app`` admit everyone while ``verifier`` guards nothing.
+
+    The SDK decides once, when it builds the app, whether ``/mcp`` needs a token; we give it
+    a verifier always and swap its authentication backend for one that asks
+    ``verifier.guarding()`` at every request: an open loopback front stays open, and a
+    token a hot reload adds is required from the next request on.
+
+    Raises:
+        RuntimeError: the SDK no longer builds the app with a bearer backend to replace
+            (a front that would silently ignore tokens must not start).
+    """
+    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, BearerAuthBackend
+    from mcp.server.auth.provider import AccessToken
+    from starlette.authentication import AuthCredentials
+    from starlette.middleware.authentication import AuthenticationMiddleware
+    from starlette.requests import HTTPConnection
+
+    class _Backend(BearerAuthBackend):
+        async def authenticate(self, conn: HTTPConnection) -> Any:
+            if not verifier.guarding():
+                anonymous = AccessToken(token="", client_id=ANONYMOUS, scopes=[])
+                return AuthCredentials([]), AuthenticatedUser(anonymous)
+            return await super().authenticate(conn)
+
+    for middleware in app.user_middleware:
+        backend = middleware.kwargs.get("backend")
+        if middleware.cls is AuthenticationMiddleware and isinstance(backend, BearerAuthBackend):
+            middleware.kwargs["backend"] = _Backend(
+                backend.token_verifier, resource_server_url=backend.resource_server_url
+            )
+            return
+    raise RuntimeError("the SDK's streamable HTTP app has no bearer authentication to extend")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
