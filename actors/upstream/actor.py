@@ -44,6 +44,7 @@ import trio
 
 from mcpvisor.actors.core.catalog import UpstreamLists
 from mcpvisor.actors.core.policy import (
+    DEFAULT_JITTER_S,
     Backoff,
     CircuitState,
     OpenCircuit,
@@ -52,6 +53,7 @@ from mcpvisor.actors.core.policy import (
     WaitUntil,
 )
 from mcpvisor.actors.core.registration import UpstreamDown, UpstreamUp
+from mcpvisor.actors.core.spec import ServerSpec
 from mcpvisor.actors.errors import CallTimeout, UpstreamDied, UpstreamError, UpstreamUnavailable
 from mcpvisor.actors.link import CallOrigin, Link, LinkEvents, open_sdk_link, open_stdio_link
 from mcpvisor.actors.messages import EventBus, StateChanged
@@ -130,7 +132,7 @@ class Upstream(LinkTasks):
 
     def __init__(
         self,
-        spec: Any,
+        spec: ServerSpec,
         *,
         router: RouterPort,
         events: EventBus,
@@ -140,6 +142,7 @@ class Upstream(LinkTasks):
         rng: random.Random | None = None,
         era_memory: dict[str, str] | None = None,
         open_link: OpenLink | None = None,
+        jitter: float = DEFAULT_JITTER_S,
     ) -> None:
         self.spec = spec
         self.name: str = spec.name
@@ -150,7 +153,9 @@ class Upstream(LinkTasks):
         self.max_message = max_message
         self._rng = rng
         self._open_link: OpenLink = open_link if open_link is not None else open_real_link
-        self.policy = RestartPolicy(PolicyConfig.from_spec(spec), rng=rng)
+        self._jitter = jitter
+        """The restart policy's jitter (no config key sets it; a test passes 0 for exact times)."""
+        self.policy = RestartPolicy(PolicyConfig.from_spec(spec, jitter=jitter), rng=rng)
         self.state = State.IDLE if spec.lazy else State.STARTING
         self.reason: str | None = None
         self.since = trio.current_time()
@@ -360,7 +365,7 @@ class Upstream(LinkTasks):
         """
         if self._desired != "run" or not self._loaded:
             return
-        config = PolicyConfig.from_spec(self.spec)
+        config = PolicyConfig.from_spec(self.spec, jitter=self._jitter)
         if config != self.policy.config:
             self.policy = RestartPolicy(config, rng=self._rng)
         self._restart_reason = reason
@@ -494,8 +499,7 @@ class Upstream(LinkTasks):
         """Why this server cannot start as configured (None: try). The checks of what would
         be spawned apply to the production opener only; an injected one decides for itself."""
         if self._open_link is not open_real_link:
-            reason = getattr(self.spec, "misconfigured", None)
-            return str(reason) if reason else None
+            return self.spec.misconfigured or None
         return preflight(self.spec)
 
     async def _stay_misconfigured(self, problem: str) -> None:

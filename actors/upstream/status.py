@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 if TYPE_CHECKING:
+    from mcpvisor.actors.core.catalog import UpstreamLists
+    from mcpvisor.actors.core.spec import ServerSpec
     from mcpvisor.actors.link import CallOrigin
 
 
@@ -103,6 +105,7 @@ class Hooks:
         """The most verbose level any client asked for (``logging/setLevel``), if any."""
         return None
 
-    def lists_seen(self, spec: Any, lists: Any, era: str | None) -> None:  # pragma: no cover - interface
-        """The server of ``spec`` listed ``lists`` (`mcpvisor.actors.core.catalog.UpstreamLists`) while
-        speaking ``era``: what a later start may list from memory. Must not block."""
+    def lists_seen(self, spec: ServerSpec, lists: UpstreamLists,
+                   era: str | None) -> None:  # pragma: no cover - interface
+        """The server of ``spec`` listed ``lists`` while speaking ``era``: what a later
+        start may list from memory. Must not block."""
