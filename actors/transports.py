@@ -15,6 +15,7 @@ from typing import Any, Final
 import httpx2
 
 from mcpvisor.actors import wire
+from mcpvisor.actors.core.spec import ServerSpec
 
 EVENT_STREAM: Final = "text/event-stream"
 """An SSE body streams for as long as the server likes; the SDK bounds each of its events."""
@@ -86,25 +87,28 @@ def _announced(response: httpx2.Response) -> int | None:
         return None
 
 
-def stdio_argv(spec: Any) -> list[str]:
+def stdio_argv(spec: ServerSpec) -> list[str]:
     """The command line of a ``stdio`` or ``stdio-docker`` server."""
     if spec.transport == "stdio":
         return [spec.command or "", *spec.args]
     return docker_argv(spec)
 
 
-def docker_argv(spec: Any) -> list[str]:
+def docker_argv(spec: ServerSpec) -> list[str]:
     argv = ["docker", "run", "-i", "--rm", "--init"]
     for key in spec.env:
         argv += ["-e", key]
     argv += list(spec.docker_args)
-    argv.append(spec.image)
+    argv.append(spec.image or "")
     argv += list(spec.args)
     return argv
 
 
-def sdk_transport(spec: Any, max_message: int) -> Any:
+def sdk_transport(spec: ServerSpec, max_message: int) -> Any:
     """The SDK client transport for an http, sse or ws server."""
+    if not spec.url:  # the config loader requires one; a hand-built spec may lack it
+        raise ValueError(f'server {spec.name!r}: transport {spec.transport!r} needs field "url"')
+    url = spec.url
     if spec.transport == "http":
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
@@ -113,7 +117,7 @@ def sdk_transport(spec: Any, max_message: int) -> Any:
         timeout = httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT)
         client = httpx2.AsyncClient(headers=dict(spec.headers), timeout=timeout,
                                     transport=BoundedTransport(spec.name, max_message))
-        return streamable_http_client(spec.url, http_client=client, max_sse_event_size=max_message)
+        return streamable_http_client(url, http_client=client, max_sse_event_size=max_message)
     if spec.transport == "sse":
         from mcp.client.sse import sse_client
 
@@ -123,9 +127,9 @@ def sdk_transport(spec: Any, max_message: int) -> Any:
             return httpx2.AsyncClient(headers=headers, timeout=timeout, auth=auth, follow_redirects=False,
                                       transport=BoundedTransport(spec.name, max_message))
 
-        return sse_client(spec.url, headers=dict(spec.headers), httpx_client_factory=bounded_client)
+        return sse_client(url, headers=dict(spec.headers), httpx_client_factory=bounded_client)
     if spec.transport == "ws":
         from mcpvisor.actors.link.ws import websocket_client
 
-        return websocket_client(spec.url, headers=dict(spec.headers), max_message=max_message)
-    raise ValueError(f"unknown transport {spec.transport!r}")
+        return websocket_client(url, headers=dict(spec.headers), max_message=max_message)
+    raise ValueError(f"server {spec.name!r}: unknown transport {spec.transport!r}")

@@ -40,10 +40,9 @@ from mcpvisor._config_types import (
     TRANSPORT_FIELDS,
     TRANSPORTS,
     URL_SCHEMES,
-    ExposedTool,
-    ServerSpec,
     Settings,
 )
+from mcpvisor.actors.core.spec import ExposedTool, ServerSpec
 
 
 class ServerRules(Checker):

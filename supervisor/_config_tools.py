@@ -25,8 +25,9 @@ from mcpvisor._config_schema import (
     convert_collecting,
     describe_type,
 )
-from mcpvisor._config_types import NAME_RE, NAME_RULE, ServerSpec, Settings, ToolRef, ToolsetDecl
+from mcpvisor._config_types import NAME_RE, NAME_RULE, Settings, ToolRef, ToolsetDecl
 from mcpvisor.actors.core.catalog import bare, flatten
+from mcpvisor.actors.core.spec import ServerSpec
 from mcpvisor.actors.core.toolsets import MANAGEMENT_TOOLS
 
 if TYPE_CHECKING:  # imported where a `tools` section is built: it pulls in jsonschema

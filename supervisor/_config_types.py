@@ -1,24 +1,35 @@
 """The resolved config records and the tables behind them (re-exported by `mcpvisor.config`).
 
-Owns the immutable records (`Config`, `ServerSpec`, `Settings`, `ToolsetDecl`, `ToolRef`,
-`ExposedTool`; `CompoundDecl` comes from `mcpvisor.actors.core.compound`), `ConfigError`, the supervision
-knob table with its defaults and bounds (docs/design.md "Behaviour under failure"), and which fields
-each transport takes.
+Owns the immutable records (`Config`, `Settings`, `ToolsetDecl`, `ToolRef`; `ServerSpec` and
+`ExposedTool` come from `mcpvisor.actors.core.spec`, the record the actors read, and `CompoundDecl`
+from `mcpvisor.actors.core.compound`), `ConfigError`, the supervision knob table with its bounds
+(docs/design.md "Behaviour under failure"; the defaults are the core's), and which fields each
+transport takes.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
 from mcpvisor._config_schema import KNOB_KEYS, ServerEntry, field_names
 from mcpvisor.actors.core import policy
+from mcpvisor.actors.core.spec import (
+    DEFAULT_HEALTH_CHECK_INTERVAL_S,
+    DEFAULT_HEALTH_CHECK_TIMEOUT_S,
+    DEFAULT_MAX_CALL_TIME_S,
+    DEFAULT_MAX_MISSED_PINGS,
+    DEFAULT_RELIST_INTERVAL_S,
+    DEFAULT_RESTART_WAIT_S,
+    DEFAULT_SHUTDOWN_GRACE_S,
+    DEFAULT_STARTUP_TIMEOUT_S,
+    DEFAULT_TIMEOUT_S,
+    ServerSpec,
+)
 
 if TYPE_CHECKING:  # the module pulls in jsonschema: a CLI that never loads a config need not
     from mcpvisor.actors.core.compound import CompoundDecl
@@ -104,14 +115,16 @@ class Knob:
     count: bool = False
 
 
+# The defaults are the core's (the spec's and the restart policy's): each written once.
 KNOBS: Final = (
-    Knob("timeout", "timeout", 60.0, MIN_TIMEOUT_S, HOUR),
-    Knob("max_call_time", "maxCallTime", 600.0, MIN_TIMEOUT_S, DAY),
-    Knob("startup_timeout", "startupTimeout", 30.0, MIN_TIMEOUT_S, 10 * MINUTE),
-    Knob("health_check_interval", "healthCheckInterval", 30.0, 0.0, HOUR),  # 0 disables pings
-    Knob("health_check_timeout", "healthCheckTimeout", 5.0, MIN_TIMEOUT_S, 5 * MINUTE),
-    Knob("max_missed_pings", "maxMissedPings", 3, 1, MAX_COUNT, count=True),
-    # The restart policy's knobs take their defaults from the policy itself (one place).
+    Knob("timeout", "timeout", DEFAULT_TIMEOUT_S, MIN_TIMEOUT_S, HOUR),
+    Knob("max_call_time", "maxCallTime", DEFAULT_MAX_CALL_TIME_S, MIN_TIMEOUT_S, DAY),
+    Knob("startup_timeout", "startupTimeout", DEFAULT_STARTUP_TIMEOUT_S, MIN_TIMEOUT_S, 10 * MINUTE),
+    # 0 disables pings
+    Knob("health_check_interval", "healthCheckInterval", DEFAULT_HEALTH_CHECK_INTERVAL_S, 0.0, HOUR),
+    Knob("health_check_timeout", "healthCheckTimeout", DEFAULT_HEALTH_CHECK_TIMEOUT_S, MIN_TIMEOUT_S,
+         5 * MINUTE),
+    Knob("max_missed_pings", "maxMissedPings", DEFAULT_MAX_MISSED_PINGS, 1, MAX_COUNT, count=True),
     Knob("restart_delay", "restartDelay", policy.DEFAULT_RESTART_DELAY_S, 0.0, 5 * MINUTE),
     Knob("restart_delay_max", "restartDelayMax", policy.DEFAULT_RESTART_DELAY_MAX_S, 0.0, HOUR),
     Knob("restart_reset_after", "restartResetAfter", policy.DEFAULT_RESTART_RESET_AFTER_S, 0.0, DAY),
@@ -119,16 +132,16 @@ KNOBS: Final = (
     # 0 would start trials back to back
     Knob("circuit_open_for", "circuitOpenFor", policy.DEFAULT_CIRCUIT_OPEN_FOR_S, MIN_TIMEOUT_S, HOUR),
     Knob("circuit_open_max", "circuitOpenMax", policy.DEFAULT_CIRCUIT_OPEN_MAX_S, MIN_TIMEOUT_S, DAY),
-    Knob("restart_wait", "restartWait", 10.0, 0.0, 10 * MINUTE),
-    Knob("shutdown_grace", "shutdownGrace", 2.0, 0.0, 5 * MINUTE),
+    Knob("restart_wait", "restartWait", DEFAULT_RESTART_WAIT_S, 0.0, 10 * MINUTE),
+    Knob("shutdown_grace", "shutdownGrace", DEFAULT_SHUTDOWN_GRACE_S, 0.0, 5 * MINUTE),
     Knob("restart_intensity", "restartIntensity", policy.DEFAULT_INTENSITY, 1, MAX_COUNT, count=True),
     Knob("restart_period", "restartPeriod", policy.DEFAULT_PERIOD_S, MIN_TIMEOUT_S, HOUR),
     # Default: the health-check interval (ServerSpec.relist_every); 0 turns re-listing off.
-    Knob("relist_interval", "relistInterval", 30.0, 0.0, HOUR),
+    Knob("relist_interval", "relistInterval", DEFAULT_RELIST_INTERVAL_S, 0.0, HOUR),
 )
 assert tuple(k.key for k in KNOBS) == KNOB_KEYS, "knob table and schema disagree"
-_DEFAULT: Final = MappingProxyType({k.attr: k.default for k in KNOBS})
-"""Each knob's default, read by `ServerSpec`'s fields so a default is written once."""
+assert all(getattr(ServerSpec(name="-", transport="stdio"), k.attr) == k.default
+           for k in KNOBS if k.attr != "relist_interval"), "knob table and ServerSpec disagree on a default"
 KNOB_PAIRS: Final = (("restartDelay", "restartDelayMax"), ("circuitOpenFor", "circuitOpenMax"))
 """(first, cap): the first backoff delay / open period may not exceed its cap."""
 
@@ -157,14 +170,6 @@ TOP_KEYS: Final = ("$schema", "mcpServers", "toolsets", "settings", "tools")
 
 
 @dataclass(frozen=True, slots=True)
-class ExposedTool:
-    """An `exposedTools` entry: the upstream's tool name and, if renamed, the new one."""
-
-    original: str
-    exposed: str | None
-
-
-@dataclass(frozen=True, slots=True)
 class ToolRef:
     """A toolset member: exactly one of `namespaced_name` (`server.tool`) or `ref_id` is set."""
 
@@ -184,93 +189,6 @@ class ToolsetDecl:
 
 def _empty() -> Mapping[str, Any]:
     return MappingProxyType({})
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ServerSpec:
-    """One configured server, fully resolved: interpolated, durations in float seconds.
-
-    Keyword-only; every field but `name` and `transport` has a default, so tests can
-    build one directly. Mappings are read-only views.
-    """
-
-    name: str
-    transport: str
-    command: str | None = None
-    args: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=_empty)
-    cwd: str | None = None
-    url: str | None = None
-    headers: Mapping[str, str] = field(default_factory=_empty)
-    image: str | None = None
-    docker_args: tuple[str, ...] = ()
-    enabled: bool = True
-    lazy: bool = False
-    scope: str = "shared"
-    """``shared``: one instance for every client; ``session``: one per client session
-    (`mcpvisor.sessions`)."""
-    pool: int = 0
-    """Session scope only: instances kept started and unused, so a session's first call
-    does not wait for a start."""
-    description: str | None = None
-    protocol: str = "auto"
-    exposed_tools: tuple[ExposedTool, ...] | None = None
-    hidden_tools: frozenset[str] = frozenset()
-    timeout: float = _DEFAULT["timeout"]
-    max_call_time: float = _DEFAULT["max_call_time"]
-    startup_timeout: float = _DEFAULT["startup_timeout"]
-    health_check_interval: float = _DEFAULT["health_check_interval"]
-    health_check_timeout: float = _DEFAULT["health_check_timeout"]
-    max_missed_pings: int = int(_DEFAULT["max_missed_pings"])
-    restart_delay: float = _DEFAULT["restart_delay"]
-    restart_delay_max: float = _DEFAULT["restart_delay_max"]
-    restart_reset_after: float = _DEFAULT["restart_reset_after"]
-    circuit_failures: int = int(_DEFAULT["circuit_failures"])
-    circuit_open_for: float = _DEFAULT["circuit_open_for"]
-    circuit_open_max: float = _DEFAULT["circuit_open_max"]
-    restart_wait: float = _DEFAULT["restart_wait"]
-    shutdown_grace: float = _DEFAULT["shutdown_grace"]
-    restart_intensity: int = int(_DEFAULT["restart_intensity"])
-    restart_period: float = _DEFAULT["restart_period"]
-    relist_interval: float | None = None
-    """``relistInterval``: how often a server that cannot announce list changes is
-    re-listed; None: `health_check_interval`."""
-    raw: Mapping[str, Any] = field(default_factory=_empty)
-    misconfigured: str | None = None
-    """Why this entry cannot be used (an unset ``${VAR}``, an invalid field), when the config
-    was loaded with ``isolate_servers``: the server is shown ``misconfigured`` with this
-    reason and never started, while the other servers run. None: the entry is usable."""
-
-    @property
-    def relist_every(self) -> float:
-        """Seconds between re-listings of a server that cannot announce changes (0: never)."""
-        return self.health_check_interval if self.relist_interval is None else self.relist_interval
-
-    def fingerprint(self) -> str:
-        """A stable 16-hex-digit hash of everything that needs a restart when it changes.
-
-        Covers every field except `name`, `description`, `raw` and `enabled`; a hot reload
-        restarts a server whose fingerprint changed and leaves the others running.
-        """
-        payload = {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name not in _UNHASHED}
-        blob = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-_UNHASHED: Final = frozenset({"name", "description", "raw", "enabled"})
-
-
-def _plain(value: Any) -> Any:
-    """A JSON-able, order-stable form of a ServerSpec field value."""
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, frozenset):
-        return sorted(value)
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, ExposedTool):
-        return [value.original, value.exposed]
-    return value
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

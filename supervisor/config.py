@@ -11,8 +11,9 @@ unchanged. This module owns:
 * `${VAR}` interpolation per `settings.envMode`, with the `.env` next to the file;
 * durations (`parse_duration`) and the supervision defaults of docs/design.md "Behaviour under
   failure", settable per server and, for all servers, under `settings`;
-* the resolved, immutable records other modules use: `Config`, `ServerSpec`, `Settings`,
-  `ToolsetDecl`, `ToolRef`, `ExposedTool`.
+* the resolved, immutable records other modules use: `Config`, `Settings`, `ToolsetDecl`,
+  `ToolRef`; and, re-exported from the core where the actors read them, `ServerSpec`,
+  `ExposedTool` and `server_filter`.
 
 Example::
 
@@ -41,15 +42,13 @@ from mcpvisor._config_types import (
     TRANSPORTS,
     Config,
     ConfigError,
-    ExposedTool,
     OAuthSettings,
-    ServerSpec,
     Settings,
     ToolRef,
     ToolsetDecl,
 )
 from mcpvisor.actors.core.model import ToolEntry, Toolset
-from mcpvisor.actors.core.registry import ServerFilter
+from mcpvisor.actors.core.spec import ExposedTool, ServerSpec, server_filter
 
 __all__ = [
     "DEFAULT_HOST",
@@ -231,11 +230,3 @@ def declared_toolset(decl: ToolsetDecl) -> Toolset:
     return Toolset(name=decl.name, tools=entries, description=decl.description, created_at="", updated_at="",
                    read_only=True)
 
-
-def server_filter(spec: ServerSpec) -> ServerFilter:
-    """Which of a server's tools are exposed, and under which names (``exposedTools``,
-    ``hiddenTools``), as the registry applies it."""
-    exposed = None
-    if spec.exposed_tools is not None:
-        exposed = {t.original: t.exposed for t in spec.exposed_tools}
-    return ServerFilter(exposed=exposed, hidden=frozenset(spec.hidden_tools))

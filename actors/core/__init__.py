@@ -7,6 +7,8 @@
 * `mcpvisor.actors.core.model` — the records of toolsets and notes (`Toolset`, `ToolEntry`, ...).
 * `mcpvisor.actors.core.policy` — the restart policy of one upstream (backoff, circuit breaker).
 * `mcpvisor.actors.core.plan` — one plan for a ``tools/call``, which every caller executes.
+* `mcpvisor.actors.core.lifecycle` — the upstream states, events and the one transition table.
+* `mcpvisor.actors.core.spec` — `ServerSpec`, one configured server as the actors read it.
 
 A test imports this package in a fresh interpreter and checks trio stays unloaded.
 """

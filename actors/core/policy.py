@@ -46,6 +46,8 @@ import tenacity
 if TYPE_CHECKING:
     from tenacity import RetryCallState
 
+    from mcpvisor.actors.core.spec import ServerSpec
+
 DEFAULT_RESTART_DELAY_S: Final = 0.25
 """First backoff delay. docs/design.md "restart backoff": 0.25 s doubling (systemd's
 RestartSec is 100 ms, the kubelet's first delay 10 s)."""
@@ -125,16 +127,14 @@ class PolicyConfig:
             raise ValueError("restart_period must be > 0")
 
     @classmethod
-    def from_spec(cls, spec: object) -> PolicyConfig:
-        """Build a config from any object with the policy's attribute names.
-
-        Reads ``restart_delay``, ``restart_delay_max``, ``restart_reset_after``,
-        ``circuit_failures``, ``circuit_open_for``, ``circuit_open_max`` and, if present,
-        ``jitter``, ``restart_intensity`` and ``restart_period`` (``mcpvisor.config.ServerSpec``
-        has them). An attribute that is missing or ``None`` takes the default.
+    def from_spec(cls, spec: ServerSpec, *, jitter: float = DEFAULT_JITTER_S) -> PolicyConfig:
+        """The restart policy numbers of one configured server.
 
         Args:
-            spec: the object to read, duck-typed.
+            spec: the server; its restart knobs (``restartDelay``, ``circuitFailures``, ...)
+                are read as they are.
+            jitter: the most random seconds added to a delay (no config key sets it; a
+                test passes 0 to make backoff times exact).
 
         Returns:
             The validated config.
@@ -142,24 +142,16 @@ class PolicyConfig:
         Raises:
             ValueError: as for the constructor.
         """
-        defaults = cls()
-
-        def seconds(name: str) -> float:
-            value = getattr(spec, name, None)
-            return float(getattr(defaults, name) if value is None else value)
-
-        failures = getattr(spec, "circuit_failures", None)
-        intensity = getattr(spec, "restart_intensity", None)
         return cls(
-            restart_delay=seconds("restart_delay"),
-            restart_delay_max=seconds("restart_delay_max"),
-            jitter=seconds("jitter"),
-            restart_reset_after=seconds("restart_reset_after"),
-            circuit_failures=defaults.circuit_failures if failures is None else int(failures),
-            circuit_open_for=seconds("circuit_open_for"),
-            circuit_open_max=seconds("circuit_open_max"),
-            restart_intensity=defaults.restart_intensity if intensity is None else int(intensity),
-            restart_period=seconds("restart_period"),
+            restart_delay=float(spec.restart_delay),
+            restart_delay_max=float(spec.restart_delay_max),
+            jitter=float(jitter),
+            restart_reset_after=float(spec.restart_reset_after),
+            circuit_failures=int(spec.circuit_failures),
+            circuit_open_for=float(spec.circuit_open_for),
+            circuit_open_max=float(spec.circuit_open_max),
+            restart_intensity=int(spec.restart_intensity),
+            restart_period=float(spec.restart_period),
         )
 
 

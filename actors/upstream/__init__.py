@@ -1,7 +1,8 @@
 """One upstream server as a supervised actor.
 
-* `mcpvisor.actors.upstream.actor` — `Upstream`: the lifecycle loop, the state machine, calls;
-* `mcpvisor.actors.upstream.status` — its states, `UpstreamStatus`, and the ports it uses;
+* `mcpvisor.actors.upstream.actor` — `Upstream`: the lifecycle loop feeding the core's table
+  (`mcpvisor.actors.core.lifecycle`), calls;
+* `mcpvisor.actors.upstream.status` — `UpstreamStatus`, the ports it uses, and the states re-exported;
 * `mcpvisor.actors.upstream.failures` — why a start or a connection failed, in words;
 * `mcpvisor.actors.upstream.tasks` — listing, re-listing, pings, the listen stream.
 """

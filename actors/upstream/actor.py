@@ -6,15 +6,9 @@ Owns, for one configured server:
   detect failure (crash, closed transport, missed pings, garbage on stdout, a start
   that takes too long), ask the restart policy what next (backoff, circuit open,
   half-open trial);
-* the state machine of docs/design.md::
-
-      idle (lazy) -> starting -> ready -> backing_off -> starting ...
-                                      \\-> circuit_open -> half_open -> ready | circuit_open
-      disabled, stopped: until told otherwise
-      misconfigured: the entry cannot start as it is (actors/upstream/preflight.py);
-      no process, no restarts, until a restart is asked for or the config changes
-
-  every transition published as a `StateChanged` event with its reason (the exit
+* the lifecycle of `mcpvisor.actors.core.lifecycle`: the actor feeds that table the
+  events it sees (`Upstream._enter`), the only way its state changes, and publishes
+  every transition as a `StateChanged` event with its reason (the exit
   status and last stderr lines, "did not start within 30s", "hung: 3 pings
   unanswered", "garbage on stdout: ...");
 * calls from clients: they go straight to the live link (no mailbox hop); a call
@@ -43,7 +37,9 @@ from typing import Any, Protocol
 import trio
 
 from mcpvisor.actors.core.catalog import UpstreamLists
+from mcpvisor.actors.core.lifecycle import WARNS, WITHDRAWS, Event, shown, transition
 from mcpvisor.actors.core.policy import (
+    DEFAULT_JITTER_S,
     Backoff,
     CircuitState,
     OpenCircuit,
@@ -52,6 +48,7 @@ from mcpvisor.actors.core.policy import (
     WaitUntil,
 )
 from mcpvisor.actors.core.registration import UpstreamDown, UpstreamUp
+from mcpvisor.actors.core.spec import ServerSpec
 from mcpvisor.actors.errors import CallTimeout, UpstreamDied, UpstreamError, UpstreamUnavailable
 from mcpvisor.actors.link import CallOrigin, Link, LinkEvents, open_sdk_link, open_stdio_link
 from mcpvisor.actors.messages import EventBus, StateChanged
@@ -130,7 +127,7 @@ class Upstream(LinkTasks):
 
     def __init__(
         self,
-        spec: Any,
+        spec: ServerSpec,
         *,
         router: RouterPort,
         events: EventBus,
@@ -140,6 +137,7 @@ class Upstream(LinkTasks):
         rng: random.Random | None = None,
         era_memory: dict[str, str] | None = None,
         open_link: OpenLink | None = None,
+        jitter: float = DEFAULT_JITTER_S,
     ) -> None:
         self.spec = spec
         self.name: str = spec.name
@@ -150,7 +148,9 @@ class Upstream(LinkTasks):
         self.max_message = max_message
         self._rng = rng
         self._open_link: OpenLink = open_link if open_link is not None else open_real_link
-        self.policy = RestartPolicy(PolicyConfig.from_spec(spec), rng=rng)
+        self._jitter = jitter
+        """The restart policy's jitter (no config key sets it; a test passes 0 for exact times)."""
+        self.policy = RestartPolicy(PolicyConfig.from_spec(spec, jitter=jitter), rng=rng)
         self.state = State.IDLE if spec.lazy else State.STARTING
         self.reason: str | None = None
         self.since = trio.current_time()
@@ -199,7 +199,7 @@ class Upstream(LinkTasks):
         return UpstreamStatus(
             name=self.name,
             transport=self.spec.transport,
-            state="not loaded" if self.state is State.IDLE else self.state.value,
+            state=shown(self.state),
             reason=self.reason,
             since=self.since,
             uptime=(now - self.ready_since) if self.state is State.READY and self.ready_since is not None
@@ -360,12 +360,12 @@ class Upstream(LinkTasks):
         """
         if self._desired != "run" or not self._loaded:
             return
-        config = PolicyConfig.from_spec(self.spec)
+        config = PolicyConfig.from_spec(self.spec, jitter=self._jitter)
         if config != self.policy.config:
             self.policy = RestartPolicy(config, rng=self._rng)
         self._restart_reason = reason
         if self.state is State.READY:
-            self._set_state(State.STARTING, reason)
+            self._feed(Event.RESTART, reason)
         self._poke(end_life=True)
 
     async def wait_changed(self) -> None:
@@ -380,8 +380,18 @@ class Upstream(LinkTasks):
         if end_life and self._life is not None:
             self._life.cancel()
 
-    def _set_state(self, state: State, reason: str | None = None, *, retry_at: float | None = None) -> None:
+    async def _enter(self, event: Event, reason: str | None, *, retry_at: float | None = None) -> None:
+        """Feed ``event`` to the lifecycle table, first taking the tools away from clients
+        when the transition does that (so whoever sees the state sees both)."""
+        if event in WITHDRAWS:
+            await self._withdraw(reason or event.value)
+        self._feed(event, reason, retry_at=retry_at)
+
+    def _feed(self, event: Event, reason: str | None, *, retry_at: float | None = None) -> None:
+        """The one place the state changes: the table names the next state (an event it
+        has no row for raises `IllegalTransition`), and the change is published."""
         previous = self.state
+        state = transition(self.name, previous, event)
         self.retry_at = retry_at
         if state is previous and reason == self.reason:
             return
@@ -395,8 +405,7 @@ class Upstream(LinkTasks):
         link = self.link
         self.bus.publish(StateChanged(self.name, state.value, previous.value, reason, retry_at, self.restarts,
                                       getattr(link, "pid", None) if link is not None else None))
-        warn = state in (State.BACKING_OFF, State.CIRCUIT_OPEN, State.MISCONFIGURED)
-        log = logger.warning if warn else logger.info
+        log = logger.warning if state in WARNS else logger.info
         arrow = f"{previous.value} -> " if previous is not state else ""
         log("%s: %s%s%s", self.name, arrow, state.value, f" ({reason})" if reason else "")
 
@@ -423,51 +432,50 @@ class Upstream(LinkTasks):
             self.first_attempt_done.set()
             self.link = None
             if self.state is not State.STOPPED:
-                self._set_state(State.STOPPED, "proxy shutting down")
+                self._feed(Event.SHUTDOWN, "proxy shutting down")
 
     async def _lifecycle(self) -> None:
-        why = self.start_reason
+        why, cause = self.start_reason, Event.START
         while True:
             if self._desired == "stopped":
-                await self._withdraw("stopped")
-                self._set_state(State.STOPPED, "stopped")
+                await self._enter(Event.STOP, "stopped")
                 self.first_attempt_done.set()
                 return
             if self._desired == "disabled":
                 self._restart_reason = None
-                await self._withdraw("disabled")
-                self._set_state(State.DISABLED, "disabled")
+                await self._enter(Event.DISABLE, "disabled")
                 self.first_attempt_done.set()
                 await self._sleep_until(math.inf)
-                why = "enabled"
+                why, cause = "enabled", Event.ENABLE
                 continue
             problem = self._refused or self._preflight()
             if problem is not None:
                 await self._stay_misconfigured(problem)
-                why = "restart requested"
+                why, cause = "restart requested", Event.RESTART
                 continue
             if not self._loaded:
-                self._set_state(State.IDLE, "lazy: starts on first use or load_mcp")
+                self._feed(Event.UNLOAD, "lazy: starts on first use or load_mcp")
                 self.first_attempt_done.set()
                 await self._sleep_until(math.inf)
-                why = "loaded on first use"
+                why, cause = "loaded on first use", Event.LOAD
                 continue
             if self._restart_reason is not None:
-                why, self._restart_reason = self._restart_reason, None
+                why, cause = self._restart_reason, Event.RESTART
+                self._restart_reason = None
                 if self.policy.circuit is not CircuitState.CLOSED:
                     self.policy.reset()  # an explicit restart is the operator's trial
             decision = self.policy.before_start(trio.current_time())
             if isinstance(decision, WaitUntil):
                 # Woken early while open (nothing relevant changed): keep waiting.
-                self._set_state(State.CIRCUIT_OPEN, self.reason if self.state is State.CIRCUIT_OPEN
-                                else self.last_error, retry_at=decision.until)
+                self._feed(Event.HOLD_OPEN, self.reason if self.state is State.CIRCUIT_OPEN
+                           else self.last_error, retry_at=decision.until)
                 await self._sleep_until(decision.until)
                 continue
             if decision.trial:
-                self._set_state(State.HALF_OPEN, f"trial start after the circuit was open; last error: "
-                                                 f"{self.last_error}")
+                self._feed(Event.TRIAL, f"trial start after the circuit was open; last error: "
+                                        f"{self.last_error}")
             else:
-                self._set_state(State.STARTING, why)
+                self._feed(cause, why)
             failure = await self._one_life()
             if failure is not None and self._outcome is None and refused_as_self(failure):
                 # A wrapper (sh -c, npx, uvx) hid that this server is mcpvisor; the child said so.
@@ -479,7 +487,7 @@ class Upstream(LinkTasks):
                 # Stopped, disabled or restarted on request: not a failure (a trial that
                 # was interrupted is granted again rather than left half open).
                 self.policy.on_stopped(trio.current_time())
-                why = "restart requested"
+                why, cause = "restart requested", Event.RESTART
                 continue
             if self._outcome is None:
                 await self._record_failure(failure)
@@ -488,22 +496,20 @@ class Upstream(LinkTasks):
             until = self.retry_at
             while trio.current_time() < until and not self._interrupted():
                 await self._sleep_until(until)
-            why = f"restart after: {failure}"
+            why, cause = f"restart after: {failure}", Event.RETRY
 
     def _preflight(self) -> str | None:
         """Why this server cannot start as configured (None: try). The checks of what would
         be spawned apply to the production opener only; an injected one decides for itself."""
         if self._open_link is not open_real_link:
-            reason = getattr(self.spec, "misconfigured", None)
-            return str(reason) if reason else None
+            return self.spec.misconfigured or None
         return preflight(self.spec)
 
     async def _stay_misconfigured(self, problem: str) -> None:
         """Withdraw the tools and wait, ``misconfigured``, until poked (restart, disable, stop)."""
         self._restart_reason = None
         self.last_error = problem
-        await self._withdraw(problem)
-        self._set_state(State.MISCONFIGURED, problem)
+        await self._enter(Event.MISCONFIGURE, problem)
         self.first_attempt_done.set()
         await self._sleep_until(math.inf)
         self._refused = None  # a restart asked for tries again: the wrapper may have changed
@@ -520,10 +526,9 @@ class Upstream(LinkTasks):
             if outcome.storm is not None:
                 # OTP intensity: each life worked, but restarts come too fast; say why we wait.
                 failure = f"{failure}; restart storm ({outcome.storm}): backing off {outcome.delay:.2f}s"
-            self._set_state(State.BACKING_OFF, failure, retry_at=now + outcome.delay)
+            await self._enter(Event.BACK_OFF, failure, retry_at=now + outcome.delay)
         else:
-            await self._withdraw(outcome.reason)
-            self._set_state(State.CIRCUIT_OPEN, outcome.reason, retry_at=outcome.until)
+            await self._enter(Event.OPEN_CIRCUIT, outcome.reason, retry_at=outcome.until)
         return outcome
 
     async def _withdraw(self, reason: str) -> None:
@@ -569,8 +574,8 @@ class Upstream(LinkTasks):
                         self._withdrawn = False
                         await self.router.submit(UpstreamUp(self.name, lists))
                         self.hooks.lists_seen(self.spec, lists, self._era_of(link))
-                        self._set_state(State.READY, f"started in {trio.current_time() - started:.2f}s, "
-                                                     f"{len(lists.tools)} tools")
+                        self._feed(Event.READY, f"started in {trio.current_time() - started:.2f}s, "
+                                                f"{len(lists.tools)} tools")
                         self.first_attempt_done.set()
                         failure = await self.serve(link)
                         await self._record_failure(failure)

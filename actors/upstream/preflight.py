@@ -21,8 +21,9 @@ import sys
 import sysconfig
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
+from mcpvisor.actors.core.spec import ServerSpec
 from mcpvisor.actors.process import SELF_REFUSAL, child_environment
 from mcpvisor.actors.transports import stdio_argv
 
@@ -87,15 +88,14 @@ def _missing(argv: Sequence[str], *, path: str | None, cwd: str | None) -> str |
     return None
 
 
-def preflight(spec: Any) -> str | None:
+def preflight(spec: ServerSpec) -> str | None:
     """Why ``spec`` can never start as it is, or None when a start may be tried.
 
     Cheap (a few ``stat`` calls); runs before each start, so a command installed since
     the last try is found on an explicit restart.
     """
-    reason = getattr(spec, "misconfigured", None)
-    if reason:
-        return str(reason)
+    if spec.misconfigured:
+        return spec.misconfigured
     if spec.transport not in ("stdio", "stdio-docker"):
         return None
     itself = self_reason(spec)
@@ -105,7 +105,7 @@ def preflight(spec: Any) -> str | None:
     return _missing(argv, path=child_environment(spec.env).get("PATH"), cwd=spec.cwd)
 
 
-def self_reason(spec: Any) -> str | None:
+def self_reason(spec: ServerSpec) -> str | None:
     """`SELF_REASON` when ``spec`` starts ``mcpvisor serve`` (see `runs_mcpvisor`), else None."""
     if spec.transport not in ("stdio", "stdio-docker"):
         return None

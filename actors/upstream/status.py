@@ -1,39 +1,25 @@
-"""What one upstream actor is and says: its lifecycle states, its status record, and the
-ports it uses (the router, the supervisor's hooks)."""
+"""What one upstream actor says and uses: its status record, and the ports it uses (the
+router, the supervisor's hooks). Its states are the lifecycle table's
+(`mcpvisor.actors.core.lifecycle`), re-exported here."""
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from mcpvisor.actors.core.lifecycle import WAITABLE, State
+
+__all__ = ["USEFUL_METHODS", "WAITABLE", "Hooks", "RouterPort", "State", "UpstreamStatus"]
+
 if TYPE_CHECKING:
+    from mcpvisor.actors.core.catalog import UpstreamLists
+    from mcpvisor.actors.core.spec import ServerSpec
     from mcpvisor.actors.link import CallOrigin
-
-
-# Not StrEnum: that would change str(state) and f"{state}" from "State.READY" to "ready".
-class State(str, enum.Enum):  # noqa: UP042
-    IDLE = "idle"
-    STARTING = "starting"
-    READY = "ready"
-    BACKING_OFF = "backing_off"
-    CIRCUIT_OPEN = "circuit_open"
-    HALF_OPEN = "half_open"
-    DISABLED = "disabled"
-    STOPPED = "stopped"
-    MISCONFIGURED = "misconfigured"
-    """The entry cannot be used as it is (unset ``${VAR}``, invalid field, missing command,
-    mcpvisor itself): never started, no restarts, until the config changes or a restart
-    is asked for (`mcpvisor.actors.upstream.preflight`)."""
 
 
 USEFUL_METHODS: Final = frozenset({"tools/call", "resources/read", "prompts/get", "completion/complete"})
 """Client requests whose answer shows a life did useful work (issue 18): not our own
 initialize, listings or pings."""
-
-WAITABLE: Final = frozenset({State.STARTING, State.BACKING_OFF, State.HALF_OPEN, State.IDLE, State.READY})
-"""States a call waits through (bounded by ``restartWait``) instead of failing at once.
-READY is here for the instant between a link dying and the actor recording it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +89,7 @@ class Hooks:
         """The most verbose level any client asked for (``logging/setLevel``), if any."""
         return None
 
-    def lists_seen(self, spec: Any, lists: Any, era: str | None) -> None:  # pragma: no cover - interface
-        """The server of ``spec`` listed ``lists`` (`mcpvisor.actors.core.catalog.UpstreamLists`) while
-        speaking ``era``: what a later start may list from memory. Must not block."""
+    def lists_seen(self, spec: ServerSpec, lists: UpstreamLists,
+                   era: str | None) -> None:  # pragma: no cover - interface
+        """The server of ``spec`` listed ``lists`` while speaking ``era``: what a later
+        start may list from memory. Must not block."""

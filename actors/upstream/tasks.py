@@ -20,6 +20,7 @@ from mcp.shared.exceptions import MCPError
 from mcpvisor.actors import wire
 from mcpvisor.actors.core.catalog import UpstreamLists
 from mcpvisor.actors.core.registration import UpstreamListed
+from mcpvisor.actors.core.spec import ServerSpec
 from mcpvisor.actors.errors import CallTimeout, ProxyError, UpstreamDied
 from mcpvisor.actors.upstream.failures import WRITE_FAILED, exit_text
 
@@ -51,7 +52,7 @@ class LinkTasks:
     """The listing and per-link tasks of an upstream actor (mixed into `Upstream`)."""
 
     name: str
-    spec: Any
+    spec: ServerSpec
     router: RouterPort
     hooks: Hooks
     lists: UpstreamLists

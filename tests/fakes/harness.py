@@ -9,7 +9,6 @@ everything runs under `autojump_clock`.
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -32,17 +31,9 @@ VIRTUAL_BOUND_S: Final = 4 * 3600.0
 """Default virtual-time bound of a harness block (the longest test sleeps an hour)."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class FakeSpec(ServerSpec):
-    """A `ServerSpec` with the policy's jitter settable (the config file has no such key;
-    jitter 0 makes backoff times exact)."""
-
-    jitter: float = 0.0
-
-
-def fake_spec(name: str, **knobs: Any) -> FakeSpec:
+def fake_spec(name: str, **knobs: Any) -> ServerSpec:
     knobs.setdefault("command", "fake-server")
-    return FakeSpec(name=name, transport="stdio", **knobs)
+    return ServerSpec(name=name, transport="stdio", **knobs)
 
 
 class RecordingBus(EventBus):
@@ -129,7 +120,8 @@ async def open_harness(
     Args:
         fakes: server name -> fake server.
         seed: the jitter rng's seed.
-        knobs: `ServerSpec` fields for every server (``restart_delay=1.0``, ...).
+        knobs: `ServerSpec` fields for every server (``restart_delay=1.0``, ...), and
+            ``jitter``, the restart policy's (0 unless given).
         per_server: more fields for one server, over ``knobs``.
         bound: virtual seconds the block may take: a wait that never ends would
             otherwise spin the autojump clock forever (pings keep deadlines coming).
@@ -153,9 +145,12 @@ async def _tree(h: Harness, fakes: Mapping[str, FakeUpstream], rng: random.Rando
         await root.start(h.router.run)
         async with trio.open_nursery() as tree:
             for name, fake in fakes.items():
-                spec = fake_spec(name, **{**(knobs or {}), **((per_server or {}).get(name, {}))})
-                up = Upstream(spec, router=h.router, events=bus, hooks=Hooks(), reaper=None,
-                              max_message=MAX_MESSAGE, rng=rng, open_link=fake.open_link)
+                fields = {**(knobs or {}), **((per_server or {}).get(name, {}))}
+                # The policy's jitter has no config key: 0 (the default here) makes backoff times exact.
+                jitter = fields.pop("jitter", 0.0)
+                up = Upstream(fake_spec(name, **fields), router=h.router, events=bus, hooks=Hooks(),
+                              reaper=None, max_message=MAX_MESSAGE, rng=rng, open_link=fake.open_link,
+                              jitter=jitter)
                 h.upstreams[name] = up
                 await tree.start(up.run)
             try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import random
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -28,6 +27,7 @@ from mcpvisor.actors.core.policy import (
     StartNow,
     WaitUntil,
 )
+from mcpvisor.actors.core.spec import ServerSpec
 
 NO_JITTER = PolicyConfig(jitter=0.0)
 NEVER_OPENS = 10**6
@@ -424,14 +424,17 @@ def test_on_ready_while_open_is_a_caller_bug() -> None:
         policy.on_ready(1.0)
 
 
-def test_from_spec_reads_any_object() -> None:
-    """from_spec is duck-typed: the six attributes are read, a missing or None one
-    (jitter, which ServerSpec lacks) takes the default."""
-    spec = SimpleNamespace(restart_delay=1, restart_delay_max=10, restart_reset_after=120,
-                           circuit_failures=3, circuit_open_for=15, circuit_open_max=None)
+def test_from_spec_reads_the_servers_knobs() -> None:
+    """A server's restart knobs become its policy; jitter, which no config key sets,
+    is the default unless the caller passes one."""
+    spec = ServerSpec(name="s", transport="stdio", command="x", restart_delay=1, restart_delay_max=10,
+                      restart_reset_after=120, circuit_failures=3, circuit_open_for=15, restart_intensity=4,
+                      restart_period=20)
     assert PolicyConfig.from_spec(spec) == PolicyConfig(
         restart_delay=1.0, restart_delay_max=10.0, jitter=0.25, restart_reset_after=120.0,
-        circuit_failures=3, circuit_open_for=15.0, circuit_open_max=300.0)
+        circuit_failures=3, circuit_open_for=15.0, circuit_open_max=300.0, restart_intensity=4,
+        restart_period=20.0)
+    assert PolicyConfig.from_spec(spec, jitter=0.0).jitter == 0.0
 
 
 @pytest.mark.parametrize("kwargs", [

@@ -1,0 +1,168 @@
+"""`ServerSpec`: one configured server, the record every actor reads.
+
+Sans-IO like the rest of the core: plain frozen dataclasses, no trio. The config loader
+(`mcpvisor.config`) validates a file and builds these records; the actors only read them,
+typed, so a misspelt field is a type error rather than a silent ``getattr`` default.
+
+Owns:
+
+* `ServerSpec` and the records it holds (`ExposedTool`);
+* the default of each per-server knob that is not a restart-policy number (those come
+  from `mcpvisor.actors.core.policy`, so each default is written once);
+* `server_filter`: which of a server's tools the registry exposes, and under which names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Any, Final
+
+from mcpvisor.actors.core import policy
+from mcpvisor.actors.core.registry import ServerFilter
+
+__all__ = [
+    "DEFAULT_HEALTH_CHECK_INTERVAL_S",
+    "DEFAULT_HEALTH_CHECK_TIMEOUT_S",
+    "DEFAULT_MAX_CALL_TIME_S",
+    "DEFAULT_MAX_MISSED_PINGS",
+    "DEFAULT_RELIST_INTERVAL_S",
+    "DEFAULT_RESTART_WAIT_S",
+    "DEFAULT_SHUTDOWN_GRACE_S",
+    "DEFAULT_STARTUP_TIMEOUT_S",
+    "DEFAULT_TIMEOUT_S",
+    "ExposedTool",
+    "ServerSpec",
+    "server_filter",
+]
+
+DEFAULT_TIMEOUT_S: Final = 60.0
+"""``timeout``: a call with no progress for this long fails."""
+DEFAULT_MAX_CALL_TIME_S: Final = 600.0
+"""``maxCallTime``: the hard cap on one call, progress or not."""
+DEFAULT_STARTUP_TIMEOUT_S: Final = 30.0
+"""``startupTimeout``: spawn, handshake and the first listing must end within this."""
+DEFAULT_HEALTH_CHECK_INTERVAL_S: Final = 30.0
+"""``healthCheckInterval``: seconds between pings of a handshake-era server (0: none)."""
+DEFAULT_HEALTH_CHECK_TIMEOUT_S: Final = 5.0
+"""``healthCheckTimeout``: a ping unanswered this long is missed."""
+DEFAULT_MAX_MISSED_PINGS: Final = 3
+"""``maxMissedPings``: missed pings in a row that mark the server hung."""
+DEFAULT_RESTART_WAIT_S: Final = 10.0
+"""``restartWait``: how long a call waits for a restarting server."""
+DEFAULT_SHUTDOWN_GRACE_S: Final = 2.0
+"""``shutdownGrace``: each step of stopping a child (stdin closed, SIGTERM) waits this."""
+DEFAULT_RELIST_INTERVAL_S: Final = DEFAULT_HEALTH_CHECK_INTERVAL_S
+"""``relistInterval`` as the knob table shows it; unset, a spec re-lists at its own
+``healthCheckInterval`` (`ServerSpec.relist_every`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExposedTool:
+    """An `exposedTools` entry: the upstream's tool name and, if renamed, the new one."""
+
+    original: str
+    exposed: str | None
+
+
+def _empty() -> Mapping[str, Any]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerSpec:
+    """One configured server, fully resolved: interpolated, durations in float seconds.
+
+    Keyword-only; every field but `name` and `transport` has a default, so tests can
+    build one directly. Mappings are read-only views.
+    """
+
+    name: str
+    transport: str
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=_empty)
+    cwd: str | None = None
+    url: str | None = None
+    headers: Mapping[str, str] = field(default_factory=_empty)
+    image: str | None = None
+    docker_args: tuple[str, ...] = ()
+    enabled: bool = True
+    lazy: bool = False
+    scope: str = "shared"
+    """``shared``: one instance for every client; ``session``: one per client session
+    (`mcpvisor.sessions`)."""
+    pool: int = 0
+    """Session scope only: instances kept started and unused, so a session's first call
+    does not wait for a start."""
+    description: str | None = None
+    protocol: str = "auto"
+    exposed_tools: tuple[ExposedTool, ...] | None = None
+    hidden_tools: frozenset[str] = frozenset()
+    timeout: float = DEFAULT_TIMEOUT_S
+    max_call_time: float = DEFAULT_MAX_CALL_TIME_S
+    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S
+    health_check_interval: float = DEFAULT_HEALTH_CHECK_INTERVAL_S
+    health_check_timeout: float = DEFAULT_HEALTH_CHECK_TIMEOUT_S
+    max_missed_pings: int = DEFAULT_MAX_MISSED_PINGS
+    restart_delay: float = policy.DEFAULT_RESTART_DELAY_S
+    restart_delay_max: float = policy.DEFAULT_RESTART_DELAY_MAX_S
+    restart_reset_after: float = policy.DEFAULT_RESTART_RESET_AFTER_S
+    circuit_failures: int = policy.DEFAULT_CIRCUIT_FAILURES
+    circuit_open_for: float = policy.DEFAULT_CIRCUIT_OPEN_FOR_S
+    circuit_open_max: float = policy.DEFAULT_CIRCUIT_OPEN_MAX_S
+    restart_wait: float = DEFAULT_RESTART_WAIT_S
+    shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE_S
+    restart_intensity: int = policy.DEFAULT_INTENSITY
+    restart_period: float = policy.DEFAULT_PERIOD_S
+    relist_interval: float | None = None
+    """``relistInterval``: how often a server that cannot announce list changes is
+    re-listed; None: `health_check_interval`."""
+    raw: Mapping[str, Any] = field(default_factory=_empty)
+    misconfigured: str | None = None
+    """Why this entry cannot be used (an unset ``${VAR}``, an invalid field), when the config
+    was loaded with ``isolate_servers``: the server is shown ``misconfigured`` with this
+    reason and never started, while the other servers run. None: the entry is usable."""
+
+    @property
+    def relist_every(self) -> float:
+        """Seconds between re-listings of a server that cannot announce changes (0: never)."""
+        return self.health_check_interval if self.relist_interval is None else self.relist_interval
+
+    def fingerprint(self) -> str:
+        """A stable 16-hex-digit hash of everything that needs a restart when it changes.
+
+        Covers every field except `name`, `description`, `raw` and `enabled`; a hot reload
+        restarts a server whose fingerprint changed and leaves the others running.
+        """
+        payload = {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name not in _UNHASHED}
+        blob = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+_UNHASHED: Final = frozenset({"name", "description", "raw", "enabled"})
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-able, order-stable form of a ServerSpec field value."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, frozenset):
+        return sorted(value)
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, ExposedTool):
+        return [value.original, value.exposed]
+    return value
+
+
+def server_filter(spec: ServerSpec) -> ServerFilter:
+    """Which of a server's tools are exposed, and under which names (``exposedTools``,
+    ``hiddenTools``), as the registry applies it."""
+    exposed = None
+    if spec.exposed_tools is not None:
+        exposed = {t.original: t.exposed for t in spec.exposed_tools}
+    return ServerFilter(exposed=exposed, hidden=frozenset(spec.hidden_tools))
