@@ -69,9 +69,21 @@ DecodeError = msgspec.DecodeError
 ValidationError = msgspec.ValidationError
 
 
-def encode_line(obj: Any) -> bytes:
-    """One JSON-RPC frame with its newline."""
-    return _encoder.encode(obj) + b"\n"
+def _as_text(value: object) -> str:
+    """What `encode_line` writes, when told to take anything, for a value JSON has no type for."""
+    return str(value)
+
+
+_lenient_encoder: Final = msgspec.json.Encoder(enc_hook=_as_text)
+
+
+def encode_line(obj: Any, *, anything: bool = False) -> bytes:
+    """One JSON line (a JSON-RPC frame, a control-socket reply) with its newline.
+
+    With ``anything``, a value JSON has no type for (a path, an opaque object in a status
+    report) is written as its text instead of failing; frames on the wire never need it.
+    """
+    return (_lenient_encoder if anything else _encoder).encode(obj) + b"\n"
 
 
 def error_frame(request_id: int | str | None, code: int, message: str, data: Any = None) -> bytes:
