@@ -21,7 +21,8 @@ from mcpvisor._config_schema import close_match
 from mcpvisor._config_servers import ServerRules
 from mcpvisor._config_settings import SettingsRules
 from mcpvisor._config_tools import ToolRules
-from mcpvisor._config_types import TOP_KEYS, TRANSPORTS, Config, ConfigError, ServerSpec
+from mcpvisor._config_types import TOP_KEYS, Config, ConfigError, ServerSpec
+from mcpvisor.actors.core.vocabulary import TRANSPORTS
 
 __all__ = ["build"]
 

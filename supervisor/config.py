@@ -38,7 +38,6 @@ from mcpvisor._config_schema import describe_type
 from mcpvisor._config_types import (
     DEFAULT_HOST,
     DEFAULT_PORT,
-    TRANSPORTS,
     Config,
     ConfigError,
     ExposedTool,
@@ -50,6 +49,7 @@ from mcpvisor._config_types import (
 )
 from mcpvisor.actors.core.model import ToolEntry, Toolset
 from mcpvisor.actors.core.registry import ServerFilter
+from mcpvisor.actors.core.vocabulary import TRANSPORTS
 
 __all__ = [
     "DEFAULT_HOST",

@@ -28,6 +28,7 @@ from msgspec import UNSET, Raw
 
 from mcpvisor.actors import wire
 from mcpvisor.actors.bridge import INPUT_WAIT_S, ParkedCall, declared, new_state_token
+from mcpvisor.actors.core.vocabulary import DEFAULT_MAX_CALL_TIME_S, DEFAULT_TIMEOUT_S
 from mcpvisor.actors.eras import ENVELOPE_KEYS, adapt_raw_result, strip_upstream_stamps
 from mcpvisor.actors.errors import CallTimeout, ProxyError, UpstreamDied, UpstreamError, error_data
 from mcpvisor.actors.link.input_required import drive_input_required
@@ -39,12 +40,6 @@ if TYPE_CHECKING:
     from mcpvisor.actors.upstream import Upstream
 
 logger = logging.getLogger(__name__)
-
-FALLBACK_TIMEOUT_S: Final = 60.0
-"""``timeout`` for a call whose server a reload removed mid-call (docs/design.md's default)."""
-
-FALLBACK_MAX_CALL_TIME_S: Final = 600.0
-"""``maxCallTime`` for a call whose server a reload removed mid-call (docs/design.md's default)."""
 
 _INPUT_REQUIRED: Final = b'"input_required"'
 _str = msgspec.json.Decoder(str)
@@ -141,11 +136,12 @@ class FastCall:
 
     def route_timeout(self) -> float:
         up = self.fast.backend.upstreams.get(self.route.server)
-        return up.spec.timeout if up is not None else FALLBACK_TIMEOUT_S
+        # No actor: a reload removed the server mid-call; the default applies.
+        return up.spec.timeout if up is not None else DEFAULT_TIMEOUT_S
 
     def route_max_time(self) -> float:
         up = self.fast.backend.upstreams.get(self.route.server)
-        return up.spec.max_call_time if up is not None else FALLBACK_MAX_CALL_TIME_S
+        return up.spec.max_call_time if up is not None else DEFAULT_MAX_CALL_TIME_S
 
     def failed(self, error: ProxyError) -> None:
         fast = self.fast

@@ -17,8 +17,6 @@ from mcpvisor.cli.config_cmd import (
     store_errors,
 )
 
-TRANSPORT_CHOICES: Final = ("stdio", "http", "sse", "ws", "stdio-docker")
-URL_TRANSPORTS: Final = ("http", "sse", "ws")
 SCOPE_CHOICES: Final = ("local", "project", "user")
 """Claude Code's ``-s/--scope`` names (see `mcpvisor.cli.config_cmd.locate_for_write`)."""
 STATUS_CHOICES: Final = ("online", "offline", "disabled")

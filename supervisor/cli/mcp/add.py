@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from mcpvisor.actors.core.vocabulary import TRANSPORTS, URL_TRANSPORTS
 from mcpvisor.cli import _output as out
 from mcpvisor.cli._base import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Formatter
 from mcpvisor.cli.config_cmd import (
@@ -35,12 +36,7 @@ from mcpvisor.cli.config_cmd import (
     unset_variables,
     validate_document,
 )
-from mcpvisor.cli.mcp._common import (
-    TRANSPORT_CHOICES,
-    URL_TRANSPORTS,
-    drop_empty,
-    fails,
-)
+from mcpvisor.cli.mcp._common import drop_empty, fails
 from mcpvisor.cli.mcp.argv import COMMAND_DEST, add_options, looks_like_url, scope_option
 
 ADD_EPILOG: Final = """\
@@ -163,7 +159,7 @@ def _ask_missing(args: argparse.Namespace) -> None:
         elif args.command:
             args.transport = "stdio"
         elif out.interactive():
-            args.transport = out.ask("Transport", choices=TRANSPORT_CHOICES, default="stdio")
+            args.transport = out.ask("Transport", choices=TRANSPORTS, default="stdio")
         else:
             raise CommandError(
                 f"mcp add {args.name}: missing what to run: a command after -- (stdio), "
