@@ -35,6 +35,7 @@ from typing import Any, Final
 import trio
 
 from mcpvisor.actors import wire
+from mcpvisor.actors.core.vocabulary import DEFAULT_TIMEOUT_S
 from mcpvisor.actors.errors import ProxyError, UpstreamError
 from mcpvisor.actors.messages import Reply
 
@@ -43,11 +44,11 @@ __all__ = ["CAPABILITY_OF", "INPUT_WAIT_S", "STATE_PREFIX", "ParkedCall", "Parke
 
 logger = logging.getLogger(__name__)
 
-INPUT_WAIT_S: Final = 60.0
+INPUT_WAIT_S: Final = DEFAULT_TIMEOUT_S
 """How long an upstream's question waits for the 2026-07-28 client to come back with the
 answer (its retry with ``inputResponses``); then the upstream gets an error for it. The
-same as docs/design.md's default call inactivity timeout: the upstream call would give up on
-a silent client after as long on the handshake-era path."""
+same as the default call inactivity timeout (`DEFAULT_TIMEOUT_S`): the upstream call
+would give up on a silent client after as long on the handshake-era path."""
 
 STATE_PREFIX: Final = "mcpvisor-bridge:"
 """Prefix of the ``requestState`` tokens the proxy mints; a retry carrying another

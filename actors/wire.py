@@ -9,22 +9,27 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+import mcp_types
 import msgspec
 from mcp_types import PROTOCOL_VERSION_META_KEY
 from msgspec import UNSET, Raw, UnsetType
 
-# JSON-RPC 2.0 / MCP error codes (MCP basic/index.mdx).
-PARSE_ERROR: Final = -32700
-INVALID_REQUEST: Final = -32600
-METHOD_NOT_FOUND: Final = -32601
-INVALID_PARAMS: Final = -32602
-INTERNAL_ERROR: Final = -32603
-CONNECTION_CLOSED: Final = -32000
-"""The SDK's code for a transport that closed under a pending request."""
-REQUEST_TIMEOUT: Final = -32001
-"""The SDK's code for a request that timed out locally (not sent by the peer)."""
+# JSON-RPC 2.0 / MCP error codes: the SDK's own (``mcp_types``), re-exported so that the
+# byte paths name them in one place; CONNECTION_CLOSED is the SDK's code for a transport
+# that closed under a pending request, REQUEST_TIMEOUT for one that timed out locally.
+PARSE_ERROR: Final = mcp_types.PARSE_ERROR
+INVALID_REQUEST: Final = mcp_types.INVALID_REQUEST
+METHOD_NOT_FOUND: Final = mcp_types.METHOD_NOT_FOUND
+INVALID_PARAMS: Final = mcp_types.INVALID_PARAMS
+INTERNAL_ERROR: Final = mcp_types.INTERNAL_ERROR
+CONNECTION_CLOSED: Final = mcp_types.CONNECTION_CLOSED
+REQUEST_TIMEOUT: Final = mcp_types.REQUEST_TIMEOUT
 UPSTREAM_UNAVAILABLE: Final = -32002
 """Ours: the upstream that owns the target is down, restarting or its circuit is open."""
+TOO_MANY_IN_FLIGHT: Final = -32003
+"""Ours: the session already has its limit of requests in flight. JSON-RPC 2.0 leaves
+-32000..-32099 to the implementation; the SDK holds -32000, -32001 and -32020 on, so ours
+take -32002 and -32003."""
 
 MODERN_MARKER: Final = PROTOCOL_VERSION_META_KEY.encode()
 """Bytes present in a request only when it carries the 2026-07-28 ``_meta`` envelope."""
@@ -69,9 +74,21 @@ DecodeError = msgspec.DecodeError
 ValidationError = msgspec.ValidationError
 
 
-def encode_line(obj: Any) -> bytes:
-    """One JSON-RPC frame with its newline."""
-    return _encoder.encode(obj) + b"\n"
+def _as_text(value: object) -> str:
+    """What `encode_line` writes, when told to take anything, for a value JSON has no type for."""
+    return str(value)
+
+
+_lenient_encoder: Final = msgspec.json.Encoder(enc_hook=_as_text)
+
+
+def encode_line(obj: Any, *, anything: bool = False) -> bytes:
+    """One JSON line (a JSON-RPC frame, a control-socket reply) with its newline.
+
+    With ``anything``, a value JSON has no type for (a path, an opaque object in a status
+    report) is written as its text instead of failing; frames on the wire never need it.
+    """
+    return (_lenient_encoder if anything else _encoder).encode(obj) + b"\n"
 
 
 def error_frame(request_id: int | str | None, code: int, message: str, data: Any = None) -> bytes:

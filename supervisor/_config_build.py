@@ -21,8 +21,9 @@ from mcpvisor._config_schema import close_match
 from mcpvisor._config_servers import ServerRules
 from mcpvisor._config_settings import SettingsRules
 from mcpvisor._config_tools import ToolRules
-from mcpvisor._config_types import TOP_KEYS, TRANSPORTS, Config, ConfigError
+from mcpvisor._config_types import TOP_KEYS, Config, ConfigError
 from mcpvisor.actors.core.spec import ServerSpec
+from mcpvisor.actors.core.vocabulary import TRANSPORTS
 
 __all__ = ["build"]
 

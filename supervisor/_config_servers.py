@@ -29,7 +29,6 @@ from mcpvisor._config_schema import (
 from mcpvisor._config_types import (
     APPLIES,
     FOREIGN,
-    HTTP_ALIASES,
     MAX_POOL,
     NAME_RE,
     NAME_RULE,
@@ -38,11 +37,11 @@ from mcpvisor._config_types import (
     SCOPES,
     SERVER_KEYS,
     TRANSPORT_FIELDS,
-    TRANSPORTS,
     URL_SCHEMES,
     Settings,
 )
 from mcpvisor.actors.core.spec import ExposedTool, ServerSpec
+from mcpvisor.actors.core.vocabulary import HTTP_ALIASES, TRANSPORTS
 
 
 class ServerRules(Checker):

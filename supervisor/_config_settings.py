@@ -23,12 +23,10 @@ from mcpvisor._config_durations import parse_duration
 from mcpvisor._config_env import ENV_MODES, Interpolator, parse_dotenv
 from mcpvisor._config_schema import AuthEntry, SettingsEntry, convert_collecting, field_names
 from mcpvisor._config_types import (
-    DEFAULT_DISCOVERY_BUDGET,
     DEFAULT_MAX_SESSIONS,
     DISCOVERY_BUDGET_MAX,
     DISCOVERY_BUDGET_MIN,
     DOTENV_NAME,
-    EXPOSURES,
     HANDSHAKE_MAX_S,
     HANDSHAKE_MIN_S,
     LOG_LEVELS,
@@ -46,6 +44,8 @@ from mcpvisor._config_types import (
     OAuthSettings,
     Settings,
 )
+from mcpvisor.actors.core.toolsets import DEFAULT_DISCOVERY_BUDGET
+from mcpvisor.actors.core.vocabulary import EXPOSURES
 
 
 class SettingsRules(Checker):

@@ -30,6 +30,7 @@ from mcpvisor.actors.core.spec import (
     DEFAULT_TIMEOUT_S,
     ServerSpec,
 )
+from mcpvisor.actors.core.toolsets import DEFAULT_DISCOVERY_BUDGET
 
 if TYPE_CHECKING:  # the module pulls in jsonschema: a CLI that never loads a config need not
     from mcpvisor.actors.core.compound import CompoundDecl
@@ -37,10 +38,8 @@ if TYPE_CHECKING:  # the module pulls in jsonschema: a CLI that never loads a co
 DEFAULT_HOST: Final = "127.0.0.1"
 """Loopback only by default: without a token the HTTP/WS fronts are open to this machine only."""
 DEFAULT_PORT: Final = 8848
-TRANSPORTS: Final = ("stdio", "http", "sse", "ws", "stdio-docker")
 
 PROTOCOLS: Final = ("auto", "legacy", "2026-07-28")
-EXPOSURES: Final = ("menu", "all", "discovery")
 NAMESPACINGS: Final = ("prefix", "auto", "none")
 PIN_SCHEMAS: Final = ("warn", "refuse")
 SCOPES: Final = ("shared", "session")
@@ -87,10 +86,6 @@ what a client on any network needs."""
 HANDSHAKE_MIN_S: Final = 0.1
 HANDSHAKE_MAX_S: Final = 10 * MINUTE
 SESSION_IDLE_MAX_S: Final = DAY
-DEFAULT_DISCOVERY_BUDGET: Final = 8 * 1024
-"""`settings.discoveryBudget` (issue 16): bytes of catalog ``discover_tool``'s description may
-carry (~2,000 tokens at 4 bytes a token); beyond it the description lists servers and tool
-counts and says to search. dynmcp lists every tool; this keeps 20 servers' catalogs in check."""
 DISCOVERY_BUDGET_MIN: Final = 512
 """Below this not even the servers-and-counts summary of a few servers fits."""
 DISCOVERY_BUDGET_MAX: Final = 1 << 20
@@ -99,8 +94,6 @@ MIN_TOKEN_CHARS: Final = 16
 """A shared token shorter than this is refused: it could be guessed over the network
 (`openssl rand -hex 32` makes a good one)."""
 
-HTTP_ALIASES: Final = frozenset({"streamable-http", "streamableHttp", "streamable_http"})
-"""Other clients' names for streamable HTTP (Cline, Cursor), accepted as "http"."""
 
 
 @dataclass(frozen=True, slots=True)

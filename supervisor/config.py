@@ -39,7 +39,6 @@ from mcpvisor._config_schema import describe_type
 from mcpvisor._config_types import (
     DEFAULT_HOST,
     DEFAULT_PORT,
-    TRANSPORTS,
     Config,
     ConfigError,
     OAuthSettings,
@@ -49,6 +48,7 @@ from mcpvisor._config_types import (
 )
 from mcpvisor.actors.core.model import ToolEntry, Toolset
 from mcpvisor.actors.core.spec import ExposedTool, ServerSpec, server_filter
+from mcpvisor.actors.core.vocabulary import TRANSPORTS
 
 __all__ = [
     "DEFAULT_HOST",

@@ -28,8 +28,6 @@ never stops the proxy.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import enum
 import errno
 import json
 import logging
@@ -46,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Final
 import trio
 
 from mcpvisor._atomic import atomic_write_text
+from mcpvisor.actors import wire
 from mcpvisor.actors.framing import FrameWriter, LineReader, OversizedLine, StreamBroken
 from mcpvisor.state import now_iso
 
@@ -194,26 +193,6 @@ def _config_path(sup: Any) -> str | None:
     return str(path) if path is not None else None
 
 
-def _jsonable(value: Any) -> Any:
-    """``json.dumps`` fallback for what supervisor methods return."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, set | frozenset | tuple):
-        return list(value)
-    to_builtins = getattr(value, "__struct_fields__", None)
-    if to_builtins is not None:
-        return {f: getattr(value, f) for f in to_builtins}
-    return str(value)
-
-
-def encode_line(obj: dict[str, Any]) -> bytes:
-    return json.dumps(obj, default=_jsonable, separators=(",", ":")).encode() + b"\n"
-
-
 # --------------------------------------------------------------------------------------
 # the server
 # --------------------------------------------------------------------------------------
@@ -264,7 +243,8 @@ async def _serve_connection(sup: Any, stream: trio.SocketStream, limiter: trio.C
             try:
                 async for batch in LineReader(stream, MAX_REQUEST_BYTES):
                     for line in batch:
-                        await writer.send(encode_line(await _answer(sup, line, started_at, transport)))
+                        reply = await _answer(sup, line, started_at, transport)
+                        await writer.send(wire.encode_line(reply, anything=True))
             except (trio.BrokenResourceError, trio.ClosedResourceError, StreamBroken, OSError):
                 pass
             except Exception:  # the channel is a convenience: a bug here never takes the proxy down
@@ -492,7 +472,7 @@ def request(socket_path: Path, op: str, timeout: float = DEFAULT_REQUEST_TIMEOUT
             holds the reply and the message is its ``error``).
     """
     deadline = time.monotonic() + timeout
-    payload = encode_line({"op": op, **args})
+    payload = wire.encode_line({"op": op, **args}, anything=True)
     data = bytearray()
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:

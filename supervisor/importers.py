@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from mcpvisor.actors.core.vocabulary import TRANSPORTS, canonical_transport
+
 __all__ = [
     "CLIENTS",
     "Action",
@@ -68,16 +70,9 @@ KEPT_KEYS: Final = frozenset(
 )
 """Keys of another client's entry that carry over; the rest is reported as dropped."""
 
-HTTP_TYPES: Final = {
-    "http": "http",
-    "streamable-http": "http",
-    "streamableHttp": "http",
-    "streamable_http": "http",
-    "sse": "sse",
-    "ws": "ws",
-    "websocket": "ws",
-    "stdio": "stdio",
-}
+IMPORTED_TRANSPORTS: Final = frozenset(TRANSPORTS) - {"stdio-docker"}
+"""The transports another client's entry can name (after `canonical_transport`): no other
+client runs a server in docker by our ``image`` field."""
 
 _NAME_BAD: Final = re.compile(r"[^A-Za-z0-9_-]+")
 _VAR: Final = re.compile(r"\$\{([^}]*)\}")
@@ -336,7 +331,9 @@ def convert_entry(
     if dropped:
         env.notes.append("dropped keys mcpvisor does not use: " + ", ".join(dropped))
     given = raw.get("type", raw.get("transport"))
-    kind = HTTP_TYPES.get(str(given)) if given is not None else None
+    kind = canonical_transport(str(given)) if given is not None else None
+    if kind not in IMPORTED_TRANSPORTS:
+        kind = None
     if given is not None and kind is None:
         return None, [*env.notes, f"transport {given!r} is not one mcpvisor speaks; skipped"]
     url = raw.get("url", raw.get("serverUrl"))

@@ -52,7 +52,7 @@ from mcpvisor.settings import with_env_overrides
 
 if TYPE_CHECKING:
     from mcpvisor.actors.upstream import Upstream
-    from mcpvisor.tree import Supervisor
+    from mcpvisor.ports import ReloadHost
 
 __all__ = [
     "DEBOUNCE_S",
@@ -231,7 +231,7 @@ class _Commit:
 
     def __init__(
         self,
-        sup: Supervisor,
+        sup: ReloadHost,
         plan: ReloadPlan,
         config: Config,
         fresh: Mapping[str, Upstream],
@@ -293,7 +293,7 @@ def _redeclare(core: RegistryCore, config: Config) -> None:
         exposure.server_descriptions = descriptions  # type: ignore[attr-defined]
 
 
-async def reload_supervisor(sup: Supervisor, config: Config | None = None) -> dict[str, Any]:
+async def reload_supervisor(sup: ReloadHost, config: Config | None = None) -> dict[str, Any]:
     """Re-read the config file (or apply ``config``) and make the running setup follow it.
 
     Starts added servers, stops removed or disabled ones, restarts changed ones (by
@@ -319,7 +319,7 @@ async def reload_supervisor(sup: Supervisor, config: Config | None = None) -> di
     return await done.wait()
 
 
-async def _reload_task(sup: Supervisor, config: Config | None, done: Reply[dict[str, Any]]) -> None:
+async def _reload_task(sup: ReloadHost, config: Config | None, done: Reply[dict[str, Any]]) -> None:
     try:
         async with sup.reload_lock:
             try:
@@ -332,7 +332,7 @@ async def _reload_task(sup: Supervisor, config: Config | None, done: Reply[dict[
         done.fail(RuntimeError("the proxy stopped before the reload finished"))
 
 
-async def _reload(sup: Supervisor, config: Config | None) -> dict[str, Any]:
+async def _reload(sup: ReloadHost, config: Config | None) -> dict[str, Any]:
     if config is None:
         path = sup.config.path
         if path is None:
@@ -349,7 +349,7 @@ async def _reload(sup: Supervisor, config: Config | None) -> dict[str, Any]:
     return await apply_config(sup, config)
 
 
-async def apply_config(sup: Supervisor, config: Config) -> dict[str, Any]:
+async def apply_config(sup: ReloadHost, config: Config) -> dict[str, Any]:
     """Apply an already validated config to ``sup`` (the body of a reload; see `reload_supervisor`).
 
     Call it only under the supervisor's reload lock (`reload_supervisor` does).
@@ -406,7 +406,7 @@ async def apply_config(sup: Supervisor, config: Config) -> dict[str, Any]:
 
 
 def _held_upstream(
-    sup: Supervisor, spec: ServerSpec, fresh: dict[str, Upstream], ports: list[_HeldPort]
+    sup: ReloadHost, spec: ServerSpec, fresh: dict[str, Upstream], ports: list[_HeldPort]
 ) -> Upstream:
     """A new actor for ``spec`` whose messages to the router wait for the commit."""
     up = sup.make_upstream(spec)
@@ -418,7 +418,7 @@ def _held_upstream(
 
 
 async def _start(
-    sup: Supervisor, spec: ServerSpec, fresh: dict[str, Upstream], ports: list[_HeldPort], deadline: float
+    sup: ReloadHost, spec: ServerSpec, fresh: dict[str, Upstream], ports: list[_HeldPort], deadline: float
 ) -> None:
     up = _held_upstream(sup, spec, fresh, ports)
     up.start_reason = "added to the config"
@@ -428,7 +428,7 @@ async def _start(
 
 
 async def _replace(
-    sup: Supervisor, spec: ServerSpec, fresh: dict[str, Upstream], ports: list[_HeldPort], deadline: float
+    sup: ReloadHost, spec: ServerSpec, fresh: dict[str, Upstream], ports: list[_HeldPort], deadline: float
 ) -> None:
     """Stop the old actor of a changed server (its process reaped), then start the new one.
 
@@ -475,7 +475,7 @@ def _read(path: Path) -> bytes | None:
 
 
 async def watch_config(
-    sup: Supervisor,
+    sup: ReloadHost,
     path: Path | None = None,
     *,
     interval: float = WATCH_INTERVAL_S,

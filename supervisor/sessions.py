@@ -38,7 +38,7 @@ from mcpvisor.actors.upstream import State, Upstream
 if TYPE_CHECKING:
     from mcpvisor.actors.core.catalog import Snapshot
     from mcpvisor.actors.core.model import Toolset
-    from mcpvisor.tree import Supervisor
+    from mcpvisor.ports import SessionHost
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class ScopedStatistics:
 class ScopedServers:
     """The instances of session-scoped servers for one supervisor."""
 
-    def __init__(self, sup: Supervisor) -> None:
+    def __init__(self, sup: SessionHost) -> None:
         self._sup = sup
         self._pools: dict[str, deque[Upstream]] = {}
         self._held: dict[ClientSession, dict[str, Upstream]] = {}
@@ -180,7 +180,7 @@ class SessionView:
     that an `equip` here changes only this view.
     """
 
-    def __init__(self, sup: Supervisor, session: ClientSession) -> None:
+    def __init__(self, sup: SessionHost, session: ClientSession) -> None:
         self.sup = sup
         self.client = session
         self._toolset: Toolset | None = None
@@ -247,7 +247,7 @@ class SessionView:
 
 
 @asynccontextmanager
-async def open_session(sup: Supervisor, label: str | None = None, *,
+async def open_session(sup: SessionHost, label: str | None = None, *,
                        run: str | None = None) -> AsyncIterator[SessionView]:
     """The body of `Supervisor.session`: a view whose instances stop when the block ends
     (also on cancellation or an exception; bounded by `STOP_WAIT_S`)."""

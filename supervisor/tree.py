@@ -32,6 +32,7 @@ from typing import Any, Final
 
 import trio
 
+from mcpvisor.actors import __version__
 from mcpvisor.actors.core.catalog import Snapshot, UpstreamLists
 from mcpvisor.actors.core.discovery import DISCOVER_TOOL, LOAD_MCP, LazyBook
 from mcpvisor.actors.core.model import SavedState
@@ -132,7 +133,7 @@ class Supervisor:
         self.reaper = reaper
         self._rng = rng or random.Random()
         self._era_memory: dict[str, str] = {}
-        self.front = Front(self, name="mcpvisor", version=_version(),
+        self.front = Front(self, name="mcpvisor", version=__version__,
                            instructions=_instructions(self.settings.namespacing))
         self.store = StateStore(resolve_state_dir(state_dir, configured=self.settings.state_dir))
         self.lazy = LazyBook.of({s.name: s.description for s in config.enabled_servers() if s.lazy})
@@ -458,12 +459,6 @@ def _disabled_status(spec: ServerSpec) -> UpstreamStatus:
                           reason="disabled in the config", since=trio.current_time(), uptime=None, restarts=0,
                           circuit="closed", retry_at=None, last_error=None, tool_count=0, pid=None,
                           protocol_version=None, in_flight=0, description=spec.description)
-
-
-def _version() -> str:
-    from mcpvisor import __version__
-
-    return __version__
 
 
 async def _load_state(store: StateStore, config: Config, toolset: str | None) -> SavedState:

@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from mcpvisor.actors.core import policy
 from mcpvisor.actors.core.registry import ServerFilter
+from mcpvisor.actors.core.vocabulary import DEFAULT_MAX_CALL_TIME_S, DEFAULT_TIMEOUT_S
 
 __all__ = [
     "DEFAULT_HEALTH_CHECK_INTERVAL_S",
@@ -39,10 +40,6 @@ __all__ = [
     "server_filter",
 ]
 
-DEFAULT_TIMEOUT_S: Final = 60.0
-"""``timeout``: a call with no progress for this long fails."""
-DEFAULT_MAX_CALL_TIME_S: Final = 600.0
-"""``maxCallTime``: the hard cap on one call, progress or not."""
 DEFAULT_STARTUP_TIMEOUT_S: Final = 30.0
 """``startupTimeout``: spawn, handshake and the first listing must end within this."""
 DEFAULT_HEALTH_CHECK_INTERVAL_S: Final = 30.0

@@ -42,15 +42,19 @@ from typing import TYPE_CHECKING, Any, Final
 from mcpvisor.actors.core.catalog import Candidate, Snapshot, assign_names, close_names, exposed_tool
 from mcpvisor.actors.core.discovery import LazyBook, discovery_view
 from mcpvisor.actors.core.model import Note, PinnedSchema, SavedState, ToolEntry, Toolset
+from mcpvisor.actors.core.vocabulary import EXPOSURES
 
 if TYPE_CHECKING:
     from mcpvisor.actors.core.registry import RegistryCore
 
-MODES: Final = ("menu", "all", "discovery")
+MODES: Final = EXPOSURES
 """The exposures this module implements (``discovery`` reshaped by `mcpvisor.actors.core.discovery`)."""
 
 DEFAULT_DISCOVERY_BUDGET: Final = 8 * 1024
-"""Bytes of catalog in discover_tool's description (as ``settings.discoveryBudget``'s default)."""
+"""`settings.discoveryBudget`'s default (issue 16): bytes of catalog ``discover_tool``'s
+description may carry (~2,000 tokens at 4 bytes a token); beyond it the description lists
+servers and tool counts and says to search. dynmcp lists every tool; this keeps 20 servers'
+catalogs in check."""
 
 LIST_AVAILABLE: Final = "list-available-tools"
 BUILD: Final = "build-toolset"

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import msgspec
 import trio
@@ -28,27 +28,65 @@ from msgspec import UNSET, Raw
 
 from mcpvisor.actors import wire
 from mcpvisor.actors.bridge import INPUT_WAIT_S, ParkedCall, declared, new_state_token
+from mcpvisor.actors.core.vocabulary import DEFAULT_MAX_CALL_TIME_S, DEFAULT_TIMEOUT_S
 from mcpvisor.actors.eras import ENVELOPE_KEYS, adapt_raw_result, strip_upstream_stamps
 from mcpvisor.actors.errors import CallTimeout, ProxyError, UpstreamDied, UpstreamError, error_data
 from mcpvisor.actors.link.input_required import drive_input_required
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from mcpvisor.actors.core.catalog import ToolRoute
-    from mcpvisor.actors.fronts.fastpath import FastPath
+    from mcpvisor.actors.fronts.sdk import Backend
+    from mcpvisor.actors.harness import ClientSession
     from mcpvisor.actors.link.stdio import StdioLink
     from mcpvisor.actors.upstream import Upstream
 
 logger = logging.getLogger(__name__)
 
-FALLBACK_TIMEOUT_S: Final = 60.0
-"""``timeout`` for a call whose server a reload removed mid-call (docs/design.md's default)."""
-
-FALLBACK_MAX_CALL_TIME_S: Final = 600.0
-"""``maxCallTime`` for a call whose server a reload removed mid-call (docs/design.md's default)."""
-
 _INPUT_REQUIRED: Final = b'"input_required"'
 _str = msgspec.json.Decoder(str)
 _token = msgspec.json.Decoder(int | str)
+
+
+class CallHost(Protocol):
+    """What a fast-path call needs of its connection (`mcpvisor.actors.fronts.fastpath.FastPath`).
+
+    The connection owns its tables of calls in flight and parked calls; a call asks it to
+    hold, release, park and unpark itself rather than editing them, so the tables have one
+    owner and the two modules need not import each other.
+    """
+
+    backend: Backend
+    nursery: trio.Nursery
+    session: ClientSession
+    stamp: Raw
+    """The proxy's serverInfo, as a 2026-07-28 result carries it."""
+
+    def holds(self, front_id: int | str, call: FastCall) -> bool:
+        """Whether ``call`` is the one in flight under the client's ``front_id``."""
+        ...
+
+    def hold(self, front_id: int | str, call: FastCall) -> None:
+        """Put ``call`` in flight under ``front_id`` (a 2026-07-28 client's next leg)."""
+        ...
+
+    def release(self, front_id: int | str, call: FastCall) -> bool:
+        """Take ``call`` out of flight if it is still there: True if this answers it."""
+        ...
+
+    def park(self, token: str, call: FastCall) -> None:
+        """Keep ``call`` between a 2026-07-28 client's legs, under its ``requestState``."""
+        ...
+
+    def unpark(self, token: str) -> None: ...
+
+    async def send(self, frame: bytes) -> None: ...
+
+    def client_capable(self, method: str) -> bool: ...
+
+    async def ask_client(self, method: str, params: dict[str, Any] | None,
+                         max_time: Callable[[], float]) -> dict[str, Any]: ...
 
 
 class FastCall:
@@ -57,7 +95,7 @@ class FastCall:
     __slots__ = ("capabilities", "client_token", "fast", "front_id", "link", "log_level", "modern", "params",
                  "parked", "proxy_id", "retried", "retry_scope", "route", "run", "started", "up")
 
-    def __init__(self, fast: FastPath, front_id: int | str, route: ToolRoute, up: Upstream, link: StdioLink,
+    def __init__(self, fast: CallHost, front_id: int | str, route: ToolRoute, up: Upstream, link: StdioLink,
                  client_token: int | str | None, modern: bool) -> None:
         self.fast = fast
         self.front_id = front_id
@@ -87,8 +125,7 @@ class FastCall:
     # --- the answer ------------------------------------------------------------------------
     async def deliver(self, env: wire.Envelope, line: bytes) -> None:
         fast = self.fast
-        if fast.calls.get(self.front_id) is self:
-            del fast.calls[self.front_id]
+        if fast.release(self.front_id, self):
             self._unpark()
         elif self.parked is not None and self.parked.outcome is None:
             # Between a 2026-07-28 client's legs: the client's retry takes the outcome.
@@ -141,30 +178,31 @@ class FastCall:
 
     def route_timeout(self) -> float:
         up = self.fast.backend.upstreams.get(self.route.server)
-        return up.spec.timeout if up is not None else FALLBACK_TIMEOUT_S
+        # No actor: a reload removed the server mid-call; the default applies.
+        return up.spec.timeout if up is not None else DEFAULT_TIMEOUT_S
 
     def route_max_time(self) -> float:
         up = self.fast.backend.upstreams.get(self.route.server)
-        return up.spec.max_call_time if up is not None else FALLBACK_MAX_CALL_TIME_S
+        return up.spec.max_call_time if up is not None else DEFAULT_MAX_CALL_TIME_S
 
     def failed(self, error: ProxyError) -> None:
         fast = self.fast
-        if fast.calls.get(self.front_id) is not self:
+        if not fast.holds(self.front_id, self):
             return
         if isinstance(error, UpstreamDied) and self.route.retry_safe and not self.retried:
-            # The call stays in `fast.calls` while it is retried: its id is still in flight,
+            # The connection keeps holding the call while it is retried: its id is still in flight,
             # the retry's progress reaches the client and a client cancel reaches the retry.
             self.retried = True
             self.retry_scope = trio.CancelScope()
             fast.nursery.start_soon(self._retry_slow, error, self.retry_scope)
             return
-        del fast.calls[self.front_id]
+        fast.release(self.front_id, self)
         self.note(error)
         fast.nursery.start_soon(fast.send, wire.error_frame(self.front_id, **_error_args(error)))
 
     async def cancel(self, reason: str) -> None:
         """The client cancelled the call or went away: stop it upstream (the caller
-        has already removed it from ``fast.calls``, so nothing answers the client)."""
+        has already released it, so nothing answers the client)."""
         if self.retry_scope is not None:
             self.retry_scope.cancel(reason=reason)  # the slow request tells the upstream
         else:
@@ -174,7 +212,7 @@ class FastCall:
         """Died under a retry-safe tool: once more on the new process (docs/design.md), the slow way.
 
         Answers the client unless it cancelled meanwhile (``scope`` cancelled, the call
-        gone from ``fast.calls``): MCP cancellation, no response to a cancelled request.
+        no longer held by the connection): MCP cancellation, no response to a cancelled request.
         """
         logger.info("%s: died during %s; retrying once on the new process (the tool is retry-safe)",
                     self.route.server, self.route.original)
@@ -201,9 +239,8 @@ class FastCall:
             except ProxyError as exc:
                 frame = wire.error_frame(self.front_id, **_error_args(exc))
                 self.note(exc)
-        if scope.cancelled_caught or self.fast.calls.get(self.front_id) is not self:
+        if scope.cancelled_caught or not self.fast.release(self.front_id, self):
             return  # cancelled by the client meanwhile
-        del self.fast.calls[self.front_id]
         await self.fast.send(frame)
 
     # --- the bridge: a 2026-07-28 client, a handshake-era upstream ------------------------------
@@ -231,7 +268,7 @@ class FastCall:
         parked = self.parked
         if parked is None:
             parked = self.parked = ParkedCall(new_state_token())
-            self.fast.parked[parked.token] = self
+            self.fast.park(parked.token, self)
         try:
             return await parked.ask(method, params, self._flush_leg)
         finally:
@@ -244,12 +281,12 @@ class FastCall:
     async def _flush_leg(self) -> None:
         """Answer the client's open leg if there is something to answer it with."""
         fast, parked = self.fast, self.parked
-        if parked is None or fast.calls.get(self.front_id) is not self:
+        if parked is None or not fast.holds(self.front_id, self):
             return
         leg = parked.take_leg()
         if leg is None:
             return
-        del fast.calls[self.front_id]
+        fast.release(self.front_id, self)
         if isinstance(leg, ProxyError):
             self._unpark()
             self.note(leg)
@@ -275,7 +312,7 @@ class FastCall:
             responses = msgspec.json.decode(params["inputResponses"]) if "inputResponses" in params else None
         except (wire.DecodeError, wire.ValidationError, msgspec.DecodeError):
             responses = None
-        self.fast.calls[front_id] = self
+        self.fast.hold(front_id, self)
         parked.answer(responses if isinstance(responses, Mapping) else None)
         if parked.outcome is None and not self.link.has_pending(self.proxy_id):
             parked.finish(self._ended_while_away())
@@ -300,15 +337,15 @@ class FastCall:
     def _unpark(self) -> None:
         parked = self.parked
         if parked is not None:
-            self.fast.parked.pop(parked.token, None)
+            self.fast.unpark(parked.token)
 
     # --- mid-call traffic --------------------------------------------------------------------
     async def progress(self, params: dict[str, Any]) -> None:
-        if self.fast.calls.get(self.front_id) is self:
+        if self.fast.holds(self.front_id, self):
             await self.fast.send(wire.notification_frame("notifications/progress", params))
 
     async def log(self, params: dict[str, Any]) -> None:
-        if self.fast.calls.get(self.front_id) is self:
+        if self.fast.holds(self.front_id, self):
             await self.fast.send(wire.notification_frame("notifications/message", params))
 
     async def server_request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:

@@ -102,6 +102,25 @@ class FastPath:
         (the same object the SDK path uses for the connection, `Front.serve_connection`)
         and the label the journal records."""
 
+    # --- the tables a call asks about (`mcpvisor.actors.fronts.fastcall.CallHost`) -----------
+    def holds(self, front_id: int | str, call: FastCall) -> bool:
+        return self.calls.get(front_id) is call
+
+    def hold(self, front_id: int | str, call: FastCall) -> None:
+        self.calls[front_id] = call
+
+    def release(self, front_id: int | str, call: FastCall) -> bool:
+        if self.calls.get(front_id) is call:
+            del self.calls[front_id]
+            return True
+        return False
+
+    def park(self, token: str, call: FastCall) -> None:
+        self.parked[token] = call
+
+    def unpark(self, token: str) -> None:
+        self.parked.pop(token, None)
+
     # --- what the connection tells us ---------------------------------------------------
     def observe(self, env: wire.Envelope) -> None:
         """See the handshake go by on its way to the SDK (it stays the SDK's to answer)."""

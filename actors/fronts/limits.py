@@ -14,13 +14,12 @@ from typing import Any, Final
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
+from mcpvisor.actors import wire
+
 MAX_IN_FLIGHT: Final = 64
 """Requests one session may have in flight (issue 12's default): far above what an
 agent runs at once (docs/sdk.md §4 measures at concurrency 32), far below what would
 let one client hold every upstream's attention."""
-
-TOO_MANY_IN_FLIGHT: Final = -32000
-"""JSON-RPC 2.0 reserves -32000..-32099 for implementation-defined server errors."""
 
 _STATE_KEY: Final = "mcpvisor.in_flight"
 
@@ -43,7 +42,7 @@ class InFlightLimit:
         count = state.get(_STATE_KEY, 0)
         if count >= self.limit:
             raise MCPError(
-                code=TOO_MANY_IN_FLIGHT,
+                code=wire.TOO_MANY_IN_FLIGHT,
                 message=f"too many requests in flight on this session (limit {self.limit}); "
                 "wait for some to finish",
                 data={"error": "too_many_requests_in_flight", "limit": self.limit},

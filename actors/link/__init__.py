@@ -11,7 +11,8 @@
 
 from __future__ import annotations
 
-from mcpvisor.actors.link.base import CallOrigin, FastSink, Link, LinkEvents
+from mcpvisor.actors.link.base import FastSink, Link, LinkEvents
+from mcpvisor.actors.link.ports import CallOrigin
 from mcpvisor.actors.link.sdk import SdkLink, open_sdk_link
 from mcpvisor.actors.link.stdio import StdioLink, open_stdio_link
 

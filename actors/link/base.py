@@ -46,6 +46,7 @@ from mcpvisor.actors.errors import (
 )
 from mcpvisor.actors.framing import StreamBroken
 from mcpvisor.actors.link.input_required import INPUT_REQUIRED_METHODS, drive_input_required
+from mcpvisor.actors.link.ports import CallOrigin
 from mcpvisor.actors.link.session import request_envelope
 
 logger = logging.getLogger(__name__)
@@ -70,32 +71,6 @@ number as the per-session cap on client requests (`mcpvisor.actors.fronts.limits
 
 CANCEL_WRITE_S: Final = 2.0
 """Bound on the courtesy cancel write when a request is abandoned (docs/style.md rule 16)."""
-
-
-class CallOrigin(Protocol):
-    """The client side of one forwarded request: who gets its mid-call traffic."""
-
-    # Read-only properties: a link only reads them, and `FastCall.progress_token` is a property.
-    @property
-    def progress_token(self) -> int | str | None:
-        """The client's own progress token for this request, if it asked for progress."""
-
-    @property
-    def modern(self) -> bool:
-        """The client speaks 2026-07-28: it drives ``input_required`` rounds itself."""
-
-    @property
-    def log_level(self) -> str | None:
-        """A 2026-07-28 client's own log level for this request (``_meta``), if it asked for logs."""
-
-    async def log(self, params: dict[str, Any]) -> None:
-        """Deliver an upstream's log message on this request's stream (2026-07-28 clients)."""
-
-    async def progress(self, params: dict[str, Any]) -> None:
-        """Deliver a progress notification (``params`` already carries the client's token)."""
-
-    async def server_request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
-        """Ask the client (sampling, elicitation, roots); raises `ProxyError` if it cannot."""
 
 
 class LinkEvents(Protocol):

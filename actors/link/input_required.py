@@ -17,7 +17,7 @@ from mcpvisor.actors import wire
 from mcpvisor.actors.errors import UpstreamError
 
 if TYPE_CHECKING:
-    from mcpvisor.actors.link.base import CallOrigin, Link
+    from mcpvisor.actors.link.ports import CallOrigin, RetryingLink
 
 INPUT_REQUIRED_ROUNDS: Final = 10
 """Rounds of ``input_required`` the proxy drives for a handshake-era client before giving up
@@ -31,7 +31,7 @@ STATE_ONLY_BACKOFF_S: Final = (0.05, 0.1, 0.2, 0.25)
 
 
 
-async def drive_input_required(link: Link, method: str, params: Mapping[str, Any] | None,
+async def drive_input_required(link: RetryingLink, method: str, params: Mapping[str, Any] | None,
                                result: dict[str, Any], origin: CallOrigin | None,
                                timeout: float,  # noqa: ASYNC109 - an idle timeout that progress resets, not a deadline
                                max_time: float) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from mcpvisor.actors import __version__
 from mcpvisor.actors.errors import ProxyError
 
 if TYPE_CHECKING:
-    from mcpvisor.actors.link.base import Link
+    from mcpvisor.actors.link.ports import AnsweringLink
 
 CLIENT_NAME: Final = "mcpvisor"
 """The clientInfo name upstreams see."""
@@ -37,7 +37,7 @@ def request_envelope(session: ClientSession, protocol_version: str) -> dict[str,
     }
 
 
-def session_callbacks(link: Link) -> dict[str, Any]:
+def session_callbacks(link: AnsweringLink) -> dict[str, Any]:
     """SDK client callbacks: they advertise sampling/elicitation/roots and route them."""
 
     async def sampling(ctx: Any, params: types.CreateMessageRequestParams) -> Any:

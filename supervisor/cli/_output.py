@@ -22,13 +22,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Final, TextIO
 
+from mcpvisor.redact import MASK
+
 PIPE_WIDTH: Final = 200
 """Line width of tables written to a pipe or a file: wide enough that a script's
 `grep` sees whole rows (rich would otherwise assume 80 columns)."""
-
-MASK: Final = "***"
-"""What a literal secret (header or env value) is shown as."""
-
 
 def is_tty(stream: TextIO) -> bool:
     try:
@@ -174,14 +172,6 @@ def mask(value: str) -> str:
     """A header or env value as `mcp info` shows it: a ``${VAR}`` reference as written
     (the secret lives in the environment), any literal as `MASK`."""
     return value if "${" in value else MASK
-
-
-def mask_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """A server entry from the file with every secret masked (`mcpvisor.redact.redact_entry`:
-    header and env values, key-like args and URL query values, an OAuth client secret)."""
-    from mcpvisor.redact import redact_entry
-
-    return redact_entry(entry)
 
 
 def seconds(value: float) -> str:

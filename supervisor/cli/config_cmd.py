@@ -19,17 +19,17 @@ import argparse
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from mcpvisor.cli import _output as out
 from mcpvisor.cli._base import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Formatter
+from mcpvisor.entries import UNSET_VAR_RE, LenientEnv
 
 if TYPE_CHECKING:
     from mcpvisor.config import Config
-    from mcpvisor.store import ConfigStore
 
 DEFAULT_NEW_CONFIG: Final = "mcpvisor.json"
 """Created in the current directory by the first `mcp add` when no config exists."""
@@ -37,10 +37,9 @@ DEFAULT_NEW_CONFIG: Final = "mcpvisor.json"
 PROJECT_CONFIG: Final = ".mcp.json"
 """``--scope project`` writes here, in the current directory: Claude Code's project file."""
 
-PLACEHOLDER: Final = "http://placeholder.invalid"
-"""Stands for a `${VAR}` this shell does not set, while validating a document to write."""
 
-_UNSET_VAR_RE: Final = re.compile(r"variable \S+ is not set")
+
+
 
 EPILOG: Final = """\
 examples:
@@ -193,7 +192,7 @@ def load_lenient(target: Target) -> tuple[Config, dict[str, str]]:
     try:
         return load_config(target.path), {}
     except ConfigError as err:
-        if any(not _UNSET_VAR_RE.search(p) for p in err.problems):
+        if any(not UNSET_VAR_RE.search(p) for p in err.problems):
             raise CommandError(f"invalid config ({target.why}):\n{err}") from None
         missing: dict[str, str] = {}
         for problem in err.problems:
@@ -201,54 +200,9 @@ def load_lenient(target: Target) -> tuple[Config, dict[str, str]]:
             if found:
                 missing.setdefault(found[1], problem.split(": ", 2)[-1])
     try:
-        return load_config(target.path, env=_LenientEnv()), missing
+        return load_config(target.path, env=LenientEnv()), missing
     except ConfigError as err:
         raise CommandError(f"invalid config ({target.why}):\n{err}") from None
-
-
-class _LenientEnv(Mapping[str, str]):
-    """The process environment, where every variable it lacks has a placeholder value."""
-
-    def __getitem__(self, key: str) -> str:
-        return os.environ.get(key, PLACEHOLDER)
-
-    def __contains__(self, key: object) -> bool:
-        return True
-
-    def __iter__(self) -> Any:
-        return iter(os.environ)
-
-    def __len__(self) -> int:
-        return len(os.environ)
-
-
-def validate_document(doc: dict[str, Any], path: Path) -> None:
-    """Raise `ConfigError` if ``doc`` is not a valid config (variables this shell lacks excepted)."""
-    from mcpvisor.config import ConfigError, parse_config
-
-    try:
-        parse_config(doc, path=path, env=_LenientEnv())
-    except ConfigError as err:
-        real = [p for p in err.problems if not _UNSET_VAR_RE.search(p)]
-        if real:
-            raise ConfigError(real, path) from None
-
-
-def unset_variables(doc: dict[str, Any], path: Path) -> list[str]:
-    """Warnings for `${VAR}` references this shell does not set (the proxy may)."""
-    from mcpvisor.config import ConfigError, parse_config
-
-    try:
-        parse_config(doc, path=path)
-    except ConfigError as err:
-        return [p for p in err.problems if _UNSET_VAR_RE.search(p)]
-    return []
-
-
-def open_store(path: Path) -> ConfigStore:
-    from mcpvisor.store import ConfigStore
-
-    return ConfigStore(path, validate=validate_document)
 
 
 def store_errors() -> tuple[type[Exception], ...]:

@@ -18,15 +18,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from mcpvisor.cli import _output as out
 from mcpvisor.cli._base import EXIT_FAILED, EXIT_OK, Formatter
-from mcpvisor.cli.config_cmd import (
-    CommandError,
-    config_option,
-    exit_code_of,
-    locate_for_write,
-    open_store,
-    store_errors,
-    validate_document,
-)
+from mcpvisor.cli.config_cmd import CommandError, config_option, exit_code_of, locate_for_write, store_errors
+from mcpvisor.entries import drop_empty, mask_entry, open_store, validate_document
 
 if TYPE_CHECKING:
     from mcpvisor.importers import Action, Found
@@ -123,7 +116,6 @@ def _without_empty(found: Found) -> Found:
     """An imported entry without empty ``args``, ``env`` or ``headers``, as `mcp add` writes them."""
     import dataclasses
 
-    from mcpvisor.cli.mcp._common import drop_empty
 
     return found if found.entry is None else dataclasses.replace(found, entry=drop_empty(found.entry))
 
@@ -201,7 +193,7 @@ def _describe(action: Action) -> dict[str, Any]:
         "target": what,
         "reason": action.reason,
         "notes": list(action.found.notes),
-        "entry": out.mask_entry(entry) if entry is not None else None,
+        "entry": mask_entry(entry) if entry is not None else None,
     }
 
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
-from mcpvisor._config_types import EXPOSURES
+from mcpvisor.actors.core.vocabulary import EXPOSURES
 from mcpvisor.cli._base import EXIT_OK, EXIT_USAGE, Formatter
 from mcpvisor.config import DEFAULT_HOST, DEFAULT_PORT
 from mcpvisor.redact import remember, scrub_known, secret_values

@@ -1,13 +1,13 @@
 """Server entries as the dashboard shows and takes them, through the CLI's own checks.
 
 Reads and writes go through `mcpvisor.store.ConfigStore`, opened the way the CLI opens
-it (`mcpvisor.cli.config_cmd.open_store`: validated, atomic, unknown keys kept), and an
+it (`mcpvisor.entries.open_store`: validated, atomic, unknown keys kept), and an
 entry is checked with the function behind ``mcpvisor mcp add-json``
-(`mcpvisor.cli.config_cmd.validate_document`), so a bad value gets the same message
+(`mcpvisor.entries.validate_document`), so a bad value gets the same message
 the CLI prints. Those messages name a field (``field "args": ...``); `FieldErrors` keeps
 that name so the page can show the message next to its input.
 
-Secrets: literal env and header values leave as ``***`` (`mcpvisor.cli._output.mask_entry`,
+Secrets: literal env and header values leave as ``***`` (`mcpvisor.entries.mask_entry`,
 as ``mcp info`` shows them; a ``${VAR}`` reference is shown as written, it holds no
 secret). An edit that sends ``***`` back keeps the stored value.
 """
@@ -22,9 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from mcpvisor.cli._output import MASK, mask_entry
-from mcpvisor.cli.config_cmd import open_store, validate_document
-from mcpvisor.cli.mcp._common import drop_empty
+from mcpvisor.entries import MASK, drop_empty, mask_entry, open_store, validate_document
 from mcpvisor.store import UnknownServer
 
 SECRET_KEYS: Final = ("env", "headers")

@@ -119,7 +119,7 @@ async def test_a_session_over_64_requests_in_flight_gets_an_error_for_each_extra
                 assert "error" in reply, reply  # nothing else can answer: every call sleeps 10 minutes
                 errors.append(reply["error"])
             assert all(
-                e["code"] == -32000 and "in flight" in e["message"] and "64" in e["message"] for e in errors
+                e["code"] == -32003 and "in flight" in e["message"] and "64" in e["message"] for e in errors
             )
 
 

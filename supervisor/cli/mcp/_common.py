@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import difflib
-from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Sequence
+from typing import Final
 
 from mcpvisor.cli.config_cmd import (
     CommandError,
@@ -17,8 +17,6 @@ from mcpvisor.cli.config_cmd import (
     store_errors,
 )
 
-TRANSPORT_CHOICES: Final = ("stdio", "http", "sse", "ws", "stdio-docker")
-URL_TRANSPORTS: Final = ("http", "sse", "ws")
 SCOPE_CHOICES: Final = ("local", "project", "user")
 """Claude Code's ``-s/--scope`` names (see `mcpvisor.cli.config_cmd.locate_for_write`)."""
 STATUS_CHOICES: Final = ("online", "offline", "disabled")
@@ -26,8 +24,6 @@ DEFAULT_TIMEOUT_S: Final = 15.0
 """`mcpvisor.probe.DEFAULT_PROBE_TIMEOUT_S`, repeated so that `--help` does not import trio."""
 MAX_TIMEOUT_S: Final = 3600.0
 """Upper bound of ``--timeout``: an hour is already far past any server's start-up."""
-EMPTY_DROPPED: Final = ("args", "env", "headers")
-"""Keys an entry the CLI writes does not keep when empty: they say nothing."""
 DESCRIPTION_WIDTH: Final = 60
 """Descriptions in tables are cut to one line of this many characters."""
 
@@ -84,8 +80,3 @@ def server_target(args: argparse.Namespace) -> Target:
     if not target.exists:
         raise CommandError(f"{target.path}: no such file ({target.why})")
     return target
-
-
-def drop_empty(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """``entry`` without an empty ``args``, ``env`` or ``headers``."""
-    return {k: v for k, v in entry.items() if not (k in EMPTY_DROPPED and v in ({}, []))}

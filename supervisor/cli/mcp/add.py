@@ -24,24 +24,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from mcpvisor.actors.core.vocabulary import TRANSPORTS, URL_TRANSPORTS
 from mcpvisor.cli import _output as out
 from mcpvisor.cli._base import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Formatter
-from mcpvisor.cli.config_cmd import (
-    CommandError,
-    exit_code_of,
-    locate_for_write,
-    open_store,
-    store_errors,
-    unset_variables,
-    validate_document,
-)
-from mcpvisor.cli.mcp._common import (
-    TRANSPORT_CHOICES,
-    URL_TRANSPORTS,
-    drop_empty,
-    fails,
-)
+from mcpvisor.cli.config_cmd import CommandError, exit_code_of, locate_for_write, store_errors
+from mcpvisor.cli.mcp._common import fails
 from mcpvisor.cli.mcp.argv import COMMAND_DEST, add_options, looks_like_url, scope_option
+from mcpvisor.entries import drop_empty, mask_entry, open_store, unset_variables, validate_document
 
 ADD_EPILOG: Final = """\
 examples:  (servers' README install lines, with mcpvisor for claude)
@@ -163,7 +152,7 @@ def _ask_missing(args: argparse.Namespace) -> None:
         elif args.command:
             args.transport = "stdio"
         elif out.interactive():
-            args.transport = out.ask("Transport", choices=TRANSPORT_CHOICES, default="stdio")
+            args.transport = out.ask("Transport", choices=TRANSPORTS, default="stdio")
         else:
             raise CommandError(
                 f"mcp add {args.name}: missing what to run: a command after -- (stdio), "
@@ -305,7 +294,7 @@ def _write(args: argparse.Namespace, entry: dict[str, Any]) -> int:
                 "added": args.name,
                 "file": str(target.path),
                 "created": not existed,
-                "entry": out.mask_entry(entry),
+                "entry": mask_entry(entry),
                 "warnings": warnings,
             }
         )

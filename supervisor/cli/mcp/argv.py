@@ -13,9 +13,10 @@ import argparse
 from collections.abc import Sequence
 from typing import Final
 
+from mcpvisor.actors.core.vocabulary import TRANSPORTS
 from mcpvisor.cli import _output as out
 from mcpvisor.cli.config_cmd import config_option
-from mcpvisor.cli.mcp._common import SCOPE_CHOICES, TRANSPORT_CHOICES
+from mcpvisor.cli.mcp._common import SCOPE_CHOICES
 
 COMMAND_DEST: Final = "command_argv"
 """Where `split_argv`'s command lands in the parsed arguments (None: no command given)."""
@@ -38,7 +39,7 @@ def add_options(add: argparse.ArgumentParser) -> None:
     add.add_argument(
         "-t",
         "--transport",
-        choices=TRANSPORT_CHOICES,
+        choices=TRANSPORTS,
         help="stdio (default with a command), http (default with a URL), sse, ws, stdio-docker",
     )
     add.add_argument("--url", help="the server's URL (http, sse, ws)")

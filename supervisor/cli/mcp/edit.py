@@ -7,8 +7,9 @@ from typing import Any
 
 from mcpvisor.cli import _output as out
 from mcpvisor.cli._base import EXIT_FAILED, EXIT_OK, Formatter
-from mcpvisor.cli.config_cmd import CommandError, open_store
+from mcpvisor.cli.config_cmd import CommandError
 from mcpvisor.cli.mcp._common import fails, server_target, unknown
+from mcpvisor.entries import open_store
 
 
 def register(cmds: Any, parent: argparse.ArgumentParser) -> None:

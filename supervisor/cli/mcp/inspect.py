@@ -21,6 +21,7 @@ from mcpvisor.cli.mcp._common import (
     timeout_option,
     unknown,
 )
+from mcpvisor.entries import mask_entry
 
 if TYPE_CHECKING:
     from mcpvisor.config import Config, ServerSpec
@@ -292,7 +293,7 @@ def run_info(args: argparse.Namespace) -> int:
     if args.name not in config.servers and args.name in config.compound_tools:
         return _compound_info(args, config, target)
     spec = _spec(config, args.name, target)
-    entry = out.mask_entry(dict(spec.raw))
+    entry = mask_entry(dict(spec.raw))
     probe = spec.enabled and not args.no_probe and spec.name not in missing
     result = _probe([spec], args.timeout, f"Listing {spec.name}'s tools")[spec.name] if probe else None
     memory = remembered_note(config, spec)
