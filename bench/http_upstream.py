@@ -21,7 +21,7 @@ import trio
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent.parent))
 
-from mcpvisor.bench.upstream import BASE_TOOLS, generated_tool  # noqa: E402
+from mcpvisor.bench.upstream import BASE_TOOLS, generated_tool
 
 KEEP_ALIVE_S = 3600.0
 

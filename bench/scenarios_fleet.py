@@ -27,7 +27,7 @@ import trio
 from mcpvisor.bench import procs
 from mcpvisor.bench.core import Params, Result, aggregate, mb, median, rnd
 from mcpvisor.bench.drivers import DIRECT, ServerDef, Session, Subject, mcpvisor_subject, open_session
-from mcpvisor.bench.scenarios_calls import beats_peers, call_ok, note_stalls
+from mcpvisor.bench.scenarios_calls import beats_peers, call_ok
 from mcpvisor.bench.stalls import WATCH
 
 BASE_TOOL_COUNT: Final = 4

@@ -74,6 +74,8 @@ class Recorder:
     def __init__(self) -> None:
         self.messages: list[Any] = []
         self.logs: list[types.LoggingMessageNotificationParams] = []
+        self.logged = trio.Event()
+        """Set (and replaced) on each log message: wait on it, then look at ``logs`` again."""
         self.changed = trio.Event()
         self.list_changed = 0
 
@@ -89,6 +91,8 @@ class Recorder:
 
     async def logging(self, params: types.LoggingMessageNotificationParams) -> None:
         self.logs.append(params)
+        self.logged.set()
+        self.logged = trio.Event()
 
     async def handler(self, message: Any) -> None:
         self.messages.append(message)

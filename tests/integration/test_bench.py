@@ -169,7 +169,8 @@ def test_stall_overlap_and_clean() -> None:
     assert watch.overlap(1.2, 3.1) == pytest.approx(0.4)
     assert watch.overlap(1.5, 3.0) == 0.0
     kept, dropped = watch.clean([(0.1, 0.2), (0.9, 1.6), (2.0, 2.5), (3.1, 3.15)])
-    assert kept == pytest.approx([0.1, 0.5]) and dropped == 2
+    assert kept == pytest.approx([0.1, 0.5])
+    assert dropped == 2
 
 
 async def test_canary_reports_a_pause_covering_the_time_it_was_stopped() -> None:

@@ -45,6 +45,7 @@ from tests.helpers import (
     text_of,
     write_config,
 )
+from tests.polling import poll_until
 
 pytestmark = pytest.mark.slow
 
@@ -84,8 +85,11 @@ async def test_discovery_over_stdio(tmp_path: Path) -> None:
                                 recorder=rec, env={"MCPVISOR_EXPOSURE": "all"}) as client:
             assert await names(client) == THREE
             text = await catalog(client)
-            assert "## s1" in text and "- s1_echo:" in text
-            assert "<mcp_servers>" in text and "- big: Big internal toolbox" in text and "- slow:" in text
+            assert "## s1" in text
+            assert "- s1_echo:" in text
+            assert "<mcp_servers>" in text
+            assert "- big: Big internal toolbox" in text
+            assert "- slow:" in text
             assert "big_echo" not in text
 
             described = await client.call_tool(DISCOVER_TOOL, {"tool_name": "s1_add"})
@@ -94,14 +98,17 @@ async def test_discovery_over_stdio(tmp_path: Path) -> None:
             by_namespace = await client.call_tool(DISCOVER_TOOL, {"tool_name": "s1.add"})
             assert by_namespace.structured_content["name"] == "s1_add"
             unknown = await client.call_tool(DISCOVER_TOOL, {"tool_name": "s1_ad"})
-            assert unknown.is_error and "s1_add" in text_of(unknown)
+            assert unknown.is_error
+            assert "s1_add" in text_of(unknown)
             found = await client.call_tool(DISCOVER_TOOL, {"query": "progress notifications"})
             assert found.structured_content["matches"][0]["name"] == "s1_progress"
 
             added = await client.call_tool(USE_TOOL, {"tool_name": "s1_add", "arguments": {"a": 2, "b": 3}})
-            assert not added.is_error and text_of(added) == "5"
+            assert not added.is_error
+            assert text_of(added) == "5"
             bad = await client.call_tool(USE_TOOL, {"tool_name": "s1_add", "arguments": {"a": "two", "b": 3}})
-            assert bad.is_error and "arguments.a" in text_of(bad)
+            assert bad.is_error
+            assert "arguments.a" in text_of(bad)
             assert [e["arguments"] for e in read_record(tmp_path / "s1.jsonl") if e["event"] == "call"] == [
                 {"a": 2, "b": 3}]  # the bad call never reached the server
 
@@ -113,7 +120,8 @@ async def test_discovery_over_stdio(tmp_path: Path) -> None:
             done = await client.call_tool(USE_TOOL, {"tool_name": "s1_progress",
                                                      "arguments": {"steps": 3, "interval": 0.01}},
                                           progress_callback=on_progress)
-            assert not done.is_error and len(progress) == 3
+            assert not done.is_error
+            assert len(progress) == 3
 
             status = await client.call_tool(USE_TOOL, {"tool_name": "get-server-status"})
             states = {s["name"]: s["state"] for s in status.structured_content["servers"]}
@@ -127,7 +135,9 @@ async def test_discovery_over_stdio(tmp_path: Path) -> None:
                     await rec.changed.wait()
             assert await names(client) == THREE  # slow and broken are still loadable
             text = await catalog(client)
-            assert "## big" in text and "- big_echo:" in text and "- big:" not in text
+            assert "## big" in text
+            assert "- big_echo:" in text
+            assert "- big:" not in text
             echoed = await client.call_tool(USE_TOOL, {"tool_name": "big_echo", "arguments": {"text": "hi"}})
             assert text_of(echoed) == "echo: hi"
             again = await client.call_tool(LOAD_MCP, {"mcp_name": "big"})
@@ -158,8 +168,7 @@ async def test_use_tool_is_cancelled_and_reports_progress_like_a_direct_call(tmp
             with trio.move_on_after(1.0):
                 await client.call_tool(USE_TOOL, {"tool_name": "s1_sleep", "arguments": {"seconds": 30}})
             with trio.fail_after(20):
-                while not any(e.get("event") == "cancelled" for e in read_record(record)):
-                    await trio.sleep(0.05)
+                await poll_until(lambda: any(e.get("event") == "cancelled" for e in read_record(record)))
             after = await client.call_tool(USE_TOOL, {"tool_name": "s1_echo", "arguments": {"text": "after"}})
             assert text_of(after) == "echo: after"
     calls = [e for e in read_record(record) if e.get("event") == "call" and e.get("name") == "sleep"]
@@ -196,11 +205,13 @@ async def test_concurrent_loads_and_failures_over_http(tmp_path: Path) -> None:
                     assert failed.is_error
                     errors.append(text_of(failed))
                 assert all("fatal: no licence for broken" in e for e in errors), errors
-                assert "exit" in errors[0] and "3" in errors[0]
+                assert "exit" in errors[0]
+                assert "3" in errors[0]
                 assert "no longer offered" in errors[2]
                 assert sup.upstreams["broken"].starts == 3
                 fourth = await client.call_tool(LOAD_MCP, {"mcp_name": "broken"})
-                assert fourth.is_error and "no longer offered" in text_of(fourth)
+                assert fourth.is_error
+                assert "no longer offered" in text_of(fourth)
                 assert sup.upstreams["broken"].starts == 3  # given up: not started again
                 text = await catalog(client)
                 assert "- broken:" not in text
@@ -216,7 +227,8 @@ async def test_concurrent_loads_and_failures_over_http(tmp_path: Path) -> None:
                 while not sup.event_bus.has_subscribers:
                     await trio.lowlevel.checkpoint()
                 loaded = await client.call_tool(LOAD_MCP, {"mcp_name": "big"})
-                assert not loaded.is_error and loaded.structured_content["toolCount"] == 8
+                assert not loaded.is_error
+                assert loaded.structured_content["toolCount"] == 8
                 await trio.testing.wait_all_tasks_blocked()  # the collector has seen what was published
                 assert [e.kinds for e in changes] == [("tools",)]
                 assert await names(client) == [DISCOVER_TOOL, USE_TOOL]
@@ -242,7 +254,8 @@ async def test_lazy_servers_start_on_first_use_in_all_exposure(tmp_path: Path) -
                         (await client.call_tool("get-server-status", {})).structured_content["servers"]] == [
                     "ready", "not loaded", "not loaded", "not loaded"]
                 echoed = await client.call_tool("big_echo", {"text": "first use"})
-                assert not echoed.is_error and text_of(echoed) == "echo: first use"
+                assert not echoed.is_error
+                assert text_of(echoed) == "echo: first use"
                 assert "big_echo" in await names(client)
                 read = await client.read_resource("mem://greeting")
                 assert isinstance(read.contents[0], types.TextResourceContents)
@@ -268,4 +281,5 @@ def test_mcp_add_lazy_writes_description(tmp_path: Path) -> None:
                           stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
     entry = json.loads(path.read_text())["mcpServers"]["big"]
-    assert entry["lazy"] is True and entry["description"] == "Large toolbox"
+    assert entry["lazy"] is True
+    assert entry["description"] == "Large toolbox"

@@ -101,7 +101,8 @@ async def test_from_40_tools_to_a_4_tool_toolset_and_back_across_a_restart(tmp_p
             await seen.reach(1)
             assert await names(client) == FOUR_NAMES
             echoed = await client.call_tool("say", {"text": "hi"})
-            assert not echoed.is_error and "hi" in echoed.content[0].text  # type: ignore[union-attr]
+            assert not echoed.is_error
+            assert "hi" in echoed.content[0].text
             active = structured(await client.call_tool("enter-configuration-mode", {}))
             assert active["configurationMode"] is True
             await seen.reach(2)
@@ -125,7 +126,8 @@ async def test_from_40_tools_to_a_4_tool_toolset_and_back_across_a_restart(tmp_p
             structured(await client.call_tool("enter-configuration-mode", {}))
             await seen.reach(before + 1)
             out = structured(await client.call_tool("unequip-toolset", {}))
-            assert out["unequipped"] == "four" and out["visibleTools"] == MENU  # the list did not change
+            assert out["unequipped"] == "four"
+            assert out["visibleTools"] == MENU
             assert await names(client) == MENU
             assert seen.count == before + 1
         assert json.loads((state / "state.json").read_text())["equipped"] is None

@@ -56,7 +56,8 @@ def test_names_that_flatten_alike_are_both_kept_under_stable_distinct_names() ->
     assert first == second
     assert len(set(first.values())) == 2
     assert all(v.startswith("s_a_b_") for v in first.values())
-    assert problems and "name collision" in problems[0]
+    assert problems
+    assert "name collision" in problems[0]
 
 
 def test_long_names_are_capped_with_a_stable_hash() -> None:

@@ -62,9 +62,11 @@ def test_tools_list_is_the_three_tools_and_the_catalog_names_every_tool_and_lazy
     snap = discovery_core().snapshot
     assert [t["name"] for t in snap.tools_list] == [DISCOVER_TOOL, USE_TOOL, LOAD_MCP]
     text = snap.tools_list[0]["description"]
-    assert "## git" in text and "- git_status: Show the working tree status" in text
+    assert "## git" in text
+    assert "- git_status: Show the working tree status" in text
     assert "## web — Web search and fetching" in text
-    assert "<mcp_servers>" in text and "- big: Big internal toolbox" in text
+    assert "<mcp_servers>" in text
+    assert "- big: Big internal toolbox" in text
     assert set(CONFIG_TOOLS) <= set(snap.local_tools)  # management tools: callable, not listed
     assert set(snap.tools) == {"git_status", "git_commit", "web_search", "web_fetch"}
 
@@ -95,14 +97,15 @@ def test_over_the_budget_the_catalog_lists_servers_and_counts_and_says_to_search
     small = discovery_core(budget=len(full.encode()) - 1).snapshot.tools_list[0]["description"]
     assert len(small.encode()) < len(full.encode())
     assert "git_status" not in small
-    assert "- git: 2 tools" in small and '{"query": "a few words"}' in small
+    assert "- git: 2 tools" in small
+    assert '{"query": "a few words"}' in small
     assert "- big: Big internal toolbox" in small
 
 
 def test_a_query_ranks_by_name_then_description_then_server() -> None:
     index = discovery_core().snapshot.discovery
     assert index is not None
-    assert [m.name for m in index.search("search")][0] == "web_search"
+    assert index.search("search")[0].name == "web_search"
     assert [m.name for m in index.search("working tree")] == ["git_status"]
     assert [m.name for m in index.search("web")][:2] == ["web_search", "web_fetch"]
     assert index.search("zzz") == []
@@ -124,16 +127,20 @@ def test_a_query_matches_words_not_letters_inside_them() -> None:
 def test_use_tool_plans_check_arguments_before_anything_is_sent() -> None:
     snap = discovery_core().snapshot
     plan = plan_use(snap, {"tool_name": "git.commit", "arguments": {"message": "x"}})
-    assert isinstance(plan, CallRoute) and plan.route.original == "commit"
+    assert isinstance(plan, CallRoute)
+    assert plan.route.original == "commit"
     bad = plan_use(snap, {"tool_name": "git_commit", "arguments": {"message": 3}})
-    assert isinstance(bad, dict) and bad["isError"]
+    assert isinstance(bad, dict)
+    assert bad["isError"]
     assert "arguments.message: 3 is not of type 'string'" in bad["content"][0]["text"]
     missing = plan_use(snap, {"tool_name": "git_commit"})
-    assert isinstance(missing, dict) and "'message' is a required property" in missing["content"][0]["text"]
+    assert isinstance(missing, dict)
+    assert "'message' is a required property" in missing["content"][0]["text"]
     assert isinstance(plan_use(snap, {"tool_name": "equip-toolset", "arguments": {"name": "x"}}), CallLocal)
     assert plan_use(snap, {"tool_name": "big_echo"}) == NeedsLoad("big", "big_echo")
     unknown = plan_use(snap, {"tool_name": "git_stat"})
-    assert isinstance(unknown, dict) and unknown["structuredContent"]["didYouMean"][0] == "git_status"
+    assert isinstance(unknown, dict)
+    assert unknown["structuredContent"]["didYouMean"][0] == "git_status"
 
 
 def test_check_arguments_accepts_what_the_schema_allows() -> None:
@@ -175,7 +182,8 @@ async def test_use_tool_takes_the_fast_path_as_the_direct_call(autojump_clock: t
                                  "params": {"name": USE_TOOL,
                                             "arguments": {"tool_name": "s_echo", "arguments": {"text": "hi"}}}})
             request = await p.server.receive()
-            assert p.stdio.fast_path is not None and p.stdio.fast_path.owns("u1")
+            assert p.stdio.fast_path is not None
+            assert p.stdio.fast_path.owns("u1")
             assert request["params"] == {"name": "echo", "arguments": {"text": "hi"}}
             assert request["id"].startswith("mv-")
             await p.server.answer(request, {"content": [{"type": "text", "text": "echo: hi"}]})

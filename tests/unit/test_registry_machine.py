@@ -219,7 +219,8 @@ class RegistryMachine(RuleBasedStateMachine):
         if self.configuring:
             return out
         ts = self.ex.equipped
-        assert ts is not None and ts.name == self.equipped
+        assert ts is not None
+        assert ts.name == self.equipped
         notes = self.state.annotations.get(self.equipped, {})
         seen = set()
         for e in ts.tools:
