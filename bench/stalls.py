@@ -59,7 +59,8 @@ class StallWatch:
                 buf += chunk
             first, _, buf = buf.partition(b"\n")
             if first != b"ready":
-                self.unavailable = first.decode(errors="replace").removeprefix("unavailable ") or "it did not start"
+                why = first.decode(errors="replace").removeprefix("unavailable ")
+                self.unavailable = why or "it did not start"
                 task_status.started()
                 return
             self.running = True
