@@ -107,7 +107,8 @@ class Recorder:
                 "message_handler": self.handler}
 
 
-SETTLED: Final = frozenset({"ready", "circuit_open", "disabled", "stopped", "not loaded", "idle", "misconfigured"})
+SETTLED: Final = frozenset({"ready", "circuit_open", "disabled", "stopped", "not loaded", "idle",
+                            "misconfigured"})
 """Server states that are not on their way somewhere (what `Supervisor.wait_ready` waits for)."""
 
 

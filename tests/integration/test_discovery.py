@@ -56,7 +56,8 @@ SLOW_START_S: Final = 1.0
 
 def servers(tmp_path: Path) -> dict[str, Any]:
     return {
-        "s1": flaky("--name", "s1", "--record", str(tmp_path / "s1.jsonl"), description="Eager fixture server"),
+        "s1": flaky("--name", "s1", "--record", str(tmp_path / "s1.jsonl"),
+                    description="Eager fixture server"),
         "big": flaky("--name", "big", "--record", str(tmp_path / "big.jsonl"), lazy=True,
                      description="Big internal toolbox: echo, add, counter"),
         "slow": flaky("--name", "slow", "--slow-start", str(SLOW_START_S), lazy=True,
@@ -125,7 +126,8 @@ async def test_discovery_over_stdio(tmp_path: Path) -> None:
 
             status = await client.call_tool(USE_TOOL, {"tool_name": "get-server-status"})
             states = {s["name"]: s["state"] for s in status.structured_content["servers"]}
-            assert states == {"s1": "ready", "big": "not loaded", "slow": "not loaded", "broken": "not loaded"}
+            assert states == {"s1": "ready", "big": "not loaded", "slow": "not loaded",
+                              "broken": "not loaded"}
 
             before = rec.list_changed
             loaded = await client.call_tool(LOAD_MCP, {"mcp_name": "big"})
@@ -145,7 +147,8 @@ async def test_discovery_over_stdio(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("fast_path", [True, False], ids=["fastpath", "sdkpath"])
-async def test_use_tool_is_cancelled_and_reports_progress_like_a_direct_call(tmp_path: Path, fast_path: bool) -> None:
+async def test_use_tool_is_cancelled_and_reports_progress_like_a_direct_call(tmp_path: Path,
+                                                                             fast_path: bool) -> None:
     """Through use_tool, progress reaches the client and a cancelled call's
     notifications/cancelled reaches the upstream under the id the call went out with, on
     the fast path and on the SDK path alike; the connection keeps serving."""
@@ -181,7 +184,8 @@ async def test_concurrent_loads_and_failures_over_http(tmp_path: Path) -> None:
     """Ten load_mcp of one server share one start; a server that cannot start is given up after 3."""
     config = write_config(tmp_path, servers(tmp_path), exposure="discovery")
     with trio.fail_after(REAL_IO_BOUND_S):
-        async with open_supervisor(config, state_dir=tmp_path / "state") as sup, trio.open_nursery() as nursery:
+        async with (open_supervisor(config, state_dir=tmp_path / "state") as sup,
+                    trio.open_nursery() as nursery):
             url = await nursery.start(serve_http, sup, "127.0.0.1", 0)
             rec = Recorder()
             async with Client(url, mode="legacy", cache=None, message_handler=rec.handler) as client:
@@ -196,7 +200,8 @@ async def test_concurrent_loads_and_failures_over_http(tmp_path: Path) -> None:
                         loads.start_soon(load)
                 assert [r.is_error for r in results] == [False] * 10, [text_of(r) for r in results]
                 assert sup.upstreams["slow"].starts == 1
-                echoed = await client.call_tool(USE_TOOL, {"tool_name": "slow_echo", "arguments": {"text": "x"}})
+                echoed = await client.call_tool(USE_TOOL,
+                                                {"tool_name": "slow_echo", "arguments": {"text": "x"}})
                 assert text_of(echoed) == "echo: x"
 
                 errors = []
@@ -245,7 +250,8 @@ async def test_lazy_servers_start_on_first_use_in_all_exposure(tmp_path: Path) -
         "broken": flaky("--exit-at-start", "3", "--stderr-text", "fatal: no licence", lazy=True),
     }, exposure="all")
     with trio.fail_after(REAL_IO_BOUND_S):
-        async with open_supervisor(config, state_dir=tmp_path / "state") as sup, trio.open_nursery() as nursery:
+        async with (open_supervisor(config, state_dir=tmp_path / "state") as sup,
+                    trio.open_nursery() as nursery):
             await sup.wait_ready()  # s1 is up: the lists answer at once with what is up
             url = await nursery.start(serve_http, sup, "127.0.0.1", 0)
             async with Client(url, mode="legacy", cache=None) as client:
@@ -275,8 +281,8 @@ def test_mcp_add_lazy_writes_description(tmp_path: Path) -> None:
     import sys
 
     path = tmp_path / "mcpvisor.json"
-    proc = subprocess.run([sys.executable, "-m", "mcpvisor", "mcp", "add", "big", "--config", str(path), "--lazy",
-                           "--description", "Large toolbox", "--", "node", "big.js"],
+    proc = subprocess.run([sys.executable, "-m", "mcpvisor", "mcp", "add", "big", "--config", str(path),
+                           "--lazy", "--description", "Large toolbox", "--", "node", "big.js"],
                           capture_output=True, text=True, timeout=REAL_IO_BOUND_S, check=False,
                           stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr

@@ -185,8 +185,8 @@ async def test_upstreams_get_the_proxys_environment_plus_their_env(tmp_path: Pat
     script = tmp_path / "envcheck.py"
     script.write_text(
         "import os, sys, runpy\n"
-        "open(os.environ['ENV_OUT'], 'w').write(os.environ.get('PATH','') + '\\n' + os.environ.get('MY_KEY','') "
-        "+ '\\n' + os.environ.get('FROM_CONFIG',''))\n"
+        "open(os.environ['ENV_OUT'], 'w').write(os.environ.get('PATH','') + '\\n' "
+        "+ os.environ.get('MY_KEY','') + '\\n' + os.environ.get('FROM_CONFIG',''))\n"
         f"sys.argv = [{str(Path(__file__).parents[1] / 'servers' / 'flaky.py')!r}]\n"
         "runpy.run_path(sys.argv[0], run_name='__main__')\n"
     )
@@ -219,7 +219,8 @@ async def test_protocol_legacy_skips_the_2026_probe(tmp_path: Path) -> None:
     assert "discover" not in events
 
 
-async def test_the_first_list_waits_for_start_up_and_late_servers_arrive_by_list_changed(tmp_path: Path) -> None:
+async def test_the_first_list_waits_for_start_up_and_late_servers_arrive_by_list_changed(
+        tmp_path: Path) -> None:
     """With startupWait shorter than a slow server's start, the first tools/list comes back
     without it, and its tools arrive later with a list_changed."""
     from tests.helpers import Recorder
@@ -281,8 +282,8 @@ async def test_stopping_the_proxy_leaves_no_child(tmp_path: Path, how: str) -> N
 
 
 def test_help_lists_serve_with_an_example() -> None:
-    done = subprocess.run([sys.executable, "-m", "mcpvisor", "serve", "--help"], capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run([sys.executable, "-m", "mcpvisor", "serve", "--help"], capture_output=True,
+                          text=True, timeout=60)
     assert done.returncode == 0
     assert "examples:" in done.stdout
     assert "--transport" in done.stdout

@@ -58,7 +58,8 @@ def ev_server(tmp_path: Path, fast_path: bool) -> tuple[Path, Path]:
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
-async def test_a_client_uses_three_upstreams_through_the_proxy(three_servers: tuple[Path, Path], mode: str) -> None:
+async def test_a_client_uses_three_upstreams_through_the_proxy(three_servers: tuple[Path, Path],
+                                                               mode: str) -> None:
     """Tools of all three servers are listed under prefixed names and each one answers;
     results arrive as the upstream sent them, in the client's era (auto = 2026-07-28)."""
     config, _ = three_servers

@@ -150,7 +150,8 @@ def test_check_arguments_accepts_what_the_schema_allows() -> None:
 
 
 def test_discovery_is_accepted_and_the_budget_is_validated() -> None:
-    settings = parse_config({"mcpServers": {}, "settings": {"exposure": "discovery", "discoveryBudget": 4096}}).settings
+    settings = parse_config({"mcpServers": {},
+                             "settings": {"exposure": "discovery", "discoveryBudget": 4096}}).settings
     assert with_env_overrides(settings, env={}).exposure == "discovery"
     assert settings.discovery_budget == 4096
     with pytest.raises(ConfigError, match='"discoveryBudget": 10 is out of range'):
@@ -164,13 +165,15 @@ def _discovery_backend(p: Any) -> None:
     from mcpvisor.actors.core.discovery import DiscoveryIndex
 
     snap = p.backend.router.snapshot
-    routes = {name: dataclasses.replace(r, wire={**r.wire, "inputSchema": tool("x", text="string")["inputSchema"]})
+    schema = tool("x", text="string")["inputSchema"]
+    routes = {name: dataclasses.replace(r, wire={**r.wire, "inputSchema": schema})
               for name, r in snap.tools.items()}
     p.backend.router.snapshot = dataclasses.replace(snap, tools=routes,
                                                     discovery=DiscoveryIndex(routes=tuple(routes.values())))
 
 
-async def test_use_tool_takes_the_fast_path_as_the_direct_call(autojump_clock: trio.testing.MockClock) -> None:
+async def test_use_tool_takes_the_fast_path_as_the_direct_call(
+        autojump_clock: trio.testing.MockClock) -> None:
     """A use_tool call with good arguments reaches the upstream as the direct call of the
     tool (its own name, the arguments as sent, a proxy id) and its answer comes back
     unchanged under the client's id; the fast path owns it."""
@@ -180,7 +183,8 @@ async def test_use_tool_takes_the_fast_path_as_the_direct_call(autojump_clock: t
             await p.client.handshake()
             await p.client.send({"jsonrpc": "2.0", "id": "u1", "method": "tools/call",
                                  "params": {"name": USE_TOOL,
-                                            "arguments": {"tool_name": "s_echo", "arguments": {"text": "hi"}}}})
+                                            "arguments": {"tool_name": "s_echo",
+                                                          "arguments": {"text": "hi"}}}})
             request = await p.server.receive()
             assert p.stdio.fast_path is not None
             assert p.stdio.fast_path.owns("u1")
@@ -228,11 +232,13 @@ def test_many_lazy_servers_keep_the_start_up_list_small_and_are_found_by_query()
 
 
 @pytest.mark.parametrize("arguments", [
-    {"q": "x"}, {"q": 1}, {}, {"q": "x", "n": 2}, {"q": "x", "n": 2.0}, {"q": "x", "n": True}, {"q": "x", "n": 1.5},
+    {"q": "x"}, {"q": 1}, {}, {"q": "x", "n": 2}, {"q": "x", "n": 2.0}, {"q": "x", "n": True},
+    {"q": "x", "n": 1.5},
     {"q": "x", "flag": False}, {"q": "x", "flag": 0}, {"q": "x", "items": []}, {"q": "x", "items": {}},
     {"q": "x", "any": None}, {"q": "x", "extra": 1}, {"q": None},
     {"q": "x", "n": 0}, {"q": "x", "n": 101}, {"q": "x", "n": 100}, {"q": "", "n": 1}, {"q": "x" * 11},
-    {"q": "x", "color": "red"}, {"q": "x", "color": "mauve"}, {"q": "x", "color": 1}, {"q": "x", "when": "nonsense"},
+    {"q": "x", "color": "red"}, {"q": "x", "color": "mauve"}, {"q": "x", "color": 1},
+    {"q": "x", "when": "nonsense"},
     {"q": "x", "ratio": 0.0}, {"q": "x", "ratio": 1.0}, {"q": "x", "ratio": 0.5}, {"q": "x", "ratio": "0.5"},
 ])
 @pytest.mark.parametrize("closed", [False, True])

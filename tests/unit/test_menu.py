@@ -75,10 +75,11 @@ async def test_list_available_tools_groups_by_server_with_ref_ids_and_filters(tm
             git = out["servers"][0]
             assert git["state"] == "ready"
             assert git["toolCount"] == 4
-            assert [t["namespacedName"] for t in git["tools"]] == ["git.status", "git.diff", "git.commit", "git.log"]
+            assert [t["namespacedName"] for t in git["tools"]] == [
+                "git.status", "git.diff", "git.commit", "git.log"]
             assert all(len(t["refId"]) == 16 and t["description"] for t in git["tools"])
-            assert out["servers"][2] == {"name": "down", "state": "down", "reason": "exit status 1", "toolCount": 0,
-                                         "tools": []}
+            assert out["servers"][2] == {"name": "down", "state": "down", "reason": "exit status 1",
+                                         "toolCount": 0, "tools": []}
             body = text(await h.call("list-available-tools"))
             assert "## git (ready; 4 tools)" in body
             assert "- docs.resolve-library-id  [refId " in body
@@ -97,9 +98,10 @@ async def test_build_with_auto_equip_shows_the_toolset_and_returns_to_normal_mod
         async with open_harness(tmp_path / "s", servers=("git", "docs")) as h:
             await two_servers(h)
             assert h.names() == [*CONFIG_TOOLS, EXIT_CONFIG]
-            result = await h.call("build-toolset", name="dev", description="daily work", autoEquip=True, tools=[
-                {"namespacedName": "git.status"}, {"namespacedName": "git.diff"},
-                {"namespacedName": "docs.resolve-library-id", "alias": "resolve"}])
+            tools = [{"namespacedName": "git.status"}, {"namespacedName": "git.diff"},
+                     {"namespacedName": "docs.resolve-library-id", "alias": "resolve"}]
+            result = await h.call("build-toolset", name="dev", description="daily work", autoEquip=True,
+                                  tools=tools)
             out = data(result)
             assert out["equipped"] is True
             assert out["warnings"] == []
@@ -118,7 +120,8 @@ async def test_build_errors_say_what_exists(tmp_path: Path) -> None:
     with trio.fail_after(BOUND_S):
         async with open_harness(tmp_path / "s", servers=("git", "docs"), declared={"ro": ["git.log"]}) as h:
             await two_servers(h)
-            err = error(await h.call("build-toolset", name="bad name!", tools=[{"namespacedName": "git.status"}]))
+            err = error(await h.call("build-toolset", name="bad name!",
+                                     tools=[{"namespacedName": "git.status"}]))
             assert err["error"] == "invalid_name"
             assert "A-Z" in err["rule"]
             err = error(await h.call("build-toolset", name="dev", tools=[{"namespacedName": "git.stats"},
@@ -133,7 +136,8 @@ async def test_build_errors_say_what_exists(tmp_path: Path) -> None:
             assert "management tool" in err["message"]
             err = error(await h.call("build-toolset", name="dev", tools=[]))
             assert err["error"] == "invalid_arguments"
-            err = error(await h.call("build-toolset", name="dev", tools=[{"namespacedName": "git.log"}], extra=1))
+            err = error(await h.call("build-toolset", name="dev", tools=[{"namespacedName": "git.log"}],
+                                     extra=1))
             assert err["error"] == "invalid_arguments"
             assert "extra" in err["message"]
             err = error(await h.call("build-toolset", name="ro", tools=[{"namespacedName": "git.log"}]))
@@ -156,8 +160,8 @@ async def test_build_by_ref_id_and_for_a_server_not_up_yet(tmp_path: Path) -> No
             out = data(await h.call("build-toolset", name="dev", autoEquip=True,
                                     tools=[{"refId": rid}, {"namespacedName": "late.work"}]))
             assert out["toolset"]["tools"][0] == {"namespacedName": "git.diff", "refId": rid, "alias": None}
-            assert out["warnings"] == ["late.work: not checked, server late is starting; it is pending until the "
-                                       "server is up"]
+            assert out["warnings"] == ["late.work: not checked, server late is starting; "
+                                       "it is pending until the server is up"]
             assert [t["state"] for t in out["active"]["tools"]] == ["exposed", "pending"]
             await h.up("late", "work")
             assert h.names() == [ENTER_CONFIG, "git_diff", "late_work"]
@@ -199,7 +203,8 @@ async def test_delete_unequips_and_config_toolsets_are_read_only(tmp_path: Path)
     with trio.fail_after(BOUND_S):
         async with open_harness(tmp_path / "s", servers=("git", "docs"), declared={"ro": ["git.log"]}) as h:
             await two_servers(h)
-            data(await h.call("build-toolset", name="dev", autoEquip=True, tools=[{"namespacedName": "git.status"}]))
+            data(await h.call("build-toolset", name="dev", autoEquip=True,
+                              tools=[{"namespacedName": "git.status"}]))
             data(await h.call("enter-configuration-mode"))
             out = data(await h.call("delete-toolset", name="dev"))
             assert out["wasEquipped"] is True
@@ -245,7 +250,8 @@ async def test_get_active_toolset_reports_states_names_and_tokens(tmp_path: Path
             assert [(t["namespacedName"], t["exposedAs"], t["state"]) for t in out["tools"]] == [
                 ("git.status", "git_status", "exposed"), ("docs.search", "find", "exposed"),
                 ("late.work", None, "pending")]
-            assert out["counts"] == {"exposed": 2, "schema_changed": 0, "refused": 0, "pending": 1, "missing": 0}
+            assert out["counts"] == {"exposed": 2, "schema_changed": 0, "refused": 0, "pending": 1,
+                                     "missing": 0}
             tokens = out["tokens"]
             assert 0 < tokens["listed"] < tokens["allTools"]
             assert tokens["saved"] == tokens["allTools"] - tokens["listed"]
@@ -263,14 +269,16 @@ async def test_annotations_append_to_descriptions_and_errors_name_the_tools(tmp_
             err = error(await h.call("add-tool-annotation", toolRef={"namespacedName": "git.status"},
                                      notes=[{"name": "a", "note": "b"}]))
             assert err["error"] == "nothing_equipped"
-            data(await h.call("build-toolset", name="dev", autoEquip=True, tools=[{"namespacedName": "git.status"}]))
+            data(await h.call("build-toolset", name="dev", autoEquip=True,
+                              tools=[{"namespacedName": "git.status"}]))
             data(await h.call("enter-configuration-mode"))
             out = data(await h.call("add-tool-annotation", toolRef={"namespacedName": "git.status"},
                                     notes=[{"name": "scope", "note": "Only the work tree."}]))
             assert out["added"] == ["scope"]
             assert out["replaced"] == []
             out = data(await h.call("add-tool-annotation", toolRef={"refId": out["tool"]["refId"]},
-                                    notes=[{"name": "scope", "note": "Work tree only."}, {"name": "x", "note": "y"}]))
+                                    notes=[{"name": "scope", "note": "Work tree only."},
+                                           {"name": "x", "note": "y"}]))
             assert out["replaced"] == ["scope"]
             assert out["added"] == ["x"]
             assert out["notes"] == [{"name": "scope", "note": "Work tree only."}, {"name": "x", "note": "y"}]
@@ -278,7 +286,8 @@ async def test_annotations_append_to_descriptions_and_errors_name_the_tools(tmp_
                                      notes=[{"name": "a", "note": "b"}]))
             assert err["error"] == "unknown_tool"
             assert err["tools"] == ["git.status"]
-            err = error(await h.call("add-tool-annotation", toolRef={"namespacedName": "git.status"}, notes=[]))
+            err = error(await h.call("add-tool-annotation", toolRef={"namespacedName": "git.status"},
+                                     notes=[]))
             assert err["error"] == "invalid_arguments"
             data(await h.call("exit-configuration-mode"))
             desc = h.core.snapshot.tools["git_status"].wire["description"]
@@ -291,7 +300,8 @@ async def test_all_mode_lists_management_tools_and_equip_narrows(tmp_path: Path)
             await two_servers(h)
             assert h.names()[: len(CONFIG_TOOLS)] == list(CONFIG_TOOLS)
             assert len(h.names()) == len(CONFIG_TOOLS) + 6
-            data(await h.call("build-toolset", name="dev", autoEquip=True, tools=[{"namespacedName": "git.status"}]))
+            data(await h.call("build-toolset", name="dev", autoEquip=True,
+                              tools=[{"namespacedName": "git.status"}]))
             assert h.names() == [*CONFIG_TOOLS, "git_status"]
             err = error(await h.call("enter-configuration-mode"))
             assert err["error"] == "no_configuration_mode"
@@ -303,9 +313,10 @@ async def test_get_server_status_reports_each_server(tmp_path: Path) -> None:
     with trio.fail_after(BOUND_S):
         async with open_harness(tmp_path / "s", servers=("git",)) as h:
             now = trio.current_time()
-            h.statuses = [SimpleNamespace(name="git", transport="stdio", state="circuit_open", reason="crashed",
-                                          since=now - 5, uptime=None, restarts=5, circuit="open",
-                                          retry_at=now + 30, last_error="exit status 3", tool_count=0)]
+            h.statuses = [SimpleNamespace(name="git", transport="stdio", state="circuit_open",
+                                          reason="crashed", since=now - 5, uptime=None, restarts=5,
+                                          circuit="open", retry_at=now + 30, last_error="exit status 3",
+                                          tool_count=0)]
             result = await h.call("get-server-status")
             (server,) = data(result)["servers"]
             assert server["name"] == "git"

@@ -161,7 +161,8 @@ async def test_equip_twice_announces_once_and_unequip_of_nothing_announces_nothi
             assert len(h.published) == 2
 
 
-async def test_an_equip_that_cannot_be_saved_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_an_equip_that_cannot_be_saved_changes_nothing(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """Atomicity: the state file is written before the router applies; when the write
     fails (another process holds the lock) clients see no change and nothing is announced."""
     with trio.fail_after(BOUND_S):
@@ -213,8 +214,8 @@ async def test_the_equipped_toolset_and_notes_survive_a_restart_in_normal_mode(t
     with trio.fail_after(BOUND_S):
         async with open_harness(state) as h:
             await h.up("a", "echo", "add")
-            await h.menu.build("x", [{"namespacedName": "a.echo"}, {"namespacedName": "a.add", "alias": "plus"}],
-                               auto_equip=True)
+            await h.menu.build("x", [{"namespacedName": "a.echo"},
+                                     {"namespacedName": "a.add", "alias": "plus"}], auto_equip=True)
             await h.menu.set_configuration_mode(True)
             await h.menu.annotate({"namespacedName": "a.echo"}, [{"name": "tip", "note": "Say hi."}])
             assert h.exposure.configuring
@@ -241,7 +242,8 @@ async def test_two_proxies_sharing_a_state_directory_lose_nothing(tmp_path: Path
                     nursery.start_soon(one.menu.build, f"one{i}", [{"namespacedName": "a.echo"}])
                     nursery.start_soon(two.menu.build, f"two{i}", [{"namespacedName": "a.add"}])
             saved = await trio.to_thread.run_sync(one.store.load)
-            assert sorted(saved.toolsets) == sorted([f"one{i}" for i in range(5)] + [f"two{i}" for i in range(5)])
+            assert sorted(saved.toolsets) == sorted([f"one{i}" for i in range(5)]
+                                                    + [f"two{i}" for i in range(5)])
             report = await one.menu.equip("two3")
             assert report["equipped"] == "two3"
             assert one.names() == [ENTER_CONFIG, "a_add"]
@@ -261,8 +263,9 @@ async def test_refuse_pins_refuse_the_equip_and_say_what_changed(tmp_path: Path)
                     assert result["isError"]
                     data = result["structuredContent"]
                     assert data["error"] == "schema_changed"
-                    assert data["changed"] == [{"namespacedName": "a.echo",
-                                                "changes": ["input parameter 'x' changed (type string -> number)"]}]
+                    assert data["changed"] == [{
+                        "namespacedName": "a.echo",
+                        "changes": ["input parameter 'x' changed (type string -> number)"]}]
                     assert h.exposure.equipped is None
                 else:
                     assert not result.get("isError")

@@ -41,7 +41,8 @@ NAME_OK = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
 
 def tool(name: str, *, kind: str = "string", desc: str | None = None, out: bool = False) -> dict[str, Any]:
     t: dict[str, Any] = {"name": name, "description": desc or f"The {name} tool.",
-                         "inputSchema": {"type": "object", "properties": {"x": {"type": kind}}, "required": ["x"]}}
+                         "inputSchema": {"type": "object", "properties": {"x": {"type": kind}},
+                                         "required": ["x"]}}
     if out:
         t["outputSchema"] = {"type": "object", "properties": {"y": {"type": "number"}}}
     return t
@@ -238,10 +239,10 @@ def test_schema_change_with_refuse_withdraws_the_tool() -> None:
 
 
 def test_describe_changes_covers_parameters_required_and_output() -> None:
-    old = {"name": "t", "description": "d", "inputSchema": {"type": "object", "properties": {"a": {"type": "string"}},
-                                                           "required": ["a"]}}
-    new = {"name": "t", "description": "d", "inputSchema": {"type": "object", "properties": {"b": {"type": "integer"}},
-                                                           "required": ["b"]},
+    old = {"name": "t", "description": "d",
+           "inputSchema": {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}}
+    new = {"name": "t", "description": "d",
+           "inputSchema": {"type": "object", "properties": {"b": {"type": "integer"}}, "required": ["b"]},
            "outputSchema": {"type": "object"}}
     changes = describe_changes(pin_of(old), new)
     assert changes == ["input parameter 'b' added (integer)", "input parameter 'a' removed",
