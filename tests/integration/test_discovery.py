@@ -113,16 +113,16 @@ async def test_discovery_over_stdio(tmp_path: Path) -> None:
             assert [e["arguments"] for e in read_record(tmp_path / "s1.jsonl") if e["event"] == "call"] == [
                 {"a": 2, "b": 3}]  # the bad call never reached the server
 
-            progress: list[float] = []
+            reported: list[float] = []
 
-            async def on_progress(p: float, total: float | None, message: str | None) -> None:
-                progress.append(p)
+            async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+                reported.append(progress)
 
             done = await client.call_tool(USE_TOOL, {"tool_name": "s1_progress",
                                                      "arguments": {"steps": 3, "interval": 0.01}},
                                           progress_callback=on_progress)
             assert not done.is_error
-            assert len(progress) == 3
+            assert len(reported) == 3
 
             status = await client.call_tool(USE_TOOL, {"tool_name": "get-server-status"})
             states = {s["name"]: s["state"] for s in status.structured_content["servers"]}
@@ -158,16 +158,16 @@ async def test_use_tool_is_cancelled_and_reports_progress_like_a_direct_call(tmp
     with trio.fail_after(REAL_IO_BOUND_S):
         async with embedded_client(config) as client:
             assert await names(client) == [DISCOVER_TOOL, USE_TOOL]
-            progress: list[float] = []
+            reported: list[float] = []
 
-            async def on_progress(p: float, total: float | None, message: str | None) -> None:
-                progress.append(p)
+            async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+                reported.append(progress)
 
             done = await client.call_tool(USE_TOOL, {"tool_name": "s1_progress",
                                                      "arguments": {"steps": 2, "interval": 0.01}},
                                           progress_callback=on_progress)
             assert not done.is_error
-            assert progress == [1, 2]
+            assert reported == [1, 2]
             with trio.move_on_after(1.0):
                 await client.call_tool(USE_TOOL, {"tool_name": "s1_sleep", "arguments": {"seconds": 30}})
             with trio.fail_after(20):

@@ -50,7 +50,8 @@ FOUR_NAMES: Final = [ENTER_CONFIG, "s1_echo", "s2_add", "s3_counter", "say"]
 
 def structured(result: Any) -> dict[str, Any]:
     assert not result.is_error, result.content
-    return result.structured_content
+    out: dict[str, Any] = result.structured_content
+    return out
 
 
 class Tally:
@@ -103,6 +104,7 @@ async def test_from_40_tools_to_a_4_tool_toolset_and_back_across_a_restart(tmp_p
             assert await names(client) == FOUR_NAMES
             echoed = await client.call_tool("say", {"text": "hi"})
             assert not echoed.is_error
+            assert isinstance(echoed.content[0], types.TextContent)
             assert "hi" in echoed.content[0].text
             active = structured(await client.call_tool("enter-configuration-mode", {}))
             assert active["configurationMode"] is True
@@ -128,7 +130,7 @@ async def test_from_40_tools_to_a_4_tool_toolset_and_back_across_a_restart(tmp_p
             await seen.reach(before + 1)
             out = structured(await client.call_tool("unequip-toolset", {}))
             assert out["unequipped"] == "four"
-            assert out["visibleTools"] == MENU
+            assert out["visibleTools"] == MENU  # the list did not change
             assert await names(client) == MENU
             assert seen.count == before + 1
         assert json.loads((state / "state.json").read_text())["equipped"] is None

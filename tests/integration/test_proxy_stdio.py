@@ -124,16 +124,16 @@ async def test_progress_logging_sampling_elicitation_and_roots_reach_the_caller(
     """Mid-call traffic goes to the client whose call caused it, and its answers go back."""
     config, _ = ev_server
     rec = Recorder()
-    progress: list[tuple[float, float | None, str | None]] = []
+    reported: list[tuple[float, float | None, str | None]] = []
 
-    async def on_progress(p: float, total: float | None, message: str | None) -> None:
-        progress.append((p, total, message))
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        reported.append((progress, total, message))
 
     with trio.fail_after(REAL_IO_BOUND_S):
         async with embedded_client(config, recorder=rec) as client:
             done = await client.call_tool("ev_progress", {"steps": 3}, progress_callback=on_progress)
             assert text_of(done) == "done 3"
-            assert [p for p, _, _ in progress] == [1.0, 2.0, 3.0]
+            assert [p for p, _, _ in reported] == [1.0, 2.0, 3.0]
             assert text_of(await client.call_tool("ev_sample", {"prompt": "q"})) == "sampled: from the client"
             assert "elicited: accept" in text_of(await client.call_tool("ev_elicit", {"message": "who?"}))
             assert text_of(await client.call_tool("ev_roots", {})) == "file:///workspace"

@@ -244,7 +244,7 @@ def test_many_lazy_servers_keep_the_start_up_list_small_and_are_found_by_query()
 @pytest.mark.parametrize("closed", [False, True])
 def test_the_quick_check_agrees_with_jsonschema(arguments: dict[str, Any], closed: bool) -> None:
     """use_tool's quick check of flat schemas never accepts what jsonschema refuses, nor the reverse."""
-    import jsonschema
+    import jsonschema  # type: ignore[import-untyped]  # jsonschema ships no type hints
 
     schema = {"type": "object", "required": ["q"], "additionalProperties": not closed,
               "properties": {"q": {"type": "string", "minLength": 1, "maxLength": 10},

@@ -28,13 +28,15 @@ def text(result: dict[str, Any]) -> str:
 
 def data(result: dict[str, Any]) -> dict[str, Any]:
     assert not result.get("isError"), text(result)
-    return result["structuredContent"]
+    out: dict[str, Any] = result["structuredContent"]
+    return out
 
 
 def error(result: dict[str, Any]) -> dict[str, Any]:
     assert result.get("isError") is True, result
     assert result["structuredContent"]["message"] in text(result)
-    return result["structuredContent"]
+    out: dict[str, Any] = result["structuredContent"]
+    return out
 
 
 async def two_servers(h: Harness) -> None:

@@ -227,11 +227,11 @@ class RegistryMachine(RuleBasedStateMachine):
         seen = set()
         for e in ts.tools:
             server, _, name = e.namespaced_name.partition(".")
-            version = self.up.get(server, {}).get(name)
-            if version is None or (e.namespaced_name, e.alias) in seen:
+            listed = self.up.get(server, {}).get(name)
+            if listed is None or (e.namespaced_name, e.alias) in seen:
                 continue
             seen.add((e.namespaced_name, e.alias))
-            now = wire(name, version)
+            now = wire(name, listed)
             changed = e.pinned is not None and pin_of(now) != e.pinned
             if changed and self.pin == "refuse":
                 continue

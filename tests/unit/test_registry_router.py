@@ -83,7 +83,7 @@ async def open_harness(directory: Path, *, mode: str = "menu", servers: Sequence
     published: list[tuple[Snapshot, Changes]] = []
     router = Router(core, lambda snap, changes: published.append((snap, changes)))
     h = Harness(core, exposure, router, None, store, published)  # type: ignore[arg-type]
-    h.menu = Menu(h)  # type: ignore[arg-type]
+    h.menu = Menu(h)
     h.router = router
     exposure.server_state = h.menu.server_state
     async with trio.open_nursery() as nursery:
@@ -336,7 +336,7 @@ async def test_random_concurrent_operations_end_consistent_and_announced_once(op
         published: list[tuple[Snapshot, Changes]] = []
         router = Router(core, lambda snap, changes: published.append((snap, changes)))
         h = Harness(core, exposure, router, None, store)  # type: ignore[arg-type]
-        h.menu = Menu(h)  # type: ignore[arg-type]
+        h.menu = Menu(h)
         seen: list[tuple[str, ...]] = []
         original = router._handle
 
@@ -365,11 +365,14 @@ async def test_random_concurrent_operations_end_consistent_and_announced_once(op
                     elif op in ("enter", "exit"):
                         answers.append(await h.menu.set_configuration_mode(op == "enter"))
                     elif op == "up b":
-                        answers.append(await h.up("b", "echo"))
+                        await h.up("b", "echo")
+                        answers.append(None)
                     elif op == "down b":
-                        answers.append(await router.submit(UpstreamDown("b", withdraw=True, reason="gone")))
+                        await router.submit(UpstreamDown("b", withdraw=True, reason="gone"))
+                        answers.append(None)
                     else:
-                        answers.append(await h.up("b", "echo", "more", kind="number"))
+                        await h.up("b", "echo", "more", kind="number")
+                        answers.append(None)
                 except ToolsetError as exc:
                     if exc.code != "nothing_equipped":
                         raise  # the only refusal allowed here; any other fails the test

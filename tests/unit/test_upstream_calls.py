@@ -12,6 +12,8 @@ missing ``notifications/cancelled``.
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 import trio
@@ -33,8 +35,8 @@ from tests.fakes.links import (
 Clock = trio.testing.MockClock
 
 
-def text(result: dict[str, object]) -> str:
-    return "".join(c["text"] for c in result["content"])  # type: ignore[index, attr-defined]
+def text(result: Mapping[str, Any]) -> str:
+    return "".join(c["text"] for c in result["content"])
 
 
 async def test_call_in_flight_fails_at_once_when_the_server_dies(autojump_clock: Clock) -> None:

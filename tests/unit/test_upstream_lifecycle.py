@@ -145,6 +145,7 @@ async def test_call_to_an_open_circuit_fails_at_once_naming_the_next_try(autojum
         assert err.retry_at == up.retry_at
         assert err.message.startswith("server s is down (")
         assert "fatal: missing token" in err.message
+        assert up.retry_at is not None
         assert err.message.endswith(
             f"next try at {wall_clock(up.retry_at)} (circuit open: too many failed starts)")
         assert server.seen == []
