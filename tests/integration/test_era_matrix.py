@@ -25,8 +25,7 @@ from mcp import Client
 from mcp.shared.subscriptions import ToolsListChanged
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
-from mcpvisor import open_supervisor
-from mcpvisor._serve import serve_http
+from mcpvisor import open_supervisor, serve_http
 from tests.helpers import (
     REAL_IO_BOUND_S,
     Recorder,
