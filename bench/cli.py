@@ -47,7 +47,7 @@ EPILOG: Final = """\
 scenarios: """ + ", ".join(SCENARIOS) + """
 
 examples:
-  python -m mcpvisor.bench --quick                         # everything, small sizes (a few minutes; peers start slowly)
+  python -m mcpvisor.bench --quick                         # everything, small sizes (minutes: peers are slow)
   python -m mcpvisor.bench --out bench/results/latest.json # the full run, saved
   python -m mcpvisor.bench --compare bench/results/latest.json --only latency,throughput
   python -m mcpvisor.bench --only latency --calls 20 --no-peers --json
@@ -55,26 +55,32 @@ examples:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--quick", action="store_true", help="small sizes: 2 rounds, 150 calls, 3 s per measurement")
+    p.add_argument("--quick", action="store_true",
+                   help="small sizes: 2 rounds, 150 calls, 3 s per measurement")
     p.add_argument("--out", metavar="FILE", help="write all results and machine info to this JSON file")
-    p.add_argument("--compare", metavar="OLD.json", help="compare with an earlier --out file; exit 1 on a regression")
+    p.add_argument("--compare", metavar="OLD.json",
+                   help="compare with an earlier --out file; exit 1 on a regression")
     p.add_argument("--threshold", type=float, default=0.10, metavar="F",
                    help="--compare flags a ratio/memory/size worse by more than this fraction (default 0.10)")
     p.add_argument("--only", metavar="NAME,...", help="run only these scenarios (comma-separated)")
     p.add_argument("--no-peers", action="store_true", help="skip the peer proxies (no install, no runs)")
-    p.add_argument("--peers", metavar="NAME,...", help="run only these peers (fastmcp, magg, mcp-proxy, mcp-hub)")
-    p.add_argument("--no-install", action="store_true", help="use peers already installed under bench/.peers only")
+    p.add_argument("--peers", metavar="NAME,...",
+                   help="run only these peers (fastmcp, magg, mcp-proxy, mcp-hub)")
+    p.add_argument("--no-install", action="store_true",
+                   help="use peers already installed under bench/.peers only")
     p.add_argument("--json", action="store_true", help="print only the JSON lines (no table)")
     p.add_argument("--calls", type=int, metavar="N", help="sequential calls per subject per round (latency)")
     p.add_argument("--rounds", type=int, metavar="N", help="alternating rounds per scenario")
     p.add_argument("--no-nofast", action="store_true", help="do not run mcpvisor with settings.fastPath off")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (configs, logs)")
-    p.add_argument("--load", metavar="FILE", help="run nothing: show (and --compare) the results saved in FILE")
+    p.add_argument("--load", metavar="FILE",
+                   help="run nothing: show (and --compare) the results saved in FILE")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m mcpvisor.bench", description="Measure what mcpvisor costs, as ratios "
-                                "against calling the upstream directly and against peer proxies.",
+    p = argparse.ArgumentParser(prog="python -m mcpvisor.bench",
+                                description="Measure what mcpvisor costs, as ratios against calling "
+                                "the upstream directly and against peer proxies.",
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     add_arguments(p)
     return p
@@ -192,7 +198,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.json:
         print_tables(results, info)
         print(f"total {info['seconds']} s, of which the machine was paused {info['machine_stalled_s']} s "
-              f"(bench/stalls.py); load average at start {info['load_avg_start']}, at end {info['load_avg_end']}")
+              f"(bench/stalls.py); load average at start {info['load_avg_start']}, "
+              f"at end {info['load_avg_end']}")
     for line in json_lines(results):
         print(line, flush=True)
     if args.out:

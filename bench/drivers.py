@@ -104,7 +104,8 @@ class Subject:
 
 
 # --- direct -------------------------------------------------------------------------------------
-def _launch_direct(servers: Sequence[ServerDef], workdir: Path, transport: str, port: int, tag: str) -> Launch:
+def _launch_direct(servers: Sequence[ServerDef], workdir: Path, transport: str, port: int,
+                   tag: str) -> Launch:
     if len(servers) != 1:
         raise ValueError("direct connects to exactly one upstream")
     env = procs.base_env(tag=tag)
@@ -115,7 +116,8 @@ def _launch_direct(servers: Sequence[ServerDef], workdir: Path, transport: str, 
 
 
 DIRECT: Final = Subject("direct", "direct", _launch_direct, frozenset({"stdio", "http"}), multi=False,
-                        note="client -> upstream (over HTTP: the same tools behind the SDK's own HTTP server)")
+                        note="client -> upstream "
+                        "(over HTTP: the same tools behind the SDK's own HTTP server)")
 
 
 # --- mcpvisor -----------------------------------------------------------------------------------
@@ -171,7 +173,8 @@ class Session:
     def tool(self, base: str, server: str | None = None) -> str:
         name = resolve_tool(self.tool_names, base, server)
         if name is None:
-            raise LookupError(f"{self.subject.name} exposes no tool for {base!r}; it lists {self.tool_names[:8]}")
+            raise LookupError(f"{self.subject.name} exposes no tool for {base!r}; "
+                              f"it lists {self.tool_names[:8]}")
         return name
 
     def proxy_procs(self) -> list[psutil.Process]:
@@ -241,8 +244,8 @@ async def open_session(subject: Subject, servers: Sequence[ServerDef], workdir: 
         with connect:
             async with AsyncExitStack() as stack:
                 if transport == "stdio":
-                    params = StdioServerParameters(command=launch.argv[0], args=launch.argv[1:], env=launch.env,
-                                                   cwd=launch.cwd)
+                    params = StdioServerParameters(command=launch.argv[0], args=launch.argv[1:],
+                                                   env=launch.env, cwd=launch.cwd)
                     # A local log file: opening it is instant, and the SDK needs a real fd for stderr.
                     errlog = stack.enter_context(open(log, "a", encoding="utf-8"))  # noqa: ASYNC230
                     client = await stack.enter_async_context(

@@ -180,7 +180,8 @@ def _ms(seconds: float | None) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m mcpvisor.bench.harness_run", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m mcpvisor.bench.harness_run",
+                                description=__doc__.split("\n\n")[0])
     p.add_argument("--workdir", required=True)
     p.add_argument("--episodes", type=int, default=100)
     p.add_argument("--pool", type=int, default=0)

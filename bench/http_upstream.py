@@ -21,7 +21,7 @@ import trio
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent.parent))
 
-from mcpvisor.bench.upstream import BASE_TOOLS, generated_tool  # noqa: E402
+from mcpvisor.bench.upstream import BASE_TOOLS, generated_tool
 
 KEEP_ALIVE_S = 3600.0
 
@@ -60,7 +60,8 @@ def build_app(name: str, extra: int, bare: bool) -> Any:
     security = TransportSecuritySettings(enable_dns_rebinding_protection=True,
                                          allowed_hosts=["127.0.0.1:*", "localhost:*"],
                                          allowed_origins=["http://127.0.0.1:*", "http://localhost:*"])
-    return server.streamable_http_app(streamable_http_path="/mcp", host="127.0.0.1", transport_security=security)
+    return server.streamable_http_app(streamable_http_path="/mcp", host="127.0.0.1",
+                                      transport_security=security)
 
 
 async def serve(app: Any, port: int) -> None:

@@ -103,8 +103,8 @@ def _magg(home: Path, servers: Sequence[ServerDef], workdir: Path, transport: st
                           "MAGG_AUTO_RELOAD": "false", "MAGG_READ_ONLY": "true"}, tag=tag)
     exe = str(home / "bin" / "magg")
     if transport == "http":
-        return Launch([exe, "serve", "--no-banner", "--http", "--host", "127.0.0.1", "--port", str(port)], env,
-                      str(cfg_dir.parent), url=f"http://127.0.0.1:{port}/mcp")
+        return Launch([exe, "serve", "--no-banner", "--http", "--host", "127.0.0.1", "--port", str(port)],
+                      env, str(cfg_dir.parent), url=f"http://127.0.0.1:{port}/mcp")
     return Launch([exe, "serve", "--no-banner"], env, str(cfg_dir.parent))
 
 
@@ -144,7 +144,8 @@ def find_python(minimum: tuple[int, int]) -> str | None:
         exe = shutil.which(f"python{minimum[0]}.{minor}")
         if exe:
             return exe
-        found = sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{minimum[0]}.{minor}.*/bin/python{minimum[0]}.{minor}")))
+        version = f"{minimum[0]}.{minor}"
+        found = sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")))
         if found:
             return found[-1]
     return None
@@ -168,7 +169,8 @@ def _last_error(log: Path) -> str:
     return errors[-1][:300] if errors else ""
 
 
-def ensure_installed(spec: PeerSpec, *, install: bool = True, echo: Callable[[str], None] = print) -> Path | str:
+def ensure_installed(spec: PeerSpec, *, install: bool = True,
+                     echo: Callable[[str], None] = print) -> Path | str:
     """The peer's home directory, installing it first if needed; or why it cannot be had."""
     home = PEERS_DIR / spec.name
     marker = home / MARKER
@@ -203,7 +205,8 @@ def ensure_installed(spec: PeerSpec, *, install: bool = True, echo: Callable[[st
     except subprocess.TimeoutExpired:
         return f"installing {spec.package} took more than {INSTALL_TIMEOUT_S:.0f} s (log: {log})"
     except (subprocess.CalledProcessError, OSError) as exc:
-        return f"installing {spec.package} from {spec.registry} failed: {_last_error(log) or exc} (log: {log})"
+        return (f"installing {spec.package} from {spec.registry} failed: "
+                f"{_last_error(log) or exc} (log: {log})")
     marker.write_text(version)
     return home
 

@@ -102,7 +102,8 @@ async def wait_tagged_child(tag: str, limit_s: float = 5.0) -> psutil.Process | 
 
 
 def is_upstream(proc: psutil.Process) -> bool:
-    """A benchmark upstream: its script is ``upstream.py`` (a proxy merely passing it as an argument is not)."""
+    """A benchmark upstream: its script is ``upstream.py`` (a proxy merely passing it as an
+    argument is not)."""
     try:
         head = proc.cmdline()[:2]
     except psutil.Error:
@@ -119,7 +120,8 @@ def tree(root: psutil.Process) -> list[psutil.Process]:
 
 
 def proxy_processes(root: psutil.Process) -> list[psutil.Process]:
-    """The processes that make up the proxy: the tree under ``root`` minus the upstreams and their children."""
+    """The processes that make up the proxy: the tree under ``root`` minus the upstreams and
+    their children."""
     out = []
     upstream_pids: set[int] = set()
     for proc in tree(root):
@@ -250,7 +252,8 @@ async def open_server_process(argv: list[str], env: Mapping[str, str], log: Path
 
 
 def sweep() -> list[str]:
-    """Kill every process still carrying this run's token (the last line of defence). Returns what it killed."""
+    """Kill every process still carrying this run's token (the last line of defence).
+    Returns what it killed."""
     me = os.getpid()
     killed = []
     for proc in psutil.process_iter(["pid"]):

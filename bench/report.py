@@ -178,8 +178,8 @@ def print_comparison(rows: Sequence[dict[str, Any]], old_path: str, threshold: f
     from rich.table import Table
 
     console = Console(file=file or sys.stdout, width=140, highlight=False)
-    table = Table(title=f"compared with {old_path} (change: + is better; regression = a ratio, memory or size "
-                        f"worse by more than {threshold:.0%})", title_justify="left")
+    table = Table(title=f"compared with {old_path} (change: + is better; regression = a ratio, "
+                        f"memory or size worse by more than {threshold:.0%})", title_justify="left")
     for col in ("scenario", "subject", "metric", "old", "new", "change", ""):
         table.add_column(col, justify="right" if col in ("old", "new", "change") else "left")
     for r in rows:

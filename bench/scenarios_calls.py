@@ -45,7 +45,8 @@ async def call_ok(session: Session, tool: str, args: dict[str, Any]) -> Any:
 
 async def latency(session: Session, base: str, args: dict[str, Any], n: int,
                   limit_s: float = math.inf) -> dict[str, float]:
-    """``n`` sequential calls (fewer if ``limit_s`` runs out first): p50/p99 ms, the server side's CPU per call."""
+    """``n`` sequential calls (fewer if ``limit_s`` runs out first): p50/p99 ms, the server
+    side's CPU per call."""
     tool = session.tool(base)
     call = session.client.call_tool
     server = session.proxy_procs()
@@ -225,7 +226,8 @@ TP_COLUMNS: Final = ["c1_calls_s", "ratio_c1", "cN_calls_s", "ratio_cN", "cN_p50
 async def run_latency(name: str, title: str, sessions: Sequence[Session], params: Params,
                       base: str, args: dict[str, Any], result: Result) -> None:
     calls = params.calls // HTTP_CALL_DIVISOR if name.startswith("http") else params.calls
-    result.params.update(calls=calls, rounds=params.rounds, tool=base, arguments=args, limit_s=params.measure_s)
+    result.params.update(calls=calls, rounds=params.rounds, tool=base, arguments=args,
+                         limit_s=params.measure_s)
     per_round = await interleave(sessions, params.rounds,
                                  lambda s: latency(s, base, args, calls, params.measure_s), result)
     table = aggregate(per_round, ["p50_ms", "p99_ms", "cpu_ms_per_call"],
@@ -238,7 +240,8 @@ async def run_throughput(sessions: Sequence[Session], params: Params, result: Re
     n, c = params.throughput_calls, params.concurrency
     if result.scenario.startswith("http"):
         n = max(c, n // HTTP_CALL_DIVISOR)
-    result.params.update(calls=n, rounds=params.rounds, concurrency=[1, c], tool="echo", limit_s=params.measure_s)
+    result.params.update(calls=n, rounds=params.rounds, concurrency=[1, c], tool="echo",
+                         limit_s=params.measure_s)
     args = {"text": "hello"}
 
     async def measure(session: Session) -> dict[str, float]:
@@ -259,7 +262,8 @@ async def run_throughput(sessions: Sequence[Session], params: Params, result: Re
 async def run_payload(sessions: Sequence[Session], params: Params, result: Result) -> None:
     size = params.payload_bytes
     result.params.update(calls=params.payload_calls, rounds=params.rounds, bytes=size)
-    result.notes.append("peak RSS is the server side's VmHWM (the proxy alone; for direct, the upstream itself)")
+    result.notes.append("peak RSS is the server side's VmHWM "
+                        "(the proxy alone; for direct, the upstream itself)")
     before = {s.subject.name: s.rss() for s in sessions}
     per_round = await interleave(sessions, params.rounds,
                                  lambda s: latency(s, "payload", {"size": size}, params.payload_calls,
@@ -281,8 +285,8 @@ HTTP_SCENARIOS: Final = ("http_latency", "http_throughput")
 def new_results(names: Sequence[str], params: Params) -> dict[str, Result]:
     titles = {
         "latency": ("Sequential tool-call latency, trivial echo tool (stdio)", LAT_COLUMNS),
-        "latency_work": (f"Sequential tool-call latency, a tool doing {params.work_ms:g} ms of CPU work (stdio)",
-                         LAT_COLUMNS),
+        "latency_work": (f"Sequential tool-call latency, a tool doing {params.work_ms:g} ms of CPU work "
+                         "(stdio)", LAT_COLUMNS),
         "throughput": (f"Throughput, echo, concurrency 1 and {params.concurrency} (stdio)", TP_COLUMNS),
         "payload": (f"{params.payload_bytes >> 20} MiB tool result (stdio)",
                     ["p50_ms", "ratio_p50", "rss_mb", "peak_rss_mb"]),
@@ -317,7 +321,8 @@ async def run_call_group(transport: str, wanted: Sequence[str], subjects: Sequen
 
 
 async def _run_group(nursery: trio.Nursery, stop: trio.Event, transport: str, results: dict[str, Result],
-                     subjects: Sequence[Subject], params: Params, workdir: Path, lost: dict[str, str]) -> None:
+                     subjects: Sequence[Subject], params: Params, workdir: Path,
+                     lost: dict[str, str]) -> None:
     """Connect every subject, then run each wanted scenario on those sessions."""
     sessions = await open_all(nursery, stop, subjects, workdir, transport, list(results.values()), lost)
     for name, result in results.items():

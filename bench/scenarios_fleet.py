@@ -27,7 +27,7 @@ import trio
 from mcpvisor.bench import procs
 from mcpvisor.bench.core import Params, Result, aggregate, mb, median, rnd
 from mcpvisor.bench.drivers import DIRECT, ServerDef, Session, Subject, mcpvisor_subject, open_session
-from mcpvisor.bench.scenarios_calls import beats_peers, call_ok, note_stalls
+from mcpvisor.bench.scenarios_calls import beats_peers, call_ok
 from mcpvisor.bench.stalls import WATCH
 
 BASE_TOOL_COUNT: Final = 4
@@ -112,7 +112,8 @@ async def run_startup(subjects: Sequence[Subject], params: Params, workdir: Path
                     tn = await direct_fleet_time(many, workdir)
                 else:
                     t1 = await time_to_list(subject, one, workdir, BASE_TOOL_COUNT, params.fleet_timeout_s)
-                    tn = await time_to_list(subject, many, workdir, BASE_TOOL_COUNT * n, params.fleet_timeout_s)
+                    tn = await time_to_list(subject, many, workdir, BASE_TOOL_COUNT * n,
+                                            params.fleet_timeout_s)
             except Exception as exc:
                 result.skip(subject.name, f"{exc}")
                 alive.remove(subject)
@@ -174,7 +175,8 @@ async def fleet_memory_and_size(subjects: Sequence[Subject], params: Params, wor
                 total_bytes += list_bytes(tools)
                 total_tools += len(tools)
                 upstream_rss = max(upstream_rss, session.rss())
-        size.rows.append(size_row("direct", "direct", total_tools, total_bytes, f"{n} separate lists added up"))
+        size.rows.append(size_row("direct", "direct", total_tools, total_bytes,
+                                  f"{n} separate lists added up"))
         rss.rows.append({"subject": "direct", "kind": "direct", "transport": "stdio",
                          "rss_mb": mb(upstream_rss), "note": "one upstream process"})
     except Exception as exc:
@@ -186,7 +188,8 @@ async def fleet_memory_and_size(subjects: Sequence[Subject], params: Params, wor
             continue
         try:
             async with open_session(subject, servers, workdir, list_first=False) as session:
-                with _limit(params.fleet_timeout_s, f"{subject.name} did not list all {n * params.fleet_tools} tools"):
+                missing = f"{subject.name} did not list all {n * params.fleet_tools} tools"
+                with _limit(params.fleet_timeout_s, missing):
                     while len(tools := await session.refresh_tools()) < n * params.fleet_tools:  # noqa: ASYNC110
                         await trio.sleep(LIST_POLL_S)
                 size.rows.append(size_row(subject.name, subject.kind, tools,
@@ -217,7 +220,8 @@ async def run_menu(params: Params, workdir: Path, size: Result | None, want_chan
     """Equip/unequip rounds on mcpvisor in menu exposure; adds the menu and toolset rows to ``size``."""
     n = params.fleet
     servers = fleet(n, params.fleet_tools, bare=True)
-    changed = Result("list_changed", "equip-toolset call -> client receives tools/list_changed (mcpvisor, stdio)",
+    changed = Result("list_changed",
+                     "equip-toolset call -> client receives tools/list_changed (mcpvisor, stdio)",
                      ["equip_ms", "enter_ms", "call_ms"])
     changed.params.update(rounds=params.menu_rounds, upstreams=n, toolset=params.toolset_size)
     arrivals: list[float] = []
@@ -256,8 +260,10 @@ async def run_menu(params: Params, workdir: Path, size: Result | None, want_chan
                 return changed if want_changed else None
             menu_tools = await session.refresh_tools()
             if size is not None:
-                size.rows.append(size_row("mcpvisor-menu", "proxy", menu_tools, note="exposure menu, nothing equipped"))
-            members = [{"namespacedName": f"{servers[i % n].name}.tool_{i // n}"} for i in range(params.toolset_size)]
+                size.rows.append(size_row("mcpvisor-menu", "proxy", menu_tools,
+                                          note="exposure menu, nothing equipped"))
+            members = [{"namespacedName": f"{servers[i % n].name}.tool_{i // n}"}
+                       for i in range(params.toolset_size)]
             await _wait_catalog(session, servers, params)
             built = await session.client.call_tool("build-toolset", {"name": TOOLSET_NAME, "tools": members})
             if built.is_error:
@@ -285,16 +291,18 @@ async def run_menu(params: Params, workdir: Path, size: Result | None, want_chan
                     raise RuntimeError(f"unequip-toolset failed: {res.content!r:.300}")
                 per_round["mcpvisor"].append({"equip_ms": equip_ms, "enter_ms": enter_ms, "call_ms": call_ms})
             table = aggregate(per_round, ["equip_ms", "enter_ms", "call_ms"], {})
-            changed.rows.append({"subject": "mcpvisor", "kind": "proxy", "transport": "stdio", **table["mcpvisor"]})
-            changed.notes.append("delay = from sending the call to the notification's arrival; the call's own "
-                                 "duration is call_ms")
+            changed.rows.append({"subject": "mcpvisor", "kind": "proxy", "transport": "stdio",
+                                 **table["mcpvisor"]})
+            changed.notes.append("delay = from sending the call to the notification's arrival; "
+                                 "the call's own duration is call_ms")
             if size is not None:
                 t2 = time.perf_counter()
                 res = await session.client.call_tool("equip-toolset", {"name": TOOLSET_NAME})
                 await wait_changed(t2)
                 tools = await session.refresh_tools()
                 size.rows.append(size_row("mcpvisor-toolset", "proxy", tools,
-                                          note=f"menu exposure, a {params.toolset_size}-tool toolset equipped"))
+                                          note=f"menu exposure, a {params.toolset_size}-tool toolset "
+                                          "equipped"))
     except Exception as exc:
         changed.skip("mcpvisor", f"{exc}")
         if size is not None:
@@ -347,12 +355,14 @@ async def run_recovery(subjects: Sequence[Subject], params: Params, workdir: Pat
                 failures.append(outcome)
         if times or (failures and failures[0].startswith("no successful call")):
             result.rows.append({"subject": subject.name, "kind": subject.kind, "transport": "stdio",
-                                "recovery_s": rnd(median(times)), "recovered": f"{len(times)}/{len(times) + len(failures)}",
+                                "recovery_s": rnd(median(times)),
+                                "recovered": f"{len(times)}/{len(times) + len(failures)}",
                                 **({"note": failures[0][:160]} if failures else {})})
         else:
             result.skip(subject.name, failures[0] if failures else "no rounds ran")
     beats_peers(result, "recovery_s", lower_is_better=True)
-    result.target("mcpvisor", "recovery_s", "<=", RECOVERY_TARGET_S, "SIGKILL -> next successful call (issue 18)")
+    result.target("mcpvisor", "recovery_s", "<=", RECOVERY_TARGET_S,
+                  "SIGKILL -> next successful call (issue 18)")
     return result
 
 

@@ -44,7 +44,8 @@ async def _run(argv: list[str], workdir: Path) -> dict[str, Any]:
 
     await trio.Path(workdir).mkdir(parents=True, exist_ok=True)
     with trio.fail_after(RUN_TIMEOUT_S):
-        done = await trio.run_process([PYTHON, "-m", "mcpvisor.bench.harness_run", "--workdir", str(workdir), *argv],
+        done = await trio.run_process([PYTHON, "-m", "mcpvisor.bench.harness_run",
+                                       "--workdir", str(workdir), *argv],
                                       capture_stdout=True, capture_stderr=True, env=base_env(),
                                       cwd=str(REPO_DIR), check=False)
     if done.returncode != 0:

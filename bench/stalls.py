@@ -34,6 +34,9 @@ import trio
 from mcpvisor.bench.canary import TICK_S
 from mcpvisor.bench.procs import base_env
 
+CANARY = Path(__file__).resolve().with_name("canary.py")
+"""The canary script, resolved once at import rather than on the event loop."""
+
 
 class StallWatch:
     """The bench's view of the canary: the stalls seen so far, and their overlap with a span."""
@@ -46,7 +49,7 @@ class StallWatch:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the canary until cancelled (a nursery task). Without it every overlap is 0."""
-        argv = [sys.executable, "-S", str(Path(__file__).resolve().with_name("canary.py"))]
+        argv = [sys.executable, "-S", str(CANARY)]
         proc = await trio.lowlevel.open_process(argv, env=base_env(), stdin=subprocess.DEVNULL,
                                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         assert proc.stdout is not None
@@ -56,7 +59,8 @@ class StallWatch:
                 buf += chunk
             first, _, buf = buf.partition(b"\n")
             if first != b"ready":
-                self.unavailable = first.decode(errors="replace").removeprefix("unavailable ") or "it did not start"
+                why = first.decode(errors="replace").removeprefix("unavailable ")
+                self.unavailable = why or "it did not start"
                 task_status.started()
                 return
             self.running = True

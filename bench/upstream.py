@@ -49,12 +49,16 @@ BASE_TOOLS: Final[list[dict[str, Any]]] = [
      "inputSchema": {"type": "object", "properties": {"size": _I}, "required": ["size"]},
      "annotations": {"readOnlyHint": True}},
     {"name": "sleep", "description": "Answer after `ms` milliseconds (other calls are served meanwhile).",
-     "inputSchema": {"type": "object", "properties": {"ms": {"type": "number", "minimum": 0}}, "required": ["ms"]}},
-    {"name": "work", "description": "Burn `ms` milliseconds of CPU, then answer (a tool that does real work).",
-     "inputSchema": {"type": "object", "properties": {"ms": {"type": "number", "minimum": 0}}, "required": ["ms"]}},
+     "inputSchema": {"type": "object", "properties": {"ms": {"type": "number", "minimum": 0}},
+                     "required": ["ms"]}},
+    {"name": "work",
+     "description": "Burn `ms` milliseconds of CPU, then answer (a tool that does real work).",
+     "inputSchema": {"type": "object", "properties": {"ms": {"type": "number", "minimum": 0}},
+                     "required": ["ms"]}},
 ]
 
-_VERBS: Final = ("search", "get", "create", "update", "list", "delete", "summarize", "export", "sync", "inspect")
+_VERBS: Final = ("search", "get", "create", "update", "list", "delete", "summarize", "export", "sync",
+                 "inspect")
 _NOUNS: Final = ("issues", "pull requests", "documents", "calendar events", "files", "messages",
                  "deployments", "tickets", "records", "commits")
 
@@ -75,7 +79,8 @@ def generated_tool(server: str, i: int) -> dict[str, Any]:
             "properties": {
                 "query": {"type": "string", "description": f"Free-text filter for the {noun}."},
                 "owner": {"type": "string", "description": "Only items owned by this user (login name)."},
-                "since": {"type": "string", "format": "date-time", "description": "Only items changed after this."},
+                "since": {"type": "string", "format": "date-time",
+                          "description": "Only items changed after this."},
                 "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20,
                           "description": "Page size."},
                 "cursor": {"type": "string", "description": "Cursor from a previous page."},
@@ -180,10 +185,13 @@ class Upstream:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--name", default="bench", help="serverInfo name and the workspace in tool descriptions")
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--name", default="bench",
+                        help="serverInfo name and the workspace in tool descriptions")
     parser.add_argument("--tools", type=int, default=0, metavar="N", help="add N generated tools tool_0..")
-    parser.add_argument("--bare", action="store_true", help="list only the generated tools (echo etc. still answer)")
+    parser.add_argument("--bare", action="store_true",
+                        help="list only the generated tools (echo etc. still answer)")
     parser.add_argument("--start-delay", type=float, default=0.0, metavar="S",
                         help="read nothing for S seconds first (a server that is slow to start)")
     opts = parser.parse_args(argv)

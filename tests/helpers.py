@@ -15,6 +15,7 @@ import mcp_types as types
 import trio
 from mcp import Client, StdioServerParameters
 from mcp.shared.message import SessionMessage
+from pydantic import FileUrl
 
 TESTS_DIR: Final = Path(__file__).parent
 SERVERS_DIR: Final = TESTS_DIR / "servers"
@@ -74,6 +75,8 @@ class Recorder:
     def __init__(self) -> None:
         self.messages: list[Any] = []
         self.logs: list[types.LoggingMessageNotificationParams] = []
+        self.logged = trio.Event()
+        """Set (and replaced) on each log message: wait on it, then look at ``logs`` again."""
         self.changed = trio.Event()
         self.list_changed = 0
 
@@ -82,13 +85,15 @@ class Recorder:
                                          content=types.TextContent(type="text", text="from the client"))
 
     async def roots(self, ctx: Any) -> types.ListRootsResult:
-        return types.ListRootsResult(roots=[types.Root(uri="file:///workspace")])
+        return types.ListRootsResult(roots=[types.Root(uri=FileUrl("file:///workspace"))])
 
     async def elicitation(self, ctx: Any, params: Any) -> types.ElicitResult:
         return types.ElicitResult(action="accept", content={"name": "ada"})
 
     async def logging(self, params: types.LoggingMessageNotificationParams) -> None:
         self.logs.append(params)
+        self.logged.set()
+        self.logged = trio.Event()
 
     async def handler(self, message: Any) -> None:
         self.messages.append(message)
@@ -103,7 +108,8 @@ class Recorder:
                 "message_handler": self.handler}
 
 
-SETTLED: Final = frozenset({"ready", "circuit_open", "disabled", "stopped", "not loaded", "idle", "misconfigured"})
+SETTLED: Final = frozenset({"ready", "circuit_open", "disabled", "stopped", "not loaded", "idle",
+                            "misconfigured"})
 """Server states that are not on their way somewhere (what `Supervisor.wait_ready` waits for)."""
 
 
@@ -126,7 +132,7 @@ async def proxy_client(config: Path, *extra: str, mode: str = "legacy", recorder
     """A real SDK client connected over stdio to a ``mcpvisor serve`` subprocess; with
     ``settle``, yielded once every server has settled (`wait_settled`)."""
     kwargs = recorder.kwargs() if recorder is not None else {}
-    async with Client(proxy_params(config, *extra, env=env), mode=mode, cache=None,  # type: ignore[arg-type]
+    async with Client(proxy_params(config, *extra, env=env), mode=mode, cache=None,
                       **kwargs) as client:
         if settle:
             await wait_settled(client)
@@ -213,7 +219,7 @@ async def embedded_client(config: Path, *, mode: str = "legacy", recorder: Recor
     """A real SDK client over OS pipes to a proxy running in this process (`embedded_front`)."""
     kwargs = recorder.kwargs() if recorder is not None else {}
     async with embedded_front(config, state_dir=state_dir) as (send, receive), \
-            Client(pipe_transport(receive, send), mode=mode, cache=None, **kwargs) as client:  # type: ignore[arg-type]
+            Client(pipe_transport(receive, send), mode=mode, cache=None, **kwargs) as client:
         yield client
 
 

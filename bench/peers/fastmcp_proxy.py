@@ -37,7 +37,8 @@ def main() -> int:
     from fastmcp.server import create_proxy
 
     kwargs = ({"transport": "stdio", "show_banner": False} if opts.transport == "stdio" else
-              {"transport": "http", "host": "127.0.0.1", "port": opts.port, "path": "/mcp", "show_banner": False})
+              {"transport": "http", "host": "127.0.0.1", "port": opts.port, "path": "/mcp",
+               "show_banner": False})
 
     if opts.session == "fresh":
         create_proxy(config, name="fastmcp-proxy").run(**kwargs)

@@ -77,7 +77,8 @@ async def test_a_server_that_crashes_every_third_call_stays_online(tmp_path: Pat
             assert status.circuit == "closed"
             assert status.healthy_lives >= CALLS // 3 - 1  # the last crash may still be restarting
             assert status.failed_starts == 0
-            assert status.availability is not None and 0.6 < status.availability < 0.7
+            assert status.availability is not None
+            assert 0.6 < status.availability < 0.7
 
 
 async def test_an_idempotent_tool_is_retried_transparently_across_the_crashes(tmp_path: Path) -> None:

@@ -90,12 +90,12 @@ async def test_odd_frames_get_json_rpc_errors_and_odd_valid_ids_are_answered(
                 reply = await raw.request(frame)
                 assert reply.get("error", {}).get("code") == code, (frame[:80], reply)
                 assert reply["id"] == rid, (frame[:80], reply)
-            for rid in ODD_VALID_IDS:
+            for odd_id in ODD_VALID_IDS:
                 for _ in range(2):
-                    pong = await raw.ping(rid)
-                    assert pong == {"jsonrpc": "2.0", "id": rid, "result": {}}
+                    pong = await raw.ping(odd_id)
+                    assert pong == {"jsonrpc": "2.0", "id": odd_id, "result": {}}
                 for text in ("first", "again"):
-                    reply = await raw.request(_echo(rid, text), answer_id=rid)
+                    reply = await raw.request(_echo(odd_id, text), answer_id=odd_id)
                     assert reply["result"]["content"][0]["text"] == f"echo: {text}", reply
 
 
@@ -127,9 +127,9 @@ async def test_an_id_in_flight_is_refused_at_once_and_the_first_call_completes(
             else:
                 await raw.send(sleep)
                 for dup in duplicates:
-                    refused = await raw.request(dup)
-                    assert refused["id"] == 1, refused
-                    assert refused["error"]["code"] == -32600, refused
+                    refusal = await raw.request(dup)
+                    assert refusal["id"] == 1, refusal
+                    assert refusal["error"]["code"] == -32600, refusal
                 assert isinstance(raw, StdioRaw | WsRaw)
                 answer = await raw.answer(1)
             assert answer["id"] == 1, answer

@@ -18,6 +18,7 @@ import trio
 from mcp.shared.exceptions import MCPError
 
 from tests.helpers import REAL_IO_BOUND_S, flaky, proxy_client, read_record, text_of, write_config
+from tests.polling import poll_until
 
 pytestmark = pytest.mark.slow
 
@@ -55,8 +56,7 @@ async def test_a_leader_that_exits_while_a_grandchild_holds_stdout_fails_its_cal
             assert "exited with status 3" in died.value.error.message, died.value.error
             print(f"\nthe call in flight got {died.value.error.message!r} {took:.2f}s after the leader died")
             with trio.fail_after(PROMPT_S):
-                while alive(grandchild):  # noqa: ASYNC110 - another process: nothing to wait on
-                    await trio.sleep(POLL_S)
+                await poll_until(lambda: not alive(grandchild), every=POLL_S)
             assert text_of(await client.call_tool("fl_echo", {"text": "after"})) == "echo: after"
             pids = {e["pid"] for e in read_record(record) if e["event"] == "initialize"}
             assert len(pids) == 2

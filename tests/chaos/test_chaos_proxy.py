@@ -37,6 +37,7 @@ from tests.helpers import (
     text_of,
     write_config,
 )
+from tests.polling import poll_until
 
 pytestmark = pytest.mark.slow
 
@@ -117,7 +118,9 @@ async def test_circuit_opens_and_recovers_with_one_list_changed_each_and_status_
             assert {"ok_echo", "gated_echo", "gated_sleep"} <= names
             ready = await wait_server(state_dir, "gated", "ready")
             code, out, _ = await run_status_cli("--state-dir", str(state_dir))
-            assert code == 0 and "gated" in out and "ready" in out
+            assert code == 0
+            assert "gated" in out
+            assert "ready" in out
             changed_before = rec.list_changed
 
             gate.touch()
@@ -132,31 +135,37 @@ async def test_circuit_opens_and_recovers_with_one_list_changed_each_and_status_
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(slow_call)
                 with trio.fail_after(PROMPT_S):
-                    while (await status_of(state_dir))["servers"][1]["inFlight"] == 0:
-                        await trio.sleep(POLL_S)
+                    async def in_flight() -> bool:
+                        return bool((await status_of(state_dir))["servers"][1]["inFlight"])
+
+                    await poll_until(in_flight, every=POLL_S)
                 killed = trio.current_time()
                 os.kill(ready["pid"], signal.SIGKILL)
             assert trio.current_time() - killed < PROMPT_S
             assert "server gated stopped while handling the request (killed by SIGKILL)" in str(outcome[0])
 
             down = await wait_server(state_dir, "gated", "circuit_open")
-            assert down["circuit"] == "open" and down["retryAt"] is not None
+            assert down["circuit"] == "open"
+            assert down["retryAt"] is not None
             assert down["lastError"] == "exited with status 2: fatal: gate closed"
             assert down["restarts"] == 3
             with trio.fail_after(PROMPT_S):
                 while rec.list_changed < changed_before + 1:
                     await rec.changed.wait()
             names = {t.name for t in (await client.list_tools()).tools}
-            assert "gated_echo" not in names and "ok_echo" in names
+            assert "gated_echo" not in names
+            assert "ok_echo" in names
             code, out, _ = await run_status_cli("--state-dir", str(state_dir), "--format", "json")
             assert code == 0
             shown = {s["name"]: s for s in json.loads(out)[0]["servers"]}
-            assert shown["gated"]["state"] == "circuit_open" and shown["ok"]["state"] == "ready"
+            assert shown["gated"]["state"] == "circuit_open"
+            assert shown["ok"]["state"] == "ready"
             assert text_of(await client.call_tool("ok_echo", {"text": "fine"})) == "echo: fine"
 
             gate.unlink()
             back = await wait_server(state_dir, "gated", "ready")
-            assert back["circuit"] == "closed" and back["pid"] != ready["pid"]
+            assert back["circuit"] == "closed"
+            assert back["pid"] != ready["pid"]
             with trio.fail_after(PROMPT_S):
                 while rec.list_changed < changed_before + 2:
                     await rec.changed.wait()
@@ -164,7 +173,8 @@ async def test_circuit_opens_and_recovers_with_one_list_changed_each_and_status_
             await trio.sleep(1)
             assert rec.list_changed == changed_before + 2
             code, out, _ = await run_status_cli("--state-dir", str(state_dir))
-            assert code == 0 and "closed" in out
+            assert code == 0
+            assert "closed" in out
 
 
 def descendants(pid: int) -> list[psutil.Process]:
@@ -203,8 +213,7 @@ async def test_no_process_survives_a_sigkilled_proxy(tmp_path: Path) -> None:
             proxy.kill()
             await proxy.wait()
             with trio.fail_after(PROMPT_S):
-                while any(alive(p) for p in family):
-                    await trio.sleep(POLL_S)
+                await poll_until(lambda: not any(alive(p) for p in family), every=POLL_S)
         finally:
             if proxy.returncode is None:
                 proxy.kill()
@@ -213,4 +222,5 @@ async def test_no_process_survives_a_sigkilled_proxy(tmp_path: Path) -> None:
     assert list_running(state_dir) == []
     assert not list((state_dir / "run").glob("*.json"))
     code, _, err = await run_status_cli("--state-dir", str(state_dir))
-    assert code == 1 and "no running mcpvisor proxy found" in err
+    assert code == 1
+    assert "no running mcpvisor proxy found" in err

@@ -28,6 +28,7 @@ from mcpvisor.actors.link import stdio as link_module
 from mcpvisor.actors.messages import Event, ListChanged, StateChanged
 from mcpvisor.tree import Supervisor, open_supervisor
 from tests.helpers import REAL_IO_BOUND_S, flaky, read_record
+from tests.polling import poll_until
 
 pytestmark = pytest.mark.slow
 
@@ -113,8 +114,7 @@ def gone(pid: int) -> bool:
 
 async def wait_gone(pids: list[int], bound: float = PROMPT_S) -> None:
     with trio.fail_after(bound):
-        while not all(gone(p) for p in pids):
-            await trio.sleep(0.05)
+        await poll_until(lambda: all(gone(p) for p in pids))
 
 
 async def test_crash_mid_call_fails_at_once_and_the_server_comes_back(tmp_path: Path) -> None:
@@ -137,7 +137,8 @@ async def test_crash_mid_call_fails_at_once_and_the_server_comes_back(tmp_path: 
             again = await sup.call_tool("bad_plain_echo", {"text": "three"})
             assert again["content"][0]["text"] == "echo: three"
             _, crashed = await log.wait_state("bad", "backing_off")
-            assert crashed.reason is not None and crashed.reason.startswith("exited with status 3")
+            assert crashed.reason is not None
+            assert crashed.reason.startswith("exited with status 3")
             assert_untouched(sup, log, "ok")
     pids = {e["pid"] for e in read_record(record) if e["event"] == "call"}
     assert len(pids) == 2
@@ -188,7 +189,8 @@ async def test_hung_server_times_out_calls_and_is_restarted_by_pings(tmp_path: P
             result = await sup.call_tool("hung_plain_echo", {"text": "new process"})
             assert result["content"][0]["text"] == "echo: new process"
     cancels = [e for e in read_record(record) if e["event"] == "cancelled"]
-    assert len(cancels) >= 1 and all(e["pid"] == first_pid for e in cancels)
+    assert len(cancels) >= 1
+    assert all(e["pid"] == first_pid for e in cancels)
     assert cancels[0]["requestId"].startswith("mv-")
     assert cancels[0]["reason"] == "cancelled by mcpvisor"
 
@@ -240,8 +242,7 @@ async def test_server_killed_from_outside_fails_its_call_and_keeps_its_tools(tmp
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(slow_call)
                 with trio.fail_after(PROMPT_S):
-                    while sup.upstreams["s"].status().in_flight == 0:
-                        await trio.sleep(0.01)
+                    await poll_until(lambda: sup.upstreams["s"].status().in_flight > 0, every=0.01)
                 killed = trio.current_time()
                 os.kill(pid, signal.SIGKILL)
             assert trio.current_time() - killed < PROMPT_S
@@ -337,7 +338,8 @@ async def test_mixed_proxy_every_call_answered_healthy_unaffected(tmp_path: Path
                     await trio.sleep(0.2)
             assert results["ok"] == ["ok"] * 15
             assert sum(len(v) for v in results.values()) == 60
-            assert "ok" in results["crashy"] and "UpstreamDied" in results["crashy"]
+            assert "ok" in results["crashy"]
+            assert "UpstreamDied" in results["crashy"]
             assert set(results["never"]) <= {"UpstreamUnavailable"}
             assert_untouched(sup, log, "ok")
             assert sup.upstreams["crashy"].restarts >= 1

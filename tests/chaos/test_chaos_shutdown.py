@@ -27,6 +27,7 @@ import trio
 from trio_websocket import ConnectionClosed, open_websocket_url
 
 from tests.helpers import REAL_IO_BOUND_S, flaky, read_record
+from tests.polling import poll_until
 from tests.security.proxy import HTTP_HEADERS, INIT, running_proxy, serve_args, write
 
 pytestmark = pytest.mark.slow
@@ -61,8 +62,7 @@ def calls_seen(record: Path) -> int:
 
 async def wait_calls_seen(record: Path, n: int) -> None:
     """Until the upstream has received ``n`` calls: they are in flight at the proxy."""
-    while calls_seen(record) < n:  # noqa: ASYNC110 - the upstream is another process
-        await trio.sleep(POLL_S)
+    await poll_until(lambda: calls_seen(record) >= n, every=POLL_S)
 
 
 def family(pid: int) -> list[psutil.Process]:
@@ -129,8 +129,7 @@ async def stdio_front(config: Path, log: list[str]) -> AsyncIterator[tuple[trio.
 
 
 async def wait_log(log: list[str], needle: str) -> None:
-    while not any(needle in line for line in log):  # noqa: ASYNC110 - the log is another process's
-        await trio.sleep(POLL_S)
+    await poll_until(lambda: any(needle in line for line in log), every=POLL_S)
 
 
 async def signal_and_finish(proc: trio.Process, log: list[str], how: signal.Signals, record: Path,

@@ -20,6 +20,7 @@ import pytest
 import trio
 
 from tests.helpers import PY, REAL_IO_BOUND_S, flaky, write_config
+from tests.polling import poll_until
 
 pytestmark = pytest.mark.slow
 
@@ -55,8 +56,7 @@ def watchdogs(pid: int) -> list[psutil.Process]:
 
 async def wait_for(predicate: Callable[[], bool], what: str) -> None:
     with trio.move_on_after(PROMPT_S):
-        while not predicate():  # noqa: ASYNC110 - other processes: nothing to wait on
-            await trio.sleep(POLL_S)
+        await poll_until(predicate, every=POLL_S)
         return
     pytest.fail(f"no {what} within {PROMPT_S:g}s")
 
@@ -89,8 +89,7 @@ async def test_a_killed_watchdog_is_replaced_so_a_sigkilled_proxy_still_takes_it
             proxy.kill()
             await proxy.wait()
             with trio.fail_after(PROMPT_S):
-                while any(alive(p) for p in family):  # noqa: ASYNC110 - other processes
-                    await trio.sleep(POLL_S)
+                await poll_until(lambda: not any(alive(p) for p in family), every=POLL_S)
         finally:
             if proxy.returncode is None:
                 proxy.kill()

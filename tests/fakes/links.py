@@ -110,13 +110,13 @@ class FakeLink(Link):
     # --- what the server does ------------------------------------------------------
     def answer(self, request_id: str, result: Mapping[str, Any]) -> None:
         pending = self._pending.get(request_id)
-        if pending is not None and not pending.done.is_set():
+        if pending is not None and pending.done is not None and not pending.done.is_set():
             pending.envelope = wire.Envelope(result=wire.encode(dict(result)))  # type: ignore[arg-type]
             pending.done.set()
 
     def fail(self, request_id: str, code: int, message: str) -> None:
         pending = self._pending.get(request_id)
-        if pending is not None and not pending.done.is_set():
+        if pending is not None and pending.done is not None and not pending.done.is_set():
             pending.envelope = wire.Envelope(error=wire.encode({"code": code, "message": message}))  # type: ignore[arg-type]
             pending.done.set()
 
@@ -159,7 +159,8 @@ class FakeLink(Link):
         self.fake.seen.append(Seen(trio.current_time(), self.pid, pending.method, params, pending.proxy_id))
         if not self.hung:
             self.fake.handle(self, pending.proxy_id, pending.method, params)
-        if self.close_reason is not None and pending.failure is None and not pending.done.is_set():
+        if (self.close_reason is not None and pending.failure is None and pending.done is not None
+                and not pending.done.is_set()):
             raise UpstreamDied(self.server, self.close_reason)
         return await self._wait(pending)
 

@@ -86,5 +86,5 @@ async def main(rounds: int, calls: int) -> None:
 
 
 if __name__ == "__main__":
-    args = [int(a) for a in sys.argv[1:3]]
-    trio.run(main, *(args + [10, 200][len(args):]))
+    rounds, calls = [int(a) for a in sys.argv[1:3]] + [10, 200][len(sys.argv[1:3]):]
+    trio.run(main, rounds, calls)

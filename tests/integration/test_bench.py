@@ -51,8 +51,8 @@ async def test_tiny_latency_run_prints_a_table_json_and_compares(tmp_path: Path)
     against a doctored copy of that file reports a regression with exit 1.
     A bench that stopped printing rows, renamed keys or lost the comparison would fail here."""
     out = tmp_path / "run.json"
-    code, stdout, stderr = await run_bench("--only", "latency", "--calls", "20", "--rounds", "1", "--no-peers",
-                                           "--no-nofast", "--out", str(out))
+    code, stdout, stderr = await run_bench("--only", "latency", "--calls", "20", "--rounds", "1",
+                                           "--no-peers", "--no-nofast", "--out", str(out))
     assert code == 0, stderr[-2000:]
     assert "latency" in stdout  # the rich table: its title
     assert "p50 ms" in stdout  # and a column header
@@ -103,8 +103,8 @@ async def test_sigterm_stops_the_run_and_every_server_it_started() -> None:
     process it started is left. Before, SIGTERM killed only the bench and left them running."""
     token = uuid.uuid4().hex
     env = dict(os.environ, MCPVISOR_BENCH_TOKEN=token)
-    argv = [sys.executable, "-m", "mcpvisor.bench", "--only", "http_latency", "--calls", "1000000", "--rounds", "1",
-            "--no-peers", "--no-nofast"]
+    argv = [sys.executable, "-m", "mcpvisor.bench", "--only", "http_latency", "--calls", "1000000",
+            "--rounds", "1", "--no-peers", "--no-nofast"]
     proc = await trio.lowlevel.open_process(argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL,
                                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert proc.stderr is not None
@@ -169,7 +169,8 @@ def test_stall_overlap_and_clean() -> None:
     assert watch.overlap(1.2, 3.1) == pytest.approx(0.4)
     assert watch.overlap(1.5, 3.0) == 0.0
     kept, dropped = watch.clean([(0.1, 0.2), (0.9, 1.6), (2.0, 2.5), (3.1, 3.15)])
-    assert kept == pytest.approx([0.1, 0.5]) and dropped == 2
+    assert kept == pytest.approx([0.1, 0.5])
+    assert dropped == 2
 
 
 async def test_canary_reports_a_pause_covering_the_time_it_was_stopped() -> None:

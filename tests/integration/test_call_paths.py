@@ -86,8 +86,9 @@ ALL_CALLS: Final = (
          refused("kit: field 'tool': my-box.add is not a subtool of kit. Subtools: my-box.echo."),
          fast=False),
     Call("my_box_ech", {"text": "x"},
-         refused("Unknown tool 'my_box_ech': server my-box has no such tool. Did you mean: my_box_echo, my_box_crash, my_box_idem_echo, "
-                 "my_box_plain_echo, my_box_sleep?"), fast=False),
+         refused("Unknown tool 'my_box_ech': server my-box has no such tool. Did you mean: "
+                 "my_box_echo, my_box_crash, my_box_idem_echo, my_box_plain_echo, my_box_sleep?"),
+         fast=False),
     Call("lazy_one_echo", {"text": "l"}, ok("echo: l"), fast=False),  # loads lazy-one first
     Call("lazy_one_echo", {"text": "again"}, ok("echo: again"), fast=True),
     Call("own_counter", {}, ok("1"), fast=False),  # the caller's own instance starts

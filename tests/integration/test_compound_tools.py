@@ -311,7 +311,8 @@ async def test_the_supervisor_api_calls_a_compound_tool_like_a_client(tmp_path: 
     config = write(tmp_path, toolsets={"look": ["research"]})
     with trio.fail_after(REAL_IO_BOUND_S):
         async with proxy(config) as (sup, _):
-            via_api = await sup.call_tool("research", {"server": "web", "tool": "echo", "args": {"text": "a"}})
+            via_api = await sup.call_tool("research",
+                                          {"server": "web", "tool": "echo", "args": {"text": "a"}})
             assert via_api["content"][0]["text"] == "echo: a"
             async with sup.session("episode-1") as session:
                 plain = await session.call_tool("research", {"server": "web", "tool": "echo",

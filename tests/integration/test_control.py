@@ -75,8 +75,11 @@ async def test_registration_files_exist_while_serving_and_are_removed_after(tmp_
             assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
             assert stat.S_IMODE(os.stat(control_dir(state)).st_mode) == 0o700
             info = json.loads((control_dir(state) / f"{pid}.json").read_text())
-            assert info["pid"] == pid and info["socket"] == str(path) and info["transport"] == "stdio"
-            assert info["config"] == "/etc/mcpvisor.json" and info["startedAt"].endswith("Z")
+            assert info["pid"] == pid
+            assert info["socket"] == str(path)
+            assert info["transport"] == "stdio"
+            assert info["config"] == "/etc/mcpvisor.json"
+            assert info["startedAt"].endswith("Z")
             assert stat.S_IMODE(os.stat(control_dir(state) / f"{pid}.json").st_mode) == 0o600
             found = await trio.to_thread.run_sync(list_running, state)
             assert found == [RunningProxy(pid=pid, socket=path, config="/etc/mcpvisor.json",
@@ -98,7 +101,10 @@ async def test_status_reports_the_proxy_and_every_server(tmp_path: Path) -> None
     assert (reply["pid"], reply["config"], reply["exposure"], reply["toolset"]) == (
         os.getpid(), "/etc/mcpvisor.json", "menu", "dev")
     ok, bad = reply["servers"]
-    assert ok["name"] == "ok" and ok["state"] == "ready" and ok["uptime"] == 5.0 and ok["retryAt"] is None
+    assert ok["name"] == "ok"
+    assert ok["state"] == "ready"
+    assert ok["uptime"] == 5.0
+    assert ok["retryAt"] is None
     assert (bad["state"], bad["circuit"], bad["restarts"], bad["lastError"], bad["toolCount"]) == (
         "circuit_open", "open", 5, "exited with status 2", 0)
     assert bad["retryAt"].endswith("Z")
@@ -122,7 +128,8 @@ async def test_equip_unequip_reload_answer_ok_or_say_why_not(tmp_path: Path) -> 
             assert reply == {"ok": True, "result": {"equipped": "dev", "tools": ["a", "b"]}}
             with pytest.raises(ControlError, match="no toolset named 'missing'") as info:
                 await ask(path, "equip", name="missing")
-            assert info.value.reply is not None and info.value.reply["errorType"] == "LookupError"
+            assert info.value.reply is not None
+            assert info.value.reply["errorType"] == "LookupError"
             with pytest.raises(ControlError, match='equip needs "name"'):
                 await ask(path, "equip")
             with pytest.raises(ControlError, match=r"toolsets arrive with supervisor/menu\.py"):
@@ -190,7 +197,9 @@ async def test_open_supervisor_serves_the_control_socket_for_its_lifetime(tmp_pa
                                    control=tmp_path / "state", control_transport="http"):
             [proxy] = await trio.to_thread.run_sync(list_running, tmp_path / "state")
             reply = await ask(proxy.socket, "status")
-            assert proxy.transport == "http" and reply["servers"] == [] and reply["exposure"] == "all"
+            assert proxy.transport == "http"
+            assert reply["servers"] == []
+            assert reply["exposure"] == "all"
         assert await trio.to_thread.run_sync(list_running, tmp_path / "state") == []
 
 

@@ -238,7 +238,8 @@ async def test_mcpvisor_dashboard_drives_a_proxy_running_over_stdio(tmp_path: Pa
             nursery.cancel_scope.cancel()
 
 
-def test_mcpvisor_dashboard_with_no_running_proxy_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_mcpvisor_dashboard_with_no_running_proxy_says_so(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
     """``mcpvisor dashboard`` in a state dir with no proxy: exit 1 and the message says how
     to start one (the command's own entry point, as a user runs it)."""
     from mcpvisor.cli import main

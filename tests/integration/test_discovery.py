@@ -45,6 +45,7 @@ from tests.helpers import (
     text_of,
     write_config,
 )
+from tests.polling import poll_until
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +56,8 @@ SLOW_START_S: Final = 1.0
 
 def servers(tmp_path: Path) -> dict[str, Any]:
     return {
-        "s1": flaky("--name", "s1", "--record", str(tmp_path / "s1.jsonl"), description="Eager fixture server"),
+        "s1": flaky("--name", "s1", "--record", str(tmp_path / "s1.jsonl"),
+                    description="Eager fixture server"),
         "big": flaky("--name", "big", "--record", str(tmp_path / "big.jsonl"), lazy=True,
                      description="Big internal toolbox: echo, add, counter"),
         "slow": flaky("--name", "slow", "--slow-start", str(SLOW_START_S), lazy=True,
@@ -84,8 +86,11 @@ async def test_discovery_over_stdio(tmp_path: Path) -> None:
                                 recorder=rec, env={"MCPVISOR_EXPOSURE": "all"}) as client:
             assert await names(client) == THREE
             text = await catalog(client)
-            assert "## s1" in text and "- s1_echo:" in text
-            assert "<mcp_servers>" in text and "- big: Big internal toolbox" in text and "- slow:" in text
+            assert "## s1" in text
+            assert "- s1_echo:" in text
+            assert "<mcp_servers>" in text
+            assert "- big: Big internal toolbox" in text
+            assert "- slow:" in text
             assert "big_echo" not in text
 
             described = await client.call_tool(DISCOVER_TOOL, {"tool_name": "s1_add"})
@@ -94,30 +99,35 @@ async def test_discovery_over_stdio(tmp_path: Path) -> None:
             by_namespace = await client.call_tool(DISCOVER_TOOL, {"tool_name": "s1.add"})
             assert by_namespace.structured_content["name"] == "s1_add"
             unknown = await client.call_tool(DISCOVER_TOOL, {"tool_name": "s1_ad"})
-            assert unknown.is_error and "s1_add" in text_of(unknown)
+            assert unknown.is_error
+            assert "s1_add" in text_of(unknown)
             found = await client.call_tool(DISCOVER_TOOL, {"query": "progress notifications"})
             assert found.structured_content["matches"][0]["name"] == "s1_progress"
 
             added = await client.call_tool(USE_TOOL, {"tool_name": "s1_add", "arguments": {"a": 2, "b": 3}})
-            assert not added.is_error and text_of(added) == "5"
+            assert not added.is_error
+            assert text_of(added) == "5"
             bad = await client.call_tool(USE_TOOL, {"tool_name": "s1_add", "arguments": {"a": "two", "b": 3}})
-            assert bad.is_error and "arguments.a" in text_of(bad)
+            assert bad.is_error
+            assert "arguments.a" in text_of(bad)
             assert [e["arguments"] for e in read_record(tmp_path / "s1.jsonl") if e["event"] == "call"] == [
                 {"a": 2, "b": 3}]  # the bad call never reached the server
 
-            progress: list[float] = []
+            reported: list[float] = []
 
-            async def on_progress(p: float, total: float | None, message: str | None) -> None:
-                progress.append(p)
+            async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+                reported.append(progress)
 
             done = await client.call_tool(USE_TOOL, {"tool_name": "s1_progress",
                                                      "arguments": {"steps": 3, "interval": 0.01}},
                                           progress_callback=on_progress)
-            assert not done.is_error and len(progress) == 3
+            assert not done.is_error
+            assert len(reported) == 3
 
             status = await client.call_tool(USE_TOOL, {"tool_name": "get-server-status"})
             states = {s["name"]: s["state"] for s in status.structured_content["servers"]}
-            assert states == {"s1": "ready", "big": "not loaded", "slow": "not loaded", "broken": "not loaded"}
+            assert states == {"s1": "ready", "big": "not loaded", "slow": "not loaded",
+                              "broken": "not loaded"}
 
             before = rec.list_changed
             loaded = await client.call_tool(LOAD_MCP, {"mcp_name": "big"})
@@ -127,7 +137,9 @@ async def test_discovery_over_stdio(tmp_path: Path) -> None:
                     await rec.changed.wait()
             assert await names(client) == THREE  # slow and broken are still loadable
             text = await catalog(client)
-            assert "## big" in text and "- big_echo:" in text and "- big:" not in text
+            assert "## big" in text
+            assert "- big_echo:" in text
+            assert "- big:" not in text
             echoed = await client.call_tool(USE_TOOL, {"tool_name": "big_echo", "arguments": {"text": "hi"}})
             assert text_of(echoed) == "echo: hi"
             again = await client.call_tool(LOAD_MCP, {"mcp_name": "big"})
@@ -135,7 +147,8 @@ async def test_discovery_over_stdio(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("fast_path", [True, False], ids=["fastpath", "sdkpath"])
-async def test_use_tool_is_cancelled_and_reports_progress_like_a_direct_call(tmp_path: Path, fast_path: bool) -> None:
+async def test_use_tool_is_cancelled_and_reports_progress_like_a_direct_call(tmp_path: Path,
+                                                                             fast_path: bool) -> None:
     """Through use_tool, progress reaches the client and a cancelled call's
     notifications/cancelled reaches the upstream under the id the call went out with, on
     the fast path and on the SDK path alike; the connection keeps serving."""
@@ -145,21 +158,20 @@ async def test_use_tool_is_cancelled_and_reports_progress_like_a_direct_call(tmp
     with trio.fail_after(REAL_IO_BOUND_S):
         async with embedded_client(config) as client:
             assert await names(client) == [DISCOVER_TOOL, USE_TOOL]
-            progress: list[float] = []
+            reported: list[float] = []
 
-            async def on_progress(p: float, total: float | None, message: str | None) -> None:
-                progress.append(p)
+            async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+                reported.append(progress)
 
             done = await client.call_tool(USE_TOOL, {"tool_name": "s1_progress",
                                                      "arguments": {"steps": 2, "interval": 0.01}},
                                           progress_callback=on_progress)
             assert not done.is_error
-            assert progress == [1, 2]
+            assert reported == [1, 2]
             with trio.move_on_after(1.0):
                 await client.call_tool(USE_TOOL, {"tool_name": "s1_sleep", "arguments": {"seconds": 30}})
             with trio.fail_after(20):
-                while not any(e.get("event") == "cancelled" for e in read_record(record)):
-                    await trio.sleep(0.05)
+                await poll_until(lambda: any(e.get("event") == "cancelled" for e in read_record(record)))
             after = await client.call_tool(USE_TOOL, {"tool_name": "s1_echo", "arguments": {"text": "after"}})
             assert text_of(after) == "echo: after"
     calls = [e for e in read_record(record) if e.get("event") == "call" and e.get("name") == "sleep"]
@@ -172,7 +184,8 @@ async def test_concurrent_loads_and_failures_over_http(tmp_path: Path) -> None:
     """Ten load_mcp of one server share one start; a server that cannot start is given up after 3."""
     config = write_config(tmp_path, servers(tmp_path), exposure="discovery")
     with trio.fail_after(REAL_IO_BOUND_S):
-        async with open_supervisor(config, state_dir=tmp_path / "state") as sup, trio.open_nursery() as nursery:
+        async with (open_supervisor(config, state_dir=tmp_path / "state") as sup,
+                    trio.open_nursery() as nursery):
             url = await nursery.start(serve_http, sup, "127.0.0.1", 0)
             rec = Recorder()
             async with Client(url, mode="legacy", cache=None, message_handler=rec.handler) as client:
@@ -187,7 +200,8 @@ async def test_concurrent_loads_and_failures_over_http(tmp_path: Path) -> None:
                         loads.start_soon(load)
                 assert [r.is_error for r in results] == [False] * 10, [text_of(r) for r in results]
                 assert sup.upstreams["slow"].starts == 1
-                echoed = await client.call_tool(USE_TOOL, {"tool_name": "slow_echo", "arguments": {"text": "x"}})
+                echoed = await client.call_tool(USE_TOOL,
+                                                {"tool_name": "slow_echo", "arguments": {"text": "x"}})
                 assert text_of(echoed) == "echo: x"
 
                 errors = []
@@ -196,11 +210,13 @@ async def test_concurrent_loads_and_failures_over_http(tmp_path: Path) -> None:
                     assert failed.is_error
                     errors.append(text_of(failed))
                 assert all("fatal: no licence for broken" in e for e in errors), errors
-                assert "exit" in errors[0] and "3" in errors[0]
+                assert "exit" in errors[0]
+                assert "3" in errors[0]
                 assert "no longer offered" in errors[2]
                 assert sup.upstreams["broken"].starts == 3
                 fourth = await client.call_tool(LOAD_MCP, {"mcp_name": "broken"})
-                assert fourth.is_error and "no longer offered" in text_of(fourth)
+                assert fourth.is_error
+                assert "no longer offered" in text_of(fourth)
                 assert sup.upstreams["broken"].starts == 3  # given up: not started again
                 text = await catalog(client)
                 assert "- broken:" not in text
@@ -216,7 +232,8 @@ async def test_concurrent_loads_and_failures_over_http(tmp_path: Path) -> None:
                 while not sup.event_bus.has_subscribers:
                     await trio.lowlevel.checkpoint()
                 loaded = await client.call_tool(LOAD_MCP, {"mcp_name": "big"})
-                assert not loaded.is_error and loaded.structured_content["toolCount"] == 8
+                assert not loaded.is_error
+                assert loaded.structured_content["toolCount"] == 8
                 await trio.testing.wait_all_tasks_blocked()  # the collector has seen what was published
                 assert [e.kinds for e in changes] == [("tools",)]
                 assert await names(client) == [DISCOVER_TOOL, USE_TOOL]
@@ -233,7 +250,8 @@ async def test_lazy_servers_start_on_first_use_in_all_exposure(tmp_path: Path) -
         "broken": flaky("--exit-at-start", "3", "--stderr-text", "fatal: no licence", lazy=True),
     }, exposure="all")
     with trio.fail_after(REAL_IO_BOUND_S):
-        async with open_supervisor(config, state_dir=tmp_path / "state") as sup, trio.open_nursery() as nursery:
+        async with (open_supervisor(config, state_dir=tmp_path / "state") as sup,
+                    trio.open_nursery() as nursery):
             await sup.wait_ready()  # s1 is up: the lists answer at once with what is up
             url = await nursery.start(serve_http, sup, "127.0.0.1", 0)
             async with Client(url, mode="legacy", cache=None) as client:
@@ -242,7 +260,8 @@ async def test_lazy_servers_start_on_first_use_in_all_exposure(tmp_path: Path) -
                         (await client.call_tool("get-server-status", {})).structured_content["servers"]] == [
                     "ready", "not loaded", "not loaded", "not loaded"]
                 echoed = await client.call_tool("big_echo", {"text": "first use"})
-                assert not echoed.is_error and text_of(echoed) == "echo: first use"
+                assert not echoed.is_error
+                assert text_of(echoed) == "echo: first use"
                 assert "big_echo" in await names(client)
                 read = await client.read_resource("mem://greeting")
                 assert isinstance(read.contents[0], types.TextResourceContents)
@@ -262,10 +281,11 @@ def test_mcp_add_lazy_writes_description(tmp_path: Path) -> None:
     import sys
 
     path = tmp_path / "mcpvisor.json"
-    proc = subprocess.run([sys.executable, "-m", "mcpvisor", "mcp", "add", "big", "--config", str(path), "--lazy",
-                           "--description", "Large toolbox", "--", "node", "big.js"],
+    proc = subprocess.run([sys.executable, "-m", "mcpvisor", "mcp", "add", "big", "--config", str(path),
+                           "--lazy", "--description", "Large toolbox", "--", "node", "big.js"],
                           capture_output=True, text=True, timeout=REAL_IO_BOUND_S, check=False,
                           stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
     entry = json.loads(path.read_text())["mcpServers"]["big"]
-    assert entry["lazy"] is True and entry["description"] == "Large toolbox"
+    assert entry["lazy"] is True
+    assert entry["description"] == "Large toolbox"

@@ -25,8 +25,7 @@ from mcp import Client
 from mcp.shared.subscriptions import ToolsListChanged
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
-from mcpvisor import open_supervisor
-from mcpvisor._serve import serve_http
+from mcpvisor import open_supervisor, serve_http
 from tests.helpers import (
     REAL_IO_BOUND_S,
     Recorder,
@@ -37,6 +36,7 @@ from tests.helpers import (
     text_of,
     write_config,
 )
+from tests.polling import poll_until
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -168,8 +168,7 @@ async def test_cancelling_a_call_reaches_the_upstream(tmp_path: Path, front: str
                 await client.call_tool("ev_sleep", {"seconds": 30})
             with trio.fail_after(20):
                 # The upstream is another process: its record file is the only signal there is.
-                while not any(e.get("event") == "cancelled" for e in read_record(record)):  # noqa: ASYNC110
-                    await trio.sleep(0.05)
+                await poll_until(lambda: any(e.get("event") == "cancelled" for e in read_record(record)))
             assert text_of(await client.call_tool("ev_echo", {"text": "after"})) == "echo: after"
     calls = [e for e in read_record(record) if e.get("event") == "call" and e.get("name") == "sleep"]
     cancels = [e for e in read_record(record) if e.get("event") == "cancelled"]

@@ -29,6 +29,7 @@ from tests.helpers import (
     text_of,
     write_config,
 )
+from tests.polling import poll_until
 
 pytestmark = pytest.mark.slow
 
@@ -91,23 +92,27 @@ async def test_malformed_input_gets_json_rpc_errors_and_the_proxy_keeps_serving(
             await raw.handshake()
             await raw.send(b"{this is not json")
             reply = await raw.receive()
-            assert reply["id"] is None and reply["error"]["code"] == -32700
+            assert reply["id"] is None
+            assert reply["error"]["code"] == -32700
             await raw.send(b'[{"jsonrpc": "2.0", "id": 5, "method": "ping"}]')
             reply = await raw.receive()
-            assert reply["id"] is None and reply["error"]["code"] == -32600
+            assert reply["id"] is None
+            assert reply["error"]["code"] == -32600
             await raw.send({"jsonrpc": "2.0", "id": None, "method": "ping"})
             reply = await raw.receive()
             assert reply["error"]["code"] == -32600
             await raw.send({"jsonrpc": "2.0", "method": "notifications/whatever", "params": 12})
             await raw.send({"jsonrpc": "2.0", "id": 7, "method": "no/such/method"})
             reply = await raw.receive()
-            assert reply.keys() == {"jsonrpc", "id", "error"} and reply["id"] == 7, reply
+            assert reply.keys() == {"jsonrpc", "id", "error"}, reply
+            assert reply["id"] == 7, reply
             assert reply["error"]["code"] == -32601
             await raw.send({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
                             "params": {"name": "fl_sleep", "arguments": {"seconds": 1}}})
             await raw.send({"jsonrpc": "2.0", "id": 8, "method": "ping"})
             reused = await raw.receive()
-            assert reused["id"] == 8 and reused["error"]["code"] == -32600
+            assert reused["id"] == 8
+            assert reused["error"]["code"] == -32600
             first = await raw.receive_id(8)
             assert "result" in first
             await raw.send({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
@@ -132,7 +137,8 @@ async def test_a_pipelined_call_never_overtakes_the_initialize_reply(tmp_path: P
             ]
             await raw.send(b"\n".join(json.dumps(m).encode() for m in burst))
             first = await raw.receive()
-            assert first["id"] == 1 and "result" in first
+            assert first["id"] == 1
+            assert "result" in first
             second = await raw.receive_id(2)
             assert "result" in second
 
@@ -152,9 +158,11 @@ async def test_a_server_that_cannot_start_is_reported_and_the_others_serve(tmp_p
             status = {s.name: s for s in sup.status()}
             assert status["fine"].state == "ready"
             missing = status["missing"].last_error or ""
-            assert "command not found" in missing and "no-such-command-anywhere" in missing
+            assert "command not found" in missing
+            assert "no-such-command-anywhere" in missing
             dies = status["dies"].last_error or ""
-            assert "exited with status 3" in dies and "fatal: no API key" in dies
+            assert "exited with status 3" in dies
+            assert "fatal: no API key" in dies
 
 
 async def test_an_unreadable_config_exits_2_naming_the_file_and_the_place(tmp_path: Path) -> None:
@@ -162,11 +170,14 @@ async def test_an_unreadable_config_exits_2_naming_the_file_and_the_place(tmp_pa
     server misconfigured: tests/integration/test_misconfigured.py)."""
     config = tmp_path / "mcpvisor.json"
     config.write_text('{"mcpServers": {"git": {"command": "uvx",}}}')
-    done = subprocess.run([PY, "-m", "mcpvisor", "serve", "--config", str(config)], capture_output=True,
-                          text=True, timeout=120, stdin=subprocess.DEVNULL)
+    with trio.fail_after(REAL_IO_BOUND_S):
+        done = await trio.run_process([PY, "-m", "mcpvisor", "serve", "--config", str(config)],
+                                      stdin=subprocess.DEVNULL, capture_stdout=True, capture_stderr=True,
+                                      check=False)
     assert done.returncode == 2
-    assert "mcpvisor.json" in done.stderr and "line 1" in done.stderr
-    assert done.stdout == ""
+    assert "mcpvisor.json" in done.stderr.decode()
+    assert "line 1" in done.stderr.decode()
+    assert done.stdout == b""
 
 
 async def test_upstreams_get_the_proxys_environment_plus_their_env(tmp_path: Path) -> None:
@@ -174,8 +185,8 @@ async def test_upstreams_get_the_proxys_environment_plus_their_env(tmp_path: Pat
     script = tmp_path / "envcheck.py"
     script.write_text(
         "import os, sys, runpy\n"
-        "open(os.environ['ENV_OUT'], 'w').write(os.environ.get('PATH','') + '\\n' + os.environ.get('MY_KEY','') "
-        "+ '\\n' + os.environ.get('FROM_CONFIG',''))\n"
+        "open(os.environ['ENV_OUT'], 'w').write(os.environ.get('PATH','') + '\\n' "
+        "+ os.environ.get('MY_KEY','') + '\\n' + os.environ.get('FROM_CONFIG',''))\n"
         f"sys.argv = [{str(Path(__file__).parents[1] / 'servers' / 'flaky.py')!r}]\n"
         "runpy.run_path(sys.argv[0], run_name='__main__')\n"
     )
@@ -190,7 +201,9 @@ async def test_upstreams_get_the_proxys_environment_plus_their_env(tmp_path: Pat
     finally:
         del os.environ["MY_KEY"]
     path, key, from_config = out.read_text().split("\n")
-    assert path == os.environ["PATH"] and key == "secret-from-the-user" and from_config == "yes"
+    assert path == os.environ["PATH"]
+    assert key == "secret-from-the-user"
+    assert from_config == "yes"
 
 
 async def test_protocol_legacy_skips_the_2026_probe(tmp_path: Path) -> None:
@@ -202,10 +215,12 @@ async def test_protocol_legacy_skips_the_2026_probe(tmp_path: Path) -> None:
         async with open_supervisor(config) as sup:
             assert await sup.wait_ready(60) == []
     events = [e["event"] for e in read_record(record)]
-    assert "initialize" in events and "discover" not in events
+    assert "initialize" in events
+    assert "discover" not in events
 
 
-async def test_the_first_list_waits_for_start_up_and_late_servers_arrive_by_list_changed(tmp_path: Path) -> None:
+async def test_the_first_list_waits_for_start_up_and_late_servers_arrive_by_list_changed(
+        tmp_path: Path) -> None:
     """With startupWait shorter than a slow server's start, the first tools/list comes back
     without it, and its tools arrive later with a list_changed."""
     from tests.helpers import Recorder
@@ -226,8 +241,9 @@ async def test_the_first_list_waits_for_start_up_and_late_servers_arrive_by_list
 async def test_stopping_the_proxy_leaves_no_child(tmp_path: Path, how: str) -> None:
     """Whichever way the proxy is stopped, its upstreams (and their grandchildren) go too."""
     config = write_config(tmp_path, {"a": flaky("--spawn-grandchild"), "b": flaky()})
-    proc = subprocess.Popen([PY, "-m", "mcpvisor", "serve", "--config", str(config)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = await trio.lowlevel.open_process([PY, "-m", "mcpvisor", "serve", "--config", str(config)],
+                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                            stderr=subprocess.PIPE)
     try:
         me = psutil.Process(proc.pid)
         def running() -> list[psutil.Process]:
@@ -240,30 +256,36 @@ async def test_stopping_the_proxy_leaves_no_child(tmp_path: Path, how: str) -> N
                 return ""
 
         with trio.fail_after(REAL_IO_BOUND_S):
-            while not (len([c for c in running() if "flaky" in command(c)]) >= 2
-                       and any("sleep(3600)" in command(c) for c in running())):
-                await trio.sleep(0.1)
+            def all_started() -> bool:
+                listed = [command(c) for c in running()]
+                return (len([c for c in listed if "flaky" in c]) >= 2
+                        and any("sleep(3600)" in c for c in listed))
+
+            await poll_until(all_started, every=0.1)
         tree = running()
         if how == "stdin-closed":
             assert proc.stdin is not None
-            proc.stdin.close()
+            await proc.stdin.aclose()
         else:
             proc.send_signal(signal.SIGTERM if how == "SIGTERM" else signal.SIGINT)
-        assert proc.wait(timeout=30) == 0
-        gone, alive = psutil.wait_procs(tree, timeout=10)
+        with trio.fail_after(30):
+            assert await proc.wait() == 0
+        _, alive = await trio.to_thread.run_sync(lambda: psutil.wait_procs(tree, timeout=10))
         assert alive == [], f"left behind: {[p.cmdline() for p in alive]}"
     finally:
-        if proc.poll() is None:
+        if proc.returncode is None:
             proc.kill()
-            proc.wait()
+            await proc.wait()
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             if stream is not None:
-                stream.close()
+                await stream.aclose()
 
 
 def test_help_lists_serve_with_an_example() -> None:
-    done = subprocess.run([sys.executable, "-m", "mcpvisor", "serve", "--help"], capture_output=True, text=True,
-                          timeout=60)
-    assert done.returncode == 0 and "examples:" in done.stdout and "--transport" in done.stdout
+    done = subprocess.run([sys.executable, "-m", "mcpvisor", "serve", "--help"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0
+    assert "examples:" in done.stdout
+    assert "--transport" in done.stdout
     # A long example is continued with a shell backslash, not joined into one run of spaces.
     assert "--token-file ~/.mcpvisor-token \\\n      --certfile cert.pem" in done.stdout

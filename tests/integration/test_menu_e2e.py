@@ -50,7 +50,8 @@ FOUR_NAMES: Final = [ENTER_CONFIG, "s1_echo", "s2_add", "s3_counter", "say"]
 
 def structured(result: Any) -> dict[str, Any]:
     assert not result.is_error, result.content
-    return result.structured_content
+    out: dict[str, Any] = result.structured_content
+    return out
 
 
 class Tally:
@@ -96,12 +97,15 @@ async def test_from_40_tools_to_a_4_tool_toolset_and_back_across_a_restart(tmp_p
             available = structured(await client.call_tool("list-available-tools", {}))
             assert available["toolCount"] == 40
             assert [s["name"] for s in available["servers"]] == list(SERVERS)
-            built = await client.call_tool("build-toolset", {"name": "four", "tools": FOUR, "autoEquip": True})
+            built = await client.call_tool("build-toolset",
+                                           {"name": "four", "tools": FOUR, "autoEquip": True})
             assert structured(built)["active"]["visibleTools"] == FOUR_NAMES
             await seen.reach(1)
             assert await names(client) == FOUR_NAMES
             echoed = await client.call_tool("say", {"text": "hi"})
-            assert not echoed.is_error and "hi" in echoed.content[0].text  # type: ignore[union-attr]
+            assert not echoed.is_error
+            assert isinstance(echoed.content[0], types.TextContent)
+            assert "hi" in echoed.content[0].text
             active = structured(await client.call_tool("enter-configuration-mode", {}))
             assert active["configurationMode"] is True
             await seen.reach(2)
@@ -125,7 +129,8 @@ async def test_from_40_tools_to_a_4_tool_toolset_and_back_across_a_restart(tmp_p
             structured(await client.call_tool("enter-configuration-mode", {}))
             await seen.reach(before + 1)
             out = structured(await client.call_tool("unequip-toolset", {}))
-            assert out["unequipped"] == "four" and out["visibleTools"] == MENU  # the list did not change
+            assert out["unequipped"] == "four"
+            assert out["visibleTools"] == MENU  # the list did not change
             assert await names(client) == MENU
             assert seen.count == before + 1
         assert json.loads((state / "state.json").read_text())["equipped"] is None
@@ -140,7 +145,8 @@ async def test_two_http_clients_of_both_eras_receive_the_same_announcements(tmp_
                                      "late": flaky("--name", "late", lazy=True)},
                           toolsets={"later": ["s1.echo", "late.add"]}, exposure="menu")
     with trio.fail_after(REAL_IO_BOUND_S):
-        async with open_supervisor(config, state_dir=tmp_path / "state") as sup, trio.open_nursery() as nursery:
+        async with (open_supervisor(config, state_dir=tmp_path / "state") as sup,
+                    trio.open_nursery() as nursery):
             url = await nursery.start(serve_http, sup, "127.0.0.1", 0)
             old, new = Tally(), Tally()
             async with Client(url, mode="legacy", cache=None, message_handler=old.handler) as legacy, \
@@ -204,7 +210,8 @@ def test_serve_refuses_to_start_with_status_2(tmp_path: Path, extra: tuple[str, 
     config = write_config(tmp_path, {"s1": flaky("--name", "s1", "--record", str(record))},
                           toolsets={"dev": ["s1.echo"]}, exposure="menu")
     proc = subprocess.run(
-        [PY, "-m", "mcpvisor", "serve", "--config", str(config), "--state-dir", str(tmp_path / "state"), *extra],
+        [PY, "-m", "mcpvisor", "serve", "--config", str(config), "--state-dir", str(tmp_path / "state"),
+         *extra],
         env={**os.environ, **env}, stdin=subprocess.DEVNULL, capture_output=True, text=True,
         timeout=REAL_IO_BOUND_S, check=False,
     )

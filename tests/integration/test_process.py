@@ -31,6 +31,7 @@ from mcpvisor.actors.process import (
     stop_process,
 )
 from tests.helpers import REAL_IO_BOUND_S, SERVERS_DIR
+from tests.polling import poll_until
 
 FLAKY = str(SERVERS_DIR / "flaky.py")
 
@@ -102,8 +103,7 @@ async def test_group_members_ignore_zombies() -> None:
             assert _group_members(child.pid) == [child.pid]
             assert _group_alive(child.pid)
             child.kill()
-            while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:
-                await trio.sleep(0.01)
+            await poll_until(lambda: psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE, every=0.01)
             assert _group_members(child.pid) == []
             assert not _group_alive(child.pid)
         finally:
@@ -123,13 +123,13 @@ async def test_the_watchdog_kills_registered_groups_when_the_proxy_end_closes() 
             grandchild = await read_grandchild(doomed)
             spared = await spawn([sys.executable, FLAKY], env={}, cwd=None, reaper=reaper)
             await reaper.unregister(spared.pid)
-            assert reaper._writer is not None and reaper._proc is not None
+            assert reaper._writer is not None
+            assert reaper._proc is not None
             await reaper._writer.aclose()  # what the kernel does when the proxy dies
             await reaper._proc.wait()
             await doomed.wait()
             assert doomed.returncode == -signal.SIGKILL
-            while alive(grandchild):
-                await trio.sleep(0.01)
+            await poll_until(lambda: not alive(grandchild), every=0.01)
             assert spared.returncode is None
             assert await stop_process(spared, grace=5.0, reaper=None) == 0
             await stop_process(doomed, grace=5.0, reaper=None)

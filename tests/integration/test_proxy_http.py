@@ -31,7 +31,8 @@ async def test_two_clients_in_both_eras_share_the_proxy_and_both_hear_list_chang
         async with open_supervisor(config) as sup, trio.open_nursery() as nursery:
             await sup.wait_ready()  # about list changes after start-up, not during it
             url = await nursery.start(serve_http, sup, "127.0.0.1", 0)
-            assert url.startswith("http://127.0.0.1:") and url.endswith("/mcp")
+            assert url.startswith("http://127.0.0.1:")
+            assert url.endswith("/mcp")
             async with Client(url, mode="legacy", cache=None, **legacy_rec.kwargs()) as legacy, \
                     Client(url, cache=None) as modern:
                 assert legacy.protocol_version == "2025-11-25"
@@ -86,7 +87,8 @@ async def test_sampling_reaches_the_http_client_whose_call_caused_it(tmp_path: P
         async with open_supervisor(config) as sup, trio.open_nursery() as nursery:
             url = await nursery.start(serve_http, sup, "127.0.0.1", 0)
             async with Client(url, mode="legacy", cache=None, **rec.kwargs()) as client:
-                assert text_of(await client.call_tool("ev_sample", {"prompt": "q"})) == "sampled: from the client"
+                sampled = await client.call_tool("ev_sample", {"prompt": "q"})
+                assert text_of(sampled) == "sampled: from the client"
                 assert text_of(await client.call_tool("ev_roots", {})) == "file:///workspace"
             nursery.cancel_scope.cancel()
 

@@ -28,6 +28,7 @@ from tests.helpers import (
     time_server,
     write_config,
 )
+from tests.polling import poll_until
 
 pytestmark = pytest.mark.slow
 
@@ -57,7 +58,8 @@ def ev_server(tmp_path: Path, fast_path: bool) -> tuple[Path, Path]:
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
-async def test_a_client_uses_three_upstreams_through_the_proxy(three_servers: tuple[Path, Path], mode: str) -> None:
+async def test_a_client_uses_three_upstreams_through_the_proxy(three_servers: tuple[Path, Path],
+                                                               mode: str) -> None:
     """Tools of all three servers are listed under prefixed names and each one answers;
     results arrive as the upstream sent them, in the client's era (auto = 2026-07-28)."""
     config, _ = three_servers
@@ -72,7 +74,8 @@ async def test_a_client_uses_three_upstreams_through_the_proxy(three_servers: tu
             assert added.structured_content == {"sum": 42}
             assert text_of(await client.call_tool("fl_add", {"a": 1, "b": 2})) == "3"
             now = await client.call_tool("time_get_current_time", {"timezone": "UTC"})
-            assert not now.is_error and "UTC" in text_of(now)
+            assert not now.is_error
+            assert "UTC" in text_of(now)
 
 
 async def test_resources_prompts_and_completion_are_forwarded(ev_server: tuple[Path, Path]) -> None:
@@ -121,16 +124,16 @@ async def test_progress_logging_sampling_elicitation_and_roots_reach_the_caller(
     """Mid-call traffic goes to the client whose call caused it, and its answers go back."""
     config, _ = ev_server
     rec = Recorder()
-    progress: list[tuple[float, float | None, str | None]] = []
+    reported: list[tuple[float, float | None, str | None]] = []
 
-    async def on_progress(p: float, total: float | None, message: str | None) -> None:
-        progress.append((p, total, message))
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        reported.append((progress, total, message))
 
     with trio.fail_after(REAL_IO_BOUND_S):
         async with embedded_client(config, recorder=rec) as client:
             done = await client.call_tool("ev_progress", {"steps": 3}, progress_callback=on_progress)
             assert text_of(done) == "done 3"
-            assert [p for p, _, _ in progress] == [1.0, 2.0, 3.0]
+            assert [p for p, _, _ in reported] == [1.0, 2.0, 3.0]
             assert text_of(await client.call_tool("ev_sample", {"prompt": "q"})) == "sampled: from the client"
             assert "elicited: accept" in text_of(await client.call_tool("ev_elicit", {"message": "who?"}))
             assert text_of(await client.call_tool("ev_roots", {})) == "file:///workspace"
@@ -138,9 +141,10 @@ async def test_progress_logging_sampling_elicitation_and_roots_reach_the_caller(
             await client.call_tool("ev_log", {"level": "warning", "message": "disk almost full"})
             with trio.fail_after(10):
                 while not any(log.data == "disk almost full" for log in rec.logs):
-                    await trio.sleep(0.01)
+                    await rec.logged.wait()
             log = next(log for log in rec.logs if log.data == "disk almost full")
-            assert log.logger is not None and log.logger.startswith("ev")
+            assert log.logger is not None
+            assert log.logger.startswith("ev")
 
 
 async def test_list_changed_from_an_upstream_reaches_the_client(ev_server: tuple[Path, Path]) -> None:
@@ -169,12 +173,12 @@ async def test_cancelling_a_call_reaches_the_upstream_and_frees_it(tmp_path: Pat
             with trio.move_on_after(1.0):
                 await client.call_tool("ev_sleep", {"seconds": 30})
             with trio.fail_after(20):
-                while not any(e.get("event") == "cancelled" for e in read_record(record)):
-                    await trio.sleep(0.05)
+                await poll_until(lambda: any(e.get("event") == "cancelled" for e in read_record(record)))
             assert text_of(await client.call_tool("ev_echo", {"text": "after"})) == "echo: after"
     calls = [e for e in read_record(record) if e.get("event") == "call" and e.get("name") == "sleep"]
     cancels = [e for e in read_record(record) if e.get("event") == "cancelled"]
-    assert calls and cancels[0]["requestId"] == calls[0]["id"]
+    assert calls
+    assert cancels[0]["requestId"] == calls[0]["id"]
     assert str(calls[0]["id"]).startswith("mv-")
 
 
@@ -184,7 +188,8 @@ async def test_unknown_tool_names_the_closest_ones(tmp_path: Path, fast_path: bo
         async with embedded_client(config) as client:
             result = await client.call_tool("fl_ecoh", {"text": "x"})
             assert result.is_error
-            assert "fl_ecoh" in text_of(result) and "fl_echo" in text_of(result)
+            assert "fl_ecoh" in text_of(result)
+            assert "fl_echo" in text_of(result)
 
 
 async def test_an_upstream_error_is_passed_through(tmp_path: Path, fast_path: bool) -> None:
@@ -197,4 +202,5 @@ async def test_an_upstream_error_is_passed_through(tmp_path: Path, fast_path: bo
             assert caught.value.error.code == -32099
             assert "nope, not today" in caught.value.error.message
             failed = await client.call_tool("ev_fail", {"message": "tool said no"})
-            assert failed.is_error and text_of(failed) == "tool said no"
+            assert failed.is_error
+            assert text_of(failed) == "tool said no"

@@ -56,14 +56,16 @@ def a_fleet() -> StubSupervisor:
 
 async def test_no_running_proxy_is_a_clear_message_and_exit_1(tmp_path: Path) -> None:
     code, out, err = await run_cli("--state-dir", str(tmp_path))
-    assert code == 1 and out == ""
+    assert code == 1
+    assert out == ""
     assert f"no running mcpvisor proxy found in {tmp_path}" in err
 
 
 async def test_json_with_no_running_proxy_is_an_empty_list(tmp_path: Path) -> None:
     """A script asking for JSON gets valid JSON (no proxies) besides the message and exit 1."""
     code, out, err = await run_cli("--state-dir", str(tmp_path), "--format", "json")
-    assert code == 1 and json.loads(out) == []
+    assert code == 1
+    assert json.loads(out) == []
     assert "no running mcpvisor proxy" in err
 
 
@@ -94,7 +96,8 @@ async def test_json_format_is_the_status_reply_per_proxy(tmp_path: Path) -> None
     assert code == 0
     [report] = json.loads(out)
     assert [s["name"] for s in report["servers"]] == ["git", "flaky", "never"]
-    assert report["servers"][2]["circuit"] == "open" and report["servers"][2]["retryAt"].endswith("Z")
+    assert report["servers"][2]["circuit"] == "open"
+    assert report["servers"][2]["retryAt"].endswith("Z")
     assert "ok" not in report
 
 
@@ -105,12 +108,15 @@ async def test_watch_redraws_until_stopped(tmp_path: Path) -> None:
             code, out, _ = await run_cli("--state-dir", str(tmp_path), "--watch", "--count", "2")
             nursery.cancel_scope.cancel()
     assert code == 0
-    assert "circuit_open" in out and "Ctrl-C to stop" in out
+    assert "circuit_open" in out
+    assert "Ctrl-C to stop" in out
 
 
 async def test_watch_without_a_proxy_keeps_waiting(tmp_path: Path) -> None:
     code, out, _ = await run_cli("--state-dir", str(tmp_path), "--watch", "--count", "1")
-    assert code == 0 and "no running mcpvisor proxy" in out and "watching" in out
+    assert code == 0
+    assert "no running mcpvisor proxy" in out
+    assert "watching" in out
 
 
 def test_formatting_helpers() -> None:
@@ -148,9 +154,11 @@ async def test_an_80_column_terminal_still_shows_every_server_and_state(
     assert code == 0, err
     for text in ("git", "flaky", "never", "ready", "backing_off", "circuit_open"):
         assert text in out, text
-    assert "lives ok/failed" not in out and "avail." not in out
+    assert "lives ok/failed" not in out
+    assert "avail." not in out
     assert max(len(line) for line in out.splitlines()) <= 80
     assert "  flaky: exited with status 3: Traceback (most recent call last): boom" in out.splitlines()
     assert "  never: exited with status 2: fatal: no API key" in out.splitlines()
-    assert "restarts" in out and "2 (2/min)" in out
+    assert "restarts" in out
+    assert "2 (2/min)" in out
     assert "(in " not in out  # the countdown after "retry at" is a detail too

@@ -68,7 +68,8 @@ async def test_the_api_refuses_a_huge_streamed_body_with_413_without_reading_it(
                     (f"POST /api/servers HTTP/1.1\r\n{host}{auth}Content-Type: application/json\r\n"
                      "Transfer-Encoding: chunked\r\n\r\n").encode()
                 )
-                got, head = trio.Event(), []
+                got = trio.Event()
+                head: list[bytes] = []
                 sent = 0
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(response_head, stream, got, head)
@@ -87,7 +88,8 @@ async def test_the_api_refuses_a_huge_streamed_body_with_413_without_reading_it(
                     (f"POST /api/servers HTTP/1.1\r\n{host}{auth}Content-Type: application/json\r\n"
                      f"Content-Length: {HUGE}\r\n\r\n{{").encode()
                 )
-                got, head = trio.Event(), []
+                got = trio.Event()
+                head = []
                 await response_head(stream, got, head)
             assert head[0].startswith(b"HTTP/1.1 413"), head[0][:200]
             async with httpx2.AsyncClient() as http:

@@ -406,6 +406,7 @@ async def test_a_websocket_whose_token_a_reload_removes_is_closed(tmp_path: Path
                 with pytest.raises(ConnectionClosed) as closed:
                     await ws_a.get_message()
                 closed_in = trio.current_time() - reloaded
+                assert closed.value.reason is not None
                 assert closed.value.reason.code == 1008
                 assert closed.value.reason.reason == "token no longer accepted"
                 # trio-websocket 0.12 leaves the TCP stream open when the peer closed first

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import httpx2
 import psutil
@@ -113,7 +113,7 @@ async def test_a_session_over_64_requests_in_flight_gets_an_error_for_each_extra
                         }
                     )
                 )
-            errors = []
+            errors: list[dict[str, Any]] = []
             while len(errors) < EXTRA:
                 reply = json.loads(await ws.get_message())
                 assert "error" in reply, reply  # nothing else can answer: every call sleeps 10 minutes
@@ -136,6 +136,7 @@ async def test_an_idle_websocket_session_is_closed_after_the_idle_timeout(tmp_pa
             assert "result" in json.loads(await ws.get_message())
             with pytest.raises(ConnectionClosed) as closed:
                 await ws.get_message()
+            assert closed.value.reason is not None
             assert closed.value.reason.code == 1001
             # trio-websocket 0.12 leaves the TCP stream open when the peer closed first
             # (aclose returns early once a close reason is set): close it for the leak check.

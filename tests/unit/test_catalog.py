@@ -43,7 +43,8 @@ def test_auto_mode_prefixes_only_the_tools_that_clash() -> None:
 
 
 def test_none_mode_reports_a_clash_and_keeps_both_callable() -> None:
-    got, problems = names([Candidate("a", "read", tool("read")), Candidate("b", "read", tool("read"))], "none")
+    got, problems = names([Candidate("a", "read", tool("read")), Candidate("b", "read", tool("read"))],
+                          "none")
     assert len(set(got.values())) == 2
     assert any("namespacing 'none'" in p for p in problems)
 
@@ -51,12 +52,14 @@ def test_none_mode_reports_a_clash_and_keeps_both_callable() -> None:
 def test_names_that_flatten_alike_are_both_kept_under_stable_distinct_names() -> None:
     """`a-b` and `a_b` would both be `s_a_b`: neither silently shadows the other, and the
     result does not depend on the order the servers came up in."""
-    first, problems = names([Candidate("s", "a-b", tool("a-b")), Candidate("s", "a_b", tool("a_b"))], "prefix")
+    first, problems = names([Candidate("s", "a-b", tool("a-b")), Candidate("s", "a_b", tool("a_b"))],
+                            "prefix")
     second, _ = names([Candidate("s", "a_b", tool("a_b")), Candidate("s", "a-b", tool("a-b"))], "prefix")
     assert first == second
     assert len(set(first.values())) == 2
     assert all(v.startswith("s_a_b_") for v in first.values())
-    assert problems and "name collision" in problems[0]
+    assert problems
+    assert "name collision" in problems[0]
 
 
 def test_long_names_are_capped_with_a_stable_hash() -> None:
@@ -72,7 +75,8 @@ def test_long_names_are_capped_with_a_stable_hash() -> None:
 
 def test_snapshot_routes_by_table_and_passes_schemas_through() -> None:
     schema = {"type": "object", "properties": {"text": {"type": "string"}}}
-    lists = {"ev": UpstreamLists(tools=(tool("echo", inputSchema=schema, annotations={"readOnlyHint": True}),),
+    lists = {"ev": UpstreamLists(tools=(tool("echo", inputSchema=schema,
+                                             annotations={"readOnlyHint": True}),),
                                  prompts=({"name": "greet"},),
                                  resources=({"uri": "mem://a", "name": "a"},),
                                  templates=({"uriTemplate": "mem://items/{id}", "name": "item"},))}

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from mcpvisor.actors.fronts.auth import StaticTokens, host_rules
+from mcpvisor.dashboard import DashboardGuard, ensure_token
 from mcpvisor.dashboard._entries import FieldErrors, check_entry, masked, unmask
-from mcpvisor.dashboard._guard import COOKIE, DashboardGuard, cookie_value, ensure_token, set_cookie
+from mcpvisor.dashboard._guard import COOKIE, cookie_value, set_cookie
 from mcpvisor.dashboard._metrics import WINDOW_S, CallWindow
 
 TOKEN = "dashboard-token-0123456789abcdef"

@@ -62,9 +62,11 @@ def test_tools_list_is_the_three_tools_and_the_catalog_names_every_tool_and_lazy
     snap = discovery_core().snapshot
     assert [t["name"] for t in snap.tools_list] == [DISCOVER_TOOL, USE_TOOL, LOAD_MCP]
     text = snap.tools_list[0]["description"]
-    assert "## git" in text and "- git_status: Show the working tree status" in text
+    assert "## git" in text
+    assert "- git_status: Show the working tree status" in text
     assert "## web — Web search and fetching" in text
-    assert "<mcp_servers>" in text and "- big: Big internal toolbox" in text
+    assert "<mcp_servers>" in text
+    assert "- big: Big internal toolbox" in text
     assert set(CONFIG_TOOLS) <= set(snap.local_tools)  # management tools: callable, not listed
     assert set(snap.tools) == {"git_status", "git_commit", "web_search", "web_fetch"}
 
@@ -95,14 +97,15 @@ def test_over_the_budget_the_catalog_lists_servers_and_counts_and_says_to_search
     small = discovery_core(budget=len(full.encode()) - 1).snapshot.tools_list[0]["description"]
     assert len(small.encode()) < len(full.encode())
     assert "git_status" not in small
-    assert "- git: 2 tools" in small and '{"query": "a few words"}' in small
+    assert "- git: 2 tools" in small
+    assert '{"query": "a few words"}' in small
     assert "- big: Big internal toolbox" in small
 
 
 def test_a_query_ranks_by_name_then_description_then_server() -> None:
     index = discovery_core().snapshot.discovery
     assert index is not None
-    assert [m.name for m in index.search("search")][0] == "web_search"
+    assert index.search("search")[0].name == "web_search"
     assert [m.name for m in index.search("working tree")] == ["git_status"]
     assert [m.name for m in index.search("web")][:2] == ["web_search", "web_fetch"]
     assert index.search("zzz") == []
@@ -124,16 +127,20 @@ def test_a_query_matches_words_not_letters_inside_them() -> None:
 def test_use_tool_plans_check_arguments_before_anything_is_sent() -> None:
     snap = discovery_core().snapshot
     plan = plan_use(snap, {"tool_name": "git.commit", "arguments": {"message": "x"}})
-    assert isinstance(plan, CallRoute) and plan.route.original == "commit"
+    assert isinstance(plan, CallRoute)
+    assert plan.route.original == "commit"
     bad = plan_use(snap, {"tool_name": "git_commit", "arguments": {"message": 3}})
-    assert isinstance(bad, dict) and bad["isError"]
+    assert isinstance(bad, dict)
+    assert bad["isError"]
     assert "arguments.message: 3 is not of type 'string'" in bad["content"][0]["text"]
     missing = plan_use(snap, {"tool_name": "git_commit"})
-    assert isinstance(missing, dict) and "'message' is a required property" in missing["content"][0]["text"]
+    assert isinstance(missing, dict)
+    assert "'message' is a required property" in missing["content"][0]["text"]
     assert isinstance(plan_use(snap, {"tool_name": "equip-toolset", "arguments": {"name": "x"}}), CallLocal)
     assert plan_use(snap, {"tool_name": "big_echo"}) == NeedsLoad("big", "big_echo")
     unknown = plan_use(snap, {"tool_name": "git_stat"})
-    assert isinstance(unknown, dict) and unknown["structuredContent"]["didYouMean"][0] == "git_status"
+    assert isinstance(unknown, dict)
+    assert unknown["structuredContent"]["didYouMean"][0] == "git_status"
 
 
 def test_check_arguments_accepts_what_the_schema_allows() -> None:
@@ -143,7 +150,8 @@ def test_check_arguments_accepts_what_the_schema_allows() -> None:
 
 
 def test_discovery_is_accepted_and_the_budget_is_validated() -> None:
-    settings = parse_config({"mcpServers": {}, "settings": {"exposure": "discovery", "discoveryBudget": 4096}}).settings
+    settings = parse_config({"mcpServers": {},
+                             "settings": {"exposure": "discovery", "discoveryBudget": 4096}}).settings
     assert with_env_overrides(settings, env={}).exposure == "discovery"
     assert settings.discovery_budget == 4096
     with pytest.raises(ConfigError, match='"discoveryBudget": 10 is out of range'):
@@ -157,13 +165,15 @@ def _discovery_backend(p: Any) -> None:
     from mcpvisor.actors.core.discovery import DiscoveryIndex
 
     snap = p.backend.router.snapshot
-    routes = {name: dataclasses.replace(r, wire={**r.wire, "inputSchema": tool("x", text="string")["inputSchema"]})
+    schema = tool("x", text="string")["inputSchema"]
+    routes = {name: dataclasses.replace(r, wire={**r.wire, "inputSchema": schema})
               for name, r in snap.tools.items()}
     p.backend.router.snapshot = dataclasses.replace(snap, tools=routes,
                                                     discovery=DiscoveryIndex(routes=tuple(routes.values())))
 
 
-async def test_use_tool_takes_the_fast_path_as_the_direct_call(autojump_clock: trio.testing.MockClock) -> None:
+async def test_use_tool_takes_the_fast_path_as_the_direct_call(
+        autojump_clock: trio.testing.MockClock) -> None:
     """A use_tool call with good arguments reaches the upstream as the direct call of the
     tool (its own name, the arguments as sent, a proxy id) and its answer comes back
     unchanged under the client's id; the fast path owns it."""
@@ -173,9 +183,11 @@ async def test_use_tool_takes_the_fast_path_as_the_direct_call(autojump_clock: t
             await p.client.handshake()
             await p.client.send({"jsonrpc": "2.0", "id": "u1", "method": "tools/call",
                                  "params": {"name": USE_TOOL,
-                                            "arguments": {"tool_name": "s_echo", "arguments": {"text": "hi"}}}})
+                                            "arguments": {"tool_name": "s_echo",
+                                                          "arguments": {"text": "hi"}}}})
             request = await p.server.receive()
-            assert p.stdio.fast_path is not None and p.stdio.fast_path.owns("u1")
+            assert p.stdio.fast_path is not None
+            assert p.stdio.fast_path.owns("u1")
             assert request["params"] == {"name": "echo", "arguments": {"text": "hi"}}
             assert request["id"].startswith("mv-")
             await p.server.answer(request, {"content": [{"type": "text", "text": "echo: hi"}]})
@@ -220,17 +232,19 @@ def test_many_lazy_servers_keep_the_start_up_list_small_and_are_found_by_query()
 
 
 @pytest.mark.parametrize("arguments", [
-    {"q": "x"}, {"q": 1}, {}, {"q": "x", "n": 2}, {"q": "x", "n": 2.0}, {"q": "x", "n": True}, {"q": "x", "n": 1.5},
+    {"q": "x"}, {"q": 1}, {}, {"q": "x", "n": 2}, {"q": "x", "n": 2.0}, {"q": "x", "n": True},
+    {"q": "x", "n": 1.5},
     {"q": "x", "flag": False}, {"q": "x", "flag": 0}, {"q": "x", "items": []}, {"q": "x", "items": {}},
     {"q": "x", "any": None}, {"q": "x", "extra": 1}, {"q": None},
     {"q": "x", "n": 0}, {"q": "x", "n": 101}, {"q": "x", "n": 100}, {"q": "", "n": 1}, {"q": "x" * 11},
-    {"q": "x", "color": "red"}, {"q": "x", "color": "mauve"}, {"q": "x", "color": 1}, {"q": "x", "when": "nonsense"},
+    {"q": "x", "color": "red"}, {"q": "x", "color": "mauve"}, {"q": "x", "color": 1},
+    {"q": "x", "when": "nonsense"},
     {"q": "x", "ratio": 0.0}, {"q": "x", "ratio": 1.0}, {"q": "x", "ratio": 0.5}, {"q": "x", "ratio": "0.5"},
 ])
 @pytest.mark.parametrize("closed", [False, True])
 def test_the_quick_check_agrees_with_jsonschema(arguments: dict[str, Any], closed: bool) -> None:
     """use_tool's quick check of flat schemas never accepts what jsonschema refuses, nor the reverse."""
-    import jsonschema
+    import jsonschema  # type: ignore[import-untyped]  # jsonschema ships no type hints
 
     schema = {"type": "object", "required": ["q"], "additionalProperties": not closed,
               "properties": {"q": {"type": "string", "minLength": 1, "maxLength": 10},

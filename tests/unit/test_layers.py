@@ -122,7 +122,8 @@ def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_scan_sees_the_whole_package() -> None:
     graph = _graph()
-    assert "mcpvisor.tree" in graph and "mcpvisor.actors.core.catalog" in graph
+    assert "mcpvisor.tree" in graph
+    assert "mcpvisor.actors.core.catalog" in graph
     assert "mcpvisor.actors.core.catalog" in graph["mcpvisor.actors.core.registry"]
 
 

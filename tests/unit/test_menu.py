@@ -28,13 +28,15 @@ def text(result: dict[str, Any]) -> str:
 
 def data(result: dict[str, Any]) -> dict[str, Any]:
     assert not result.get("isError"), text(result)
-    return result["structuredContent"]
+    out: dict[str, Any] = result["structuredContent"]
+    return out
 
 
 def error(result: dict[str, Any]) -> dict[str, Any]:
     assert result.get("isError") is True, result
     assert result["structuredContent"]["message"] in text(result)
-    return result["structuredContent"]
+    out: dict[str, Any] = result["structuredContent"]
+    return out
 
 
 async def two_servers(h: Harness) -> None:
@@ -58,7 +60,8 @@ def test_definitions_have_the_hypertool_names_and_arguments() -> None:
                  "exit-configuration-mode", "enter-configuration-mode"):
         assert props[name] == set()
     for d in DEFINITIONS.values():
-        assert d["description"] and d["inputSchema"]["type"] == "object"
+        assert d["description"]
+        assert d["inputSchema"]["type"] == "object"
 
 
 async def test_list_available_tools_groups_by_server_with_ref_ids_and_filters(tmp_path: Path) -> None:
@@ -72,18 +75,22 @@ async def test_list_available_tools_groups_by_server_with_ref_ids_and_filters(tm
             assert [s["name"] for s in out["servers"]] == ["git", "docs", "down"]
             assert out["toolCount"] == 6
             git = out["servers"][0]
-            assert git["state"] == "ready" and git["toolCount"] == 4
-            assert [t["namespacedName"] for t in git["tools"]] == ["git.status", "git.diff", "git.commit", "git.log"]
+            assert git["state"] == "ready"
+            assert git["toolCount"] == 4
+            assert [t["namespacedName"] for t in git["tools"]] == [
+                "git.status", "git.diff", "git.commit", "git.log"]
             assert all(len(t["refId"]) == 16 and t["description"] for t in git["tools"])
-            assert out["servers"][2] == {"name": "down", "state": "down", "reason": "exit status 1", "toolCount": 0,
-                                         "tools": []}
+            assert out["servers"][2] == {"name": "down", "state": "down", "reason": "exit status 1",
+                                         "toolCount": 0, "tools": []}
             body = text(await h.call("list-available-tools"))
-            assert "## git (ready; 4 tools)" in body and "- docs.resolve-library-id  [refId " in body
+            assert "## git (ready; 4 tools)" in body
+            assert "- docs.resolve-library-id  [refId " in body
             assert "## down (down: exit status 1; 0 tools)" in body
             only = data(await h.call("list-available-tools", server="docs"))
             assert [s["name"] for s in only["servers"]] == ["docs"]
             err = error(await h.call("list-available-tools", server="dcos"))
-            assert err["error"] == "unknown_server" and err["servers"] == ["git", "docs", "down"]
+            assert err["error"] == "unknown_server"
+            assert err["servers"] == ["git", "docs", "down"]
 
 
 async def test_build_with_auto_equip_shows_the_toolset_and_returns_to_normal_mode(tmp_path: Path) -> None:
@@ -93,12 +100,15 @@ async def test_build_with_auto_equip_shows_the_toolset_and_returns_to_normal_mod
         async with open_harness(tmp_path / "s", servers=("git", "docs")) as h:
             await two_servers(h)
             assert h.names() == [*CONFIG_TOOLS, EXIT_CONFIG]
-            result = await h.call("build-toolset", name="dev", description="daily work", autoEquip=True, tools=[
-                {"namespacedName": "git.status"}, {"namespacedName": "git.diff"},
-                {"namespacedName": "docs.resolve-library-id", "alias": "resolve"}])
+            tools = [{"namespacedName": "git.status"}, {"namespacedName": "git.diff"},
+                     {"namespacedName": "docs.resolve-library-id", "alias": "resolve"}]
+            result = await h.call("build-toolset", name="dev", description="daily work", autoEquip=True,
+                                  tools=tools)
             out = data(result)
-            assert out["equipped"] is True and out["warnings"] == []
-            assert out["toolset"]["name"] == "dev" and out["toolset"]["toolCount"] == 3
+            assert out["equipped"] is True
+            assert out["warnings"] == []
+            assert out["toolset"]["name"] == "dev"
+            assert out["toolset"]["toolCount"] == 3
             assert h.names() == [ENTER_CONFIG, "git_status", "git_diff", "resolve"]
             assert out["active"]["visibleTools"] == h.names()
             assert out["active"]["configurationMode"] is False
@@ -112,8 +122,10 @@ async def test_build_errors_say_what_exists(tmp_path: Path) -> None:
     with trio.fail_after(BOUND_S):
         async with open_harness(tmp_path / "s", servers=("git", "docs"), declared={"ro": ["git.log"]}) as h:
             await two_servers(h)
-            err = error(await h.call("build-toolset", name="bad name!", tools=[{"namespacedName": "git.status"}]))
-            assert err["error"] == "invalid_name" and "A-Z" in err["rule"]
+            err = error(await h.call("build-toolset", name="bad name!",
+                                     tools=[{"namespacedName": "git.status"}]))
+            assert err["error"] == "invalid_name"
+            assert "A-Z" in err["rule"]
             err = error(await h.call("build-toolset", name="dev", tools=[{"namespacedName": "git.stats"},
                                                                          {"namespacedName": "nope.x"}]))
             assert err["error"] == "unknown_tool"
@@ -126,14 +138,17 @@ async def test_build_errors_say_what_exists(tmp_path: Path) -> None:
             assert "management tool" in err["message"]
             err = error(await h.call("build-toolset", name="dev", tools=[]))
             assert err["error"] == "invalid_arguments"
-            err = error(await h.call("build-toolset", name="dev", tools=[{"namespacedName": "git.log"}], extra=1))
-            assert err["error"] == "invalid_arguments" and "extra" in err["message"]
+            err = error(await h.call("build-toolset", name="dev", tools=[{"namespacedName": "git.log"}],
+                                     extra=1))
+            assert err["error"] == "invalid_arguments"
+            assert "extra" in err["message"]
             err = error(await h.call("build-toolset", name="ro", tools=[{"namespacedName": "git.log"}]))
             assert err["error"] == "read_only"
             assert not (await trio.to_thread.run_sync(h.store.load)).toolsets
             data(await h.call("build-toolset", name="dev", tools=[{"namespacedName": "git.log"}]))
             err = error(await h.call("build-toolset", name="dev", tools=[{"namespacedName": "git.log"}]))
-            assert err["error"] == "toolset_exists" and err["toolsets"] == ["ro", "dev"]
+            assert err["error"] == "toolset_exists"
+            assert err["toolsets"] == ["ro", "dev"]
 
 
 async def test_build_by_ref_id_and_for_a_server_not_up_yet(tmp_path: Path) -> None:
@@ -147,8 +162,8 @@ async def test_build_by_ref_id_and_for_a_server_not_up_yet(tmp_path: Path) -> No
             out = data(await h.call("build-toolset", name="dev", autoEquip=True,
                                     tools=[{"refId": rid}, {"namespacedName": "late.work"}]))
             assert out["toolset"]["tools"][0] == {"namespacedName": "git.diff", "refId": rid, "alias": None}
-            assert out["warnings"] == ["late.work: not checked, server late is starting; it is pending until the "
-                                       "server is up"]
+            assert out["warnings"] == ["late.work: not checked, server late is starting; "
+                                       "it is pending until the server is up"]
             assert [t["state"] for t in out["active"]["tools"]] == ["exposed", "pending"]
             await h.up("late", "work")
             assert h.names() == [ENTER_CONFIG, "git_diff", "late_work"]
@@ -165,17 +180,22 @@ async def test_equip_unequip_and_configuration_mode_round_trip(tmp_path: Path) -
             err = error(await h.call("equip-toolset", name="deev"))
             assert err == {"error": "unknown_toolset", "message": err["message"], "toolsets": ["ro", "dev"]}
             out = data(await h.call("equip-toolset", name="dev"))
-            assert out["equipped"] == "dev" and h.names() == [ENTER_CONFIG, "git_status"]
+            assert out["equipped"] == "dev"
+            assert h.names() == [ENTER_CONFIG, "git_status"]
             out = data(await h.call("enter-configuration-mode"))
-            assert out["configurationMode"] is True and out["equipped"] == "dev"
+            assert out["configurationMode"] is True
+            assert out["equipped"] == "dev"
             assert h.names() == [*CONFIG_TOOLS, EXIT_CONFIG]
             out = data(await h.call("exit-configuration-mode"))
             assert out["visibleTools"] == [ENTER_CONFIG, "git_status"]
             data(await h.call("enter-configuration-mode"))
             out = data(await h.call("unequip-toolset"))
-            assert out["unequipped"] == "dev" and out["equipped"] is None and out["configurationMode"] is True
+            assert out["unequipped"] == "dev"
+            assert out["equipped"] is None
+            assert out["configurationMode"] is True
             err = error(await h.call("unequip-toolset"))
-            assert err["error"] == "nothing_equipped" and err["toolsets"] == ["ro", "dev"]
+            assert err["error"] == "nothing_equipped"
+            assert err["toolsets"] == ["ro", "dev"]
             out = data(await h.call("exit-configuration-mode"))
             assert out["visibleTools"] == [ENTER_CONFIG]
             assert "no toolset equipped" in text(await h.call("enter-configuration-mode"))
@@ -185,12 +205,16 @@ async def test_delete_unequips_and_config_toolsets_are_read_only(tmp_path: Path)
     with trio.fail_after(BOUND_S):
         async with open_harness(tmp_path / "s", servers=("git", "docs"), declared={"ro": ["git.log"]}) as h:
             await two_servers(h)
-            data(await h.call("build-toolset", name="dev", autoEquip=True, tools=[{"namespacedName": "git.status"}]))
+            data(await h.call("build-toolset", name="dev", autoEquip=True,
+                              tools=[{"namespacedName": "git.status"}]))
             data(await h.call("enter-configuration-mode"))
             out = data(await h.call("delete-toolset", name="dev"))
-            assert out["wasEquipped"] is True and out["equipped"] is None and out["toolsets"] == ["ro"]
+            assert out["wasEquipped"] is True
+            assert out["equipped"] is None
+            assert out["toolsets"] == ["ro"]
             err = error(await h.call("delete-toolset", name="dev"))
-            assert err["error"] == "unknown_toolset" and err["toolsets"] == ["ro"]
+            assert err["error"] == "unknown_toolset"
+            assert err["toolsets"] == ["ro"]
             err = error(await h.call("delete-toolset", name="ro"))
             assert err["error"] == "read_only"
             data(await h.call("equip-toolset", name="ro"))
@@ -223,11 +247,13 @@ async def test_get_active_toolset_reports_states_names_and_tokens(tmp_path: Path
                 {"namespacedName": "late.work"}]))
             result = await h.call("get-active-toolset")
             out = data(result)
-            assert out["toolset"]["name"] == "dev" and out["toolsetVisible"] is True
+            assert out["toolset"]["name"] == "dev"
+            assert out["toolsetVisible"] is True
             assert [(t["namespacedName"], t["exposedAs"], t["state"]) for t in out["tools"]] == [
                 ("git.status", "git_status", "exposed"), ("docs.search", "find", "exposed"),
                 ("late.work", None, "pending")]
-            assert out["counts"] == {"exposed": 2, "schema_changed": 0, "refused": 0, "pending": 1, "missing": 0}
+            assert out["counts"] == {"exposed": 2, "schema_changed": 0, "refused": 0, "pending": 1,
+                                     "missing": 0}
             tokens = out["tokens"]
             assert 0 < tokens["listed"] < tokens["allTools"]
             assert tokens["saved"] == tokens["allTools"] - tokens["listed"]
@@ -245,19 +271,25 @@ async def test_annotations_append_to_descriptions_and_errors_name_the_tools(tmp_
             err = error(await h.call("add-tool-annotation", toolRef={"namespacedName": "git.status"},
                                      notes=[{"name": "a", "note": "b"}]))
             assert err["error"] == "nothing_equipped"
-            data(await h.call("build-toolset", name="dev", autoEquip=True, tools=[{"namespacedName": "git.status"}]))
+            data(await h.call("build-toolset", name="dev", autoEquip=True,
+                              tools=[{"namespacedName": "git.status"}]))
             data(await h.call("enter-configuration-mode"))
             out = data(await h.call("add-tool-annotation", toolRef={"namespacedName": "git.status"},
                                     notes=[{"name": "scope", "note": "Only the work tree."}]))
-            assert out["added"] == ["scope"] and out["replaced"] == []
+            assert out["added"] == ["scope"]
+            assert out["replaced"] == []
             out = data(await h.call("add-tool-annotation", toolRef={"refId": out["tool"]["refId"]},
-                                    notes=[{"name": "scope", "note": "Work tree only."}, {"name": "x", "note": "y"}]))
-            assert out["replaced"] == ["scope"] and out["added"] == ["x"]
+                                    notes=[{"name": "scope", "note": "Work tree only."},
+                                           {"name": "x", "note": "y"}]))
+            assert out["replaced"] == ["scope"]
+            assert out["added"] == ["x"]
             assert out["notes"] == [{"name": "scope", "note": "Work tree only."}, {"name": "x", "note": "y"}]
             err = error(await h.call("add-tool-annotation", toolRef={"namespacedName": "git.diff"},
                                      notes=[{"name": "a", "note": "b"}]))
-            assert err["error"] == "unknown_tool" and err["tools"] == ["git.status"]
-            err = error(await h.call("add-tool-annotation", toolRef={"namespacedName": "git.status"}, notes=[]))
+            assert err["error"] == "unknown_tool"
+            assert err["tools"] == ["git.status"]
+            err = error(await h.call("add-tool-annotation", toolRef={"namespacedName": "git.status"},
+                                     notes=[]))
             assert err["error"] == "invalid_arguments"
             data(await h.call("exit-configuration-mode"))
             desc = h.core.snapshot.tools["git_status"].wire["description"]
@@ -270,7 +302,8 @@ async def test_all_mode_lists_management_tools_and_equip_narrows(tmp_path: Path)
             await two_servers(h)
             assert h.names()[: len(CONFIG_TOOLS)] == list(CONFIG_TOOLS)
             assert len(h.names()) == len(CONFIG_TOOLS) + 6
-            data(await h.call("build-toolset", name="dev", autoEquip=True, tools=[{"namespacedName": "git.status"}]))
+            data(await h.call("build-toolset", name="dev", autoEquip=True,
+                              tools=[{"namespacedName": "git.status"}]))
             assert h.names() == [*CONFIG_TOOLS, "git_status"]
             err = error(await h.call("enter-configuration-mode"))
             assert err["error"] == "no_configuration_mode"
@@ -282,13 +315,17 @@ async def test_get_server_status_reports_each_server(tmp_path: Path) -> None:
     with trio.fail_after(BOUND_S):
         async with open_harness(tmp_path / "s", servers=("git",)) as h:
             now = trio.current_time()
-            h.statuses = [SimpleNamespace(name="git", transport="stdio", state="circuit_open", reason="crashed",
-                                          since=now - 5, uptime=None, restarts=5, circuit="open",
-                                          retry_at=now + 30, last_error="exit status 3", tool_count=0)]
+            h.statuses = [SimpleNamespace(name="git", transport="stdio", state="circuit_open",
+                                          reason="crashed", since=now - 5, uptime=None, restarts=5,
+                                          circuit="open", retry_at=now + 30, last_error="exit status 3",
+                                          tool_count=0)]
             result = await h.call("get-server-status")
             (server,) = data(result)["servers"]
-            assert server["name"] == "git" and server["state"] == "circuit_open" and server["restarts"] == 5
-            assert 25 < server["retryInSeconds"] <= 30 and server["lastError"] == "exit status 3"
+            assert server["name"] == "git"
+            assert server["state"] == "circuit_open"
+            assert server["restarts"] == 5
+            assert 25 < server["retryInSeconds"] <= 30
+            assert server["lastError"] == "exit status 3"
             assert "- git: circuit_open (0 tools, restarts 5, circuit open, next try in" in text(result)
 
 
@@ -310,7 +347,8 @@ async def test_unknown_arguments_and_wrong_types_are_tool_errors(tmp_path: Path)
     with trio.fail_after(BOUND_S):
         async with open_harness(tmp_path / "s") as h:
             err = error(await h.call("equip-toolset"))
-            assert err["error"] == "invalid_arguments" and "'name'" in err["message"]
+            assert err["error"] == "invalid_arguments"
+            assert "'name'" in err["message"]
             err = error(await h.call("equip-toolset", name=3))
             assert err["error"] == "invalid_arguments"
             err = error(await h.call("get-active-toolset", verbose=True))

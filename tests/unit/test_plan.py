@@ -81,7 +81,8 @@ def test_an_unknown_name_waits_for_start_up_then_is_refused_with_the_closest_nam
     assert plan_call(snap, "calc_ad", started=False) is WAIT_FOR_STARTUP
     plan = plan_call(snap, "calc_ad")
     assert plan == Refused(unknown_tool("calc_ad", snap))
-    assert text(plan.result).startswith("Unknown tool 'calc_ad': server calc has no such tool. Did you mean: calc_add")
+    assert text(plan.result).startswith(
+        "Unknown tool 'calc_ad': server calc has no such tool. Did you mean: calc_add")
     assert plan.result["structuredContent"]["error"] == "unknown_tool"
     empty = plan_call(Snapshot(), "x")
     assert text(empty.result) == "Unknown tool 'x'. No tools are exposed right now."  # type: ignore[union-attr]

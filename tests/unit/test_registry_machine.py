@@ -122,7 +122,8 @@ class RegistryMachine(RuleBasedStateMachine):
 
     # --- toolset rules ----------------------------------------------------------------------
     @rule(name=st.sampled_from(NAMES), entries=entries_st, auto=st.booleans(), data=st.data())
-    def build(self, name: str, entries: list[tuple[str, str, str | None]], auto: bool, data: st.DataObject) -> None:
+    def build(self, name: str, entries: list[tuple[str, str, str | None]], auto: bool,
+              data: st.DataObject) -> None:
         if name in self.state.toolsets:
             return  # build-toolset refuses a taken name before anything changes
         listed = [(s, t) for s in SERVERS for t in self.up.get(s, {})]
@@ -196,7 +197,8 @@ class RegistryMachine(RuleBasedStateMachine):
         target = data.draw(st.sampled_from([e.namespaced_name for e in ts.tools]))
         per = dict(self.state.annotations.get(self.equipped, {}))
         per[target] = (Note("tip", note),)
-        self.state = dataclasses.replace(self.state, annotations={**self.state.annotations, self.equipped: per})
+        self.state = dataclasses.replace(self.state,
+                                         annotations={**self.state.annotations, self.equipped: per})
         new = self.state
         self._call(lambda ex, core: ex.sync(new))
 
@@ -219,16 +221,17 @@ class RegistryMachine(RuleBasedStateMachine):
         if self.configuring:
             return out
         ts = self.ex.equipped
-        assert ts is not None and ts.name == self.equipped
+        assert ts is not None
+        assert ts.name == self.equipped
         notes = self.state.annotations.get(self.equipped, {})
         seen = set()
         for e in ts.tools:
             server, _, name = e.namespaced_name.partition(".")
-            version = self.up.get(server, {}).get(name)
-            if version is None or (e.namespaced_name, e.alias) in seen:
+            listed = self.up.get(server, {}).get(name)
+            if listed is None or (e.namespaced_name, e.alias) in seen:
                 continue
             seen.add((e.namespaced_name, e.alias))
-            now = wire(name, version)
+            now = wire(name, listed)
             changed = e.pinned is not None and pin_of(now) != e.pinned
             if changed and self.pin == "refuse":
                 continue

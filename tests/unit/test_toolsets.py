@@ -41,7 +41,8 @@ NAME_OK = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
 
 def tool(name: str, *, kind: str = "string", desc: str | None = None, out: bool = False) -> dict[str, Any]:
     t: dict[str, Any] = {"name": name, "description": desc or f"The {name} tool.",
-                         "inputSchema": {"type": "object", "properties": {"x": {"type": kind}}, "required": ["x"]}}
+                         "inputSchema": {"type": "object", "properties": {"x": {"type": kind}},
+                                         "required": ["x"]}}
     if out:
         t["outputSchema"] = {"type": "object", "properties": {"y": {"type": "number"}}}
     return t
@@ -91,7 +92,7 @@ def test_menu_mode_with_nothing_equipped_lists_only_the_management_tools() -> No
 def test_equip_shows_the_toolset_and_enter_configuration_mode_under_flattened_names() -> None:
     """Equipped, normal mode: exactly the toolset's tools (``server_tool``) plus
     enter-configuration-mode; entering hides them again, exiting shows them."""
-    core, ex = make()
+    core, _ = make()
     core.apply(UpstreamUp("a", lists(tool("echo"), tool("add"), tool("resolve-id"))))
     _, changes = equip(core, toolset("dev", entry("a.echo"), entry("a.resolve-id")))
     assert changes.tools
@@ -99,7 +100,8 @@ def test_equip_shows_the_toolset_and_enter_configuration_mode_under_flattened_na
     route = core.snapshot.tools["a_resolve_id"]
     assert (route.server, route.original) == ("a", "resolve-id")
     _, changes = ExposureCall(lambda ex, c: ex.set_configuring(True)).run(core)
-    assert changes.tools and names(core) == [*CONFIG_TOOLS, EXIT_CONFIG]
+    assert changes.tools
+    assert names(core) == [*CONFIG_TOOLS, EXIT_CONFIG]
     ExposureCall(lambda ex, c: ex.set_configuring(False)).run(core)
     assert names(core) == [ENTER_CONFIG, "a_echo", "a_resolve_id"]
 
@@ -113,11 +115,12 @@ def test_exit_configuration_mode_with_nothing_equipped_leaves_only_the_way_back(
 
 def test_unequip_returns_to_the_menu_and_unequip_of_nothing_is_a_typed_error_without_change() -> None:
     """R2: unequip with nothing equipped raises, changes nothing and announces nothing."""
-    core, ex = make()
+    core, _ = make()
     core.apply(UpstreamUp("a", lists(tool("echo"))))
     equip(core, toolset("dev", entry("a.echo")))
     _, changes = ExposureCall(lambda ex, c: ex.unequip()).run(core)
-    assert changes.tools and names(core) == [*CONFIG_TOOLS, EXIT_CONFIG]
+    assert changes.tools
+    assert names(core) == [*CONFIG_TOOLS, EXIT_CONFIG]
     before = core.snapshot
     with pytest.raises(ToolsetError) as err:
         ExposureCall(lambda ex, c: ex.unequip()).run(core)
@@ -136,7 +139,8 @@ def test_a_failing_call_rolls_the_exposure_back() -> None:
 
     with pytest.raises(RuntimeError):
         ExposureCall(half).run(core)
-    assert ex.equipped is None and ex.configuring
+    assert ex.equipped is None
+    assert ex.configuring
     assert names(core) == [*CONFIG_TOOLS, EXIT_CONFIG]
 
 
@@ -152,7 +156,7 @@ def test_equip_twice_changes_nothing_the_second_time() -> None:
 def test_all_mode_lists_every_tool_plus_management_tools_and_equip_narrows() -> None:
     """``all``: every discovered tool after the nine management tools; equipping narrows
     to the toolset (management tools stay), unequipping widens again; no configuration mode."""
-    core, ex = make("all")
+    core, _ = make("all")
     core.apply(UpstreamUp("a", lists(tool("echo"), tool("add"))))
     core.apply(UpstreamUp("b", lists(tool("echo"))))
     assert names(core) == [*CONFIG_TOOLS, "a_echo", "a_add", "b_echo"]
@@ -235,10 +239,10 @@ def test_schema_change_with_refuse_withdraws_the_tool() -> None:
 
 
 def test_describe_changes_covers_parameters_required_and_output() -> None:
-    old = {"name": "t", "description": "d", "inputSchema": {"type": "object", "properties": {"a": {"type": "string"}},
-                                                           "required": ["a"]}}
-    new = {"name": "t", "description": "d", "inputSchema": {"type": "object", "properties": {"b": {"type": "integer"}},
-                                                           "required": ["b"]},
+    old = {"name": "t", "description": "d",
+           "inputSchema": {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}}
+    new = {"name": "t", "description": "d",
+           "inputSchema": {"type": "object", "properties": {"b": {"type": "integer"}}, "required": ["b"]},
            "outputSchema": {"type": "object"}}
     changes = describe_changes(pin_of(old), new)
     assert changes == ["input parameter 'b' added (integer)", "input parameter 'a' removed",
@@ -280,11 +284,12 @@ def test_long_names_are_capped_at_64_with_a_stable_hash() -> None:
     core.apply(UpstreamUp("s" * 40, lists(tool(long))))
     equip(core, toolset("dev", entry(f"{'s' * 40}.{long}")))
     (name,) = [n for n in names(core) if n != ENTER_CONFIG]
-    assert len(name) == MAX_NAME and NAME_OK.match(name)
+    assert len(name) == MAX_NAME
+    assert NAME_OK.match(name)
 
 
 def test_notes_are_appended_to_the_description() -> None:
-    core, ex = make()
+    core, _ = make()
     core.apply(UpstreamUp("a", lists(tool("echo"))))
     ts = toolset("dev", entry("a.echo"))
 
@@ -300,7 +305,7 @@ def test_notes_are_appended_to_the_description() -> None:
 
 def test_declared_toolsets_resolve_by_name_and_by_ref_id() -> None:
     """Config-file toolsets are read-only; a refId entry finds its tool by hash."""
-    core, ex = make()
+    core, _ = make()
     core.apply(UpstreamUp("a", lists(tool("echo"), tool("add"))))
     rid = ref_id("a", "add", tool("add"))
     decl = ToolsetDecl("dev", (ToolRef("a.echo", None, None), ToolRef(None, rid, "plus")), None)
@@ -315,7 +320,8 @@ def test_restore_equips_the_saved_toolset_in_normal_mode() -> None:
     ts = toolset("dev", entry("a.echo"))
     ex.restore(SavedState(equipped="dev", toolsets={"dev": ts}, annotations={}))
     core.rebuild()
-    assert not ex.configuring and ex.equipped == ts
+    assert not ex.configuring
+    assert ex.equipped == ts
     assert names(core) == [ENTER_CONFIG]
     core.apply(UpstreamUp("a", lists(tool("echo"))))
     assert names(core) == [ENTER_CONFIG, "a_echo"]

@@ -12,6 +12,8 @@ missing ``notifications/cancelled``.
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 import trio
@@ -33,8 +35,8 @@ from tests.fakes.links import (
 Clock = trio.testing.MockClock
 
 
-def text(result: dict[str, object]) -> str:
-    return "".join(c["text"] for c in result["content"])  # type: ignore[index, attr-defined]
+def text(result: Mapping[str, Any]) -> str:
+    return "".join(c["text"] for c in result["content"])
 
 
 async def test_call_in_flight_fails_at_once_when_the_server_dies(autojump_clock: Clock) -> None:
@@ -267,8 +269,9 @@ async def test_every_call_gets_one_answer_within_its_bounds_under_random_faults(
             try:
                 await h.call(server, tool, {"text": str(i), "seconds": rng.choice([0.1, 1, 3])})
                 outcomes.setdefault(i, []).append("ok")
-            except Exception as exc:  # every failure must be one of ours
-                assert type(exc).__module__ == "mcpvisor.actors.errors", exc
+            except Exception as exc:
+                if type(exc).__module__ != "mcpvisor.actors.errors":
+                    raise  # every failure must be one of ours: a foreign one fails the test
                 outcomes.setdefault(i, []).append(type(exc).__name__)
             took = trio.current_time() - asked
             assert took <= bound, (server, tool, took)
@@ -284,7 +287,8 @@ async def test_every_call_gets_one_answer_within_its_bounds_under_random_faults(
     assert sorted(outcomes) == list(range(200))
     assert all(len(v) == 1 for v in outcomes.values())
     assert len(fakes["ok"].starts) == 1
-    assert len(fakes["crashy"].starts) > 3 and len(fakes["hangs"].starts) > 1
+    assert len(fakes["crashy"].starts) > 3
+    assert len(fakes["hangs"].starts) > 1
 
 
 async def test_start_up_hang_and_never_start_do_not_block_other_servers(autojump_clock: Clock) -> None:

@@ -145,7 +145,9 @@ async def test_call_to_an_open_circuit_fails_at_once_naming_the_next_try(autojum
         assert err.retry_at == up.retry_at
         assert err.message.startswith("server s is down (")
         assert "fatal: missing token" in err.message
-        assert err.message.endswith(f"next try at {wall_clock(up.retry_at)} (circuit open: too many failed starts)")
+        assert up.retry_at is not None
+        assert err.message.endswith(
+            f"next try at {wall_clock(up.retry_at)} (circuit open: too many failed starts)")
         assert server.seen == []
 
 
@@ -303,10 +305,13 @@ async def test_restart_request_is_not_a_failure_and_skips_backoff_and_circuit(au
         first_pid = server.live.pid  # type: ignore[union-attr]
         asked = trio.current_time()
         up.restart("config changed")
-        assert up.state.value == "starting" and up.reason == "config changed"
+        assert up.state.value == "starting"
+        assert up.reason == "config changed"
         assert await h.wait_state("s", "ready") == asked
-        assert server.live is not None and server.live.pid != first_pid
-        assert up.restarts == 0 and up.status().consecutive_failures == 0
+        assert server.live is not None
+        assert server.live.pid != first_pid
+        assert up.restarts == 0
+        assert up.status().consecutive_failures == 0
 
     broken = NeverStartsUpstream()
     async with open_harness({"s": broken}) as h:
@@ -323,7 +328,8 @@ async def test_lazy_server_is_idle_until_its_first_call(autojump_clock: Clock) -
     async with open_harness({"s": server}, knobs={"lazy": True}) as h:
         await trio.sleep(60)
         up = h.upstreams["s"]
-        assert up.state.value == "idle" and server.starts == []
+        assert up.state.value == "idle"
+        assert server.starts == []
         assert up.first_attempt_done.is_set()
         up.load()
         await h.wait_state("s", "ready")
@@ -369,11 +375,13 @@ async def test_status_follows_the_server_through_crash_backoff_circuit_and_recov
         s = up.status()
         assert (s.state, s.uptime, s.restarts, s.retry_at) == ("backing_off", None, 1, crashed + 2)
         assert s.last_error == "killed by SIGKILL"
-        assert s.tool_count == 5 and s.pid is None
+        assert s.tool_count == 5
+        assert s.pid is None
         await h.wait_state("s", "circuit_open")
         s = up.status()
         assert (s.state, s.circuit, s.restarts) == ("circuit_open", "open", 5)
-        assert s.retry_at == up.retry_at and s.retry_at is not None
+        assert s.retry_at == up.retry_at
+        assert s.retry_at is not None
         assert s.last_error == "exited with status 1: fatal: cannot start"
         server.recover()
         await h.wait_state("s", "ready")
