@@ -81,6 +81,37 @@ async def list_roots(context: ClientRequestContext) -> types.ListRootsResult:
     return types.ListRootsResult(roots=[types.Root(uri="file:///tmp/conformance", name="conformance")])
 
 
+MANAGEMENT: Final = frozenset(
+    {
+        "list-available-tools",
+        "build-toolset",
+        "list-saved-toolsets",
+        "equip-toolset",
+        "delete-toolset",
+        "unequip-toolset",
+        "get-active-toolset",
+        "add-tool-annotation",
+        "get-server-status",
+    }
+)
+"""mcpvisor's own tools, listed beside the upstream's; the scenarios are about the upstream's."""
+LIST_RETRY_S: Final = 0.2
+"""mcpvisor answers its first tools/list before a slow upstream is ready; the driver lists
+again (bounded by `DRIVE_TIMEOUT_S`) until the upstream's tools or its status are there."""
+
+
+async def upstream_tools(client: Client) -> list[types.Tool]:
+    """The scenario server's tools as mcpvisor lists them, once its upstream is ready."""
+    while True:
+        tools = [t for t in (await client.list_tools()).tools if t.name not in MANAGEMENT]
+        status = (await client.call_tool("get-server-status", {})).structured_content or {}
+        servers = status.get("servers") or [{}]
+        toolless = servers[0].get("state") == "ready" and servers[0].get("toolCount") == 0
+        if tools or toolless:
+            return tools
+        await anyio.sleep(LIST_RETRY_S)
+
+
 def write_config(url: str, work: Path) -> Path:
     work.mkdir(parents=True, exist_ok=True)
     config = work / "mcpvisor.json"
@@ -119,7 +150,7 @@ async def drive(url: str, work: Path, scenario: str, context: dict[str, Any]) ->
             sampling_callback=answer_sampling,
             list_roots_callback=list_roots,
         ) as client:
-            tools = (await client.list_tools()).tools
+            tools = await upstream_tools(client)
             print(f"tools through mcpvisor: {[t.name for t in tools]}", file=sys.stderr)
             resources = (await client.list_resources()).resources
             prompts = (await client.list_prompts()).prompts
