@@ -1,13 +1,20 @@
 """A client for the conformance suite's client scenarios, with mcpvisor in the middle.
 
 The suite (``conformance client --scenario S --command CMD``) serves scenario ``S`` on a
-local URL and runs ``CMD URL``; ``MCP_CONFORMANCE_SCENARIO`` names the scenario. This
-driver puts that URL in a config as mcpvisor's only upstream (``type: http``, protocol
-``auto`` as a user would leave it, ``exposure: all``, ``namespacing: none``), starts
-``mcpvisor serve`` over stdio, and acts as the end client through it with the SDK's
-``Client``: it lists the tools and calls the one the scenario is about. What the suite
-judges is therefore mcpvisor's upstream side: its handshake, its calls, how it relays the
-server's elicitation and how its HTTP transport resumes a closed SSE stream.
+local URL and runs ``CMD URL``; ``MCP_CONFORMANCE_SCENARIO`` names the scenario and
+``MCP_CONFORMANCE_CONTEXT`` may carry the calls it wants made. This driver puts that URL
+in a config as mcpvisor's only upstream (``type: http``, protocol ``auto`` as a user would
+leave it, ``exposure: all``, ``namespacing: none``), starts ``mcpvisor serve`` over stdio,
+and acts as the end client through it with the SDK's ``Client``, doing what a user's
+session would: it lists tools, resources and prompts, then makes the calls the scenario
+is about (the context's ``toolCalls``; the tool in `CALLS`; the schema echo of
+``json-schema-2020-12-preservation``; otherwise every tool it was shown, the first
+resource and the first prompt). It answers elicitation with the form's defaults (or a
+value per required field), sampling with a fixed text and roots with one root.
+
+What the suite judges is therefore mcpvisor's upstream side: its handshake or per-request
+``_meta``, its headers, its calls, how it relays the server's input requests and how its
+HTTP transport resumes a closed SSE stream.
 
 Usage: ``python tests/conformance/client_driver.py --work DIR URL``.
 """
@@ -25,26 +32,84 @@ import anyio
 import mcp_types as types
 from mcp import Client, StdioServerParameters
 from mcp.client.session import ClientRequestContext
+from mcp.shared.exceptions import MCPError
 
-# What each scenario's server offers and how a client is expected to use it (the suite's code).
+# What some scenarios' servers offer and how a client is expected to use it (the suite's code).
 CALLS: Final[dict[str, tuple[str, dict[str, Any]]]] = {
     "tools_call": ("add_numbers", {"a": 5, "b": 3}),
     "elicitation-sep1034-client-defaults": ("test_client_elicitation_defaults", {}),
     "sse-retry": ("test_reconnection", {}),
 }
+SCHEMA_ECHO: Final = ("json_schema_2020_12_tool", "json_schema_echo")
+"""``json-schema-2020-12-preservation``: the focal tool whose schema is echoed, and the echo."""
 DRIVE_TIMEOUT_S: Final = 40.0
 """The whole drive, start-up included; the suite's own per-client limit is larger."""
+SAMPLE_BY_TYPE: Final[dict[str, Any]] = {"string": "x", "integer": 1, "number": 1.5, "boolean": True}
 
 
-async def accept_with_defaults(
+def sample_arguments(schema: dict[str, Any]) -> dict[str, Any]:
+    """A value for every required property of ``schema``, as a user filling a form would."""
+    props = schema.get("properties") or {}
+    return {
+        name: SAMPLE_BY_TYPE.get(str((props.get(name) or {}).get("type")), "x")
+        for name in schema.get("required") or []
+    }
+
+
+async def accept_form(
     context: ClientRequestContext, params: types.ElicitRequestParams
 ) -> types.ElicitResult | types.ErrorData:
-    """Accept a form as a user who keeps every proposed default (SEP-1034)."""
+    """Accept a form as a user who keeps every proposed default (SEP-1034) and fills the
+    other required fields."""
     schema = getattr(params, "requested_schema", None) or {}
-    content = {
-        name: prop["default"] for name, prop in schema.get("properties", {}).items() if "default" in prop
-    }
+    content = sample_arguments(schema)
+    content.update(
+        {name: prop["default"] for name, prop in schema.get("properties", {}).items() if "default" in prop}
+    )
     return types.ElicitResult(action="accept", content=content)
+
+
+async def answer_sampling(
+    context: ClientRequestContext, params: types.CreateMessageRequestParams
+) -> types.CreateMessageResult:
+    return types.CreateMessageResult(
+        role="assistant", content=types.TextContent(type="text", text="Paris"), model="driver"
+    )
+
+
+async def list_roots(context: ClientRequestContext) -> types.ListRootsResult:
+    return types.ListRootsResult(roots=[types.Root(uri="file:///tmp/conformance", name="conformance")])
+
+
+MANAGEMENT: Final = frozenset(
+    {
+        "list-available-tools",
+        "build-toolset",
+        "list-saved-toolsets",
+        "equip-toolset",
+        "delete-toolset",
+        "unequip-toolset",
+        "get-active-toolset",
+        "add-tool-annotation",
+        "get-server-status",
+    }
+)
+"""mcpvisor's own tools, listed beside the upstream's; the scenarios are about the upstream's."""
+LIST_RETRY_S: Final = 0.2
+"""mcpvisor answers its first tools/list before a slow upstream is ready; the driver lists
+again (bounded by `DRIVE_TIMEOUT_S`) until the upstream's tools or its status are there."""
+
+
+async def upstream_tools(client: Client) -> list[types.Tool]:
+    """The scenario server's tools as mcpvisor lists them, once its upstream is ready."""
+    while True:
+        tools = [t for t in (await client.list_tools()).tools if t.name not in MANAGEMENT]
+        status = (await client.call_tool("get-server-status", {})).structured_content or {}
+        servers = status.get("servers") or [{}]
+        toolless = servers[0].get("state") == "ready" and servers[0].get("toolCount") == 0
+        if tools or toolless:
+            return tools
+        await anyio.sleep(LIST_RETRY_S)
 
 
 def write_config(url: str, work: Path) -> Path:
@@ -56,7 +121,20 @@ def write_config(url: str, work: Path) -> Path:
     return config
 
 
-async def drive(url: str, work: Path, scenario: str) -> None:
+def planned_calls(scenario: str, context: dict[str, Any], tools: list[types.Tool]) -> list[tuple[str, Any]]:
+    """The tools/call requests the scenario is about, in order."""
+    if context.get("toolCalls"):
+        return [(call["name"], call.get("arguments") or {}) for call in context["toolCalls"]]
+    if scenario in CALLS:
+        return [CALLS[scenario]]
+    by_name = {tool.name: tool for tool in tools}
+    focal, echo = SCHEMA_ECHO
+    if focal in by_name and echo in by_name:
+        return [(echo, {"schema": by_name[focal].input_schema})]
+    return [(tool.name, sample_arguments(tool.input_schema)) for tool in tools]
+
+
+async def drive(url: str, work: Path, scenario: str, context: dict[str, Any]) -> None:
     config = write_config(url, work)
     params = StdioServerParameters(
         command=sys.executable,
@@ -65,16 +143,31 @@ async def drive(url: str, work: Path, scenario: str) -> None:
     )
     with anyio.fail_after(DRIVE_TIMEOUT_S):
         async with Client(
-            params, mode="legacy", cache=None, elicitation_callback=accept_with_defaults
+            params,
+            mode="legacy",
+            cache=None,
+            elicitation_callback=accept_form,
+            sampling_callback=answer_sampling,
+            list_roots_callback=list_roots,
         ) as client:
-            names = [t.name for t in (await client.list_tools()).tools]
-            print(f"tools through mcpvisor: {names}", file=sys.stderr)
-            call = CALLS.get(scenario)
-            if call is not None:
-                result = await client.call_tool(*call)
-                print(f"{call[0]} -> {result.model_dump(mode='json', exclude_none=True)}", file=sys.stderr)
-                if result.is_error:
-                    raise SystemExit(f"{call[0]} failed through mcpvisor")
+            tools = await upstream_tools(client)
+            print(f"tools through mcpvisor: {[t.name for t in tools]}", file=sys.stderr)
+            resources = (await client.list_resources()).resources
+            prompts = (await client.list_prompts()).prompts
+            for name, arguments in planned_calls(scenario, context, tools):
+                try:
+                    result = await client.call_tool(name, arguments)
+                except MCPError as exc:  # the suite judges what reached it; go on with the rest
+                    print(f"{name} -> error {exc.error.code}: {exc.error.message}", file=sys.stderr)
+                    continue
+                print(f"{name} -> {result.model_dump(mode='json', exclude_none=True)}", file=sys.stderr)
+            if resources:
+                await client.read_resource(resources[0].uri)
+            if prompts:
+                prompt = prompts[0]
+                await client.get_prompt(
+                    prompt.name, {arg.name: "x" for arg in prompt.arguments or [] if arg.required}
+                )
 
 
 def main() -> None:
@@ -83,7 +176,8 @@ def main() -> None:
     parser.add_argument("url", help="the scenario server's URL (the suite appends it)")
     opts = parser.parse_args()
     scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
-    anyio.run(drive, opts.url, opts.work, scenario)
+    context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
+    anyio.run(drive, opts.url, opts.work, scenario, context)
 
 
 if __name__ == "__main__":

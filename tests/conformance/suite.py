@@ -7,7 +7,8 @@ runs with ``node_modules/.bin`` first on ``PATH``.
 
 * `suite_or_skip` finds the installed suite; where it is missing the test is skipped
   saying how to install it, except with ``CI=true``, where that is a failure.
-* `run_server_suite` runs ``conformance server --url URL`` and reads every check the suite
+* `run_server_suite` runs ``conformance server --url URL --suite all --spec-version V`` (as
+  the Python SDK's own CI runs it, one invocation per wire) and reads every check the suite
   wrote (``checks.json`` per scenario) into a `SuiteResult`.
 * `serving_fixture` and `serving_proxy` start the fixture server over HTTP and
   ``mcpvisor serve --transport http`` as subprocesses on port 0, read the URL they print,
@@ -43,9 +44,14 @@ SUITE_VERSION: Final = json.loads((HERE / "package.json").read_text())["dependen
 START_TIMEOUT_S: Final = 60.0
 """How long a fixture or proxy subprocess gets to print its URL: ``import mcp`` in a cold
 child takes seconds on a busy 2-core machine."""
-SUITE_TIMEOUT_S: Final = 90.0
-"""Bound for one whole suite run; it takes 1-3 s on the 2-core machine (30 scenarios,
-the slowest waits ~0.3 s for log notifications)."""
+SUITE_TIMEOUT_S: Final = 150.0
+"""Bound for one whole suite run; it takes 5-10 s on the 2-core machine (33 scenarios at
+2025-11-25, 40 at 2026-07-28; the slowest wait ~1.5 s on a listen stream)."""
+SCENARIO_TIMEOUT_MS: Final = 15_000
+"""The suite's own per-scenario bound (default 30 s): a scenario that hangs through the
+proxy fails in seconds instead of stalling the whole run."""
+WIRES: Final = ("2025-11-25", "2026-07-28")
+"""The protocol revisions every leg runs at (``--spec-version``)."""
 STOP_GRACE_S: Final = 10.0
 """SIGTERM to SIGKILL: mcpvisor closes its stdio upstreams in up to ~4 s (docs/sdk.md §7)."""
 FIXTURE_READY: Final = re.compile(rb"conformance ready (http://\S+)")
@@ -86,6 +92,18 @@ class SuiteResult:
     @property
     def scenarios(self) -> set[str]:
         return {c.scenario for c in self.checks}
+
+    def lost(self) -> dict[str, list[str]]:
+        """Every scenario with a failed or warned check, with the suite's words for each."""
+        out: dict[str, list[str]] = {}
+        for c in self.failed + self.warnings:
+            out.setdefault(c.scenario, []).append(f"{c.id}: {c.message}")
+        return out
+
+    @property
+    def passing(self) -> set[str]:
+        """The scenarios whose every counted check passed and none warned."""
+        return self.scenarios - set(self.lost())
 
     def summary(self) -> str:
         counted = len(self.passed) + len(self.failed)
@@ -141,13 +159,15 @@ def read_checks(out_dir: Path) -> list[Check]:
     return checks
 
 
-async def run_server_suite(url: str, out_dir: Path) -> SuiteResult:
-    """``conformance server --url URL`` (the active suite), bounded by `SUITE_TIMEOUT_S`."""
+async def run_server_suite(url: str, out_dir: Path, wire: str) -> SuiteResult:
+    """``conformance server --url URL --suite all --spec-version WIRE``, bounded by
+    `SUITE_TIMEOUT_S`."""
     cli = suite_or_skip()
     start = trio.current_time()
+    argv = [str(cli), "server", "--url", url, "--suite", "all", "--spec-version", wire]
     with trio.fail_after(SUITE_TIMEOUT_S):
         done = await trio.run_process(
-            [str(cli), "server", "--url", url, "-o", str(out_dir)],
+            [*argv, "--timeout", str(SCENARIO_TIMEOUT_MS), "-o", str(out_dir)],
             env=node_env(),
             capture_stdout=True,
             capture_stderr=True,
@@ -161,9 +181,9 @@ async def run_server_suite(url: str, out_dir: Path) -> SuiteResult:
     return result
 
 
-async def run_client_scenario(scenario: str, command: Sequence[str], out_dir: Path) -> SuiteResult:
-    """``conformance client --scenario S --command CMD``: the suite serves the scenario and runs
-    ``CMD URL``, then judges what the client did."""
+async def run_client_scenario(scenario: str, command: Sequence[str], out_dir: Path, wire: str) -> SuiteResult:
+    """``conformance client --scenario S --spec-version WIRE --command CMD``: the suite serves
+    the scenario and runs ``CMD URL``, then judges what the client did."""
     cli = suite_or_skip()
     start = trio.current_time()
     with trio.fail_after(SUITE_TIMEOUT_S):
@@ -173,6 +193,8 @@ async def run_client_scenario(scenario: str, command: Sequence[str], out_dir: Pa
                 "client",
                 "--scenario",
                 scenario,
+                "--spec-version",
+                wire,
                 "--command",
                 " ".join(command),
                 "-o",

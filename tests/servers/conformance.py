@@ -41,8 +41,11 @@ from __future__ import annotations
 
 import argparse
 import base64
+import hashlib
+import hmac
 import itertools
 import json
+import secrets
 import sys
 import warnings
 from collections.abc import Awaitable, Callable
@@ -53,7 +56,12 @@ import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.streamable_http import EventCallback, EventId, EventMessage, EventStore, StreamId
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    ListenHandler,
+    PromptsListChanged,
+    ToolsListChanged,
+)
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -88,6 +96,8 @@ STEP_DELAY_S: Final = 0.05
 RECONNECT_DELAY_S: Final = 0.3
 """How long ``test_reconnection`` works after closing its stream, so the result is stored
 for replay rather than sent on the closed stream (the suite reconnects at once)."""
+STREAM_FLUSH_S: Final = 0.1
+"""How long ``test_reconnection`` lets its SSE response write what it sent before closing it."""
 SSE_RETRY_MS: Final = 500
 """The ``retry`` hint on priming events (the suite's own client scenario uses 500 ms)."""
 
@@ -154,12 +164,31 @@ JSON_SCHEMA_2020_12: Final[dict[str, Any]] = {
     "type": "object",
     "$defs": {
         "address": {
+            "$anchor": "addressDef",
             "type": "object",
             "properties": {"street": {"type": "string"}, "city": {"type": "string"}},
         }
     },
-    "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"}},
+    "properties": {
+        "name": {"type": "string"},
+        "address": {"$ref": "#/$defs/address"},
+        "contactMethod": {"type": "string", "enum": ["phone", "email"]},
+        "phone": {"type": "string"},
+        "email": {"type": "string"},
+    },
+    "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+    "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
+    "then": {"required": ["phone"]},
+    "else": {"required": ["email"]},
     "additionalProperties": False,
+}
+CUSTOM_HEADER_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "region": {"type": "string", "description": "Mirrored as Mcp-Param-Region", "x-mcp-header": "Region"},
+        "query": {"type": "string", "description": "Not mirrored"},
+    },
+    "required": ["region"],
 }
 NO_ARGS: Final[dict[str, Any]] = {"type": "object", "properties": {}}
 
@@ -212,6 +241,101 @@ def _answer(params: types.CallToolRequestParams, key: str, model: type[Any]) -> 
     return model.model_validate(
         answer.model_dump(by_alias=True, mode="json", exclude_none=True), by_name=False
     )
+
+
+STATE_KEY: Final = secrets.token_bytes(32)
+"""Signs ``requestState`` for this process's lifetime: a client (or a proxy) that alters
+the state it echoes is refused, as the multi-round-trip rules ask of a server."""
+
+
+def seal_state(payload: str) -> str:
+    """``payload`` as an opaque, integrity-protected ``requestState``."""
+    mac = hmac.new(STATE_KEY, payload.encode(), hashlib.sha256).hexdigest()
+    return f"{base64.urlsafe_b64encode(payload.encode()).decode()}.{mac}"
+
+
+def open_state(state: str | None) -> str | None:
+    """The payload of a ``requestState`` this fixture sealed; None when there is none.
+    A state that fails its integrity check is refused with -32602."""
+    if state is None:
+        return None
+    body, _, mac = state.rpartition(".")
+    try:
+        payload = base64.urlsafe_b64decode(body.encode()).decode()
+    except (ValueError, UnicodeDecodeError):
+        payload = None
+    expected = hmac.new(STATE_KEY, (payload or "").encode(), hashlib.sha256).hexdigest()
+    if payload is None or not hmac.compare_digest(mac, expected):
+        raise MCPError(types.INVALID_PARAMS, "requestState failed its integrity check")
+    return payload
+
+
+def ask_form(message: str, field: str, kind: str = "string") -> types.ElicitRequest:
+    schema = {"type": "object", "properties": {field: {"type": kind}}, "required": [field]}
+    return types.ElicitRequest(params=types.ElicitRequestFormParams(message=message, requested_schema=schema))
+
+
+def ask_llm(prompt: str, max_tokens: int) -> types.CreateMessageRequest:
+    content = types.TextContent(type="text", text=prompt)
+    messages = [types.SamplingMessage(role="user", content=content)]
+    return types.CreateMessageRequest(
+        params=types.CreateMessageRequestParams(messages=messages, max_tokens=max_tokens)
+    )
+
+
+ASK_ROOTS: Final = types.ListRootsRequest()
+
+Answers = dict[str, dict[str, Any]]
+
+
+async def gather(
+    ctx: Ctx,
+    params: types.CallToolRequestParams | types.GetPromptRequestParams,
+    asks: dict[str, types.InputRequest],
+    state: str | None = None,
+) -> Answers | types.InputRequiredResult:
+    """The client's answers to ``asks``, keyed as asked.
+
+    On 2026-07-28 the answers come from ``inputResponses``; any missing one is asked for
+    (again) with an ``InputRequiredResult`` carrying ``state``; keys nobody asked for are
+    ignored. In the handshake era each request goes to the client mid-call.
+    """
+    if _modern(ctx):
+        got = {
+            key: answer.model_dump(by_alias=True, mode="json", exclude_none=True)
+            for key, answer in (params.input_responses or {}).items()
+        }
+        missing = {key: ask for key, ask in asks.items() if key not in got}
+        if missing:
+            return types.InputRequiredResult(input_requests=missing, request_state=state)
+        return {key: got[key] for key in asks}
+    answers: Answers = {}
+    for key, ask in asks.items():
+        result: Any
+        if isinstance(ask, types.ElicitRequest):
+            form = ask.params
+            assert isinstance(form, types.ElicitRequestFormParams)
+            result = await ctx.session.elicit_form(
+                form.message, form.requested_schema, related_request_id=ctx.request_id
+            )
+        elif isinstance(ask, types.CreateMessageRequest):
+            result = await ctx.session.create_message(
+                ask.params.messages, max_tokens=ask.params.max_tokens, related_request_id=ctx.request_id
+            )
+        else:
+            result = await ctx.session.list_roots()
+        answers[key] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return answers
+
+
+def said(answer: dict[str, Any], field: str) -> str:
+    """One field of an accepted form, or what the LLM said."""
+    content = answer.get("content")
+    if isinstance(content, dict) and content.get("type") == "text":
+        return str(content.get("text", ""))
+    if isinstance(content, dict):
+        return str(content.get(field, ""))
+    return ""
 
 
 class Conformance:
@@ -277,6 +401,51 @@ class Conformance:
             "Closes its SSE stream mid-call, then answers (SEP-1699).",
             NO_ARGS,
             self.t_reconnection,
+        )
+
+        # 2026-07-28 multi-round-trip requests (SEP-2322): each asks for input with an
+        # InputRequiredResult on 2026-07-28 and mid-call in the handshake era.
+        for name, description, fn in (
+            ("test_input_required_result_elicitation", "Asks the user's name.", self.t_irr_elicitation),
+            ("test_input_required_result_sampling", "Asks the client's LLM a question.", self.t_irr_sampling),
+            ("test_input_required_result_list_roots", "Asks for the client's roots.", self.t_irr_roots),
+            (
+                "test_input_required_result_request_state",
+                "Asks for a confirmation, carrying signed requestState.",
+                self.t_irr_request_state,
+            ),
+            (
+                "test_input_required_result_multiple_inputs",
+                "Asks for a form, an LLM answer and the roots at once.",
+                self.t_irr_multiple,
+            ),
+            ("test_input_required_result_multi_round", "Asks twice, in two rounds.", self.t_irr_multi_round),
+            (
+                "test_input_required_result_tampered_state",
+                "Refuses a retry whose requestState was altered.",
+                self.t_irr_tampered,
+            ),
+            (
+                "test_input_required_result_capabilities",
+                "Asks only through capabilities the client declared.",
+                self.t_irr_capabilities,
+            ),
+            (
+                "test_missing_capability",
+                "Needs sampling; refused (-32021) without it.",
+                self.t_missing_capability,
+            ),
+            ("test_streaming_elicitation", "Asks the user for a value.", self.t_streaming_elicitation),
+            ("test_logging_tool", "Logs at info, then answers.", self.t_logging_tool),
+            ("test_trigger_tool_change", "Announces a change of the tool list.", self.t_trigger_tools),
+            ("test_trigger_prompt_change", "Announces a change of the prompt list.", self.t_trigger_prompts),
+        ):
+            tool(name, description, NO_ARGS, fn)
+        tool(
+            "test_custom_header",
+            "Mirrors its region argument into the Mcp-Param-Region header (SEP-2243).",
+            CUSTOM_HEADER_SCHEMA,
+            self.t_custom_header,
         )
 
     def _tool(self, name: str, description: str, schema: dict[str, Any], fn: ToolFn) -> None:
@@ -399,9 +568,141 @@ class Conformance:
 
     async def t_reconnection(self, ctx: Ctx, params: types.CallToolRequestParams) -> Any:
         if ctx.close_sse_stream is not None:  # HTTP with an event store and a 2025-11-25+ client
+            # One event first, so the client holds an event id to resume from.
+            await ctx.session.send_log_message(
+                "info", "Before disconnect", logger="conformance", related_request_id=ctx.request_id
+            )
+            # The SDK drops what is still queued for the stream when it closes it: give the
+            # response a moment to write the priming event and the log first.
+            await anyio.sleep(STREAM_FLUSH_S)
             await ctx.close_sse_stream()
             await anyio.sleep(RECONNECT_DELAY_S)
         return text("Reconnection test completed successfully")
+
+    async def t_irr_elicitation(self, ctx: Ctx, params: types.CallToolRequestParams) -> Any:
+        got = await gather(ctx, params, {"user_name": ask_form("What is your name?", "name")})
+        if isinstance(got, types.InputRequiredResult):
+            return got
+        return text(f"Hello, {said(got['user_name'], 'name')}!")
+
+    async def t_irr_sampling(self, ctx: Ctx, params: types.CallToolRequestParams) -> Any:
+        got = await gather(ctx, params, {"capital_question": ask_llm("What is the capital of France?", 100)})
+        if isinstance(got, types.InputRequiredResult):
+            return got
+        return text(f"LLM response: {said(got['capital_question'], 'text')}")
+
+    async def t_irr_roots(self, ctx: Ctx, params: types.CallToolRequestParams) -> Any:
+        got = await gather(ctx, params, {"client_roots": ASK_ROOTS})
+        if isinstance(got, types.InputRequiredResult):
+            return got
+        uris = [str(root.get("uri")) for root in got["client_roots"].get("roots", [])]
+        return text(f"Roots: {', '.join(uris) or '(none)'}")
+
+    async def t_irr_request_state(self, ctx: Ctx, params: types.CallToolRequestParams) -> Any:
+        ask = {"confirm": ask_form("Please confirm", "ok", "boolean")}
+        if open_state(params.request_state) != "confirm" and _modern(ctx):
+            return types.InputRequiredResult(input_requests=ask, request_state=seal_state("confirm"))
+        got = await gather(ctx, params, ask, seal_state("confirm"))
+        if isinstance(got, types.InputRequiredResult):
+            return got
+        return text(f"state-ok: confirmed={said(got['confirm'], 'ok')}")
+
+    async def t_irr_multiple(self, ctx: Ctx, params: types.CallToolRequestParams) -> Any:
+        asks: dict[str, types.InputRequest] = {
+            "user_name": ask_form("What is your name?", "name"),
+            "greeting": ask_llm("Generate a greeting", 50),
+            "client_roots": ASK_ROOTS,
+        }
+        open_state(params.request_state)
+        got = await gather(ctx, params, asks, seal_state("multiple"))
+        if isinstance(got, types.InputRequiredResult):
+            return got
+        return text(f"All inputs received: {said(got['user_name'], 'name')}, {said(got['greeting'], 'text')}")
+
+    async def t_irr_multi_round(self, ctx: Ctx, params: types.CallToolRequestParams) -> Any:
+        step1 = {"step1": ask_form("Step 1: What is your name?", "name")}
+        step2 = {"step2": ask_form("Step 2: What is your favorite color?", "color")}
+        if not _modern(ctx):  # the handshake era asks both, in order, within the call
+            one, two = await gather(ctx, params, step1), await gather(ctx, params, step2)
+            assert not isinstance(one, types.InputRequiredResult)
+            assert not isinstance(two, types.InputRequiredResult)
+            return text(f"{said(one['step1'], 'name')} likes {said(two['step2'], 'color')}")
+        state = open_state(params.request_state)
+        responses = params.input_responses or {}
+        if state is not None and state.startswith("round-2:") and "step2" in responses:
+            name = state.removeprefix("round-2:")
+            color = said(responses["step2"].model_dump(by_alias=True, mode="json"), "color")
+            return text(f"{name} likes {color}")
+        if state == "round-1" and "step1" in responses:
+            name = said(responses["step1"].model_dump(by_alias=True, mode="json"), "name")
+            return types.InputRequiredResult(
+                input_requests=step2, request_state=seal_state(f"round-2:{name}")
+            )
+        return types.InputRequiredResult(input_requests=step1, request_state=seal_state("round-1"))
+
+    async def t_irr_tampered(self, ctx: Ctx, params: types.CallToolRequestParams) -> Any:
+        open_state(params.request_state)
+        got = await gather(
+            ctx, params, {"confirm": ask_form("Please confirm", "ok", "boolean")}, seal_state("t")
+        )
+        if isinstance(got, types.InputRequiredResult):
+            return got
+        return text("state verified")
+
+    async def t_irr_capabilities(self, ctx: Ctx, params: types.CallToolRequestParams) -> Any:
+        caps = ctx.session.client_capabilities or types.ClientCapabilities()
+        asks: dict[str, types.InputRequest] = {}
+        if caps.sampling is not None:
+            asks["capital_question"] = ask_llm("What is the capital of France?", 100)
+        if caps.elicitation is not None:
+            asks["user_name"] = ask_form("What is your name?", "name")
+        if not asks:
+            return text("The client declared neither sampling nor elicitation: nothing to ask.")
+        got = await gather(ctx, params, asks)
+        if isinstance(got, types.InputRequiredResult):
+            return got
+        return text(f"Answered: {', '.join(sorted(got))}")
+
+    async def t_missing_capability(self, ctx: Ctx, params: types.CallToolRequestParams) -> Any:
+        caps = ctx.session.client_capabilities
+        if caps is None or caps.sampling is None:
+            raise MCPError(
+                types.MISSING_REQUIRED_CLIENT_CAPABILITY,
+                "test_missing_capability needs the client's sampling capability",
+                data={"requiredCapabilities": {"sampling": {}}},
+            )
+        got = await gather(ctx, params, {"capital_question": ask_llm("What is the capital of France?", 100)})
+        if isinstance(got, types.InputRequiredResult):
+            return got
+        return text(f"LLM response: {said(got['capital_question'], 'text')}")
+
+    async def t_streaming_elicitation(self, ctx: Ctx, params: types.CallToolRequestParams) -> Any:
+        got = await gather(ctx, params, {"value": ask_form("Enter a value", "value")})
+        if isinstance(got, types.InputRequiredResult):
+            return got
+        return text(f"Value: {said(got['value'], 'value')}")
+
+    async def t_logging_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> Any:
+        # On 2026-07-28 the SDK sends this only when the request's _meta asked for logs.
+        await ctx.session.send_log_message(
+            "info", "test_logging_tool ran", logger="conformance", related_request_id=ctx.request_id
+        )
+        return text("Logged (if the request asked for logs).")
+
+    async def t_trigger_tools(self, ctx: Ctx, params: types.CallToolRequestParams) -> Any:
+        await self.bus.publish(ToolsListChanged())
+        if not _modern(ctx):
+            await ctx.session.send_tool_list_changed()
+        return text("Tool list change announced.")
+
+    async def t_trigger_prompts(self, ctx: Ctx, params: types.CallToolRequestParams) -> Any:
+        await self.bus.publish(PromptsListChanged())
+        if not _modern(ctx):
+            await ctx.session.send_prompt_list_changed()
+        return text("Prompt list change announced.")
+
+    async def t_custom_header(self, ctx: Ctx, params: types.CallToolRequestParams) -> Any:
+        return text(f"Region: {(params.arguments or {}).get('region', '')}")
 
     # ------------------------------------------------------------------ handlers
     async def on_list_tools(
@@ -503,10 +804,16 @@ class Conformance:
                     ],
                 ),
                 types.Prompt(name="test_prompt_with_image", description="A prompt with an image"),
+                types.Prompt(
+                    name="test_input_required_result_prompt",
+                    description="A prompt that first asks the user for context (SEP-2322)",
+                ),
             ]
         )
 
-    async def on_get_prompt(self, ctx: Ctx, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+    async def on_get_prompt(
+        self, ctx: Ctx, params: types.GetPromptRequestParams
+    ) -> types.GetPromptResult | types.InputRequiredResult:
         args = params.arguments or {}
 
         def user(content: Any) -> types.PromptMessage:
@@ -531,6 +838,13 @@ class Conformance:
                 user(types.EmbeddedResource(type="resource", resource=resource)),
                 say("Please process the embedded resource above."),
             ]
+        elif params.name == "test_input_required_result_prompt":
+            got = await gather(
+                ctx, params, {"user_context": ask_form("What context should the prompt use?", "context")}
+            )
+            if isinstance(got, types.InputRequiredResult):
+                return got
+            messages = [say(f"Use this context: {said(got['user_context'], 'context')}")]
         elif params.name == "test_prompt_with_image":
             messages = [
                 user(types.ImageContent(type="image", data=PNG_B64, mime_type="image/png")),
@@ -578,7 +892,7 @@ async def serve_stdio(server: Server[Any]) -> None:
     from mcp.server.stdio import stdio_server
 
     init = server.create_initialization_options(
-        NotificationOptions(tools_changed=True, resources_changed=True)
+        NotificationOptions(tools_changed=True, prompts_changed=True, resources_changed=True)
     )
     async with stdio_server() as (read_stream, write_stream):
         print("conformance ready", file=sys.stderr, flush=True)
