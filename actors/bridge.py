@@ -17,7 +17,12 @@ Owns:
 * `ParkedCalls`: the SDK path's table of them, keyed by the opaque ``requestState``
   token the proxy mints (`new_state_token`: unguessable, so a token is the capability
   to resume the call), each dropped when the call ends and its outcome has been
-  delivered, or when the client does not come back in `INPUT_WAIT_S`.
+  delivered, or when the client does not come back in `INPUT_WAIT_S`. Every
+  ``input_required`` leg carries a fresh token and the previous one stops working, as a
+  server's own state moves on with each round (a replayed or altered state is refused);
+* `missing_capability`: the -32021 error a client gets when the upstream asks it
+  something it did not declare it can answer (its call is refused, the upstream's
+  request cancelled).
 
 Both the SDK path (`mcpvisor.actors.fronts.sdk`, `mcpvisor.actors.fronts.origins`) and the
 stdio fast path (`mcpvisor.actors.fronts.fastpath`, `mcpvisor.actors.fronts.fastcall`) use
@@ -39,8 +44,9 @@ from mcpvisor.actors.core.vocabulary import DEFAULT_TIMEOUT_S
 from mcpvisor.actors.errors import ProxyError, UpstreamError
 from mcpvisor.actors.messages import Reply
 
-__all__ = ["CAPABILITY_OF", "INPUT_WAIT_S", "STATE_PREFIX", "ParkedCall", "ParkedCalls", "declared",
-           "new_state_token", "request_state_of", "run_parked"]
+__all__ = ["CAPABILITY_OF", "INPUT_WAIT_S", "MISSING_REQUIRED_CLIENT_CAPABILITY", "STATE_PREFIX",
+           "ParkedCall", "ParkedCalls", "declared", "missing_capability", "new_state_token",
+           "request_state_of", "run_parked"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +68,22 @@ CAPABILITY_OF: Final = {"sampling/createMessage": "sampling", "elicitation/creat
                          "roots/list": "roots"}
 """The client capability each server-to-client request needs (MCP: a server MUST NOT send
 a request the client did not declare)."""
+
+
+MISSING_REQUIRED_CLIENT_CAPABILITY: Final = -32021
+"""MCP 2026-07-28: a request whose handling needs a client capability the client did not
+declare is refused with this code (HTTP 400 on streamable HTTP)."""
+
+
+def missing_capability(method: str) -> UpstreamError:
+    """The refusal of a call whose upstream asked the client ``method``, which its declared
+    capabilities do not allow (``data.requiredCapabilities`` names the capability as a
+    ClientCapabilities object, e.g. ``{"sampling": {}}``)."""
+    needed = CAPABILITY_OF.get(method, method)
+    return UpstreamError(MISSING_REQUIRED_CLIENT_CAPABILITY,
+                         f"the client did not declare the {needed} capability, which the server needs "
+                         f"for this request ({method})",
+                         {"requiredCapabilities": {needed: {}}})
 
 
 def declared(capabilities: object, method: str) -> bool:
@@ -91,6 +113,8 @@ class ParkedCall:
 
     def __init__(self, token: str) -> None:
         self.token = token
+        self.rekeyed: Callable[[str, str], None] | None = None
+        """Told (old, new) each time a leg gives the call a fresh token (its table re-keys it)."""
         self._keys = itertools.count(1)
         self._unasked: dict[str, dict[str, Any]] = {}
         self._waiting: dict[str, Reply[dict[str, Any]]] = {}
@@ -99,6 +123,14 @@ class ParkedCall:
         self.done = False
         self.delivered = trio.Event()
         self.scope: trio.CancelScope | None = None
+
+    def refuse(self, error: ProxyError) -> None:
+        """The call cannot go on (the upstream asked what the client cannot answer): the
+        client's current or next leg gets ``error`` and the upstream call is stopped."""
+        if self.outcome is None:
+            self.finish(error)
+        if self.scope is not None:
+            self.scope.cancel()
 
     def cancel(self) -> None:
         """The client abandoned the call: stop the upstream call (it is told to cancel) and
@@ -167,6 +199,9 @@ class ParkedCall:
             return None
         requests = dict(self._unasked)
         self._unasked.clear()
+        old, self.token = self.token, new_state_token()
+        if self.rekeyed is not None:
+            self.rekeyed(old, self.token)
         return {"resultType": "input_required", "inputRequests": requests, "requestState": self.token}
 
     async def next_leg(self) -> dict[str, Any] | ProxyError:
@@ -195,7 +230,13 @@ class ParkedCalls:
         """A new parked call under a fresh token (call `close` when it is delivered)."""
         call = ParkedCall(new_state_token())
         self._calls[call.token] = call
+        call.rekeyed = self._rekey
         return call
+
+    def _rekey(self, old: str, new: str) -> None:
+        call = self._calls.pop(old, None)
+        if call is not None:
+            self._calls[new] = call
 
     def get(self, token: str) -> ParkedCall | None:
         return self._calls.get(token)
@@ -209,8 +250,9 @@ async def run_parked(parked: ParkedCall, forward: Callable[[], Awaitable[dict[st
                      task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Run one bridged upstream call to its end, beside the client's legs.
 
-    The outcome (result or `ProxyError`) goes to the client's current or next leg; if no
-    leg takes it within `INPUT_WAIT_S` (the client left), it is dropped. ``forget`` runs
+    The outcome (result or `ProxyError`, or the refusal `ParkedCall.refuse` set) goes to
+    the client's current or next leg; if no leg takes it within `INPUT_WAIT_S` (the client
+    left), it is dropped. ``forget`` runs
     at the end in every case. Cancelling the parked call (`ParkedCall.cancel`) abandons
     the upstream request, which tells the upstream to cancel (`mcpvisor.actors.link.base`).
     """
@@ -226,6 +268,8 @@ async def run_parked(parked: ParkedCall, forward: Callable[[], Awaitable[dict[st
                 logger.exception("bridged call failed")
                 outcome = ProxyError(f"internal error: {type(exc).__name__}: {exc}")
             parked.finish(outcome)
+        parked.scope = None
+        if parked.outcome is not None:  # none when the client cancelled: nobody will ask
             with trio.move_on_after(INPUT_WAIT_S):
                 await parked.delivered.wait()
     finally:

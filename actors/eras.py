@@ -16,11 +16,15 @@ version, clientInfo and capabilities in ``_meta``, and every result says its
   `mcpvisor.actors.link.input_required.drive_input_required`; a handshake-era upstream's
   questions for a 2026-07-28 client become ``input_required`` legs (`mcpvisor.actors.bridge`);
 * logging: a handshake-era client sets a level per connection (``logging/setLevel``), a
-  2026-07-28 one per request (``_meta``); `verbose_of` and `log_wanted` compare them.
+  2026-07-28 one per request (``_meta``); `verbose_of` and `log_wanted` compare them;
+* capabilities: a 2026-07-28 upstream is told the client's own sampling, elicitation and
+  roots capabilities (`fit_capabilities`), since what it may ask is what that client can
+  answer (through ``input_required`` legs or server-to-client requests alike).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final
 
 from mcp_types import (
@@ -38,8 +42,10 @@ from mcpvisor.actors import wire
 __all__ = [
     "ENVELOPE_KEYS",
     "LOG_LEVELS",
+    "RELAYED_CAPABILITIES",
     "adapt_raw_result",
     "complete",
+    "fit_capabilities",
     "is_modern_version",
     "log_wanted",
     "strip_upstream_stamps",
@@ -53,6 +59,10 @@ upstream (the proxy sends its own, or none to a handshake-era one)."""
 
 LOG_LEVELS: Final = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 """MCP's logging levels (RFC 5424 severities), least severe first."""
+
+RELAYED_CAPABILITIES: Final = ("sampling", "elicitation", "roots")
+"""The client capabilities an upstream's questions need: the proxy relays each question to
+the client whose request caused it, so the client's declaration is the one that counts."""
 
 _COMPLETE: Final = Raw(b'"complete"')
 _SERVER_INFO_BYTES: Final = SERVER_INFO_META_KEY.encode()
@@ -74,6 +84,19 @@ def log_wanted(level: object, wanted: str | None) -> bool:
     if wanted not in LOG_LEVELS:
         return False
     return level not in LOG_LEVELS or LOG_LEVELS.index(level) >= LOG_LEVELS.index(wanted)
+
+
+def fit_capabilities(proxy: Mapping[str, Any], client: object) -> dict[str, Any]:
+    """The ``clientCapabilities`` a 2026-07-28 upstream is told for one client's request:
+    the proxy's own, with sampling, elicitation and roots as the client declared them (a
+    client that declared none of them gets none: the upstream then refuses with -32021,
+    or leaves the question out, exactly as it would for that client directly)."""
+    fitted = {k: v for k, v in proxy.items() if k not in RELAYED_CAPABILITIES}
+    if isinstance(client, Mapping):
+        for key in RELAYED_CAPABILITIES:
+            if client.get(key) is not None:
+                fitted[key] = client[key]
+    return fitted
 
 
 def complete(result: dict[str, Any]) -> dict[str, Any]:

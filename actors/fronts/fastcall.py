@@ -27,7 +27,7 @@ from mcp_types import LOG_LEVEL_META_KEY
 from msgspec import UNSET, Raw
 
 from mcpvisor.actors import wire
-from mcpvisor.actors.bridge import INPUT_WAIT_S, ParkedCall, declared, new_state_token
+from mcpvisor.actors.bridge import INPUT_WAIT_S, ParkedCall, declared, missing_capability, new_state_token
 from mcpvisor.actors.core.vocabulary import DEFAULT_MAX_CALL_TIME_S, DEFAULT_TIMEOUT_S
 from mcpvisor.actors.eras import ENVELOPE_KEYS, adapt_raw_result, strip_upstream_stamps
 from mcpvisor.actors.errors import CallTimeout, ProxyError, UpstreamDied, UpstreamError, error_data
@@ -81,6 +81,15 @@ class CallHost(Protocol):
 
     def unpark(self, token: str) -> None: ...
 
+    @property
+    def client_capabilities(self) -> dict[str, Any]:
+        """What the client declared in ``initialize`` (the handshake era's, for the connection)."""
+        ...
+
+    def repark(self, old: str, new: str, call: FastCall) -> None:
+        """``call``, parked under ``old``, now resumes under ``new`` only."""
+        ...
+
     async def send(self, frame: bytes) -> None: ...
 
     def client_capable(self, method: str) -> bool: ...
@@ -121,6 +130,17 @@ class FastCall:
     @property
     def progress_token(self) -> int | str | None:
         return self.client_token
+
+    @property
+    def client_capabilities(self) -> Mapping[str, Any] | None:
+        """What the client declared: a 2026-07-28 call's own ``_meta``, else ``initialize``'s."""
+        if not self.modern:
+            return self.fast.client_capabilities
+        try:
+            caps = msgspec.json.decode(self.capabilities) if self.capabilities is not None else {}
+        except msgspec.DecodeError:
+            caps = {}
+        return caps if isinstance(caps, Mapping) else {}
 
     # --- the answer ------------------------------------------------------------------------
     async def deliver(self, env: wire.Envelope, line: bytes) -> None:
@@ -259,15 +279,12 @@ class FastCall:
 
     async def _ask_client(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
         """Put the upstream's question to the 2026-07-28 client as an ``input_required`` leg."""
-        try:
-            caps = msgspec.json.decode(self.capabilities) if self.capabilities is not None else None
-        except msgspec.DecodeError:
-            caps = None
-        if not declared(caps, method):
-            raise UpstreamError(wire.METHOD_NOT_FOUND, f"the client did not declare support for {method}")
+        if not declared(self.client_capabilities, method):
+            raise await self._refuse(missing_capability(method))
         parked = self.parked
         if parked is None:
             parked = self.parked = ParkedCall(new_state_token())
+            parked.rekeyed = self._rekey
             self.fast.park(parked.token, self)
         try:
             return await parked.ask(method, params, self._flush_leg)
@@ -277,6 +294,26 @@ class FastCall:
                 # its retry, if it comes within INPUT_WAIT_S, is told; then it is forgotten.
                 parked.finish(self._ended_while_away())
                 self.fast.nursery.start_soon(self._expire_parked)
+
+    def _rekey(self, old: str, new: str) -> None:
+        """Each leg carries a fresh ``requestState``; the previous one no longer resumes the call."""
+        self.fast.repark(old, new, self)
+
+    async def _refuse(self, error: ProxyError) -> ProxyError:
+        """The upstream asked what the client did not declare it can answer: the client's
+        call ends with ``error`` (as the server would answer that client directly) and the
+        upstream is told to cancel the call."""
+        fast, parked = self.fast, self.parked
+        if parked is not None:
+            if parked.outcome is None:
+                parked.finish(error)
+                fast.nursery.start_soon(self._expire_parked)
+            await self._flush_leg()
+        elif fast.release(self.front_id, self):
+            self.note(error)
+            await fast.send(wire.error_frame(self.front_id, **_error_args(error)))
+        fast.nursery.start_soon(self.link.cancel_fast, self.proxy_id, error.message)
+        return error
 
     async def _flush_leg(self) -> None:
         """Answer the client's open leg if there is something to answer it with."""
@@ -353,7 +390,7 @@ class FastCall:
         if self.modern:
             return await self._ask_client(method, params)
         if not fast.client_capable(method):
-            raise UpstreamError(wire.METHOD_NOT_FOUND, f"the client did not declare support for {method}")
+            raise await self._refuse(missing_capability(method))
         return await fast.ask_client(method, params, self.route_max_time)
 
 

@@ -46,7 +46,7 @@ from mcpvisor.actors import wire
 from mcpvisor.actors.bridge import CAPABILITY_OF, STATE_PREFIX
 from mcpvisor.actors.core.catalog import ToolRoute
 from mcpvisor.actors.core.plan import CallRoute, plan_call
-from mcpvisor.actors.eras import ENVELOPE_KEYS, is_modern_version, verbose_of
+from mcpvisor.actors.eras import ENVELOPE_KEYS, fit_capabilities, is_modern_version, verbose_of
 from mcpvisor.actors.errors import ProxyError, UpstreamError, error_data
 from mcpvisor.actors.framing import FrameWriter, StreamBroken
 from mcpvisor.actors.fronts.fastcall import FastCall
@@ -97,6 +97,7 @@ class FastPath:
         self._ids = itertools.count(1)
         self.stamp = Raw(wire.encode(dict(server_info)))
         self._envelopes: dict[int, Raw] = {}
+        self._fitted: tuple[tuple[int, bool, bytes], Raw] | None = None
         self.session = session
         """This connection's session: the key of its instances of session-scoped servers
         (the same object the SDK path uses for the connection, `Front.serve_connection`)
@@ -120,6 +121,10 @@ class FastPath:
 
     def unpark(self, token: str) -> None:
         self.parked.pop(token, None)
+
+    def repark(self, old: str, new: str, call: FastCall) -> None:
+        if self.parked.pop(old, None) is call:
+            self.parked[new] = call
 
     # --- what the connection tells us ---------------------------------------------------
     def observe(self, env: wire.Envelope) -> None:
@@ -218,8 +223,8 @@ class FastPath:
             return False
         call = FastCall(self, env.id, route, up, link, client_token, modern)  # type: ignore[arg-type]
         call.log_level = client_level
-        if modern and not link.modern:
-            call.capabilities = meta.get(CLIENT_CAPABILITIES_META_KEY)  # decoded only if the upstream asks
+        if modern:
+            call.capabilities = meta.get(CLIENT_CAPABILITIES_META_KEY)  # decoded only when needed
         try:
             proxy_id = link.reserve_fast(call, timeout=up.spec.timeout, max_time=up.spec.max_call_time)
         except ProxyError:
@@ -234,6 +239,8 @@ class FastPath:
                 meta.pop(key, None)
             if link.modern:
                 meta.update(self._envelope_of(link))
+                caps = self._fitted_capabilities(link, modern, call.capabilities)
+                meta[CLIENT_CAPABILITIES_META_KEY] = caps
                 level = verbose_of(self.log_level(), client_level)
                 if level:
                     meta[LOG_LEVEL_META_KEY] = Raw(wire.encode(level))
@@ -257,6 +264,26 @@ class FastPath:
             raw = Raw(wire.encode(link.envelope_meta))
             self._envelopes = {key: raw}  # one upstream era per link; keep only the latest
         return wire.decode_raw_map(raw)
+
+    def _fitted_capabilities(self, link: StdioLink, modern: bool, declared: Raw | None) -> Raw:
+        """The ``clientCapabilities`` a 2026-07-28 upstream is told for this client's call
+        (`mcpvisor.actors.eras.fit_capabilities`): a client sends the same ones on every
+        request, so the latest answer is kept and reused while they stay the same."""
+        key = (id(link), modern, bytes(declared) if declared is not None else b"")
+        cached = self._fitted
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        if modern:
+            try:
+                caps: object = msgspec.json.decode(key[2]) if declared is not None else {}
+            except msgspec.DecodeError:
+                caps = {}
+        else:
+            caps = self.client_capabilities
+        proxy = link.envelope_meta.get(CLIENT_CAPABILITIES_META_KEY) or {}
+        fitted = Raw(wire.encode(fit_capabilities(proxy, caps)))
+        self._fitted = (key, fitted)
+        return fitted
 
     async def client_cancel(self, env: wire.Envelope) -> bool:
         """A client's ``notifications/cancelled`` for a fast-path call: forward it upstream."""

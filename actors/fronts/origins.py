@@ -15,20 +15,34 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import trio
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError, NoBackChannelError
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY
 
-from mcpvisor.actors import wire
-from mcpvisor.actors.bridge import ParkedCall, declared
+from mcpvisor.actors.bridge import ParkedCall, declared, missing_capability
 from mcpvisor.actors.eras import is_modern_version
-from mcpvisor.actors.errors import BridgeUnsupported, UpstreamError
+from mcpvisor.actors.errors import BridgeUnsupported, ProxyError, UpstreamError
 from mcpvisor.actors.fronts.clients import ClientRegistry, ClientState
 
 
 def is_modern(ctx: ServerRequestContext[Any, Any] | None) -> bool:
     """The request came from a 2026-07-28 client (its protocol version says so)."""
     return ctx is not None and is_modern_version(ctx.protocol_version)
+
+
+def _declared_capabilities(ctx: ServerRequestContext[Any, Any]) -> Mapping[str, Any] | None:
+    """The capabilities the client of ``ctx`` declared: a 2026-07-28 request's own ``_meta``
+    (none declared when it carries none), a handshake-era connection's ``initialize``."""
+    if is_modern(ctx):
+        meta = (ctx.params or {}).get("_meta")
+        caps = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, Mapping) else None
+        return caps if isinstance(caps, Mapping) else {}
+    declared_caps = ctx.session._connection.client_capabilities
+    if declared_caps is None:
+        return None
+    dumped: dict[str, Any] = declared_caps.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return dumped
 
 
 def _leg_meta(ctx: ServerRequestContext[Any, Any]) -> tuple[int | str | None, str | None]:
@@ -49,6 +63,7 @@ class ConnectionOrigin:
     progress_token: int | str | None = None
     modern = False
     log_level: str | None = None
+    client_capabilities: Mapping[str, Any] | None = None
 
     def __init__(self, state: ClientState) -> None:
         self._state = state
@@ -79,6 +94,21 @@ class SdkOrigin:
         self._registry = registry
         self.last_queued = 0
         """Sequence number of this call's latest message in the client's outbox."""
+        self.refusal: ProxyError | None = None
+        """Why the call was refused mid-way (the upstream asked what the client cannot answer)."""
+        self.scope: trio.CancelScope | None = None
+        """The upstream request's scope: `refuse` cancels it (the upstream is told to cancel)."""
+
+    @property
+    def client_capabilities(self) -> Mapping[str, Any] | None:
+        return _declared_capabilities(self.ctx)
+
+    def refuse(self, error: ProxyError) -> ProxyError:
+        """Stop the call: the client gets ``error`` instead of the upstream's answer."""
+        self.refusal = error
+        if self.scope is not None:
+            self.scope.cancel()
+        return error
 
     async def progress(self, params: dict[str, Any]) -> None:
         await self._notify("notifications/progress", params)
@@ -108,7 +138,7 @@ class SdkOrigin:
             )
         state = self._registry.get(ctx.session._connection)
         if state is not None and not state.capable(method):
-            raise UpstreamError(wire.METHOD_NOT_FOUND, f"the client did not declare support for {method}")
+            raise self.refuse(missing_capability(method))
         try:
             return await ctx.session._request_outbound.send_raw_request(method, params, None)
         except MCPError as exc:
@@ -129,14 +159,16 @@ class BridgedOrigin(SdkOrigin):
     def next_leg(self, ctx: ServerRequestContext[Any, Any]) -> None:
         """The client retried: its progress token and response stream are the new leg's."""
         self.ctx = ctx
+        self.last_queued = 0  # the new leg's outbox counts afresh
         token, self.log_level = _leg_meta(ctx)
         if token is not None:
             self.progress_token = token
 
     async def server_request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
-        meta = (self.ctx.params or {}).get("_meta")
-        caps = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, Mapping) else None
-        if not declared(caps, method):
-            raise UpstreamError(wire.METHOD_NOT_FOUND, f"the client did not declare support for {method}")
+        if not declared(self.client_capabilities, method):
+            # As the server would refuse this client directly: the call ends with -32021.
+            error = missing_capability(method)
+            self.parked.refuse(error)
+            raise error
         return await self.parked.ask(method, params)
 

@@ -104,6 +104,10 @@ CLIENT_STALLED: Final = ("mcpvisor disconnected this client: it read nothing for
 """The error a stalled client's calls end with (`mcpvisor.actors.fronts.outbox.CLIENT_STALL_S`), should it
 read again."""
 
+MAX_LISTEN_URIS: Final = 1024
+"""Resources one ``subscriptions/listen`` stream may have subscribed upstream (bounded memory;
+the SDK's own bound on streams is the same number)."""
+
 DISCONNECT_S: Final = 5.0
 """Bound on terminating a stalled client's HTTP session (closing in-memory streams: instant)."""
 
@@ -143,14 +147,14 @@ class Front:
         self.backend = backend
         self.clients = ClientRegistry()
         self.bus = InMemorySubscriptionBus()
-        self._listen = ListenHandler(self.bus)
+        self._listen_handler = ListenHandler(self.bus)
         self._subscribers: dict[str, int] = {}
         self.drain = Drain()
         """Refuses new requests and answers those in flight when the proxy stops
         (`mcpvisor.actors.fronts.drain`)."""
         self.parked = ParkedCalls()
         """Calls of 2026-07-28 clients waiting for their retry with the answers (`mcpvisor.actors.bridge`)."""
-        self._origins: dict[str, BridgedOrigin] = {}
+        self._origins: dict[ParkedCall, BridgedOrigin] = {}
         self._nursery: trio.Nursery | None = None
         self.log_level: str | None = None
         """The most verbose level any client set; upstreams are asked for it (2026-07-28 ones
@@ -252,7 +256,7 @@ class Front:
                 await self.clients.run()
         finally:
             self._nursery = None
-            self._listen.close()
+            self._listen_handler.close()
 
     async def serve_connection(self, read: MemoryObjectReceiveStream[SessionMessage | Exception],
                                write: MemoryObjectSendStream[SessionMessage], session: ClientSession) -> None:
@@ -306,11 +310,15 @@ class Front:
         up = self._upstream(server, ctx)
         origin = SdkOrigin(ctx, self.clients)
         box = self.clients.outbox(ctx.session._connection)
+        result: dict[str, Any] = {}
         try:
-            with box.call() if box is not None else nullcontext() as scope:
+            outbox = box.call() if box is not None else nullcontext()
+            with outbox as scope, trio.CancelScope() as origin.scope:
                 result = await up.request(method, params, origin=origin, retry_safe=retry_safe)
         except ProxyError as exc:
-            raise to_mcp_error(exc) from None
+            raise to_mcp_error(origin.refusal or exc) from None
+        if origin.refusal is not None:  # the upstream asked what this client cannot answer
+            raise to_mcp_error(origin.refusal)
         if scope is not None and scope.cancelled_caught:
             raise MCPError(code=wire.CONNECTION_CLOSED, message=CLIENT_STALLED)
         if box is not None and origin.last_queued:
@@ -338,7 +346,7 @@ class Front:
         client's leg, so the upstream's questions can become ``input_required`` legs."""
         parked = self.parked.open()
         origin = BridgedOrigin(ctx, self.clients, parked)
-        self._origins[parked.token] = origin
+        self._origins[parked] = origin
 
         async def forward() -> dict[str, Any]:
             result = await up.request(method, params, origin=origin, retry_safe=retry_safe)
@@ -346,32 +354,36 @@ class Front:
 
         def forget() -> None:
             self.parked.close(parked)
-            self._origins.pop(parked.token, None)
+            self._origins.pop(parked, None)
 
         assert self._nursery is not None
         await self._nursery.start(run_parked, parked, forward, forget)
-        return await self._leg(parked)
+        return await self._leg(parked, origin)
 
     async def _resume(self, token: str, params: Mapping[str, Any] | None,
                       ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
         """The client retried a bridged call with its answers: resume the waiting upstream."""
         parked = self.parked.get(token)
-        origin = self._origins.get(token)
+        origin = self._origins.get(parked) if parked is not None else None
         if parked is None or origin is None or parked.done:
             raise MCPError(code=wire.INVALID_PARAMS, message="unknown or expired requestState",
                            data={"reason": "invalid_request_state"})
         origin.next_leg(ctx)
         parked.answer((params or {}).get("inputResponses"))
-        return await self._leg(parked)
+        return await self._leg(parked, origin)
 
-    async def _leg(self, parked: ParkedCall) -> dict[str, Any]:
+    async def _leg(self, parked: ParkedCall, origin: BridgedOrigin) -> dict[str, Any]:
         """What this leg of a bridged call answers: the next questions, or the outcome.
-        A leg cancelled while it waits (the client cancelled, or left) cancels the call."""
+        A leg cancelled while it waits (the client cancelled, or left) cancels the call.
+        The leg's progress goes out before its answer (the stream ends with the answer)."""
         try:
             leg = await parked.next_leg()
         except trio.Cancelled:
             parked.cancel()
             raise
+        box = self.clients.outbox(origin.ctx.session._connection)
+        if box is not None and origin.last_queued:
+            await box.wait_sent(origin.last_queued)
         if isinstance(leg, ProxyError):
             raise to_mcp_error(leg)
         return leg
@@ -425,6 +437,14 @@ class Front:
         state = self.clients.track(ctx.session._connection)
         if uri in state.subscriptions:
             return {}
+        await self._hold(server, uri, ctx)
+        state.subscriptions.add(uri)
+        ctx.session._connection.exit_stack.push_async_callback(self._drop_subscription, state, server, uri)
+        return {}
+
+    async def _hold(self, server: str, uri: str, ctx: ServerRequestContext[Any, Any]) -> None:
+        """One more subscriber to ``uri``: the first subscribes upstream (handshake era:
+        ``resources/subscribe``; 2026-07-28: the upstream's listen stream)."""
         key = f"{server}\n{uri}"
         if self._subscribers.get(key, 0) == 0:
             up = self._upstream(server)
@@ -433,14 +453,34 @@ class Front:
             else:
                 await self._forward(server, "resources/subscribe", {"uri": uri}, ctx)
         self._subscribers[key] = self._subscribers.get(key, 0) + 1
-        state.subscriptions.add(uri)
-        ctx.session._connection.exit_stack.push_async_callback(self._drop_subscription, state, server, uri)
-        return {}
+
+    async def _listen(self, ctx: ServerRequestContext[Any, Any],
+                      params: types.SubscriptionsListenRequestParams) -> Any:
+        """``subscriptions/listen``: the SDK's stream of list changes and resource updates,
+        tagged with the subscription id; the resources it names are subscribed upstream
+        for as long as the stream lasts, as ``resources/subscribe`` does for a
+        handshake-era connection, so their updates reach it from either era of upstream."""
+        held: list[tuple[str, str]] = []
+        try:
+            for uri in (params.notifications.resource_subscriptions or ())[:MAX_LISTEN_URIS]:
+                server = self.backend.router.snapshot.route_resource(str(uri))
+                if server is not None:  # a URI nobody serves is honoured and never fires
+                    await self._hold(server, str(uri), ctx)
+                    held.append((server, str(uri)))
+            return await self._listen_handler(ctx, params)
+        finally:
+            with trio.CancelScope(shield=True):
+                for server, uri in held:
+                    await self._release(server, uri)
 
     async def _drop_subscription(self, state: ClientState, server: str, uri: str) -> None:
         if uri not in state.subscriptions:
             return
         state.subscriptions.discard(uri)
+        await self._release(server, uri)
+
+    async def _release(self, server: str, uri: str) -> None:
+        """One subscriber fewer to ``uri``: the last unsubscribes upstream (bounded)."""
         key = f"{server}\n{uri}"
         count = self._subscribers.get(key, 0) - 1
         if count > 0:

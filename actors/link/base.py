@@ -30,12 +30,13 @@ import trio
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
+    CLIENT_CAPABILITIES_META_KEY,
     LOG_LEVEL_META_KEY,
 )
 from msgspec import UNSET
 
 from mcpvisor.actors import wire
-from mcpvisor.actors.eras import ENVELOPE_KEYS, is_modern_version, log_wanted, verbose_of
+from mcpvisor.actors.eras import ENVELOPE_KEYS, fit_capabilities, is_modern_version, log_wanted, verbose_of
 from mcpvisor.actors.errors import (
     CallTimeout,
     ProxyError,
@@ -219,6 +220,10 @@ class Link:
         meta.pop("progressToken", None)
         if self._envelope is not None:
             meta.update(self._envelope)
+            declared = origin.client_capabilities if origin is not None else None
+            if declared is not None:  # what the upstream may ask is what this client can answer
+                meta[CLIENT_CAPABILITIES_META_KEY] = fit_capabilities(
+                    self._envelope.get(CLIENT_CAPABILITIES_META_KEY) or {}, declared)
             level = verbose_of(getattr(self.events, "log_level", None),
                                origin.log_level if origin is not None else None)
             if level:

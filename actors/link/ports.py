@@ -29,6 +29,10 @@ class CallOrigin(Protocol):
     def log_level(self) -> str | None:
         """A 2026-07-28 client's own log level for this request (``_meta``), if it asked for logs."""
 
+    @property
+    def client_capabilities(self) -> Mapping[str, Any] | None:
+        """The capabilities the client declared (None: not known; the proxy's own apply)."""
+
     async def log(self, params: dict[str, Any]) -> None:
         """Deliver an upstream's log message on this request's stream (2026-07-28 clients)."""
 

@@ -33,6 +33,7 @@ import mcp_types as types
 from mcp import Client, StdioServerParameters
 from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
+from pydantic import FileUrl
 
 # What some scenarios' servers offer and how a client is expected to use it (the suite's code).
 CALLS: Final[dict[str, tuple[str, dict[str, Any]]]] = {
@@ -78,7 +79,8 @@ async def answer_sampling(
 
 
 async def list_roots(context: ClientRequestContext) -> types.ListRootsResult:
-    return types.ListRootsResult(roots=[types.Root(uri="file:///tmp/conformance", name="conformance")])
+    root = types.Root(uri=FileUrl("file:///tmp/conformance"), name="conformance")
+    return types.ListRootsResult(roots=[root])
 
 
 MANAGEMENT: Final = frozenset(

@@ -126,7 +126,6 @@ EXPECTED_LOSSES: Final[dict[tuple[str, str, str], str]] = {
         for scenario in (
             "input-required-result-basic-elicitation",
             "input-required-result-ignore-extra-params",
-            "input-required-result-multi-round",
             "input-required-result-multiple-input-requests",
         )
     },
@@ -134,7 +133,7 @@ EXPECTED_LOSSES: Final[dict[tuple[str, str, str], str]] = {
         (pairing, "2026-07-28", "input-required-result-capability-check"): (
             "mcpvisor asks the upstream with its own capabilities, not the client's _meta (issue 26)"
         )
-        for pairing in ("http-2026-07-28", "stdio-2026-07-28")
+        for pairing in ("http-2026-07-28",)
     },
 }
 """(pairing id or ``*``, wire, scenario) -> why the scenario is lost through mcpvisor although

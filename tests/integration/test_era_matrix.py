@@ -13,21 +13,33 @@ progress and log messages of a call.
 
 from __future__ import annotations
 
+import itertools
+import json
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
 
+import httpx
 import mcp_types as types
 import pytest
 import trio
 from mcp import Client
-from mcp.shared.subscriptions import ToolsListChanged
+from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import (
+    PromptsListChanged,
+    ResourcesListChanged,
+    ResourceUpdated,
+    ToolsListChanged,
+)
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
 from mcpvisor import open_supervisor, serve_http
 from tests.helpers import (
     REAL_IO_BOUND_S,
+    SERVERS_DIR,
     Recorder,
     embedded_front,
     everything,
@@ -174,3 +186,229 @@ async def test_cancelling_a_call_reaches_the_upstream(tmp_path: Path, front: str
     cancels = [e for e in read_record(record) if e.get("event") == "cancelled"]
     assert calls
     assert cancels[0]["requestId"] == calls[0]["id"]
+
+
+# --- issue 26: the proxy's server side at 2026-07-28 -----------------------------------------
+# The fixture (tests/servers/mrtr.py) asks in rounds with a signed requestState, refuses a
+# call whose capability the client did not declare with -32021, and announces changes of
+# all three lists and updates of a resource, in either era.
+
+PAIRINGS: Final = [pytest.param(front, upstream, id=f"{front}-up_{upstream}")
+                   for front in FRONTS for upstream in UPSTREAM_ERAS]
+ALL_CAPABILITIES: Final[dict[str, Any]] = {"sampling": {}, "elicitation": {}, "roots": {}}
+
+
+def mrtr_config(tmp_path: Path, upstream: str) -> Path:
+    entry = {"command": sys.executable, "args": [str(SERVERS_DIR / "mrtr.py")], "protocol": upstream}
+    return write_config(tmp_path, {"mr": entry}, namespacing="prefix", fastPath=True)
+
+
+class RawModern:
+    """A 2026-07-28 client that sends exactly the requests a test writes (no automatic
+    ``input_required`` rounds) and sees each answer whole, with its HTTP status."""
+
+    def __init__(self, exchange: Any) -> None:
+        self._exchange = exchange
+        self._ids = itertools.count(1)
+
+    async def request(self, method: str, params: dict[str, Any],
+                      capabilities: dict[str, Any] | None = None) -> tuple[dict[str, Any], int | None]:
+        meta = {PROTOCOL_VERSION_META_KEY: "2026-07-28",
+                CLIENT_INFO_META_KEY: {"name": "raw", "version": "1"},
+                CLIENT_CAPABILITIES_META_KEY: ALL_CAPABILITIES if capabilities is None else capabilities}
+        frame = {"jsonrpc": "2.0", "id": next(self._ids), "method": method,
+                 "params": {**params, "_meta": meta}}
+        answer, status = await self._exchange(frame)
+        return answer, status
+
+    async def call(self, name: str, **extra: Any) -> dict[str, Any]:
+        answer, _ = await self.request("tools/call", {"name": name, "arguments": {}, **extra})
+        return answer
+
+
+@asynccontextmanager
+async def raw_modern(tmp_path: Path, front: str, upstream: str) -> AsyncIterator[RawModern]:
+    config = mrtr_config(tmp_path, upstream)
+    if front == "stdio":
+        async with embedded_front(config) as (send, receive):
+            buffered = b""
+
+            async def over_stdio(frame: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
+                nonlocal buffered
+                await send.send_all(json.dumps(frame).encode() + b"\n")
+                while True:
+                    while b"\n" not in buffered:
+                        buffered += await receive.receive_some(1 << 16)
+                    line, buffered = buffered.split(b"\n", 1)
+                    message = json.loads(line)
+                    if message.get("id") == frame["id"]:
+                        return message, None
+
+            yield RawModern(over_stdio)
+        return
+    async with open_supervisor(config, state_dir=tmp_path / "state", watch=False) as sup, \
+            trio.open_nursery() as nursery, httpx.AsyncClient(timeout=REAL_IO_BOUND_S) as http:
+        await sup.wait_ready()
+        url = await nursery.start(serve_http, sup, "127.0.0.1", 0)
+
+        async def over_http(frame: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
+            params = frame["params"]
+            headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+                       "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": frame["method"]}
+            name = params.get("name") or params.get("uri")
+            if name is not None:
+                headers["Mcp-Name"] = name
+            response = await http.post(url, json=frame, headers=headers)
+            if response.headers.get("content-type", "").startswith("text/event-stream"):
+                for line in response.text.splitlines():
+                    if line.startswith("data:"):
+                        message = json.loads(line.removeprefix("data:"))
+                        if message.get("id") == frame["id"]:
+                            return message, response.status_code
+                raise AssertionError(f"no answer to {frame['id']} in the stream: {response.text!r}")
+            return response.json(), response.status_code
+
+        yield RawModern(over_http)
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(("front", "upstream"), PAIRINGS)
+async def test_input_required_rounds_carry_the_servers_request_state(tmp_path: Path, front: str,
+                                                                    upstream: str) -> None:
+    """A 2026-07-28 client answers a two-round question through the proxy as it would the
+    server directly: each round is an ``input_required`` result with its own
+    ``requestState`` (the server's, untouched, from a 2026-07-28 upstream; the proxy's,
+    bridging a handshake-era one), a tampered state is refused, a retry lacking the
+    answer is asked again, and the last round completes with both answers."""
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with raw_modern(tmp_path, front, upstream) as client:
+            first = (await client.call("mr_steps"))["result"]
+            assert first["resultType"] == "input_required"
+            assert [r["method"] for r in first["inputRequests"].values()] == ["elicitation/create"]
+            state1 = first["requestState"]
+            if upstream == "2026-07-28":
+                assert state1.startswith("r1."), "the server's own state travels as it came"
+            (key1,) = first["inputRequests"]
+
+            answered = await client.call("mr_steps", requestState=state1, inputResponses={
+                key1: {"action": "accept", "content": {"name": "ada"}}})
+            assert "result" in answered, answered
+            second = answered["result"]
+            assert second["resultType"] == "input_required"
+            state2 = second["requestState"]
+            assert state2 != state1
+            (key2,) = second["inputRequests"]
+            assert "colour" in second["inputRequests"][key2]["params"]["message"]
+
+            tampered = await client.call("mr_steps", requestState=state2 + "-TAMPERED", inputResponses={
+                key2: {"action": "accept", "content": {"color": "blue"}}})
+            assert tampered["error"]["code"] == -32602
+
+            done = (await client.call("mr_steps", requestState=state2, inputResponses={
+                key2: {"action": "accept", "content": {"color": "blue"}}}))["result"]
+            assert done["resultType"] == "complete"
+            assert done["content"][0]["text"] == "ada likes blue"
+
+            # Last: a handshake-era upstream cannot tell which call its question belongs to,
+            # so a test keeps one call in flight at a time.
+            again = (await client.call("mr_steps", inputResponses={"wrong": {"action": "accept"}}))["result"]
+            assert again["resultType"] == "input_required"  # a missing answer is asked again
+
+
+@pytest.mark.parametrize(("front", "upstream", "mode"), MATRIX)
+async def test_several_questions_and_questions_of_prompts_and_resources_reach_the_client(
+    tmp_path: Path, front: str, upstream: str, mode: str,
+) -> None:
+    """Two questions at once (elicitation and sampling), and the questions of
+    ``prompts/get`` and ``resources/read``, are answered by the client of either era and
+    the answers reach the server."""
+    rec = Recorder()
+    kwargs: dict[str, Any] = {"mode": mode, "cache": None, **rec.kwargs()}
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with proxied_to(tmp_path, front, upstream, kwargs) as client:
+            await client.list_tools()
+            assert text_of(await client.call_tool("mr_both", {})) == "ada / from the client"
+            prompt = await client.get_prompt("mr_intro")
+            assert [m.content.text for m in prompt.messages] == ["Hi ada"]  # type: ignore[union-attr]
+            read = await client.read_resource("mrtr://note")
+            assert [c.text for c in read.contents] == ["note for ada"]  # type: ignore[union-attr]
+
+
+@asynccontextmanager
+async def proxied_to(tmp_path: Path, front: str, upstream: str,
+                     kwargs: dict[str, Any]) -> AsyncIterator[Client]:
+    """A real SDK client (``kwargs``) through the proxy's ``front`` to the mrtr fixture."""
+    config = mrtr_config(tmp_path, upstream)
+    if front == "stdio":
+        async with embedded_front(config) as (send, receive), \
+                Client(pipe_transport(receive, send), **kwargs) as client:
+            yield client
+        return
+    async with open_supervisor(config, state_dir=tmp_path / "state", watch=False) as sup, \
+            trio.open_nursery() as nursery:
+        await sup.wait_ready()
+        url = await nursery.start(serve_http, sup, "127.0.0.1", 0)
+        async with Client(url, **kwargs) as client:
+            yield client
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(("front", "upstream", "mode"), MATRIX)
+async def test_a_capability_the_client_did_not_declare_is_refused_with_32021(
+    tmp_path: Path, front: str, upstream: str, mode: str,
+) -> None:
+    """A client that declared no sampling calls a tool that needs it: the call is refused
+    with -32021 naming ``sampling``, as the server refuses that client directly (the
+    proxy's own capabilities do not stand in for the client's), whichever era each side
+    speaks; the connection goes on serving."""
+    rec = Recorder()
+    kwargs: dict[str, Any] = {"mode": mode, "cache": None, "elicitation_callback": rec.elicitation}
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with proxied_to(tmp_path, front, upstream, kwargs) as client:
+            await client.list_tools()
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool("mr_needs_sampling", {})
+            assert refused.value.error.code == -32021
+            assert refused.value.error.data["requiredCapabilities"] == {"sampling": {}}
+            prompt = await client.get_prompt("mr_intro")
+            assert [m.content.text for m in prompt.messages] == ["Hi ada"]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("upstream", UPSTREAM_ERAS)
+async def test_a_32021_refusal_is_http_400(tmp_path: Path, upstream: str) -> None:
+    """On streamable HTTP the refusal of an undeclared capability is a 400, as the
+    direct server answers it."""
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with raw_modern(tmp_path, "http", upstream) as client:
+            call = {"name": "mr_needs_sampling", "arguments": {}}
+            answer, status = await client.request("tools/call", call, capabilities={"elicitation": {}})
+            assert answer["error"]["code"] == -32021
+            assert status == 400
+
+
+@pytest.mark.parametrize(("front", "upstream"), PAIRINGS)
+async def test_a_listen_stream_hears_every_list_change_and_resource_update(tmp_path: Path, front: str,
+                                                                          upstream: str) -> None:
+    """A 2026-07-28 client's ``subscriptions/listen`` stream hears the upstream's tools,
+    prompts and resources list changes and the update of the resource it names, from an
+    upstream of either era (the SDK client drops events not tagged with its subscription)."""
+    kwargs: dict[str, Any] = {"mode": "2026-07-28", "cache": None}
+    wanted = {ToolsListChanged, PromptsListChanged, ResourcesListChanged, ResourceUpdated}
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with proxied_to(tmp_path, front, upstream, kwargs) as client:
+            await client.list_tools()
+            listening = client.listen(tools_list_changed=True, prompts_list_changed=True,
+                                      resources_list_changed=True, resource_subscriptions=["mrtr://note"])
+            async with listening as events:
+                for kind in ("tools", "prompts", "resources"):
+                    assert text_of(await client.call_tool("mr_change", {"kind": kind})).startswith("added")
+                assert text_of(await client.call_tool("mr_touch", {})) == "touched mrtr://note"
+                heard: set[type] = set()
+                async for event in events:
+                    heard.add(type(event))
+                    if isinstance(event, ResourceUpdated):
+                        assert event.uri == "mrtr://note"
+                    if heard >= wanted:
+                        break
+            assert "mr_added_1" in {t.name for t in (await client.list_tools()).tools}
+            assert "mr_added_1" in {p.name for p in (await client.list_prompts()).prompts}

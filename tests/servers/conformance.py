@@ -599,7 +599,7 @@ class Conformance:
         return text(f"Roots: {', '.join(uris) or '(none)'}")
 
     async def t_irr_request_state(self, ctx: Ctx, params: types.CallToolRequestParams) -> Any:
-        ask = {"confirm": ask_form("Please confirm", "ok", "boolean")}
+        ask: dict[str, types.InputRequest] = {"confirm": ask_form("Please confirm", "ok", "boolean")}
         if open_state(params.request_state) != "confirm" and _modern(ctx):
             return types.InputRequiredResult(input_requests=ask, request_state=seal_state("confirm"))
         got = await gather(ctx, params, ask, seal_state("confirm"))
@@ -620,8 +620,9 @@ class Conformance:
         return text(f"All inputs received: {said(got['user_name'], 'name')}, {said(got['greeting'], 'text')}")
 
     async def t_irr_multi_round(self, ctx: Ctx, params: types.CallToolRequestParams) -> Any:
-        step1 = {"step1": ask_form("Step 1: What is your name?", "name")}
-        step2 = {"step2": ask_form("Step 2: What is your favorite color?", "color")}
+        step1: dict[str, types.InputRequest] = {"step1": ask_form("Step 1: What is your name?", "name")}
+        step2: dict[str, types.InputRequest] = {
+            "step2": ask_form("Step 2: What is your favorite color?", "color")}
         if not _modern(ctx):  # the handshake era asks both, in order, within the call
             one, two = await gather(ctx, params, step1), await gather(ctx, params, step2)
             assert not isinstance(one, types.InputRequiredResult)

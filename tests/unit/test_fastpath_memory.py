@@ -582,10 +582,12 @@ async def test_a_bridged_result_nobody_comes_back_for_is_forgotten(
 async def test_a_question_the_2026_client_did_not_declare_is_refused_at_once(
     autojump_clock: Clock, fast_path: bool,
 ) -> None:
-    """MCP: a server must not ask what the client did not declare. A 2026-07-28 client
-    whose ``_meta`` capabilities lack ``roots`` is not handed a ``roots/list`` leg; the
-    upstream gets -32601 at once and the call goes on. A regression shows as an
-    ``input_required`` leg the client cannot answer and an upstream left waiting."""
+    """MCP 2026-07-28: a request whose handling needs a client capability the client did
+    not declare is refused with -32021. A 2026-07-28 client whose ``_meta`` capabilities
+    lack ``roots`` is not handed a ``roots/list`` leg: its call ends at once with -32021
+    naming ``roots``, the upstream's question gets the same error and the upstream is told
+    to cancel the call. A regression shows as an ``input_required`` leg the client cannot
+    answer, or a call left running upstream."""
     with trio.fail_after(BOUND_S):
         async with open_memory_proxy(fast_path=fast_path) as p:
             meta = {PROTOCOL_VERSION_META_KEY: MODERN, CLIENT_CAPABILITIES_META_KEY: {"sampling": {}},
@@ -594,12 +596,15 @@ async def test_a_question_the_2026_client_did_not_declare_is_refused_at_once(
             request = await p.server.receive()
             started = trio.current_time()
             await p.server.send({"jsonrpc": "2.0", "id": 78, "method": "roots/list"})
-            refusal = await p.server.receive()
-            assert refusal["id"] == 78
-            assert refusal["error"]["code"] == -32601
+            refused = await p.client.receive_id(1)
+            assert refused["error"]["code"] == -32021
+            assert refused["error"]["data"]["requiredCapabilities"] == {"roots": {}}
+            seen = [await p.server.receive(), await p.server.receive()]
+            answer = next(m for m in seen if m.get("id") == 78)
+            assert answer["error"]["code"] == -32021
+            cancel = next(m for m in seen if m.get("method") == "notifications/cancelled")
+            assert cancel["params"]["requestId"] == request["id"]
             assert trio.current_time() == started
-            await p.server.answer(request, result("no roots"))
-            assert text(await p.client.receive_id(1)) == "no roots"
 
 
 async def test_a_session_scoped_servers_calls_reach_the_connections_own_instance_either_way(
