@@ -4,7 +4,8 @@ of an http, sse or ws one.
 Shared by the upstream actor (`mcpvisor.actors.upstream.actor`) and `mcpvisor mcp test`
 (`mcpvisor.probe`), so both start a server the same way. Owns `BoundedTransport`, the
 httpx transport under the SDK's HTTP clients that holds an upstream's answers to
-``settings.maxMessageBytes``, as the stdio framing does for a stdio server.
+``settings.maxMessageBytes``, as the stdio framing does for a stdio server, and names
+the method of every POST in ``Mcp-Method``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from mcpvisor.actors.core.spec import ServerSpec
 
 EVENT_STREAM: Final = "text/event-stream"
 """An SSE body streams for as long as the server likes; the SDK bounds each of its events."""
+METHOD_HEADER: Final = "mcp-method"
+"""The 2026-07-28 standard header naming a POST's JSON-RPC method."""
 
 
 class BoundedTransport(httpx2.AsyncBaseTransport):
@@ -37,6 +40,15 @@ class BoundedTransport(httpx2.AsyncBaseTransport):
         self._inner = inner if inner is not None else httpx2.AsyncHTTPTransport()
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        if request.method == "POST" and METHOD_HEADER not in request.headers:
+            # 2026-07-28: a client MUST name the method of every POST (gateways route on
+            # it). The SDK stamps it only once a session is in that era; the handshake
+            # requests of `protocol: auto` (``initialize``, ``notifications/initialized``)
+            # go out before the era is known, and a server of either era reads them the
+            # same with it (an older one ignores a header it does not know).
+            method = _method_of(request)
+            if method is not None:
+                request.headers[METHOD_HEADER] = method
         response = await self._inner.handle_async_request(request)
         if response.headers.get("content-type", "").lower().startswith(EVENT_STREAM):
             return response
@@ -77,6 +89,17 @@ class BoundedTransport(httpx2.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+def _method_of(request: httpx2.Request) -> str | None:
+    """The JSON-RPC method a POST carries, when it is one a header can name as it is."""
+    try:
+        method = wire.decode_envelope(request.content).method
+    except (httpx2.RequestNotRead, wire.DecodeError, wire.ValidationError):
+        return None
+    if isinstance(method, str) and method.isascii() and method.isprintable():
+        return method
+    return None
 
 
 def _announced(response: httpx2.Response) -> int | None:

@@ -18,6 +18,11 @@ HTTP 400 and a JSON-RPC error, what the SDK would mishandle:
   ``"1"`` alike) silently replaced the first, whose POST was then never answered.
 
 Everything else reaches the SDK unchanged, the body replayed as it was read.
+
+SSE streams are resumable as the SDK's own server makes them: each opens with a priming
+event (an id and ``retry:``), every event is numbered, and a client whose stream broke
+mid-call comes back with ``Last-Event-ID`` and gets the rest; each session keeps its own
+events (`mcpvisor.actors.fronts.replay`, bounded across the front).
 """
 
 from __future__ import annotations
@@ -44,12 +49,13 @@ if TYPE_CHECKING:
     from mcp.server.auth.settings import AuthSettings
 
     from mcpvisor.actors.fronts.auth import HostRules, Verifier
+    from mcpvisor.actors.fronts.replay import ReplayBudget
     from mcpvisor.actors.fronts.sdk import Front
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["HTTP_PATH", "MAX_JSON_DEPTH", "FrameGuard", "HttpLimits", "open_while_unguarded",
-           "serve_http_front"]
+           "own_event_stores", "serve_http_front"]
 
 HTTP_PATH: Final = "/mcp"
 ANONYMOUS: Final = "anonymous"
@@ -92,8 +98,10 @@ async def serve_http_front(
     from mcp.server.transport_security import TransportSecuritySettings
 
     from mcpvisor.actors.fronts.limits import install
+    from mcpvisor.actors.fronts.replay import RETRY_MS, ReplayBudget
 
     install(front.server)
+    budget = ReplayBudget()
     allowed_hosts, allowed_origins = rules.sdk_lists()
     app = front.server.streamable_http_app(
         streamable_http_path=HTTP_PATH,
@@ -107,8 +115,11 @@ async def serve_http_front(
         auth=auth,
         token_verifier=verifier,
         custom_starlette_routes=list(routes),
+        event_store=budget.session(),  # replaced by each session's own (`own_event_stores`)
+        retry_interval=RETRY_MS,
     )
     manager = front.server.session_manager  # checks frames after the token and Host/Origin ones
+    own_event_stores(manager, budget)
     manager.asgi_app = FrameGuard(manager.asgi_app, limits.max_body)  # type: ignore[assignment]
     if verifier is not None:
         open_while_unguarded(app, verifier)
@@ -137,6 +148,34 @@ async def serve_http_front(
     async with trio.open_nursery() as nursery:
         binds: list[str] = await nursery.start(started)
         task_status.started(binds[0].rstrip("/") + HTTP_PATH)
+
+
+def own_event_stores(manager: Any, budget: ReplayBudget) -> None:
+    """Give every session ``manager`` opens its own event store, drawn from ``budget``.
+
+    The SDK hands one event store to every session, and keys a POST's SSE stream by its
+    request id: one shared store would mix session A's stream "1" with session B's, and
+    replay one client's results to another that names their event ids.
+
+    Raises:
+        RuntimeError: the SDK no longer opens sessions where each can get its own store
+            (a front that would replay one client's events to another must not start).
+    """
+    admit = getattr(manager, "_admit_session", None)
+    if admit is None or getattr(manager, "event_store", None) is None:
+        raise RuntimeError("the SDK's session manager no longer opens sessions where each can have its own "
+                           "event store")
+
+    def admit_with_own_store(requestor: Any) -> Any:
+        transport = admit(requestor)
+        if transport is not None:
+            if not hasattr(transport, "_event_store"):
+                raise RuntimeError("the SDK's HTTP session no longer keeps its event store where "
+                                   "mcpvisor sets it")
+            transport._event_store = budget.session()
+        return transport
+
+    manager._admit_session = admit_with_own_store
 
 
 def open_while_unguarded(app: Any, verifier: Verifier) -> None:
