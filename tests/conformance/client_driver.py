@@ -2,15 +2,16 @@
 
 The suite (``conformance client --scenario S --command CMD``) serves scenario ``S`` on a
 local URL and runs ``CMD URL``; ``MCP_CONFORMANCE_SCENARIO`` names the scenario and
-``MCP_CONFORMANCE_CONTEXT`` may carry the calls it wants made. This driver puts that URL
-in a config as mcpvisor's only upstream (``type: http``, protocol ``auto`` as a user would
-leave it, ``exposure: all``, ``namespacing: none``), starts ``mcpvisor serve`` over stdio,
-and acts as the end client through it with the SDK's ``Client``, doing what a user's
-session would: it lists tools, resources and prompts, then makes the calls the scenario
-is about (the context's ``toolCalls``; the tool in `CALLS`; the schema echo of
-``json-schema-2020-12-preservation``; otherwise every tool it was shown, the first
-resource and the first prompt). It answers elicitation with the form's defaults (or a
-value per required field), sampling with a fixed text and roots with one root.
+``MCP_CONFORMANCE_CONTEXT`` may carry the calls it wants made. This driver puts that URL in
+a config as mcpvisor's only upstream (``type: http``, ``exposure: all``, ``namespacing:
+none``, and ``--protocol``: ``auto`` as a user would leave it, or the wire the scenario is
+about, as a user whose server speaks it would set it), starts ``mcpvisor serve`` over stdio,
+and acts as the end client through it with the SDK's ``Client``, doing what a user's session
+would: it lists tools, resources and prompts, then makes the calls the scenario is about
+(the context's ``toolCalls``; the tool in `CALLS`; the schema echo of ``json-
+schema-2020-12-preservation``; otherwise every tool it was shown, the first resource and the
+first prompt). It answers elicitation with the form's defaults (or a value per required
+field), sampling with a fixed text and roots with one root.
 
 What the suite judges is therefore mcpvisor's upstream side: its handshake or per-request
 ``_meta``, its headers, its calls, how it relays the server's input requests and how its
@@ -114,11 +115,11 @@ async def upstream_tools(client: Client) -> list[types.Tool]:
         await anyio.sleep(LIST_RETRY_S)
 
 
-def write_config(url: str, work: Path) -> Path:
+def write_config(url: str, work: Path, protocol: str = "auto") -> Path:
     work.mkdir(parents=True, exist_ok=True)
     config = work / "mcpvisor.json"
     settings = {"exposure": "all", "namespacing": "none", "startupWait": "30s"}
-    upstream = {"type": "http", "url": url}
+    upstream = {"type": "http", "url": url, "protocol": protocol}
     config.write_text(json.dumps({"mcpServers": {"suite": upstream}, "settings": settings}))
     return config
 
@@ -136,8 +137,8 @@ def planned_calls(scenario: str, context: dict[str, Any], tools: list[types.Tool
     return [(tool.name, sample_arguments(tool.input_schema)) for tool in tools]
 
 
-async def drive(url: str, work: Path, scenario: str, context: dict[str, Any]) -> None:
-    config = write_config(url, work)
+async def drive(url: str, work: Path, scenario: str, context: dict[str, Any], protocol: str = "auto") -> None:
+    config = write_config(url, work, protocol)
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "mcpvisor", "serve", "--config", str(config), "--state-dir", str(work / "state")],
@@ -175,11 +176,13 @@ async def drive(url: str, work: Path, scenario: str, context: dict[str, Any]) ->
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--work", required=True, type=Path, help="directory for the config and state")
+    parser.add_argument("--protocol", default="auto", choices=("auto", "legacy", "2026-07-28"),
+                        help="the upstream's protocol setting in mcpvisor's config")
     parser.add_argument("url", help="the scenario server's URL (the suite appends it)")
     opts = parser.parse_args()
     scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
     context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
-    anyio.run(drive, opts.url, opts.work, scenario, context)
+    anyio.run(drive, opts.url, opts.work, scenario, context, opts.protocol)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ fixture; the client is raw HTTP (httpx) so the test sees the SSE wire itself.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,10 +35,11 @@ class Event:
     retry: int | None
 
     def message(self) -> dict[str, Any]:
-        return json.loads(self.data)
+        decoded: dict[str, Any] = json.loads(self.data)
+        return decoded
 
 
-async def sse_events(response: httpx2.Response) -> AsyncIterator[Event]:
+async def sse_events(response: httpx2.Response) -> AsyncGenerator[Event, None]:
     """The events of an SSE body, as they arrive."""
     fields: dict[str, str] = {}
     data: list[str] = []

@@ -87,7 +87,7 @@ class Handler(BaseHTTPRequestHandler):
         if not isinstance(body, dict) or "id" not in body:
             self._send(202, b"")
             return
-        method = body.get("method")
+        method = str(body.get("method"))
         params = body.get("params") or {}
         modern = ENVELOPE in (params.get("_meta") or {})
         result = self.answer(method, params, modern)
@@ -102,7 +102,7 @@ class Handler(BaseHTTPRequestHandler):
                    session=method == "initialize")
 
     def answer(self, method: str, params: dict[str, Any], modern: bool) -> dict[str, Any] | None:
-        caps = {"tools": {}, "resources": {}, "prompts": {}}
+        caps: dict[str, Any] = {"tools": {}, "resources": {}, "prompts": {}}
         cache = {"ttlMs": 0, "cacheScope": "private"} if modern else {}
         if method == "initialize":
             return {"protocolVersion": HANDSHAKE, "capabilities": caps,
