@@ -111,7 +111,8 @@ def sdk_transport(spec: ServerSpec, max_message: int) -> Any:
     url = spec.url
     if spec.transport == "http":
         from mcp.client.streamable_http import streamable_http_client
-        from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
+
+        from mcpvisor.actors.sdk_compat import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
         # What `create_mcp_http_client` builds, with our transport under it.
         timeout = httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT)

@@ -24,6 +24,7 @@ from mcpvisor.actors.bridge import ParkedCall, declared
 from mcpvisor.actors.eras import is_modern_version
 from mcpvisor.actors.errors import BridgeUnsupported, UpstreamError
 from mcpvisor.actors.fronts.clients import ClientRegistry, ClientState
+from mcpvisor.actors.sdk_compat import connection_of, request_outbound_of
 
 
 def is_modern(ctx: ServerRequestContext[Any, Any] | None) -> bool:
@@ -89,8 +90,9 @@ class SdkOrigin:
     async def _notify(self, method: str, params: dict[str, Any]) -> None:
         """Hand the message to the client's outbox: called from an upstream's reader, it
         must not wait for the client to read (`mcpvisor.actors.fronts.outbox`)."""
-        outbound = self.ctx.session._request_outbound
-        box = self._registry.outbox(self.ctx.session._connection)
+        session = self.ctx.session
+        outbound = request_outbound_of(session)
+        box = self._registry.outbox(connection_of(session))
         if box is None:
             await outbound.notify(method, params)
             return
@@ -106,11 +108,11 @@ class SdkOrigin:
                 f"{method} from a handshake-era server can reach it only during tools/call, prompts/get "
                 f"or resources/read (as input_required)"
             )
-        state = self._registry.get(ctx.session._connection)
+        state = self._registry.get(connection_of(ctx.session))
         if state is not None and not state.capable(method):
             raise UpstreamError(wire.METHOD_NOT_FOUND, f"the client did not declare support for {method}")
         try:
-            return await ctx.session._request_outbound.send_raw_request(method, params, None)
+            return await request_outbound_of(ctx.session).send_raw_request(method, params, None)
         except MCPError as exc:
             raise UpstreamError(exc.error.code, exc.error.message, exc.error.data) from None
         except NoBackChannelError:
