@@ -88,11 +88,10 @@ def run_label(ctx: Any, session: ClientSession | None) -> str | None:
     return session.run if session is not None else None
 
 
-def sdk_session(ctx: Any, modern: bool,
-                made: Mapping[str, ClientSession] | None = None) -> ClientSession | None:
-    """The `ClientSession` of a handshake-era connection, taken on its first request and
-    ended when the connection closes; None for 2026-07-28 requests (no connection: they
-    use the shared instance of a session-scoped server).
+def sdk_session(connection: Any, made: Mapping[str, ClientSession] | None = None) -> ClientSession | None:
+    """The `ClientSession` of a handshake-era SDK ``connection``, taken on its first request
+    and ended when the connection closes; None for no connection (a 2026-07-28 request has
+    none: it uses the shared instance of a session-scoped server).
 
     ``made`` holds the sessions transports made for their own connections, by the
     session id they gave the SDK's loop (`mcpvisor.actors.fronts.sdk.Front.serve_connection`): such a
@@ -101,9 +100,6 @@ def sdk_session(ctx: Any, modern: bool,
     other connection gets a new session (labelled with its session id when it has one:
     an HTTP session's ``Mcp-Session-Id``).
     """
-    if modern or ctx is None:
-        return None
-    connection = getattr(ctx.session, "_connection", None)
     state = getattr(connection, "state", None)
     if connection is None or not isinstance(state, dict):
         return None

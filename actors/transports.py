@@ -11,12 +11,16 @@ the method of every POST in ``Mcp-Method``.
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import httpx2
 
 from mcpvisor.actors import wire
 from mcpvisor.actors.core.spec import ServerSpec
+
+ResponseHook = Callable[[httpx2.Response], Awaitable[None]]
+"""Awaited with each HTTP response an upstream's client receives."""
 
 EVENT_STREAM: Final = "text/event-stream"
 """An SSE body streams for as long as the server likes; the SDK bounds each of its events."""
@@ -127,18 +131,30 @@ def docker_argv(spec: ServerSpec) -> list[str]:
     return argv
 
 
-def sdk_transport(spec: ServerSpec, max_message: int) -> Any:
-    """The SDK client transport for an http, sse or ws server."""
+def sdk_transport(spec: ServerSpec, max_message: int, *, http_timeout: httpx2.Timeout | None = None,
+                  on_response: ResponseHook | None = None) -> Any:
+    """The SDK client transport for an http, sse or ws server: the one builder for the
+    upstream actor and `mcpvisor mcp test`, so a probe reaches a server exactly as the
+    proxy will (headers, limits, redirects).
+
+    Args:
+        spec: the server (``transport``, ``url``, ``headers``).
+        max_message: the largest answer or event read, in bytes (``settings.maxMessageBytes``).
+        http_timeout: the HTTP timeouts (default: the SDK's own, long enough for an SSE stream).
+        on_response: awaited with each HTTP response (a probe records the statuses seen).
+    """
     if not spec.url:  # the config loader requires one; a hand-built spec may lack it
         raise ValueError(f'server {spec.name!r}: transport {spec.transport!r} needs field "url"')
     url = spec.url
+    hooks = {"response": [on_response]} if on_response is not None else {}
     if spec.transport == "http":
         from mcp.client.streamable_http import streamable_http_client
-        from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
+
+        from mcpvisor.actors.sdk_compat import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
         # What `create_mcp_http_client` builds, with our transport under it.
-        timeout = httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT)
-        client = httpx2.AsyncClient(headers=dict(spec.headers), timeout=timeout,
+        timeout = http_timeout or httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT)
+        client = httpx2.AsyncClient(headers=dict(spec.headers), timeout=timeout, event_hooks=hooks,
                                     transport=BoundedTransport(spec.name, max_message))
         return streamable_http_client(url, http_client=client, max_sse_event_size=max_message)
     if spec.transport == "sse":
@@ -147,7 +163,8 @@ def sdk_transport(spec: ServerSpec, max_message: int) -> Any:
         def bounded_client(headers: dict[str, str] | None = None, timeout: httpx2.Timeout | None = None,
                            auth: httpx2.Auth | None = None) -> httpx2.AsyncClient:
             # The SDK's factory contract (`create_mcp_http_client`), with our transport under it.
-            return httpx2.AsyncClient(headers=headers, timeout=timeout, auth=auth, follow_redirects=False,
+            return httpx2.AsyncClient(headers=headers, timeout=http_timeout or timeout,
+                                      auth=auth, follow_redirects=False, event_hooks=hooks,
                                       transport=BoundedTransport(spec.name, max_message))
 
         return sse_client(url, headers=dict(spec.headers), httpx_client_factory=bounded_client)

@@ -127,10 +127,12 @@ async def run_discovery(params: Params, workdir: Path, size: Result) -> None:
                                       "tools": 1, "bytes": desc, "tokens": desc // BYTES_PER_TOKEN,
                                       "note": "discover_tool's description alone, after one load_mcp"})
             tool = f"{servers[0].name}_tool_0"
+            from mcpvisor.actors.sdk_compat import tool_output_schemas
+
             # Discovery does not list the tool, so the SDK client would re-list tools/list before
             # each direct call to find an output schema (mcp/client/session.py validate_tool_result):
             # tell it the tool has none (it has none), so the direct call costs what a listed one does.
-            client.session._tool_output_schemas.setdefault(tool, None)
+            tool_output_schemas(client.session).setdefault(tool, None)
             pairs = USE_PAIRS_QUICK if params.quick else USE_PAIRS_FULL
             direct_s, use_s = await _paired(client.call_tool, tool, pairs)
             d, u = median(direct_s) or 0.0, median(use_s) or 0.0

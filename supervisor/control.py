@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from mcpvisor.actors.upstream import UpstreamStatus
+    from mcpvisor.ports import ControlHost
 
 logger = logging.getLogger(__name__)
 
@@ -168,17 +169,17 @@ def status_dict(status: UpstreamStatus, *, now: float | None = None,
     }
 
 
-def status_report(sup: Any, *, started_at: str | None = None, transport: str | None = None) -> dict[str, Any]:
+def status_report(sup: ControlHost, *, started_at: str | None = None,
+                  transport: str | None = None) -> dict[str, Any]:
     """The ``status`` reply: the proxy, its exposure and equipped toolset, every server."""
     now = trio.current_time()
     wall_now = time.time()
-    toolsets = getattr(sup, "toolsets", None)
-    equipped = getattr(toolsets, "equipped", None)
+    equipped = sup.toolsets.equipped
     report: dict[str, Any] = {
         "pid": os.getpid(),
         "config": _config_path(sup),
         "exposure": sup.settings.exposure,
-        "toolset": getattr(equipped, "name", equipped),
+        "toolset": equipped.name if equipped is not None else None,
         "servers": [status_dict(s, now=now, wall_now=wall_now) for s in sup.status()],
     }
     if started_at is not None:
@@ -188,8 +189,8 @@ def status_report(sup: Any, *, started_at: str | None = None, transport: str | N
     return report
 
 
-def _config_path(sup: Any) -> str | None:
-    path = getattr(getattr(sup, "config", None), "path", None)
+def _config_path(sup: ControlHost) -> str | None:
+    path = sup.config.path
     return str(path) if path is not None else None
 
 
@@ -198,7 +199,8 @@ def _config_path(sup: Any) -> str | None:
 # --------------------------------------------------------------------------------------
 
 
-async def _dispatch(sup: Any, request: dict[str, Any], started_at: str, transport: str) -> dict[str, Any]:
+async def _dispatch(sup: ControlHost, request: dict[str, Any], started_at: str,
+                    transport: str) -> dict[str, Any]:
     op = request.get("op")
     if op == "status":
         return {"ok": True, **status_report(sup, started_at=started_at, transport=transport)}
@@ -216,7 +218,8 @@ async def _dispatch(sup: Any, request: dict[str, Any], started_at: str, transpor
     return {"ok": False, "error": f"unknown op {op!r}; known: {', '.join(OPS)}"}
 
 
-async def _answer(sup: Any, line: bytes | OversizedLine, started_at: str, transport: str) -> dict[str, Any]:
+async def _answer(sup: ControlHost, line: bytes | OversizedLine, started_at: str,
+                  transport: str) -> dict[str, Any]:
     if isinstance(line, OversizedLine):
         return {"ok": False, "error": f"request longer than {MAX_REQUEST_BYTES} bytes"}
     try:
@@ -235,7 +238,7 @@ async def _answer(sup: Any, line: bytes | OversizedLine, started_at: str, transp
         return {"ok": False, "error": message, "errorType": type(exc).__name__}
 
 
-async def _serve_connection(sup: Any, stream: trio.SocketStream, limiter: trio.CapacityLimiter,
+async def _serve_connection(sup: ControlHost, stream: trio.SocketStream, limiter: trio.CapacityLimiter,
                             started_at: str, transport: str) -> None:
     async with stream, limiter:  # the stream first: closed even if cancelled while waiting for a slot
         writer = FrameWriter(stream)
@@ -334,7 +337,7 @@ def _remove(info: Path, sock_path: Path | None, pid: int) -> None:
             sock_path.unlink()
 
 
-async def serve_control(sup: Any, state_dir: Path, *, transport: str = "embedded",
+async def serve_control(sup: ControlHost, state_dir: Path, *, transport: str = "embedded",
                         task_status: trio.TaskStatus[Path | None] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve the control socket of this proxy until cancelled.
 

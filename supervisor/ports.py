@@ -1,7 +1,8 @@
 """What the supervisor's helpers need of the `Supervisor`, as narrow protocols.
 
-The supervisor tree (`mcpvisor.tree`) builds its session views (`mcpvisor.sessions`) and
-applies reloads (`mcpvisor.reload`); those helpers in turn call back into the tree. Typing
+The supervisor tree (`mcpvisor.tree`) builds its session views (`mcpvisor.sessions`),
+applies reloads (`mcpvisor.reload`) and serves its control socket (`mcpvisor.control`);
+those helpers in turn call back into the tree. Typing
 them against these ports instead of the tree's class keeps the arrows one way (the tree
 imports its helpers, never the reverse) and says exactly what each helper touches.
 """
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from mcpvisor.actors.fronts.tools import View
     from mcpvisor.actors.harness import ClientSession
     from mcpvisor.actors.router import Router
-    from mcpvisor.actors.upstream import Upstream
+    from mcpvisor.actors.upstream import Upstream, UpstreamStatus
     from mcpvisor.config import Config, ServerSpec, Settings
 
 
@@ -59,5 +60,22 @@ class ReloadHost(ActorHost, Protocol):
     reload_lock: trio.Lock
 
     async def start_actor(self, up: Upstream) -> None: ...
+
+    async def reload(self, config: Config | None = None) -> dict[str, Any]: ...
+
+
+class ControlHost(Protocol):
+    """What the control socket (`mcpvisor.control`) needs of the tree: the status report
+    (its config file, exposure, equipped toolset and servers) and the ops it forwards."""
+
+    config: Config
+    settings: Settings
+    toolsets: ToolsetExposure
+
+    def status(self) -> list[UpstreamStatus]: ...
+
+    async def equip(self, name: str) -> dict[str, Any]: ...
+
+    async def unequip(self) -> dict[str, Any]: ...
 
     async def reload(self, config: Config | None = None) -> dict[str, Any]: ...

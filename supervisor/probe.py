@@ -330,44 +330,21 @@ async def _probe_stdio(run: _Run, reaper: Any) -> None:
 
 
 async def _probe_remote(run: _Run) -> None:
-    from mcpvisor.actors.link import open_sdk_link
-
-    async with open_sdk_link(
-        run.spec.name, _remote_transport(run), events=_QuietEvents(), protocol=run.spec.protocol
-    ) as link:
-        await _after_handshake(run, link)
-
-
-def _remote_transport(run: _Run) -> Any:
-    """The SDK client transport for an http/sse/ws spec, recording HTTP statuses seen."""
-    spec = run.spec
-    headers = dict(spec.headers)
-    if spec.transport == "ws":
-        from mcpvisor.actors.link.ws import websocket_client
-
-        return websocket_client(spec.url or "", headers=headers, max_message=PROBE_MAX_MESSAGE)
     import httpx2
 
-    async def record(response: Any) -> None:
+    from mcpvisor.actors.link import open_sdk_link
+    from mcpvisor.actors.transports import sdk_transport
+
+    async def record(response: httpx2.Response) -> None:
         run.http_statuses.append(int(response.status_code))
 
-    def make_client(
-        headers: dict[str, str] | None = None, timeout: Any = None, auth: Any = None
-    ) -> httpx2.AsyncClient:
-        return httpx2.AsyncClient(
-            headers=headers,
-            timeout=timeout if timeout is not None else httpx2.Timeout(DEFAULT_PROBE_TIMEOUT_S),
-            auth=auth,
-            event_hooks={"response": [record]},
-        )
-
-    if spec.transport == "sse":
-        from mcp.client.sse import sse_client
-
-        return sse_client(spec.url or "", headers=headers, httpx_client_factory=make_client)
-    from mcp.client.streamable_http import streamable_http_client
-
-    return streamable_http_client(spec.url or "", http_client=make_client(headers=headers))
+    # The transport the proxy itself uses for this server (headers, limits, redirects),
+    # with the probe's own timeout and the HTTP statuses recorded for the report.
+    spec = run.spec
+    transport = sdk_transport(spec, PROBE_MAX_MESSAGE, http_timeout=httpx2.Timeout(DEFAULT_PROBE_TIMEOUT_S),
+                              on_response=record)
+    async with open_sdk_link(spec.name, transport, events=_QuietEvents(), protocol=spec.protocol) as link:
+        await _after_handshake(run, link)
 
 
 async def _after_handshake(run: _Run, link: Any) -> None:

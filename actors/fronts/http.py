@@ -158,24 +158,14 @@ def own_event_stores(manager: Any, budget: ReplayBudget) -> None:
     replay one client's results to another that names their event ids.
 
     Raises:
-        RuntimeError: the SDK no longer opens sessions where each can get its own store
-            (a front that would replay one client's events to another must not start).
+        RuntimeError: the manager was built without an event store (the SDK internals it
+            needs are checked when `mcpvisor.actors.sdk_compat` is imported).
     """
-    admit = getattr(manager, "_admit_session", None)
-    if admit is None or getattr(manager, "event_store", None) is None:
-        raise RuntimeError("the SDK's session manager no longer opens sessions where each can have its own "
-                           "event store")
+    from mcpvisor.actors.sdk_compat import give_each_session
 
-    def admit_with_own_store(requestor: Any) -> Any:
-        transport = admit(requestor)
-        if transport is not None:
-            if not hasattr(transport, "_event_store"):
-                raise RuntimeError("the SDK's HTTP session no longer keeps its event store where "
-                                   "mcpvisor sets it")
-            transport._event_store = budget.session()
-        return transport
-
-    manager._admit_session = admit_with_own_store
+    if getattr(manager, "event_store", None) is None:
+        raise RuntimeError("the SDK's session manager has no event store to give each session its own of")
+    give_each_session(manager, budget.session)
 
 
 def open_while_unguarded(app: Any, verifier: Verifier) -> None:

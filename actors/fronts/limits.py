@@ -15,6 +15,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 from mcpvisor.actors import wire
+from mcpvisor.actors.sdk_compat import connection_of
 
 MAX_IN_FLIGHT: Final = 64
 """Requests one session may have in flight (issue 12's default): far above what an
@@ -38,7 +39,7 @@ class InFlightLimit:
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: Any) -> Any:
         if ctx.request_id is None:
             return await call_next(ctx)
-        state = ctx.session._connection.state
+        state = connection_of(ctx.session).state
         count = state.get(_STATE_KEY, 0)
         if count >= self.limit:
             raise MCPError(

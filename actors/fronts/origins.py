@@ -24,6 +24,7 @@ from mcpvisor.actors.bridge import ParkedCall, declared, missing_capability
 from mcpvisor.actors.eras import is_modern_version
 from mcpvisor.actors.errors import BridgeUnsupported, ProxyError, UpstreamError
 from mcpvisor.actors.fronts.clients import ClientRegistry, ClientState
+from mcpvisor.actors.sdk_compat import connection_of, request_outbound_of
 
 
 def is_modern(ctx: ServerRequestContext[Any, Any] | None) -> bool:
@@ -38,7 +39,7 @@ def _declared_capabilities(ctx: ServerRequestContext[Any, Any]) -> Mapping[str, 
         meta = (ctx.params or {}).get("_meta")
         caps = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, Mapping) else None
         return caps if isinstance(caps, Mapping) else {}
-    declared_caps = ctx.session._connection.client_capabilities
+    declared_caps = connection_of(ctx.session).client_capabilities
     if declared_caps is None:
         return None
     dumped: dict[str, Any] = declared_caps.model_dump(by_alias=True, mode="json", exclude_none=True)
@@ -119,8 +120,9 @@ class SdkOrigin:
     async def _notify(self, method: str, params: dict[str, Any]) -> None:
         """Hand the message to the client's outbox: called from an upstream's reader, it
         must not wait for the client to read (`mcpvisor.actors.fronts.outbox`)."""
-        outbound = self.ctx.session._request_outbound
-        box = self._registry.outbox(self.ctx.session._connection)
+        session = self.ctx.session
+        outbound = request_outbound_of(session)
+        box = self._registry.outbox(connection_of(session))
         if box is None:
             await outbound.notify(method, params)
             return
@@ -136,11 +138,11 @@ class SdkOrigin:
                 f"{method} from a handshake-era server can reach it only during tools/call, prompts/get "
                 f"or resources/read (as input_required)"
             )
-        state = self._registry.get(ctx.session._connection)
+        state = self._registry.get(connection_of(ctx.session))
         if state is not None and not state.capable(method):
             raise self.refuse(missing_capability(method))
         try:
-            return await ctx.session._request_outbound.send_raw_request(method, params, None)
+            return await request_outbound_of(ctx.session).send_raw_request(method, params, None)
         except MCPError as exc:
             raise UpstreamError(exc.error.code, exc.error.message, exc.error.data) from None
         except NoBackChannelError:

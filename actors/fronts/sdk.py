@@ -32,7 +32,6 @@ from mcp.server.caching import CACHEABLE_METHODS, CacheHint
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
-from mcp.server.runner import serve_dual_era_loop
 from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
     ListenHandler,
@@ -59,6 +58,13 @@ from mcpvisor.actors.lazy import LoadFailed
 from mcpvisor.actors.link import CallOrigin
 from mcpvisor.actors.link.input_required import INPUT_REQUIRED_METHODS
 from mcpvisor.actors.router import Router
+from mcpvisor.actors.sdk_compat import (
+    bus_listeners,
+    connection_of,
+    http_session_transport,
+    maybe_connection_of,
+    serve_dual_era_loop,
+)
 from mcpvisor.actors.starting import await_listed
 from mcpvisor.actors.upstream import Upstream
 
@@ -200,11 +206,11 @@ class Front:
     # --- plumbing --------------------------------------------------------------------
     async def _track_middleware(self, ctx: ServerRequestContext[Any, Any], call_next: Any) -> Any:
         if not is_modern_version(ctx.protocol_version):
-            self.clients.track(ctx.session._connection)
+            self.clients.track(connection_of(ctx.session))
         return await call_next(ctx)
 
     async def _initialized(self, ctx: ServerRequestContext[Any, Any], params: Any) -> None:
-        self.clients.track(ctx.session._connection)
+        self.clients.track(connection_of(ctx.session))
 
     def announce(self, snapshot: Snapshot, changes: Changes) -> None:
         """Tell every client which lists changed (called by the router; never blocks)."""
@@ -224,7 +230,7 @@ class Front:
     def _publish_nowait(self, event: Any) -> None:
         # InMemorySubscriptionBus.publish only adds a checkpoint after its synchronous
         # fan-out; call the listeners directly so the router never awaits.
-        for listener in list(self.bus._listeners.values()):
+        for listener in bus_listeners(self.bus):
             try:
                 listener(event)
             except Exception:
@@ -287,7 +293,9 @@ class Front:
 
     def session_of(self, ctx: ServerRequestContext[Any, Any]) -> ClientSession | None:
         """The client session of a request served through the SDK (`mcpvisor.actors.harness.sdk_session`)."""
-        return sdk_session(ctx, is_modern(ctx), self._sessions)
+        if is_modern(ctx):
+            return None
+        return sdk_session(maybe_connection_of(ctx.session), self._sessions)
 
     def _upstream(self, server: str, ctx: ServerRequestContext[Any, Any] | None = None) -> Upstream:
         # A session-scoped server answers each client session with its own instance.
@@ -309,7 +317,7 @@ class Front:
                 return await self._forward_bridged(up, method, params, ctx, retry_safe=retry_safe)
         up = self._upstream(server, ctx)
         origin = SdkOrigin(ctx, self.clients)
-        box = self.clients.outbox(ctx.session._connection)
+        box = self.clients.outbox(connection_of(ctx.session))
         result: dict[str, Any] = {}
         try:
             outbox = box.call() if box is not None else nullcontext()
@@ -332,10 +340,9 @@ class Front:
         get 404, as after a DELETE). A websocket's own writer closes it on the same
         bound (`mcpvisor.actors.fronts.ws`); the stdio front does not use outboxes.
         """
-        manager = self.server._session_manager
-        if manager is None or connection.session_id is None:
+        if connection.session_id is None:
             return
-        transport = manager._server_instances.get(connection.session_id)
+        transport = http_session_transport(self.server, connection.session_id)
         if transport is not None:
             with trio.move_on_after(DISCONNECT_S):
                 await transport.terminate()
@@ -381,7 +388,7 @@ class Front:
         except trio.Cancelled:
             parked.cancel()
             raise
-        box = self.clients.outbox(origin.ctx.session._connection)
+        box = self.clients.outbox(connection_of(origin.ctx.session))
         if box is not None and origin.last_queued:
             await box.wait_sent(origin.last_queued)
         if isinstance(leg, ProxyError):
@@ -434,12 +441,12 @@ class Front:
                          params: types.SubscribeRequestParams) -> Any:
         uri = str(params.uri)
         server = self._resource_owner(uri)
-        state = self.clients.track(ctx.session._connection)
+        state = self.clients.track(connection_of(ctx.session))
         if uri in state.subscriptions:
             return {}
         await self._hold(server, uri, ctx)
         state.subscriptions.add(uri)
-        ctx.session._connection.exit_stack.push_async_callback(self._drop_subscription, state, server, uri)
+        connection_of(ctx.session).exit_stack.push_async_callback(self._drop_subscription, state, server, uri)
         return {}
 
     async def _hold(self, server: str, uri: str, ctx: ServerRequestContext[Any, Any]) -> None:
@@ -500,7 +507,7 @@ class Front:
     async def _unsubscribe(self, ctx: ServerRequestContext[Any, Any],
                            params: types.UnsubscribeRequestParams) -> Any:
         uri = str(params.uri)
-        state = self.clients.track(ctx.session._connection)
+        state = self.clients.track(connection_of(ctx.session))
         server = self.backend.router.snapshot.route_resource(uri)
         if server is not None:
             await self._drop_subscription(state, server, uri)
@@ -565,7 +572,7 @@ class Front:
     # --- logging and roots ---------------------------------------------------------------
     async def _set_level(self, ctx: ServerRequestContext[Any, Any],
                          params: types.SetLevelRequestParams) -> Any:
-        state = self.clients.track(ctx.session._connection)
+        state = self.clients.track(connection_of(ctx.session))
         state.log_level = params.level
         levels = [s.log_level for s in self.clients.clients() if s.log_level]
         lowest = min(levels, key=LOG_LEVELS.index) if levels else params.level

@@ -35,6 +35,7 @@ from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketReque
 from wsproto import ConnectionType, WSConnection
 
 from mcpvisor.actors.fronts.auth import Gate, Refusal
+from mcpvisor.actors.ws_compat import get_request, read_frames, request_host
 
 logger = logging.getLogger(__name__)
 
@@ -199,22 +200,21 @@ class _Front:
                 # trio-websocket 0.12's server loop, minus its escapes: one task owns
                 # the stream; a client gone before its request ends the wait at once.
                 try:
-                    await ws._reader_task()
+                    await read_frames(ws)
                 except ConnectionClosed:  # reset while the library answered a bad request
                     pass
                 finally:
                     waiting.cancel(reason="the client went away before its upgrade request")
 
             nursery.start_soon(read)
-            request = await ws._get_request()
+            request = await get_request(ws)
         if request is None:
             logger.debug("websocket connection from %s closed before a handshake", peer)
             return None
         try:
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.headers}
-            # wsproto takes Host out of the headers into the request event; trio-websocket
-            # has no public accessor for it (checked: trio-websocket 0.12).
-            headers["host"] = request._event.host
+            # wsproto takes Host out of the header list (`request_host` reads it back).
+            headers["host"] = request_host(request)
             refusal = await self._admit(request, headers)
             if refusal is None and not counted:
                 refusal = Refusal(BUSY_STATUS, (), "Too many open sessions")

@@ -1,7 +1,7 @@
 """An upstream reached through one of the SDK's client transports (streamable HTTP, SSE, ws).
 
-The only module besides the front adapter that touches SDK internals (the session's
-dispatcher, to send a request under our own id and hear its progress).
+It sends through the session's own dispatcher (`mcpvisor.actors.sdk_compat`), to send a
+request under our own id and hear its progress.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from mcpvisor.actors import wire
 from mcpvisor.actors.errors import UpstreamDied
 from mcpvisor.actors.link.base import Link, LinkEvents, Pending
 from mcpvisor.actors.link.session import client_info, handshake, session_callbacks
+from mcpvisor.actors.sdk_compat import dispatcher_of, stamp
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +35,8 @@ class SdkLink(Link):
         assert self.session is not None
         data: dict[str, Any] = {"method": method, "params": dict(params) if params else {}}
         opts: dict[str, Any] = {}
-        self.session._stamp(data, opts)  # type: ignore[arg-type]
-        await self.session._dispatcher.notify(method, data.get("params") or None, opts)  # type: ignore[arg-type]
+        stamp(self.session, data, opts)
+        await dispatcher_of(self.session).notify(method, data.get("params") or None, opts)  # type: ignore[arg-type]
 
     async def _send_and_wait(self, pending: Pending, params: dict[str, Any]) -> wire.Envelope:
         assert self.session is not None
@@ -44,7 +45,7 @@ class SdkLink(Link):
         assert done is not None, "a call through the SDK always has its event (only stdio has a fast path)"
         data: dict[str, Any] = {"method": pending.method, "params": params}
         opts: dict[str, Any] = {"request_id": pending.proxy_id, "cancel_on_abandon": True}
-        session._stamp(data, opts)  # type: ignore[arg-type]
+        stamp(session, data, opts)
         progress_wanted = pending.origin is not None and pending.origin.progress_token is not None
         if progress_wanted:
             async def on_progress(progress: float, total: float | None, message: str | None) -> None:
@@ -59,7 +60,7 @@ class SdkLink(Link):
 
         async def run() -> None:
             try:
-                result = await session._dispatcher.send_raw_request(
+                result = await dispatcher_of(session).send_raw_request(
                     pending.method, data.get("params") or None, opts  # type: ignore[arg-type]
                 )
                 pending.envelope = wire.Envelope(result=wire.encode(result))  # type: ignore[arg-type]

@@ -12,6 +12,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpvisor.actors import __version__
 from mcpvisor.actors.errors import ProxyError
+from mcpvisor.actors.sdk_compat import client_capabilities
 
 if TYPE_CHECKING:
     from mcpvisor.actors.link.ports import AnsweringLink
@@ -31,7 +32,7 @@ def request_envelope(session: ClientSession, protocol_version: str) -> dict[str,
     return {
         PROTOCOL_VERSION_META_KEY: protocol_version,
         CLIENT_INFO_META_KEY: client_info().model_dump(by_alias=True, mode="json", exclude_none=True),
-        CLIENT_CAPABILITIES_META_KEY: session._build_capabilities(protocol_version).model_dump(
+        CLIENT_CAPABILITIES_META_KEY: client_capabilities(session, protocol_version).model_dump(
             by_alias=True, mode="json", exclude_none=True
         ),
     }

@@ -24,8 +24,9 @@ from mcpvisor.cli._base import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Formatter
 from mcpvisor.cli.config_cmd import CommandError, config_option, load_lenient, locate, reporting, usage
 
 if TYPE_CHECKING:
-    from mcpvisor.actors.core.model import SavedState, Toolset
+    from mcpvisor.actors.core.model import SavedState, ToolEntry, Toolset
     from mcpvisor.config import Config
+    from mcpvisor.toolset_create import Wanted
 
 CONTROL_TIMEOUT_S: Final = 10.0
 """Bound on one request to a running proxy's control socket (an equip is one router step
@@ -335,99 +336,91 @@ def run_show(args: argparse.Namespace) -> int:
 # --- create / delete ----------------------------------------------------------------------------
 
 
-def _check_tools(ctx: _Context, refs: Sequence[str], timeout: float) -> dict[str, Mapping[str, Any]]:
-    """Contact the servers ``refs`` name; return each tool's definition, or fail naming what is wrong."""
+def _check_tools(ctx: _Context, wanted: Sequence[Wanted],
+                 timeout: float) -> dict[str, dict[str, Mapping[str, Any]]]:
+    """Contact the configured servers ``wanted`` names: each one's tools by name, or fail
+    saying which server could not be reached."""
     import trio
 
     from mcpvisor.probe import load_connection_code, probe_all
 
     assert ctx.config is not None
-    servers = list(dict.fromkeys(ref.partition(".")[0] for ref in refs))
+    configured = ctx.config.servers
+    servers = [s for s in dict.fromkeys(w.server for w in wanted) if s is not None and s in configured]
+    if not servers:
+        return {}
     specs = [ctx.config.servers[s] for s in servers]
     with out.spinner(f"Checking tools on {', '.join(servers)}..."):
         load_connection_code()
         results = trio.run(lambda: probe_all(specs, limit=timeout))
-    found: dict[str, Mapping[str, Any]] = {}
-    problems: list[str] = []
-    for ref in refs:
-        server, _, tool = ref.partition(".")
+    found: dict[str, dict[str, Mapping[str, Any]]] = {}
+    for server in servers:
         result = results[server]
         if not result.ok:
             assert result.failure is not None
             raise CommandError(
-                f"cannot check {ref}: server {server!r} is not reachable ({result.failure.message}); "
-                "start it, or pass --no-check",
+                f"cannot check the tools of server {server!r}: it is not reachable "
+                f"({result.failure.message}); start it, or pass --no-check",
                 EXIT_FAILED,
             )
-        by_name = {str(t.get("name")): t for t in result.tools}
-        if tool in by_name:
-            found[ref] = by_name[tool]
-            continue
-        close = difflib.get_close_matches(tool, list(by_name), n=3)
-        hint = (
-            ("did you mean " + " or ".join(f"{server}.{c}" for c in close) + "?")
-            if close
-            else (f"{server} has: " + ", ".join(sorted(by_name)))
-        )
-        problems.append(f"{ref}: no tool {tool!r} on server {server!r}; {hint}")
-    if problems:
-        raise CommandError("\n".join(problems))
+        found[server] = {str(t.get("name")): t for t in result.tools}
     return found
+
+
+def _entry(wanted: Wanted, config: Config | None, found: Mapping[str, Mapping[str, Mapping[str, Any]]] | None,
+           ) -> ToolEntry:
+    """One ``--tool``: its server in the config, and (unless ``found`` is None: not checked)
+    the tool on that server, pinned."""
+    from mcpvisor.actors.core.model import ToolEntry
+    from mcpvisor.actors.core.toolsets import pin_of, ref_id
+    from mcpvisor.toolset_create import unknown_server, unknown_tool
+
+    nn, server = wanted.namespaced_name, wanted.server
+    assert nn is not None  # the CLI names tools as server.tool only
+    assert server is not None
+    if config is not None and server not in config.servers:
+        raise unknown_server(wanted, list(config.servers))
+    if found is None:
+        return ToolEntry(nn, None, None, None)
+    tools = found[server]
+    tool = nn.partition(".")[2]
+    if tool in tools:
+        return ToolEntry(nn, ref_id(server, tool, tools[tool]), None, pin_of(tools[tool]))
+    raise unknown_tool(wanted, [f"{server}.{c}" for c in difflib.get_close_matches(tool, list(tools), n=3)])
 
 
 @_fails
 def run_create(args: argparse.Namespace) -> int:
-    from mcpvisor._config_types import NAME_RE
-    from mcpvisor.actors.core.model import ToolEntry, Toolset
-    from mcpvisor.state import ToolsetExists, now_iso
+    """Save a toolset by the rules the ``build-toolset`` management tool follows too
+    (`mcpvisor.toolset_create`), its tools checked on their servers unless --no-check."""
+    from mcpvisor.actors.core.toolsets import ToolsetError
+    from mcpvisor.state import ToolsetExists
+    from mcpvisor.toolset_create import check_new_toolset, new_toolset, resolve_all
 
     ctx = _Context(args)
-    if not NAME_RE.match(args.name):
-        raise CommandError(
-            f'toolset name "{args.name}" is invalid: use 1-64 characters from A-Z, a-z, 0-9, "_", "-"'
-        )
-    if args.name in ctx.declared():
-        raise CommandError(f"toolset {args.name!r} is declared in the config file; pick another name")
-    refs = list(dict.fromkeys(args.tools))
-    for ref in refs:
-        server, dot, tool = ref.partition(".")
-        if not (server and dot and tool):
-            raise CommandError(f'{ref!r} is not a "server.tool" name')
-        if ctx.config is not None and server not in ctx.config.servers:
-            close = difflib.get_close_matches(server, list(ctx.config.servers), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise CommandError(f"{ref}: no server {server!r} in the config{hint}")
-    entries: list[ToolEntry] = []
-    if args.no_check or ctx.config is None:
-        if ctx.config is None and not args.no_check:
-            out.note("note: no config found, so the tools were not checked")
-        entries = [ToolEntry(ref, None, None, None) for ref in refs]
-    else:
-        from mcpvisor.actors.core.toolsets import pin_of, ref_id
-
-        tools = _check_tools(ctx, refs, args.timeout)
-        for ref in refs:
-            server, _, tool = ref.partition(".")
-            entries.append(ToolEntry(ref, ref_id(server, tool, tools[ref]), None, pin_of(tools[ref])))
-    stamp = now_iso()
-    toolset = Toolset(
-        name=args.name, tools=tuple(entries), description=args.description, created_at=stamp, updated_at=stamp
-    )
+    config = ctx.config
+    checked = not args.no_check and config is not None
+    if config is None and not args.no_check:
+        out.note("note: no config found, so the tools were not checked")
+    declared = ctx.declared()
+    try:
+        wanted = check_new_toolset(args.name, [{"namespacedName": ref} for ref in args.tools],
+                                   description=args.description, declared=declared, known=list(declared))
+        found = _check_tools(ctx, wanted, args.timeout) if checked else None
+        entries = resolve_all(wanted, lambda w: _entry(w, config, found))
+    except ToolsetError as err:
+        raise CommandError(err.message) from None
+    toolset = new_toolset(args.name, entries, args.description)
     try:
         ctx.store.save_toolset(toolset, replace=args.force)
     except ToolsetExists:
         raise CommandError(
             f"a toolset named {args.name!r} already exists in {ctx.state_dir}; use --force to replace it"
         ) from None
+    refs = [e.namespaced_name for e in entries]
     if args.format == "json":
-        out.print_json(
-            {
-                "created": args.name,
-                "stateDir": str(ctx.state_dir),
-                "tools": refs,
-                "checked": not args.no_check and ctx.config is not None,
-            }
-        )
+        out.print_json({"created": args.name, "stateDir": str(ctx.state_dir), "tools": refs,
+                        "checked": checked})
     else:
         out.say(f"Saved toolset {args.name!r} ({len(refs)} tools) in {ctx.state_dir}", style="green")
         out.note(f"equip it with: mcpvisor toolset equip {args.name}")

@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mcpvisor._config_types import NAME_RE
 from mcpvisor.actors import wire
 from mcpvisor.actors.core.toolsets import ToolsetError
-from mcpvisor.menu.definitions import NAME_HELP
+from mcpvisor.toolset_create import check_name
+
+__all__ = ["check_args", "check_name", "failed", "ok", "string_arg", "unknown_toolset"]
 
 
 def ok(text: str, data: dict[str, Any]) -> dict[str, Any]:
@@ -59,8 +60,3 @@ def string_arg(arguments: Mapping[str, Any], key: str) -> str:
     if not isinstance(value, str) or not value:
         raise ToolsetError("invalid_arguments", f"{key!r} must be a non-empty string.")
     return value
-
-
-def check_name(name: str, what: str = "toolset name") -> None:
-    if not NAME_RE.match(name):
-        raise ToolsetError("invalid_name", f"Invalid {what} {name!r}: {NAME_HELP}.", rule=NAME_HELP)

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from mcpvisor._config_types import NAME_RULE
 from mcpvisor.actors.core.toolsets import (
     ANNOTATE,
     BUILD,
@@ -23,14 +22,10 @@ from mcpvisor.actors.core.toolsets import (
     SERVER_STATUS,
     UNEQUIP,
 )
-
-MAX_TOOLS_PER_TOOLSET: Final = 500
-"""More is not a toolset; HyperTool caps at 100, a catalog of 20 servers has ~500."""
+from mcpvisor.toolset_create import NAME_HELP
 
 MAX_NOTE_CHARS: Final = 2000
 """A note is appended to a description every client reads: keep it a note."""
-
-NAME_HELP: Final = NAME_RULE.split(" (")[0]
 
 _OBJ: Final = {"type": "object"}
 

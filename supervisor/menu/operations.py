@@ -29,13 +29,11 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import trio
 
 from mcpvisor._atomic import LockTimeout
-from mcpvisor._config_types import NAME_RE
 from mcpvisor.actors.core.catalog import assign_names
 from mcpvisor.actors.core.compound import CompoundTool
 from mcpvisor.actors.core.model import Note, SavedState, ToolEntry, Toolset
 from mcpvisor.actors.core.toolsets import (
     EXPOSED,
-    MANAGEMENT_TOOLS,
     MISSING,
     PENDING,
     REFUSED,
@@ -49,9 +47,17 @@ from mcpvisor.actors.core.toolsets import (
     pin_of,
 )
 from mcpvisor.actors.router import ExposureCall
-from mcpvisor.menu.checks import check_name, unknown_toolset
-from mcpvisor.menu.definitions import MAX_NOTE_CHARS, MAX_TOOLS_PER_TOOLSET, NAME_HELP
-from mcpvisor.state import CorruptState, StateError, StateStore, ToolsetExists, UnknownToolset, now_iso
+from mcpvisor.menu.checks import unknown_toolset
+from mcpvisor.menu.definitions import MAX_NOTE_CHARS
+from mcpvisor.state import CorruptState, StateError, StateStore, ToolsetExists, UnknownToolset
+from mcpvisor.toolset_create import (
+    Wanted,
+    check_new_toolset,
+    new_toolset,
+    resolve_all,
+    unknown_server,
+    unknown_tool,
+)
 
 if TYPE_CHECKING:
     from mcpvisor.actors.core.registry import RegistryCore
@@ -236,24 +242,20 @@ class MenuOperations:
 
     async def build(self, name: str, tools: Any, *, description: str | None = None,
                     auto_equip: bool = False) -> dict[str, Any]:
-        """Build and save a toolset from catalog tools (pinning their schemas).
+        """Build and save a toolset from catalog tools (pinning their schemas), by the rules
+        ``mcpvisor toolset create`` follows too (`mcpvisor.toolset_create`).
 
         Raises:
             ToolsetError: a bad name, an unknown tool (with close matches), a name taken.
         """
-        check_name(name)
-        if description is not None and not isinstance(description, str):
-            raise ToolsetError("invalid_arguments", "'description' must be a string.")
         async with self._lock:
             ex = self.exposure
-            if name in ex.declared:
-                raise ToolsetError("read_only",
-                                   f"{name!r} is declared in the config file (read-only); choose "
-                                   "another name.", toolsets=self._known())
-            entries, warnings = self._entries(tools)
-            now = now_iso()
-            toolset = Toolset(name=name, tools=tuple(entries), description=description, created_at=now,
-                              updated_at=now)
+            wanted = check_new_toolset(name, tools, description=description, declared=ex.declared,
+                                       known=self._known())
+            cat = Catalog.of(self.core)
+            warnings: list[str] = []
+            entries = resolve_all(wanted, lambda w: self._entry(w, cat, warnings))
+            toolset = new_toolset(name, entries, description)
 
             def change(s: SavedState) -> SavedState:
                 if name in s.toolsets:
@@ -275,64 +277,18 @@ class MenuOperations:
             self.load_lazy()
         return out
 
-    def _entries(self, tools: Any) -> tuple[list[ToolEntry], list[str]]:
-        """The entries of a new toolset, pinned to the catalog's schemas; every problem at once."""
-        if not isinstance(tools, list) or not tools:
-            raise ToolsetError("invalid_arguments",
-                               "'tools' must be a non-empty array of {namespacedName} or {refId} objects.")
-        if len(tools) > MAX_TOOLS_PER_TOOLSET:
-            raise ToolsetError("invalid_arguments", f"A toolset holds at most {MAX_TOOLS_PER_TOOLSET} tools.")
-        cat = Catalog.of(self.core)
-        problems: list[str] = []
-        suggestions: list[str] = []
-        warnings: list[str] = []
-        entries: list[ToolEntry] = []
-        seen: set[tuple[str, str | None]] = set()
-        for i, item in enumerate(tools):
-            try:
-                entry = self._entry(item, cat, warnings, suggestions)
-            except ToolsetError as exc:
-                problems.append(f"tools[{i}]: {exc.message}")
-                continue
-            key = (entry.namespaced_name, entry.alias)
-            if key in seen:
-                problems.append(f"tools[{i}]: {entry.namespaced_name} is listed twice")
-                continue
-            seen.add(key)
-            entries.append(entry)
-        if problems:
-            raise ToolsetError("unknown_tool" if suggestions or any("unknown tool" in p for p in problems)
-                               else "invalid_arguments",
-                               "The toolset was not saved:\n" + "\n".join(problems),
-                               problems=problems, didYouMean=sorted(set(suggestions)))
-        return entries, warnings
-
-    def _entry(self, item: Any, cat: Catalog, warnings: list[str], suggestions: list[str]) -> ToolEntry:
-        """One ``{namespacedName | refId, alias?}`` of build-toolset, resolved and pinned."""
-        if not isinstance(item, Mapping):
-            raise ToolsetError("invalid_arguments",
-                               "expected an object such as {namespacedName: 'server.tool'}")
-        extra = [k for k in item if k not in ("namespacedName", "refId", "alias")]
-        if extra:
-            raise ToolsetError("invalid_arguments",
-                               f"unknown key(s) {', '.join(extra)} (namespacedName, refId, alias)")
-        nn, rid, alias = item.get("namespacedName"), item.get("refId"), item.get("alias")
-        if (nn is None) == (rid is None) or not isinstance(nn if rid is None else rid, str):
-            raise ToolsetError("invalid_arguments",
-                               "give exactly one of namespacedName or refId, as a string")
-        if alias is not None:
-            if not isinstance(alias, str) or not NAME_RE.match(alias):
-                raise ToolsetError("invalid_name", f"invalid alias {alias!r}: {NAME_HELP}")
-            if alias in MANAGEMENT_TOOLS:
-                raise ToolsetError("invalid_name", f"alias {alias!r} is the name of a management tool")
-        if rid is not None:
-            hit = cat.by_ref.get(rid)
+    def _entry(self, wanted: Wanted, cat: Catalog, warnings: list[str]) -> ToolEntry:
+        """One tool of build-toolset, found in the running catalog and pinned."""
+        alias = wanted.alias
+        if wanted.ref_id is not None:
+            hit = cat.by_ref.get(wanted.ref_id)
             if hit is None:
-                raise ToolsetError("unknown_tool", f"unknown tool: no tool has refId {rid!r} "
+                raise ToolsetError("unknown_tool", f"unknown tool: no tool has refId {wanted.ref_id!r} "
                                    "(see list-available-tools)")
             return ToolEntry(namespaced_name=hit.namespaced, ref_id=hit.ref_id, alias=alias,
                              pinned=pin_of(hit.tool))
-        assert isinstance(nn, str)  # checked above: exactly one of the two was given, as a string
+        nn = wanted.namespaced_name
+        assert nn is not None  # a Wanted has exactly one of the two
         hit = cat.by_name.get(nn)
         if hit is not None and hit.candidate.compound is not None:
             # A compound tool's description follows its subtools' state: nothing to pin.
@@ -341,22 +297,17 @@ class MenuOperations:
             return ToolEntry(namespaced_name=hit.namespaced, ref_id=hit.ref_id, alias=alias,
                              pinned=pin_of(hit.tool))
         core = self.core
-        server, dot, tool = nn.partition(".")
-        if not (server and dot and tool):
-            raise ToolsetError("invalid_arguments", f"{nn!r} is not a namespaced name (server.tool)")
-        if server in core.order and server not in core.lists:
+        server = wanted.server
+        if server not in core.order:
+            raise unknown_server(wanted, core.order)
+        if server not in core.lists:
             # Its server is not up (starting, lazy, circuit open): kept unpinned, pending until it is.
             state, reason = self.server_state(server)
             warnings.append(f"{nn}: not checked, server {server} is {state}"
                             + (f" ({reason})" if reason else "")
                             + "; it is pending until the server is up")
             return ToolEntry(namespaced_name=nn, ref_id=None, alias=alias, pinned=None)
-        close = cat.close_matches(nn)
-        suggestions += close
-        known = ("" if server in core.order
-                 else f" (no server {server!r}; servers: {', '.join(core.order) or 'none'})")
-        raise ToolsetError("unknown_tool", f"unknown tool {nn!r}{known}"
-                           + (f"; did you mean {', '.join(close)}?" if close else ""))
+        raise unknown_tool(wanted, cat.close_matches(nn))
 
     async def delete(self, name: str) -> dict[str, Any]:
         """Delete a saved toolset (unequipping it here if it is equipped).

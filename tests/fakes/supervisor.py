@@ -30,6 +30,10 @@ class StubSupervisor:
     statuses: list[UpstreamStatus] = field(default_factory=lambda: [a_status()])
     equipped: str | None = "dev"
     equip_calls: list[str] = field(default_factory=list)
+    # Stand-ins for the few fields the control server reads (a `ControlHost` port).
+    config: Any = field(init=False)
+    settings: Any = field(init=False)
+    toolsets: Any = field(init=False)
 
     def __post_init__(self) -> None:
         self.config = SimpleNamespace(path=Path("/etc/mcpvisor.json"))
@@ -49,5 +53,5 @@ class StubSupervisor:
     async def unequip(self) -> dict[str, Any]:
         raise NotImplementedError("toolsets arrive with supervisor/menu.py")
 
-    async def reload(self) -> dict[str, Any]:
+    async def reload(self, config: Any = None) -> dict[str, Any]:
         return {"changed": []}

@@ -150,3 +150,42 @@ async def test_probe_all_runs_servers_concurrently_and_keeps_their_order() -> No
     assert all(r.ok for r in results.values())
     # In a row it would take the sum (each >= 2 s); together about the slowest one.
     assert elapsed < sum(r.seconds for r in results.values()) - 2.0
+
+
+async def oversize_server(*, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+    """Answer every HTTP request on 127.0.0.1 with 200 and a JSON body announced one byte
+    over the probe's message bound (and never sent)."""
+    from mcpvisor.probe import PROBE_MAX_MESSAGE
+
+    async def handle(stream: trio.SocketStream) -> None:
+        with trio.move_on_after(10):
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = await stream.receive_some(65536)
+                if not chunk:
+                    return
+                data += chunk
+            await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                  b"Content-Length: %d\r\n\r\n" % (PROBE_MAX_MESSAGE + 1))
+        await stream.aclose()
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    task_status.started(listeners[0].socket.getsockname()[1])
+    await trio.serve_listeners(handle, listeners)
+
+
+async def test_an_answer_over_the_message_bound_is_refused_as_the_proxy_refuses_it() -> None:
+    """`mcpvisor mcp test` reaches an http server through the proxy's own transport: an
+    answer larger than the bound is not read, and the failure names the server and the
+    limit, as a call through the proxy would."""
+    from mcpvisor.probe import PROBE_MAX_MESSAGE
+
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(oversize_server)
+        with trio.fail_after(BOUND_S):
+            result = await probe_server(spec("web", {"type": "http", "url": f"http://127.0.0.1:{port}/mcp"}),
+                                        limit=BOUND_S)
+        nursery.cancel_scope.cancel()
+    assert result.failure is not None
+    assert f"server web sent a message larger than maxMessageBytes ({PROBE_MAX_MESSAGE} bytes)" in \
+        result.failure.message, result.failure
