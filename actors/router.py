@@ -11,6 +11,7 @@ toolset exposure runs inside it as an `ExposureCall`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any, Final, Generic, Protocol, TypeVar
@@ -72,14 +73,18 @@ class ExposureCall(Generic[T]):
         except BaseException:
             exposure.rollback(saved)
             raise
-        return answer, core.rebuild()
+        # A toolset written or deleted (or its notes) may change a fixed view of it,
+        # equipped or not.
+        edited = exposure.saved != saved[0] or exposure.annotations != saved[1]
+        return answer, dataclasses.replace(core.rebuild(), catalog=edited)
 
 
 class Router:
     """The actor shell around `RegistryCore`.
 
     ``publish(snapshot, changes)`` is called after every mutation that changed what
-    clients see; it must not block (the broadcaster queues per client).
+    clients see, or that may have changed a fixed view (``changes.catalog``, with no
+    list of the proxy's own changed); it must not block (the broadcaster queues per client).
     """
 
     def __init__(self, core: RegistryCore, publish: Callable[[Snapshot, Changes], None]) -> None:

@@ -131,6 +131,14 @@ class AuthEntry(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
     jwks_uri: str | UnsetType = UNSET
 
 
+class TokenEntry(msgspec.Struct, forbid_unknown_fields=True):
+    """A named token in object form: `{"token": ..., "toolset"?: ...}`; a client presenting
+    it sees only that toolset (the plain string form sees what the proxy exposes)."""
+
+    token: str
+    toolset: str | UnsetType | None = UNSET
+
+
 class SettingsEntry(_Knobs, forbid_unknown_fields=True, rename="camel"):
     """The `settings` object as written."""
 
@@ -144,7 +152,7 @@ class SettingsEntry(_Knobs, forbid_unknown_fields=True, rename="camel"):
     state_dir: str | UnsetType | None = UNSET
     log_level: str | UnsetType = UNSET
     auth_token: str | UnsetType | None = UNSET
-    auth_tokens: dict[str, str] | UnsetType = UNSET
+    auth_tokens: dict[str, str | TokenEntry] | UnsetType = UNSET
     auth: AuthEntry | UnsetType | None = UNSET
     allowed_hosts: list[str] | UnsetType = UNSET
     allowed_origins: list[str] | UnsetType = UNSET

@@ -21,7 +21,7 @@ from msgspec import UNSET
 from mcpvisor._config_check import Checker
 from mcpvisor._config_durations import parse_duration
 from mcpvisor._config_env import ENV_MODES, Interpolator, parse_dotenv
-from mcpvisor._config_schema import AuthEntry, SettingsEntry, convert_collecting, field_names
+from mcpvisor._config_schema import AuthEntry, SettingsEntry, TokenEntry, convert_collecting, field_names
 from mcpvisor._config_types import (
     DEFAULT_MAX_SESSIONS,
     DISCOVERY_BUDGET_MAX,
@@ -164,6 +164,7 @@ class SettingsRules(Checker):
             return settings
         where = "settings"
         tokens: dict[str, str] = {}
+        toolsets: dict[str, str] = {}
         if entry.auth_token is not UNSET and entry.auth_token is not None:
             tokens["default"] = self.token(where, "authToken", entry.auth_token)
         if entry.auth_tokens is not UNSET:
@@ -172,11 +173,30 @@ class SettingsRules(Checker):
                     self.problem(where, f'field "authTokens": token name "{name}" is invalid: {NAME_RULE}')
                 if name == "default" and "default" in tokens:
                     self.problem(where, 'field "authTokens": the name "default" is taken by "authToken"')
-                tokens[name] = self.token(where, f"authTokens.{name}", value)
+                if isinstance(value, TokenEntry):
+                    tokens[name] = self.token(where, f"authTokens.{name}.token", value.token)
+                    if value.toolset is not UNSET and value.toolset is not None:
+                        toolsets[name] = self.token_toolset(where, name, value.toolset)
+                else:
+                    tokens[name] = self.token(where, f"authTokens.{name}", value)
         auth = None
         if entry.auth is not UNSET and entry.auth is not None:
             auth = self.oauth(where, entry.auth)
-        return dataclasses.replace(settings, auth_tokens=MappingProxyType(tokens), auth=auth)
+        return dataclasses.replace(settings, auth_tokens=MappingProxyType(tokens),
+                                   token_toolsets=MappingProxyType(toolsets), auth=auth)
+
+    def token_toolset(self, where: str, name: str, value: str) -> str:
+        """The toolset a named token is limited to: a toolset name (``${VAR}`` allowed).
+
+        One the file does not declare may be saved in the state directory, which is not
+        read here: that is checked when a client presents the token (404 naming the
+        toolsets that exist).
+        """
+        key = f"authTokens.{name}.toolset"
+        toolset = self.sub(where, key, value, strict=True)
+        if not NAME_RE.match(toolset):
+            self.problem(where, f'field "{key}": "{toolset}" is not a toolset name: {NAME_RULE}')
+        return toolset
 
     def token(self, where: str, key: str, value: str) -> str:
         token = self.sub(where, key, value, strict=True)

@@ -216,6 +216,9 @@ class Settings:
     server_defaults: Mapping[str, Any] = field(default_factory=_empty)
     auth_tokens: Mapping[str, str] = field(default_factory=_empty, repr=False)
     """Shared bearer tokens by name: `authTokens`, and `authToken` under the name "default"."""
+    token_toolsets: Mapping[str, str] = field(default_factory=_empty)
+    """The toolset each toolset-bound token (``authTokens: {"ci": {"token", "toolset"}}``)
+    is limited to, by token name; a token not here sees what the proxy exposes."""
     auth: OAuthSettings | None = None
     allowed_hosts: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()

@@ -341,7 +341,8 @@ async def serve_http(
         async def front(task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
             await serve_http_front(sup.front, host, port, limits=limits, rules=guard.rules,
                                    verifier=guard.verifier, auth=guard.auth_settings, routes=dashboard,
-                                   certfile=certfile, keyfile=keyfile, task_status=task_status)
+                                   certfile=certfile, keyfile=keyfile, views=sup.front.views,
+                                   task_status=task_status)
             nursery.cancel_scope.cancel(reason="the HTTP front closed")
 
         task_status.started(await nursery.start(front))
@@ -411,6 +412,7 @@ async def serve_ws(
                 idle_timeout=sup.settings.session_idle_timeout,
                 handshake_timeout=sup.settings.handshake_timeout,
                 credentials=lambda: sup.settings.auth_tokens,
+                views=sup.front.views,
                 task_status=task_status,
             )
         )

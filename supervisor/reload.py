@@ -82,6 +82,7 @@ process to be reaped before the changed one starts."""
 
 LIVE_SETTINGS: Final = (
     "namespacing", "startup_wait", "log_level", "env_mode", "server_defaults", "auth_tokens",
+    "token_toolsets",
 )
 """Settings a reload applies (server knobs through each server's fingerprint)."""
 
@@ -171,7 +172,8 @@ def plan_reload(running: Mapping[str, ServerSpec], settings: Settings, new: Conf
 
 def _auth_change(old: Settings, new: Settings) -> str:
     """The reload log line's note on the bearer tokens (names only, never values), or ""."""
-    if dict(old.auth_tokens) == dict(new.auth_tokens):
+    same_bindings = dict(old.token_toolsets) == dict(new.token_toolsets)
+    if dict(old.auth_tokens) == dict(new.auth_tokens) and same_bindings:
         return ""
     names = ", ".join(new.auth_tokens) or "none"
     return f"; auth settings changed: configured tokens now {names} (applied to new requests and handshakes)"

@@ -52,7 +52,7 @@ Announce = Callable[[Snapshot, Changes], None]
 def merge(a: Changes, b: Changes) -> Changes:
     """Both sets of changes: a list is to be re-fetched if either says so."""
     return Changes(tools=a.tools or b.tools, resources=a.resources or b.resources,
-                   prompts=a.prompts or b.prompts)
+                   prompts=a.prompts or b.prompts, catalog=a.catalog or b.catalog)
 
 
 class ListChangeCoalescer:

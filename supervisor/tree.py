@@ -44,6 +44,7 @@ from mcpvisor.actors.eras import strip_upstream_stamps
 from mcpvisor.actors.errors import ProxyError
 from mcpvisor.actors.fronts.sdk import Front
 from mcpvisor.actors.fronts.tools import View, settle
+from mcpvisor.actors.fronts.views import ToolsetViews
 from mcpvisor.actors.harness import ClientSession
 from mcpvisor.actors.lazy import LazyLoader
 from mcpvisor.actors.link import CallOrigin
@@ -156,6 +157,12 @@ class Supervisor:
         self.coalescer = ListChangeCoalescer(self._announce)
         """Gathers the list changes of start-up into a few notifications (`mcpvisor.startup`)."""
         self.router = Router(self.core, self.coalescer.offer)
+        self.front.views = ToolsetViews(
+            self.toolsets.toolsets, lambda toolset: self.toolsets.view(self.core, toolset),
+            lambda: self.router.snapshot, tokens=lambda: self.settings.auth_tokens,
+            bindings=lambda: self.settings.token_toolsets,
+        )
+        """``/mcp/toolset/NAME`` and toolset-bound tokens (`mcpvisor.actors.fronts.views`)."""
         self.loader = LazyLoader(self.router, lambda: self.upstreams, self.lazy)
         """Every start of a lazy server goes through it (coalesced, 3 failed loads at most)."""
         self.menu = Menu(self)
@@ -408,7 +415,8 @@ class Supervisor:
 
     def _announce(self, snapshot: Snapshot, changes: Changes) -> None:
         self.front.announce(snapshot, changes)
-        self.event_bus.publish(ListChanged(changes.kinds(), snapshot.version))
+        if changes.kinds():  # not for a change only fixed views may see (`Changes.catalog`)
+            self.event_bus.publish(ListChanged(changes.kinds(), snapshot.version))
 
     # --- lifecycle -------------------------------------------------------------------------
     def make_upstream(self, spec: ServerSpec) -> Upstream:

@@ -29,9 +29,13 @@ class Changes:
     tools: bool = False
     resources: bool = False
     prompts: bool = False
+    catalog: bool = False
+    """The upstream tools or the toolsets behind the lists may have changed: a fixed view
+    of one toolset (``/mcp/toolset/NAME``) may show something new even when the proxy's
+    own list, narrowed by another equipped toolset, does not."""
 
     def __bool__(self) -> bool:
-        return self.tools or self.resources or self.prompts
+        return self.tools or self.resources or self.prompts or self.catalog
 
     def kinds(self) -> tuple[str, ...]:
         return tuple(k for k in ("tools", "resources", "prompts") if getattr(self, k))
@@ -188,16 +192,19 @@ class RegistryCore:
                 if server not in self.lists:
                     return Changes()
                 self.lists[server] = self.lists[server].replace(kind, items)
+                if kind != "tools":
+                    return self.rebuild()
             case UpstreamDown(server=server, withdraw=withdraw, reason=reason):
-                if withdraw:
-                    self.lists.pop(server, None)
                 self.states[server] = ("down", reason)
+                if not withdraw:
+                    return self.rebuild()  # its tools stay listed: no view changes
+                self.lists.pop(server, None)
             case UpstreamState(server=server, state=state, reason=reason):
                 self.states[server] = (state, reason)
                 return Changes()
             case _:
                 raise TypeError(f"router core cannot apply {type(message).__name__}")
-        return self.rebuild()
+        return dataclasses.replace(self.rebuild(), catalog=True)
 
     def remember(self, server: str, lists: UpstreamLists) -> None:
         """List ``server`` from memory (its lists of an earlier run) until it lists its own.

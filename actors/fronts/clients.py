@@ -57,6 +57,8 @@ class ClientState:
     last_active: float = 0.0
     queue: deque[tuple[str, dict[str, Any] | None]] = field(default_factory=deque)
     """Notifications waiting for this client's sender (at most `CLIENT_QUEUE`)."""
+    view: str | None = None
+    """The fixed view its requests are served (`mcpvisor.actors.fronts.views`); None: the proxy's."""
     closed: bool = False
     wake: trio.Event = field(default_factory=trio.Event)
     """Set when the queue gains an entry or the connection closes: wakes the sender."""

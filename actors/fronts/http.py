@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from mcpvisor.actors.fronts.auth import HostRules, Verifier
     from mcpvisor.actors.fronts.replay import ReplayBudget
     from mcpvisor.actors.fronts.sdk import Front
+    from mcpvisor.actors.fronts.views import ToolsetViews
 
 logger = logging.getLogger(__name__)
 
@@ -88,11 +89,14 @@ async def serve_http_front(
     routes: Sequence[Any] = (),
     certfile: str | None = None,
     keyfile: str | None = None,
+    views: ToolsetViews | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``front`` over streamable HTTP at ``http(s)://host:port/mcp`` until cancelled,
     or until its drain is done (`mcpvisor.actors.fronts.drain`); ``routes`` (Starlette
-    routes) are served beside ``/mcp``. ``task_status.started`` receives the URL bound."""
+    routes) are served beside ``/mcp``, and with ``views`` each toolset's fixed view at
+    ``/mcp/toolset/NAME`` (`mcpvisor.actors.fronts.views`). ``task_status.started``
+    receives the URL bound."""
     import hypercorn.config
     import hypercorn.trio
     from mcp.server.transport_security import TransportSecuritySettings
@@ -123,6 +127,11 @@ async def serve_http_front(
     manager.asgi_app = FrameGuard(manager.asgi_app, limits.max_body)  # type: ignore[assignment]
     if verifier is not None:
         open_while_unguarded(app, verifier)
+    if views is not None:
+        from mcpvisor.actors.fronts.views import ViewGate, ViewPaths
+
+        manager.asgi_app = ViewGate(manager.asgi_app, views)  # type: ignore[assignment]  # after the token check
+        app = ViewPaths(app, HTTP_PATH)  # type: ignore[assignment]
     config = hypercorn.config.Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.accesslog = None

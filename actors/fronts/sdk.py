@@ -22,7 +22,7 @@ Owns:
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -52,7 +52,8 @@ from mcpvisor.actors.errors import ProxyError, error_data
 from mcpvisor.actors.fronts.clients import CLIENT_SEND_TIMEOUT_S, ClientRegistry, ClientState, level_ok
 from mcpvisor.actors.fronts.drain import Drain
 from mcpvisor.actors.fronts.origins import BridgedOrigin, ConnectionOrigin, SdkOrigin, is_modern
-from mcpvisor.actors.fronts.tools import ToolCalls, loader_of
+from mcpvisor.actors.fronts.tools import ToolCalls, View, loader_of
+from mcpvisor.actors.fronts.views import NamedView, ToolsetViews, ViewRefused, view_name
 from mcpvisor.actors.harness import ClientSession, sdk_session
 from mcpvisor.actors.lazy import LoadFailed
 from mcpvisor.actors.link import CallOrigin
@@ -91,13 +92,18 @@ class Backend(Protocol):
     def started(self) -> bool: ...
 
     async def call_local_tool(self, name: str, arguments: dict[str, Any],
-                              ctx: ServerRequestContext[Any, Any] | None) -> dict[str, Any]: ...
+                              ctx: ServerRequestContext[Any, Any] | None, *,
+                              snapshot: Snapshot | None = None) -> dict[str, Any]: ...
 
     def note_call(self, server: str, tool: str, started: float, error: BaseException | None, *,
                   session: str | None = None, run: Any = None, arguments: Any = None, result: Any = None,
                   retries: int = 0, upstream: Upstream | None = None) -> None: ...
 
     def upstream_for(self, server: str, session: ClientSession | None) -> Upstream | None: ...
+
+
+def _in_view(name: str) -> Callable[[ClientState], bool]:
+    return lambda state: state.view == name
 
 
 def to_mcp_error(exc: ProxyError) -> MCPError:
@@ -169,7 +175,12 @@ class Front:
         """Sessions transports made for the connections they serve (`serve_connection`),
         by the session id the SDK's loop was given."""
         self.clients.on_stall = self._disconnect
-        self.tools = ToolCalls(backend, self._forward, self.session_of)
+        self.views: ToolsetViews | None = None
+        """The fixed views (``/mcp/toolset/NAME``, toolset-bound tokens), once the supervisor
+        sets them (`mcpvisor.actors.fronts.views`)."""
+        self._view_listens: dict[str, tuple[InMemorySubscriptionBus, ListenHandler]] = {}
+        """Each view's own ``subscriptions/listen`` bus: its tools list changes are its own."""
+        self.tools = ToolCalls(backend, self._forward, self.session_of, self.view_of)
         """``tools/call``, ``use_tool`` and loading a lazy tool's server (`mcpvisor.actors.fronts.tools`)."""
         self.server: Server[Any] = ProxyServer(
             name,
@@ -185,7 +196,7 @@ class Front:
             on_list_prompts=self._list_prompts,  # type: ignore[arg-type]  # see _list_tools
             on_get_prompt=self._get_prompt,
             on_completion=self._complete,
-            on_subscriptions_listen=self._listen,
+            on_subscriptions_listen=self._listen_in_view,
             # 2026-07-28 list results carry freshness hints: ours change whenever an
             # upstream or a toolset does, so clients may cache nothing (list_changed tells them).
             # The SDK types CACHEABLE_METHODS as frozenset[str], not of its own CacheableMethod
@@ -206,18 +217,41 @@ class Front:
     # --- plumbing --------------------------------------------------------------------
     async def _track_middleware(self, ctx: ServerRequestContext[Any, Any], call_next: Any) -> Any:
         if not is_modern_version(ctx.protocol_version):
-            self.clients.track(connection_of(ctx.session))
+            self.clients.track(connection_of(ctx.session)).view = view_name(ctx.request)
         return await call_next(ctx)
 
     async def _initialized(self, ctx: ServerRequestContext[Any, Any], params: Any) -> None:
-        self.clients.track(connection_of(ctx.session))
+        self.clients.track(connection_of(ctx.session)).view = view_name(ctx.request)
+
+    def view_of(self, ctx: ServerRequestContext[Any, Any]) -> View:
+        """Where a request reads what it sees: its fixed view (`mcpvisor.actors.fronts.views`),
+        else the router's snapshot."""
+        name = view_name(ctx.request)
+        if name is None or self.views is None:
+            return self.backend.router
+        return NamedView(self.views, name)
+
+    def _snapshot_of(self, ctx: ServerRequestContext[Any, Any]) -> Snapshot:
+        try:
+            return self.view_of(ctx).snapshot
+        except ViewRefused as refused:  # the toolset was deleted while its client was connected
+            raise MCPError(code=wire.INVALID_PARAMS, message=refused.message,
+                           data={"toolsets": list(refused.toolsets)}) from None
 
     def announce(self, snapshot: Snapshot, changes: Changes) -> None:
         """Tell every client which lists changed (called by the router; never blocks)."""
         events: list[Any] = []
         if changes.tools:
-            self.clients.broadcast("notifications/tools/list_changed")
-            events.append(ToolsListChanged())
+            # A fixed view hears of tools only when its own list changed (equipping a
+            # toolset changes the proxy's list, not a view's).
+            self.clients.broadcast("notifications/tools/list_changed", only=lambda s: s.view is None)
+            self._publish_nowait(ToolsListChanged(), self.bus)
+        if changes.tools or changes.catalog:
+            for name in self.views.changed() if self.views is not None else ():
+                self.clients.broadcast("notifications/tools/list_changed", only=_in_view(name))
+                listen = self._view_listens.get(name)
+                if listen is not None:
+                    self._publish_nowait(ToolsListChanged(), listen[0])
         if changes.resources:
             self.clients.broadcast("notifications/resources/list_changed")
             events.append(ResourcesListChanged())
@@ -227,14 +261,28 @@ class Front:
         for event in events:
             self._publish_nowait(event)
 
-    def _publish_nowait(self, event: Any) -> None:
+    def _publish_nowait(self, event: Any, bus: InMemorySubscriptionBus | None = None) -> None:
         # InMemorySubscriptionBus.publish only adds a checkpoint after its synchronous
-        # fan-out; call the listeners directly so the router never awaits.
-        for listener in bus_listeners(self.bus):
-            try:
-                listener(event)
-            except Exception:
-                logger.exception("listen stream rejected an event")
+        # fan-out; call the listeners directly so the router never awaits. Without a
+        # bus: the proxy's and every view's.
+        buses = [bus] if bus is not None else [self.bus, *(b for b, _ in self._view_listens.values())]
+        for each in buses:
+            for listener in bus_listeners(each):
+                try:
+                    listener(event)
+                except Exception:
+                    logger.exception("listen stream rejected an event")
+
+    async def _listen_in_view(self, ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
+        """``subscriptions/listen``: on the proxy's bus, or on the request's view's own."""
+        name = view_name(ctx.request)
+        if name is None:
+            return await self._listen(ctx, params)
+        listen = self._view_listens.get(name)
+        if listen is None:
+            bus = InMemorySubscriptionBus()
+            listen = self._view_listens[name] = (bus, ListenHandler(bus))
+        return await listen[1](ctx, params)
 
     def resource_updated(self, uri: str) -> None:
         self.clients.broadcast("notifications/resources/updated", {"uri": uri},
@@ -263,6 +311,8 @@ class Front:
         finally:
             self._nursery = None
             self._listen_handler.close()
+            for _, handler in self._view_listens.values():
+                handler.close()
 
     async def serve_connection(self, read: MemoryObjectReceiveStream[SessionMessage | Exception],
                                write: MemoryObjectSendStream[SessionMessage], session: ClientSession) -> None:
@@ -403,7 +453,7 @@ class Front:
     # servers that are up, the remembered lists of those starting); the rest arrive with
     # list_changed. Claude Code gives up on a server whose first tools/list takes over ~5 s.
     async def _list_tools(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
-        return complete({"tools": list(self.backend.router.snapshot.tools_list)})
+        return complete({"tools": list(self._snapshot_of(ctx).tools_list)})
 
     # --- resources ---------------------------------------------------------------------
     async def _list_resources(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from mcpvisor.actors.core.plan import (
 from mcpvisor.actors.eras import strip_upstream_stamps
 from mcpvisor.actors.errors import ProxyError, error_data
 from mcpvisor.actors.fronts.origins import is_modern
+from mcpvisor.actors.fronts.views import ViewRefused
 from mcpvisor.actors.harness import ClientSession, run_label
 from mcpvisor.actors.lazy import LazyLoader, LoadFailed
 from mcpvisor.actors.starting import await_listed
@@ -52,6 +53,9 @@ Forward = Callable[..., Awaitable[dict[str, Any]]]
 
 SessionOf = Callable[[ServerRequestContext[Any, Any]], ClientSession | None]
 """`Front.session_of`: the client session a request belongs to (None: 2026-07-28, no connection)."""
+
+ViewOf = Callable[[ServerRequestContext[Any, Any]], "View"]
+"""`Front.view_of`: where a request reads what it sees (its fixed view, or the router)."""
 
 Settled = ToolRoute | CallRoute | CallLocal | Refused
 """A plan `settle` leaves to execute: nothing in it waits."""
@@ -121,23 +125,32 @@ async def load_server(backend: Backend, plan: NeedsLoad) -> dict[str, Any] | Non
 class ToolCalls:
     """The front's ``tools/call`` handler: executes the call's plan (`mcpvisor.actors.core.plan`)."""
 
-    def __init__(self, backend: Backend, forward: Forward, session_of: SessionOf) -> None:
+    def __init__(self, backend: Backend, forward: Forward, session_of: SessionOf,
+                 view_of: ViewOf | None = None) -> None:
         self._backend = backend
         self._forward = forward
         self._session_of = session_of
+        self._view_of = view_of
 
     async def call_tool(self, ctx: ServerRequestContext[Any, Any],
                         params: types.CallToolRequestParams) -> Any:
         """The SDK's ``tools/call`` handler: route ``params.name`` and answer as its owner does."""
         backend = self._backend
+        view: View = self._view_of(ctx) if self._view_of is not None else backend.router
         try:
-            plan = await settle(backend, backend.router, params.name, params.arguments)
+            plan = await settle(backend, view, params.name, params.arguments)
         except ProxyError as exc:
             raise unavailable_error(exc) from None
+        except ViewRefused as refused:  # the view's toolset was deleted
+            return wire.tool_error_result(refused.message, {"error": "unknown_toolset",
+                                                            "toolsets": list(refused.toolsets)})
         if isinstance(plan, Refused):
             return strip_upstream_stamps(plan.result, modern_front=is_modern(ctx))
         if isinstance(plan, CallLocal):
-            local = await backend.call_local_tool(plan.name, plan.arguments, ctx)
+            if view is backend.router:
+                local = await backend.call_local_tool(plan.name, plan.arguments, ctx)
+            else:  # a view's own discover_tool, use_tool, load_mcp (it lists no management tool)
+                local = await backend.call_local_tool(plan.name, plan.arguments, ctx, snapshot=view.snapshot)
             return strip_upstream_stamps(local, modern_front=is_modern(ctx))
         raw = dict(ctx.params or {})  # the client's params: unknown keys travel as they came
         if isinstance(plan, CallRoute):  # a compound tool's subtool, or the tool use_tool names

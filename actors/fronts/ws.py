@@ -30,6 +30,7 @@ from mcpvisor.actors import wire
 from mcpvisor.actors.fronts.auth import Gate
 from mcpvisor.actors.fronts.frames import Refusal, decode_client_frame, duplicate_id, request_refusal
 from mcpvisor.actors.fronts.outbox import CLIENT_STALL_S
+from mcpvisor.actors.fronts.views import ToolsetViews
 from mcpvisor.actors.fronts.ws_server import HANDSHAKE_TIMEOUT_S, serve_guarded
 from mcpvisor.actors.link.ws import QUEUE, SUBPROTOCOL, read_frames
 
@@ -228,6 +229,7 @@ async def serve_websocket_front(front: Any, host: str, port: int, *, max_message
                                 max_sessions: int | None = None, idle_timeout: float | None = None,
                                 handshake_timeout: float = HANDSHAKE_TIMEOUT_S,
                                 credentials: Callable[[], object] | None = None,
+                                views: ToolsetViews | None = None,
                                 task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve MCP over websocket at ``ws(s)://host:port/``; each connection is one client.
 
@@ -244,6 +246,8 @@ async def serve_websocket_front(front: Any, host: str, port: int, *, max_message
         handshake_timeout: from TCP accept to the handshake answered (TLS included).
         credentials: the tokens in force; when they change, open connections whose token
             ``gate`` no longer accepts are closed (code 1008).
+        views: serve ``/toolset/NAME`` (and toolset-bound tokens) a fixed view
+            (`mcpvisor.actors.fronts.views`).
     """
 
     drain = getattr(front, "drain", None)
@@ -271,5 +275,5 @@ async def serve_websocket_front(front: Any, host: str, port: int, *, max_message
         await serve_guarded(
             session, host, port, subprotocol=SUBPROTOCOL, max_message=max_message, queue=QUEUE, gate=gate,
             ssl_context=ssl_context, max_sessions=max_sessions, handshake_timeout=handshake_timeout,
-            credentials=credentials, task_status=task_status,
+            credentials=credentials, views=views, task_status=task_status,
         )

@@ -15,6 +15,9 @@ because that one lets a client take the process down or hold descriptors for a m
   sessions; past it a connection is still read, to answer 503, by at most
   `OVERFLOW_HANDSHAKES` at once; beyond those it is closed unanswered, so a flood holds
   at most ``max_sessions + OVERFLOW_HANDSHAKES`` descriptors, each for at most the bound;
+* **fixed views**: with ``views``, a handshake to ``/toolset/NAME`` (or with a token
+  that carries a toolset) is served that toolset's view only, and one naming a toolset
+  that does not exist is refused with 404 (`mcpvisor.actors.fronts.views`);
 * **revoked tokens close sessions**: when the accepted credentials change (a hot reload
   removed a token), every open session is admitted again with its handshake's headers;
   one no longer admitted is closed with `REVOKED_CLOSE_CODE`.
@@ -35,6 +38,7 @@ from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketReque
 from wsproto import ConnectionType, WSConnection
 
 from mcpvisor.actors.fronts.auth import Gate, Refusal
+from mcpvisor.actors.fronts.views import CONNECTION_VIEW, ToolsetViews, ViewRefused, ws_toolset
 from mcpvisor.actors.ws_compat import get_request, read_frames, request_host
 
 logger = logging.getLogger(__name__)
@@ -72,6 +76,8 @@ class _Session:
     peer: str
     headers: Mapping[str, str]
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    view: str | None = None
+    """The fixed view it is served (`mcpvisor.actors.fronts.views`); None: the proxy's."""
     close_code: int = 1000
     close_reason: str | None = None
 
@@ -120,8 +126,10 @@ class _Front:
         queue: int,
         max_sessions: int | None,
         handshake_timeout: float,
+        views: ToolsetViews | None = None,
     ) -> None:
         self.session = session
+        self.views = views
         self.subprotocol = subprotocol
         self.gate = gate
         self.max_message = max_message
@@ -215,7 +223,7 @@ class _Front:
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.headers}
             # wsproto takes Host out of the header list (`request_host` reads it back).
             headers["host"] = request_host(request)
-            refusal = await self._admit(request, headers)
+            refusal, view = await self._admit(request, headers)
             if refusal is None and not counted:
                 refusal = Refusal(BUSY_STATUS, (), "Too many open sessions")
             if refusal is not None:
@@ -228,23 +236,34 @@ class _Front:
         except ConnectionClosed:
             logger.info("websocket handshake from %s aborted by the client", peer)
             return None
-        return opened, _Session(peer, headers)
+        return opened, _Session(peer, headers, view=view)
 
-    async def _admit(self, request: WebSocketRequest, headers: Mapping[str, str]) -> Refusal | None:
+    async def _admit(self, request: WebSocketRequest,
+                     headers: Mapping[str, str]) -> tuple[Refusal | None, str | None]:
+        """The refusal of a handshake (None: admitted), and the view it is served."""
+        who = None
         if self.gate is not None:
-            _who, refusal = await self.gate.admit(headers)
+            who, refusal = await self.gate.admit(headers)
             if refusal is not None:
-                return refusal
+                return refusal, None
         if self.subprotocol not in request.proposed_subprotocols:
-            return Refusal(400, (), f"the MCP websocket subprotocol '{self.subprotocol}' is required")
-        return None
+            return Refusal(400, (), f"the MCP websocket subprotocol '{self.subprotocol}' is required"), None
+        if self.views is None:
+            return None, None
+        try:
+            return None, self.views.choose(ws_toolset(request.path), who)
+        except ViewRefused as refused:
+            json_type = (("Content-Type", "application/json"),)
+            return Refusal(refused.status, json_type, refused.body().decode()), None
 
     async def _run(self, ws: WebSocketConnection, session: _Session) -> None:
         self.open.add(session)
+        view = CONNECTION_VIEW.set(session.view)  # the SDK's handlers of this connection read it
         try:
             with session.scope:
                 await self.session(ws)
         finally:
+            CONNECTION_VIEW.reset(view)
             self.open.discard(session)
             with trio.move_on_after(CLOSE_TIMEOUT_S):
                 await ws.aclose(code=session.close_code, reason=session.close_reason)
@@ -285,6 +304,7 @@ async def serve_guarded(
     max_sessions: int | None = None,
     handshake_timeout: float = HANDSHAKE_TIMEOUT_S,
     credentials: Callable[[], object] | None = None,
+    views: ToolsetViews | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Accept websocket connections at ``host:port`` and run ``session(ws)`` for each admitted one.
@@ -298,13 +318,15 @@ async def serve_guarded(
         handshake_timeout: from TCP accept to the handshake's answer sent.
         credentials: returns the credentials in force; when its value changes, open
             sessions are admitted again by ``gate`` and those refused are closed.
+        views: the fixed views: ``/toolset/NAME`` and toolset-bound tokens are served
+            theirs (`mcpvisor.actors.fronts.views`).
 
     ``task_status.started`` receives the port bound (the first listener's, for ``port=0``).
     Runs until cancelled; no connection's error ends it.
     """
     front = _Front(
         session, subprotocol=subprotocol, gate=gate, max_message=max_message, queue=queue,
-        max_sessions=max_sessions, handshake_timeout=handshake_timeout,
+        max_sessions=max_sessions, handshake_timeout=handshake_timeout, views=views,
     )
     listeners = await _open_listeners(host, port, ssl_context)
     async with trio.open_nursery() as nursery:
