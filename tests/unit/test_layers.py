@@ -182,3 +182,21 @@ def test_one_import_name_and_no_generic_ones() -> None:
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT.parent, env=dict(os.environ),
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_wheel_installs_one_top_level_package(tmp_path: Path) -> None:
+    """``pip install .`` puts exactly one package in site-packages: the wheel's only top-level
+    names are ``mcpvisor`` (rooms, demo configs and dashboard files included) and its
+    dist-info."""
+    import zipfile
+
+    argv = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr
+    (wheel,) = tmp_path.glob("mcpvisor-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {n.split("/", 1)[0] for n in names} == {"mcpvisor", wheel.name.split("-py3")[0] + ".dist-info"}
+    for needed in ("mcpvisor/actors/core/plan.py", "mcpvisor/actors/fronts/http.py",
+                   "mcpvisor/bench/cli.py", "mcpvisor/demo/mcpvisor.json",
+                   "mcpvisor/dashboard/static/index.html", "mcpvisor/py.typed"):
+        assert needed in names
