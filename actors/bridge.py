@@ -24,6 +24,17 @@ Owns:
   something it did not declare it can answer (its call is refused, the upstream's
   request cancelled).
 
+A round gathers every question the upstream has put before the client sees it: the
+questions a handshake-era server sends together (or before the first is answered) reach
+the client as one ``input_required`` result with several ``inputRequests``, once
+`GATHER_S` has passed without another joining them. The keys of ``inputRequests`` are the
+proxy's, since a handshake-era request carries none: ``<kind>-<n>``, where ``kind`` is the
+capability the request needs (``elicitation``, ``sampling``, ``roots``; any other method
+with ``/`` as ``-``) and ``n`` counts the call's questions from 1 in the order the upstream
+asked them (`question_key`). A question keeps its key until it is answered: a retry that
+leaves one unanswered (or answers it with something that is not an object) gets it again,
+under the same key, in the next round. Keys the proxy did not ask are ignored.
+
 Both the SDK path (`mcpvisor.actors.fronts.sdk`, `mcpvisor.actors.fronts.origins`) and the
 stdio fast path (`mcpvisor.actors.fronts.fastpath`, `mcpvisor.actors.fronts.fastcall`) use
 `ParkedCall`; the fast path keeps its own table, of its calls by the same token (`FastPath.parked`).
@@ -44,9 +55,9 @@ from mcpvisor.actors.core.vocabulary import DEFAULT_TIMEOUT_S
 from mcpvisor.actors.errors import ProxyError, UpstreamError
 from mcpvisor.actors.messages import Reply
 
-__all__ = ["CAPABILITY_OF", "INPUT_WAIT_S", "MISSING_REQUIRED_CLIENT_CAPABILITY", "STATE_PREFIX",
-           "ParkedCall", "ParkedCalls", "declared", "missing_capability", "new_state_token",
-           "request_state_of", "run_parked"]
+__all__ = ["CAPABILITY_OF", "GATHER_MAX_S", "GATHER_S", "INPUT_WAIT_S", "MISSING_REQUIRED_CLIENT_CAPABILITY",
+           "STATE_PREFIX", "ParkedCall", "ParkedCalls", "declared", "missing_capability", "new_state_token",
+           "question_key", "request_state_of", "run_parked"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +70,16 @@ would give up on a silent client after as long on the handshake-era path."""
 STATE_PREFIX: Final = "mcpvisor-bridge:"
 """Prefix of the ``requestState`` tokens the proxy mints; a retry carrying another
 state (the upstream's own, on a 2026-07-28 upstream) is forwarded as it came."""
+
+GATHER_S: Final = 0.05
+"""How long a round waits after the upstream's latest question for another to join it
+before the client is shown the round. A handshake-era server that needs several answers
+sends its requests back to back (each from its own task); they reach the proxy within
+milliseconds, and with nothing on the wire saying "that was the last", a short quiet
+period is what tells a round from the next. A single question pays this once per round."""
+
+GATHER_MAX_S: Final = 0.5
+"""Bound on one round's gathering, however the upstream keeps trickling questions in."""
 
 TOKEN_BYTES: Final = 16
 """Entropy of a token (128 bits: the token alone resumes the call, so it must not be guessable)."""
@@ -92,6 +113,13 @@ def declared(capabilities: object, method: str) -> bool:
     return needed is None or (isinstance(capabilities, Mapping) and capabilities.get(needed) is not None)
 
 
+def question_key(method: str, n: int) -> str:
+    """The ``inputRequests`` key of the call's ``n``-th question (from 1), asking ``method``:
+    ``elicitation-1``, ``sampling-2``, ``roots-3``; another method with ``/`` as ``-``."""
+    kind = CAPABILITY_OF.get(method) or method.replace("/", "-")
+    return f"{kind}-{n}"
+
+
 def new_state_token() -> str:
     """A fresh ``requestState`` token for a parked call (unguessable: see `TOKEN_BYTES`)."""
     return STATE_PREFIX + secrets.token_urlsafe(TOKEN_BYTES)
@@ -117,6 +145,9 @@ class ParkedCall:
         """Told (old, new) each time a leg gives the call a fresh token (its table re-keys it)."""
         self._keys = itertools.count(1)
         self._unasked: dict[str, dict[str, Any]] = {}
+        """Questions the client has not been shown yet (or must be shown again), by key."""
+        self._questions: dict[str, dict[str, Any]] = {}
+        """Every open question, by key (what a round shows again when it went unanswered)."""
         self._waiting: dict[str, Reply[dict[str, Any]]] = {}
         self._changed = trio.Event()
         self.outcome: dict[str, Any] | ProxyError | None = None
@@ -148,18 +179,19 @@ class ParkedCall:
         """Put one of the upstream's questions to the client; the answer of its retry.
 
         ``asked`` runs once the question is queued (the fast path uses it to answer the
-        client's open leg at once).
+        client's open leg once the round is `gathered`).
 
         Raises:
             UpstreamError: the client did not come back within `INPUT_WAIT_S`, or the
                 call ended first (REQUEST_TIMEOUT / the client's own error).
         """
-        key = f"q{next(self._keys)}"
+        key = question_key(method, next(self._keys))
         request: dict[str, Any] = {"method": method}
         if params is not None:
             request["params"] = params
         reply: Reply[dict[str, Any]] = Reply()
         self._unasked[key] = request
+        self._questions[key] = request
         self._waiting[key] = reply
         self._wake()
         try:
@@ -172,6 +204,7 @@ class ParkedCall:
                                 f"the client did not answer {method} within {INPUT_WAIT_S:g}s") from None
         finally:
             self._unasked.pop(key, None)
+            self._questions.pop(key, None)
             self._waiting.pop(key, None)
 
     def finish(self, outcome: dict[str, Any] | ProxyError) -> None:
@@ -182,11 +215,15 @@ class ParkedCall:
 
     def answer(self, responses: Mapping[str, Any] | None) -> None:
         """The client retried with ``inputResponses``: hand each to the question it answers
-        (an unknown key is ignored, as a server ignores responses it did not ask for)."""
+        (an unknown key is ignored, as a server ignores responses it did not ask for). A
+        question shown and left unanswered, or answered with something that is not an
+        object, is shown again, under its key, in the next round."""
         for key, response in (responses or {}).items():
-            reply = self._waiting.get(key)
-            if reply is not None and isinstance(response, Mapping):
-                reply.set(dict(response))
+            if key in self._waiting and isinstance(response, Mapping):
+                self._waiting.pop(key).set(dict(response))
+        for key in self._waiting:
+            if key not in self._unasked:
+                self._unasked[key] = self._questions[key]
 
     def take_leg(self) -> dict[str, Any] | ProxyError | None:
         """What the client's current leg answers now: the outcome, an ``input_required``
@@ -204,9 +241,23 @@ class ParkedCall:
             self.rekeyed(old, self.token)
         return {"resultType": "input_required", "inputRequests": requests, "requestState": self.token}
 
+    async def gathered(self) -> None:
+        """Return once the questions not yet shown have gone `GATHER_S` without another
+        joining them (at most `GATHER_MAX_S` in all), or the call has ended."""
+        with trio.move_on_after(GATHER_MAX_S):
+            while self.outcome is None:
+                changed = self._changed
+                with trio.move_on_after(GATHER_S) as quiet:
+                    await changed.wait()
+                if quiet.cancelled_caught:
+                    return
+
     async def next_leg(self) -> dict[str, Any] | ProxyError:
-        """Wait until the current leg has something to answer (see `take_leg`)."""
+        """Wait until the current leg has something to answer (see `take_leg`): the
+        outcome, or a round of questions once it is `gathered`."""
         while True:
+            if self.outcome is None and self._unasked:
+                await self.gathered()
             leg = self.take_leg()
             if leg is not None:
                 return leg

@@ -101,8 +101,9 @@ class CallHost(Protocol):
 class FastCall:
     """One fast-path call: the client's side as the upstream link sees it."""
 
-    __slots__ = ("capabilities", "client_token", "fast", "front_id", "link", "log_level", "modern", "params",
-                 "parked", "proxy_id", "retried", "retry_scope", "route", "run", "started", "up")
+    __slots__ = ("capabilities", "client_token", "fast", "front_id", "gathering", "link", "log_level",
+                 "modern", "params", "parked", "proxy_id", "retried", "retry_scope", "route", "run",
+                 "started", "up")
 
     def __init__(self, fast: CallHost, front_id: int | str, route: ToolRoute, up: Upstream, link: StdioLink,
                  client_token: int | str | None, modern: bool) -> None:
@@ -121,6 +122,8 @@ class FastCall:
         self.retry_scope: trio.CancelScope | None = None
         """Set while the call is retried the slow way: cancelling it abandons the retry."""
         self.parked: ParkedCall | None = None
+        self.gathering = False
+        """A task is gathering the upstream's questions into the client's next round."""
         self.log_level: str | None = None
         self.capabilities: Raw | None = None
         """A 2026-07-28 client's declared capabilities (its ``_meta``), as they came."""
@@ -287,7 +290,7 @@ class FastCall:
             parked.rekeyed = self._rekey
             self.fast.park(parked.token, self)
         try:
-            return await parked.ask(method, params, self._flush_leg)
+            return await parked.ask(method, params, self._flush_gathered)
         finally:
             if parked.outcome is None and not self.link.has_pending(self.proxy_id):
                 # The call ended (timed out, or its server died) while the client was away:
@@ -314,6 +317,22 @@ class FastCall:
             await fast.send(wire.error_frame(self.front_id, **_error_args(error)))
         fast.nursery.start_soon(self.link.cancel_fast, self.proxy_id, error.message)
         return error
+
+    async def _flush_gathered(self) -> None:
+        """A question was queued: answer the client's open leg once the round has gathered
+        the questions the upstream sends with it (`ParkedCall.gathered`)."""
+        if not self.gathering:
+            self.gathering = True
+            self.fast.nursery.start_soon(self._gather_then_flush)
+
+    async def _gather_then_flush(self) -> None:
+        parked = self.parked
+        try:
+            if parked is not None:
+                await parked.gathered()
+        finally:
+            self.gathering = False
+        await self._flush_leg()
 
     async def _flush_leg(self) -> None:
         """Answer the client's open leg if there is something to answer it with."""

@@ -412,3 +412,47 @@ async def test_a_listen_stream_hears_every_list_change_and_resource_update(tmp_p
                         break
             assert "mr_added_1" in {t.name for t in (await client.list_tools()).tools}
             assert "mr_added_1" in {p.name for p in (await client.list_prompts()).prompts}
+
+
+SAMPLED: Final[dict[str, Any]] = {"role": "assistant", "content": {"type": "text", "text": "hi"},
+                                  "model": "m"}
+
+
+@pytest.mark.parametrize(("front", "upstream"), PAIRINGS)
+async def test_questions_sent_together_are_one_round_and_an_unanswered_one_comes_back(
+    tmp_path: Path, front: str, upstream: str,
+) -> None:
+    """The upstream needs two answers at once (a handshake-era one sends both requests
+    before either is answered): a 2026-07-28 client gets them in ONE ``input_required``
+    round, as from the server directly. A handshake-era request carries no key, so the
+    proxy names it ``<kind>-<n>``. A retry that answers one question and adds keys nobody
+    asked gets the other question again under the same key (at once, not after the
+    client's wait runs out); answering it completes the call with both answers."""
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with raw_modern(tmp_path, front, upstream) as client:
+            await client.request("tools/list", {})
+            first = (await client.call("mr_both"))["result"]
+            assert first["resultType"] == "input_required"
+            asked = {r["method"]: key for key, r in first["inputRequests"].items()}
+            assert set(asked) == {"elicitation/create", "sampling/createMessage"}, first
+            if upstream == "legacy":
+                who, draft = asked["elicitation/create"], asked["sampling/createMessage"]
+                assert {who, draft} in ({"elicitation-1", "sampling-2"}, {"elicitation-2", "sampling-1"})
+            else:
+                assert asked == {"elicitation/create": "who", "sampling/createMessage": "draft"}
+            state = {"requestState": first["requestState"]} if "requestState" in first else {}
+
+            name = {"action": "accept", "content": {"name": "ada"}}
+            extra = {"unknown_extra_key": {"action": "accept", "content": {"foo": "bar"}}}
+            partial = await client.call("mr_both", **state, inputResponses={
+                asked["elicitation/create"]: name, **extra})
+            again = partial["result"]
+            assert again["resultType"] == "input_required", partial
+            draft_key = asked["sampling/createMessage"]
+            assert again["inputRequests"][draft_key]["method"] == "sampling/createMessage"
+            state = {"requestState": again["requestState"]} if "requestState" in again else {}
+
+            done = (await client.call("mr_both", **state, inputResponses={
+                asked["elicitation/create"]: name, asked["sampling/createMessage"]: SAMPLED, **extra}))
+            assert done["result"]["resultType"] == "complete", done
+            assert done["result"]["content"][0]["text"] == "ada / hi"

@@ -293,12 +293,16 @@ async def gather(
     params: types.CallToolRequestParams | types.GetPromptRequestParams,
     asks: dict[str, types.InputRequest],
     state: str | None = None,
+    *,
+    together: bool = False,
 ) -> Answers | types.InputRequiredResult:
     """The client's answers to ``asks``, keyed as asked.
 
     On 2026-07-28 the answers come from ``inputResponses``; any missing one is asked for
     (again) with an ``InputRequiredResult`` carrying ``state``; keys nobody asked for are
-    ignored. In the handshake era each request goes to the client mid-call.
+    ignored. In the handshake era the requests go to the client mid-call, one after the
+    other, or with ``together`` all at once (as a server that needs several answers at the
+    same time sends them), each answer kept under its key.
     """
     if _modern(ctx):
         got = {
@@ -310,7 +314,8 @@ async def gather(
             return types.InputRequiredResult(input_requests=missing, request_state=state)
         return {key: got[key] for key in asks}
     answers: Answers = {}
-    for key, ask in asks.items():
+
+    async def ask_one(key: str, ask: types.InputRequest) -> None:
         result: Any
         if isinstance(ask, types.ElicitRequest):
             form = ask.params
@@ -325,7 +330,15 @@ async def gather(
         else:
             result = await ctx.session.list_roots()
         answers[key] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
-    return answers
+
+    if not together:
+        for key, ask in asks.items():
+            await ask_one(key, ask)
+        return answers
+    async with anyio.create_task_group() as tg:
+        for key, ask in asks.items():
+            tg.start_soon(ask_one, key, ask)
+    return {key: answers[key] for key in asks}
 
 
 def said(answer: dict[str, Any], field: str) -> str:
@@ -614,7 +627,7 @@ class Conformance:
             "client_roots": ASK_ROOTS,
         }
         open_state(params.request_state)
-        got = await gather(ctx, params, asks, seal_state("multiple"))
+        got = await gather(ctx, params, asks, seal_state("multiple"), together=True)
         if isinstance(got, types.InputRequiredResult):
             return got
         return text(f"All inputs received: {said(got['user_name'], 'name')}, {said(got['greeting'], 'text')}")

@@ -9,7 +9,8 @@ era (``initialize``: handshake era; an enveloped request: 2026-07-28). What each
   with -32602, and a retry that lacks the answer the state expects gets the same question
   again. In the handshake era the two questions are ``elicitation/create`` requests.
 * ``both``: two questions in one round (``elicitation/create`` and
-  ``sampling/createMessage``); handshake era: one after the other.
+  ``sampling/createMessage``); handshake era: both requests at once, before either is
+  answered.
 * ``needs_sampling``: refused with -32021 (``requiredCapabilities: {"sampling": {}}``)
   before anything else when the client did not declare sampling (a 2026-07-28 request's
   ``_meta``, the handshake's ``initialize``); otherwise it samples once. ``--record``
@@ -208,9 +209,15 @@ class Mrtr:
     async def both(self, ctx: Ctx, params: types.CallToolRequestParams) -> Any:
         who, draft = _elicit("your name?", NAME_SCHEMA), _sample("draft")
         if not _modern(ctx):
-            name = (await self.ask_legacy(ctx, who))["content"]["name"]
-            sampled = (await self.ask_legacy(ctx, draft))["content"]["text"]
-            return _text(f"{name} / {sampled}")
+            got: dict[str, dict[str, Any]] = {}
+
+            async def ask(key: str, request: Any) -> None:
+                got[key] = await self.ask_legacy(ctx, request)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ask, "who", who)
+                tg.start_soon(ask, "draft", draft)
+            return _text(f"{got['who']['content']['name']} / {got['draft']['content']['text']}")
         answers = self.responses(params)
         if "who" not in answers or "draft" not in answers:
             return types.InputRequiredResult(input_requests={"who": who, "draft": draft})
