@@ -111,15 +111,10 @@ _BRIDGED: Final = (
     "the upstream is opened in the handshake era, so mcpvisor answers input_required with rounds "
     "of its own and loses the server's keys, rounds and requestState (issue 26, input_required pass-through)"
 )
-_CAPABILITY: Final = (
-    "mcpvisor neither refuses with -32021 a call needing a capability the client did not declare nor "
-    "delivers list changes on subscriptions/listen (issue 26, capability refusal and listen stream)"
-)
 EXPECTED_LOSSES: Final[dict[tuple[str, str, str], str]] = {
     ("*", "2025-11-25", "server-sse-polling"): (
         "the HTTP front sends no SSE priming event, retry field or resumption (issue 26, SSE resume)"
     ),
-    ("*", "2026-07-28", "server-stateless"): _CAPABILITY,
     **{
         (pairing, "2026-07-28", scenario): _BRIDGED
         for pairing in ("http-auto", "http-legacy", "stdio-auto", "stdio-legacy")
@@ -128,12 +123,6 @@ EXPECTED_LOSSES: Final[dict[tuple[str, str, str], str]] = {
             "input-required-result-ignore-extra-params",
             "input-required-result-multiple-input-requests",
         )
-    },
-    **{
-        (pairing, "2026-07-28", "input-required-result-capability-check"): (
-            "mcpvisor asks the upstream with its own capabilities, not the client's _meta (issue 26)"
-        )
-        for pairing in ("http-2026-07-28",)
     },
 }
 """(pairing id or ``*``, wire, scenario) -> why the scenario is lost through mcpvisor although
