@@ -11,10 +11,12 @@ the method of every POST in ``Mcp-Method``.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Final
 
 import httpx2
+import trio
 
 from mcpvisor.actors import wire
 from mcpvisor.actors.core.spec import ServerSpec
@@ -156,7 +158,8 @@ def sdk_transport(spec: ServerSpec, max_message: int, *, http_timeout: httpx2.Ti
         timeout = http_timeout or httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT)
         client = httpx2.AsyncClient(headers=dict(spec.headers), timeout=timeout, event_hooks=hooks,
                                     transport=BoundedTransport(spec.name, max_message))
-        return streamable_http_client(url, http_client=client, max_sse_event_size=max_message)
+        transport = streamable_http_client(url, http_client=client, max_sse_event_size=max_message)
+        return _owning(client, transport)
     if spec.transport == "sse":
         from mcp.client.sse import sse_client
 
@@ -173,3 +176,21 @@ def sdk_transport(spec: ServerSpec, max_message: int, *, http_timeout: httpx2.Ti
 
         return websocket_client(url, headers=dict(spec.headers), max_message=max_message)
     raise ValueError(f"server {spec.name!r}: unknown transport {spec.transport!r}")
+
+
+CLIENT_CLOSE_S: Final = 1.0
+"""Bound on closing an upstream's HTTP client (shielded: the link is usually being cancelled)."""
+
+
+@asynccontextmanager
+async def _owning(client: httpx2.AsyncClient,
+                  transport: AbstractAsyncContextManager[Any]) -> AsyncIterator[Any]:
+    """``transport`` over ``client``, closing ``client`` when the transport closes: the SDK
+    leaves a client it was handed open (its caller's), so its pooled connections to the
+    upstream would otherwise wait for the garbage collector."""
+    try:
+        async with transport as streams:
+            yield streams
+    finally:
+        with trio.CancelScope(shield=True), trio.move_on_after(CLIENT_CLOSE_S):
+            await client.aclose()

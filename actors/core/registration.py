@@ -22,11 +22,16 @@ class UpstreamUp(msgspec.Struct, frozen=True):
 
 
 class UpstreamListed(msgspec.Struct, frozen=True):
-    """A server's list of one kind changed (after its list_changed notification)."""
+    """A server's list of one kind, listed again (after its list_changed notification, or
+    on a cadence)."""
 
     server: str
     kind: str
     items: tuple[Any, ...]
+    announced: bool = False
+    """The server itself said this list changed: its clients hear so even when the list
+    compares equal (the server may have changed it and back; a client connected directly
+    hears every announcement)."""
 
 
 class UpstreamDown(msgspec.Struct, frozen=True):

@@ -188,12 +188,17 @@ class RegistryCore:
             case UpstreamUp(server=server, lists=lists):
                 self.lists[server] = lists
                 self.states[server] = ("ready", None)
-            case UpstreamListed(server=server, kind=kind, items=items):
+            case UpstreamListed(server=server, kind=kind, items=items, announced=announced):
                 if server not in self.lists:
                     return Changes()
                 self.lists[server] = self.lists[server].replace(kind, items)
-                if kind != "tools":
-                    return self.rebuild()
+                changes = self.rebuild()
+                if announced and self._shows(server, kind):
+                    field = "resources" if kind == "templates" else kind
+                    changes = dataclasses.replace(changes, **{field: True})
+                if kind == "tools":  # the catalog changed: fixed views re-read theirs
+                    changes = dataclasses.replace(changes, catalog=True)
+                return changes
             case UpstreamDown(server=server, withdraw=withdraw, reason=reason):
                 self.states[server] = ("down", reason)
                 if not withdraw:
@@ -205,6 +210,17 @@ class RegistryCore:
             case _:
                 raise TypeError(f"router core cannot apply {type(message).__name__}")
         return dataclasses.replace(self.rebuild(), catalog=True)
+
+    def _shows(self, server: str, kind: str) -> bool:
+        """Whether clients see any item of ``server``'s list of ``kind`` (an announcement
+        of a list they see none of is not theirs to hear)."""
+        snapshot = self.snapshot
+        if kind == "tools":
+            return any(route.server == server for route in snapshot.tools.values())
+        if kind == "prompts":
+            return any(route.server == server for route in snapshot.prompts.values())
+        return server in snapshot.resources.values() or any(
+            owner == server for _, owner in snapshot.templates)
 
     def remember(self, server: str, lists: UpstreamLists) -> None:
         """List ``server`` from memory (its lists of an earlier run) until it lists its own.

@@ -15,6 +15,7 @@ import mcp_types as types
 import trio
 from mcp.client.session import ClientSession, IncomingMessage, LoggingFnT, MessageHandlerFnT
 from mcp.shared.exceptions import MCPError
+from mcp_types import CLIENT_CAPABILITIES_META_KEY
 
 from mcpvisor.actors import wire
 from mcpvisor.actors.errors import UpstreamDied
@@ -45,7 +46,13 @@ class SdkLink(Link):
         assert done is not None, "a call through the SDK always has its event (only stdio has a fast path)"
         data: dict[str, Any] = {"method": pending.method, "params": params}
         opts: dict[str, Any] = {"request_id": pending.proxy_id, "cancel_on_abandon": True}
+        # The SDK's stamp writes the capabilities the session was built with; what this
+        # upstream may ask is what the client behind this request declared (fitted by
+        # `_prepare`), so that client's own capabilities go out, as over stdio.
+        fitted = (params.get("_meta") or {}).get(CLIENT_CAPABILITIES_META_KEY)
         stamp(session, data, opts)
+        if fitted is not None:
+            data["params"]["_meta"][CLIENT_CAPABILITIES_META_KEY] = fitted
         progress_wanted = pending.origin is not None and pending.origin.progress_token is not None
         if progress_wanted:
             async def on_progress(progress: float, total: float | None, message: str | None) -> None:

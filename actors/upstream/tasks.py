@@ -190,7 +190,10 @@ class LinkTasks:
         if polled and items == getattr(self.lists, kind):
             return
         self.lists = self.lists.replace(kind, items)
-        await self.router.send(UpstreamListed(self.name, kind, items))
+        # Templates are re-listed beside resources: the resources message carries the
+        # server's announcement, so clients hear one resources list_changed, not two.
+        announced = not polled and kind != "templates"
+        await self.router.send(UpstreamListed(self.name, kind, items, announced=announced))
         era = "legacy" if not link.modern else str(link.protocol_version)
         self.hooks.lists_seen(self.spec, self.lists, era)
 

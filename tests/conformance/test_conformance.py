@@ -114,12 +114,7 @@ _BRIDGED: Final = (
     "the round, answers nothing the upstream asked. Unavoidable on the handshake wire; the "
     "scenarios that read the round's keys (multiple-input-requests, multi-round, ...) pass"
 )
-_CAPABILITY: Final = (
-    "mcpvisor neither refuses with -32021 a call needing a capability the client did not declare nor "
-    "delivers list changes on subscriptions/listen (issue 26, capability refusal and listen stream)"
-)
 EXPECTED_LOSSES: Final[dict[tuple[str, str, str], str]] = {
-    ("*", "2026-07-28", "server-stateless"): _CAPABILITY,
     **{
         (pairing, "2026-07-28", scenario): _BRIDGED
         for pairing in ("http-auto", "http-legacy", "stdio-auto", "stdio-legacy")
@@ -127,12 +122,6 @@ EXPECTED_LOSSES: Final[dict[tuple[str, str, str], str]] = {
             "input-required-result-basic-elicitation",
             "input-required-result-ignore-extra-params",
         )
-    },
-    **{
-        (pairing, "2026-07-28", "input-required-result-capability-check"): (
-            "mcpvisor asks the upstream with its own capabilities, not the client's _meta (issue 26)"
-        )
-        for pairing in ("http-2026-07-28",)
     },
 }
 """(pairing id or ``*``, wire, scenario) -> why the scenario is lost through mcpvisor although

@@ -13,11 +13,14 @@ progress and log messages of a call.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
+import re
+import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
 
@@ -41,6 +44,7 @@ from tests.helpers import (
     REAL_IO_BOUND_S,
     SERVERS_DIR,
     Recorder,
+    embedded_connection,
     embedded_front,
     everything,
     pipe_transport,
@@ -456,3 +460,149 @@ async def test_questions_sent_together_are_one_round_and_an_unanswered_one_comes
                 asked["elicitation/create"]: name, asked["sampling/createMessage"]: SAMPLED, **extra}))
             assert done["result"]["resultType"] == "complete", done
             assert done["result"]["content"][0]["text"] == "ada / hi"
+
+
+# --- issue 26: what a client is told through an HTTP upstream, and announcements --------------
+
+@asynccontextmanager
+async def mrtr_over_http() -> AsyncIterator[str]:
+    """The mrtr fixture serving streamable HTTP in its own process; yields its URL and stops
+    it (SIGTERM, then SIGKILL) when the block ends."""
+    argv = [sys.executable, str(SERVERS_DIR / "mrtr.py"), "--http"]
+    proc = await trio.lowlevel.open_process(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.PIPE)
+    seen = bytearray()
+    ready = trio.Event()
+
+    async def drain() -> None:  # read stderr to its end, so the server never blocks writing it
+        assert proc.stderr is not None
+        async for chunk in proc.stderr:
+            seen.extend(chunk)
+            if b"mrtr ready " in seen:
+                ready.set()
+        ready.set()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(drain)
+            await ready.wait()
+            found = re.search(rb"mrtr ready (\S+)", seen)
+            assert found is not None, f"mrtr --http did not start: {seen.decode(errors='replace')}"
+            yield found.group(1).decode()
+            nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            proc.terminate()
+            with trio.move_on_after(REAL_IO_BOUND_S / 4):
+                await proc.wait()
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+
+@asynccontextmanager
+async def clients_through(config: Path,
+                          front: str) -> AsyncIterator[Callable[..., AbstractAsyncContextManager[Client]]]:
+    """A proxy in this process serving ``config`` on ``front``; yields ``connect(**kwargs)``,
+    which opens one more real SDK client (``kwargs``) on it."""
+    async with open_supervisor(config, state_dir=config.parent / "state", watch=False) as sup, \
+            trio.open_nursery() as nursery:
+        await sup.wait_ready()
+        url = await nursery.start(serve_http, sup, "127.0.0.1", 0) if front == "http" else None
+
+        @asynccontextmanager
+        async def connect(**kwargs: Any) -> AsyncIterator[Client]:
+            if url is not None:
+                async with Client(url, cache=None, **kwargs) as client:
+                    yield client
+                return
+            async with embedded_connection(sup) as (send, receive, _), \
+                    Client(pipe_transport(receive, send), cache=None, **kwargs) as client:
+                yield client
+
+        yield connect
+        nursery.cancel_scope.cancel()
+
+
+# The SDK's streamable-HTTP client leaves its last connection to the upstream for the GC to
+# close when the proxy stops (the same httpx2 streams pyproject's filters name); in this
+# process the GC's close is reported as an unclosed socket (collected at the test's end).
+# Nothing stays open afterwards.
+@pytest.mark.filterwarnings("ignore:unclosed <socket.socket:ResourceWarning")  # see above
+@pytest.mark.filterwarnings(
+    "ignore:Exception ignored in. <socket.socket:pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.parametrize("front", FRONTS)
+def test_an_http_upstream_at_2026_07_28_is_told_the_clients_own_capabilities(tmp_path: Path,
+                                                                             front: str) -> None:
+    """Through an upstream reached over streamable HTTP and opened at 2026-07-28, the
+    server hears each client's own capabilities (not the proxy's): a client of either
+    era that declared no sampling is refused with -32021 naming it, one that declared
+    sampling is asked and its answer reaches the tool."""
+
+    async def scenario() -> None:
+        rec = Recorder()
+        with trio.fail_after(REAL_IO_BOUND_S):
+            async with mrtr_over_http() as upstream_url:
+                entry = {"type": "http", "url": upstream_url, "protocol": "2026-07-28"}
+                config = write_config(tmp_path, {"mr": entry}, namespacing="prefix", fastPath=True)
+                async with clients_through(config, front) as connect:
+                    for mode in CLIENT_MODES:
+                        async with connect(mode=mode, elicitation_callback=rec.elicitation) as client:
+                            await client.list_tools()
+                            with pytest.raises(MCPError) as refused:
+                                await client.call_tool("mr_needs_sampling", {})
+                            assert refused.value.error.code == -32021, (mode, refused.value.error)
+                            assert refused.value.error.data["requiredCapabilities"] == {"sampling": {}}
+                        async with connect(mode=mode, sampling_callback=rec.sampling) as client:
+                            await client.list_tools()
+                            sampled = text_of(await client.call_tool("mr_needs_sampling", {}))
+                            assert sampled == "sampled: from the client", mode
+
+    trio.run(scenario)  # its own run: the sockets the GC closes are all reported below
+    gc.collect()  # that socket's report lands here, under this test's filter, not in the next test
+
+
+class ChangeRecorder(Recorder):
+    """A `Recorder` that says when a handshake-era client has heard given list_changed
+    notifications."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.heard = trio.Event()
+
+    async def handler(self, message: Any) -> None:
+        await super().handler(message)
+        self.heard.set()
+        self.heard = trio.Event()
+
+    async def wait_for(self, kinds: set[type]) -> None:
+        while not kinds <= {type(m) for m in self.messages}:
+            await self.heard.wait()
+
+
+@pytest.mark.parametrize(("front", "upstream"), PAIRINGS)
+async def test_an_upstreams_announcement_reaches_clients_though_its_list_is_the_same(
+    tmp_path: Path, front: str, upstream: str,
+) -> None:
+    """The server announces its tools and prompts changed but lists the same items (as a
+    server that adds and removes one does): a client of either era hears both, as it
+    would from the server directly (a 2026-07-28 one on its ``subscriptions/listen``
+    stream), though the proxy's own view of the lists did not change."""
+    rec = ChangeRecorder()
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with clients_through(mrtr_config(tmp_path, upstream), front) as connect, \
+                connect(mode="legacy", message_handler=rec.handler) as legacy, \
+                connect(mode="2026-07-28") as modern:
+            before = await modern.list_tools()
+            await legacy.list_tools()
+            async with modern.listen(tools_list_changed=True, prompts_list_changed=True) as events:
+                for kind in ("tools", "prompts"):
+                    said = text_of(await modern.call_tool("mr_announce", {"kind": kind}))
+                    assert said == f"announced {kind}"
+                heard: set[type] = set()
+                async for event in events:
+                    heard.add(type(event))
+                    if heard >= {ToolsListChanged, PromptsListChanged}:
+                        break
+            await rec.wait_for({types.ToolListChangedNotification, types.PromptListChangedNotification})
+            assert (await modern.list_tools()).tools == before.tools

@@ -52,10 +52,14 @@ async def proxy(tmp_path: Path, transport: str) -> AsyncIterator[Proxy]:
         yield running
 
 
-def http_client(url: str, token: str, mode: str, rec: Recorder | None = None) -> Client:
-    auth = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
+@asynccontextmanager
+async def http_client(url: str, token: str, mode: str, rec: Recorder | None = None) -> AsyncIterator[Client]:
+    """A connected SDK client over streamable HTTP; its httpx client (the SDK leaves one it
+    is handed open) is closed on the way out."""
     kwargs = rec.kwargs() if rec is not None else {}
-    return Client(streamable_http_client(url, http_client=auth), mode=mode, cache=None, **kwargs)
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as auth, \
+            Client(streamable_http_client(url, http_client=auth), mode=mode, cache=None, **kwargs) as client:
+        yield client
 
 
 def ws_client(url: str, token: str, mode: str, rec: Recorder | None = None) -> Client:

@@ -18,10 +18,14 @@ era (``initialize``: handshake era; an enveloped request: 2026-07-28). What each
 * prompt ``intro`` and resource ``mrtr://note``: ``prompts/get`` and ``resources/read``
   ask for a name first (``input_required`` / ``elicitation/create``).
 * ``change`` (``kind``: tools, prompts or resources) adds an item to that list and
-  announces it; ``touch`` reports ``mrtr://note`` updated. Handshake era: notifications
-  (an update only after ``resources/subscribe``); 2026-07-28: ``subscriptions/listen`` events.
+  announces it; ``announce`` (same ``kind``) announces a change of a list it leaves as
+  it was (as servers that add and remove an item do); ``touch`` reports ``mrtr://note``
+  updated. Handshake era: notifications (an update only after ``resources/subscribe``);
+  2026-07-28: ``subscriptions/listen`` events.
 
-Run: ``python tests/servers/mrtr.py [--record PATH]``.
+Run: ``python tests/servers/mrtr.py [--record PATH] [--http]``; with ``--http`` it serves
+streamable HTTP on a free port of 127.0.0.1 (every session shares one state) and prints
+``mrtr ready URL`` on stderr.
 """
 
 from __future__ import annotations
@@ -143,6 +147,7 @@ class Mrtr:
         tools = [types.Tool(name=n, description=f"mrtr {n}", input_schema=empty)
                  for n in ("steps", "both", "needs_sampling", "touch")]
         tools.append(types.Tool(name="change", description="add an item to a list", input_schema=kind))
+        tools.append(types.Tool(name="announce", description="announce a list as changed", input_schema=kind))
         tools += [types.Tool(name=n, description="added", input_schema=empty) for n in self.extra["tools"]]
         return tools
 
@@ -171,6 +176,12 @@ class Mrtr:
             self.extra[kind].append(name)
             await self.announce(ctx, kind)
             return _text(f"added {kind} {name}")
+        if params.name == "announce":
+            kind = str((params.arguments or {}).get("kind"))
+            if kind not in self.extra:
+                raise MCPError(types.INVALID_PARAMS, f"kind must be one of {sorted(self.extra)}")
+            await self.announce(ctx, kind)
+            return _text(f"announced {kind}")
         if params.name == "touch":
             await self.bus.publish(ResourceUpdated(uri=NOTE))
             if not _modern(ctx) and NOTE in self.subscriptions:
@@ -288,14 +299,33 @@ class Mrtr:
         )
 
 
+async def serve_http(server: Server[Any]) -> None:
+    import hypercorn.config
+    import hypercorn.trio
+    import trio
+
+    app = server.streamable_http_app(streamable_http_path="/mcp", host="127.0.0.1")
+    config = hypercorn.config.Config()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = None
+    config.graceful_timeout = 1.0
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(hypercorn.trio.serve, app, config)
+        print(f"mrtr ready {binds[0].rstrip('/')}/mcp", file=sys.stderr, flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--record", metavar="PATH", help="append one JSON line per call")
+    parser.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
     opts = parser.parse_args()
     state = Mrtr(opts.record)
     server = state.build()
     init = server.create_initialization_options(
         NotificationOptions(tools_changed=True, resources_changed=True, prompts_changed=True))
+    if opts.http:
+        anyio.run(serve_http, server, backend="trio")
+        return
 
     async def serve() -> None:
         async with stdio_server() as (read_stream, write_stream):
