@@ -42,7 +42,8 @@ ENTRY_KEYS: Final = ("namespacedName", "refId", "alias")
 @dataclass(frozen=True, slots=True)
 class Wanted:
     """One tool a new toolset asks for, its shape checked: exactly one of
-    ``namespaced_name`` (``server.tool``) and ``ref_id``, and maybe an ``alias``."""
+    ``namespaced_name`` (``server.tool``, or a compound tool's bare name) and ``ref_id``,
+    and maybe an ``alias``."""
 
     index: int
     namespaced_name: str | None
@@ -114,11 +115,17 @@ def _wanted(index: int, item: Any) -> Wanted:
             raise ToolsetError("invalid_name", f"invalid alias {alias!r}: {NAME_HELP}")
         if alias in MANAGEMENT_TOOLS:
             raise ToolsetError("invalid_name", f"alias {alias!r} is the name of a management tool")
-    if nn is not None:
-        server, dot, tool = nn.partition(".")
-        if not (server and dot and tool):
-            raise ToolsetError("invalid_arguments", f"{nn!r} is not a namespaced name (server.tool)")
     return Wanted(index, nn, rid, alias)
+
+
+def require_namespaced(wanted: Wanted) -> str:
+    """``wanted``'s server: refused unless its name reads ``server.tool`` (a bare name is
+    only a compound tool's, found by name before this is asked)."""
+    server, dot, tool = (wanted.namespaced_name or "").partition(".")
+    if not (server and dot and tool):
+        raise ToolsetError("invalid_arguments", f"{wanted.namespaced_name!r} is not a namespaced name "
+                           "(server.tool)")
+    return server
 
 
 def unknown_server(wanted: Wanted, servers: Sequence[str]) -> ToolsetError:

@@ -373,11 +373,10 @@ def _entry(wanted: Wanted, config: Config | None, found: Mapping[str, Mapping[st
     the tool on that server, pinned."""
     from mcpvisor.actors.core.model import ToolEntry
     from mcpvisor.actors.core.toolsets import pin_of, ref_id
-    from mcpvisor.toolset_create import unknown_server, unknown_tool
+    from mcpvisor.toolset_create import require_namespaced, unknown_server, unknown_tool
 
-    nn, server = wanted.namespaced_name, wanted.server
-    assert nn is not None  # the CLI names tools as server.tool only
-    assert server is not None
+    nn, server = wanted.namespaced_name, require_namespaced(wanted)  # the CLI names server.tool only
+    assert nn is not None
     if config is not None and server not in config.servers:
         raise unknown_server(wanted, list(config.servers))
     if found is None:

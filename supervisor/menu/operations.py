@@ -54,6 +54,7 @@ from mcpvisor.toolset_create import (
     Wanted,
     check_new_toolset,
     new_toolset,
+    require_namespaced,
     resolve_all,
     unknown_server,
     unknown_tool,
@@ -297,7 +298,7 @@ class MenuOperations:
             return ToolEntry(namespaced_name=hit.namespaced, ref_id=hit.ref_id, alias=alias,
                              pinned=pin_of(hit.tool))
         core = self.core
-        server = wanted.server
+        server = require_namespaced(wanted)
         if server not in core.order:
             raise unknown_server(wanted, core.order)
         if server not in core.lists:
