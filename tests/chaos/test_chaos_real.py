@@ -229,6 +229,8 @@ async def test_server_killed_from_outside_fails_its_call_and_keeps_its_tools(tmp
     with trio.fail_after(REAL_IO_BOUND_S):
         async with supervised(tmp_path, {"s": flaky(**FAST)}) as (sup, log):
             await sup.wait_ready()
+            # Start-up's own list change (announced as start-up ends) is in the log first.
+            await log.wait_for(lambda e: isinstance(e, ListChanged) and "tools" in e.kinds)
             pid = pid_of(sup, "s")
             changes_before = len(log.list_changes())
             outcome: list[BaseException] = []
