@@ -44,6 +44,10 @@ PROMPT_S: Final = 10.0
 INITIALIZED: Final = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 FLOOD_STEPS: Final = 10_000_000
 """Progress notifications the stuck client's call would send: more than it could ever take."""
+FLOOD_INTERVAL_S: Final = 0.0005
+"""Progress as fast as a client can be flooded (about 2,000 a second: megabytes within the
+stall bound, far past any socket buffer) without the upstream taking a whole core, so the
+other client's answers measure the proxy, not a starved machine."""
 RSS_GROWTH_BOUND: Final = 60 * 1024 * 1024
 """How much the proxy may grow over the flood: refusing costs a frame each and keeps
 nothing; forwarding all 20,000 grew it by 300 MB."""
@@ -111,7 +115,7 @@ async def stuck_http_client(url: str) -> tuple[trio.socket.SocketType, str]:
                                headers=headers)
         assert done.status_code == 202, done.text
     call = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
-        "name": "up_progress", "arguments": {"steps": FLOOD_STEPS, "interval": 0},
+        "name": "up_progress", "arguments": {"steps": FLOOD_STEPS, "interval": FLOOD_INTERVAL_S},
         "_meta": {"progressToken": "flood"}}}).encode()
     parts = urlsplit(url)
     head = (f"POST {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Length: {len(call)}\r\n"
@@ -172,7 +176,7 @@ async def test_a_websocket_client_that_stops_reading_never_stalls_the_others(tmp
     record = tmp_path / "up.jsonl"
     config = write_config(tmp_path, {"up": flaky("--record", str(record), timeout=30)})
     call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
-        "name": "up_progress", "arguments": {"steps": FLOOD_STEPS, "interval": 0},
+        "name": "up_progress", "arguments": {"steps": FLOOD_STEPS, "interval": FLOOD_INTERVAL_S},
         "_meta": {"progressToken": "flood"}}}
     with trio.fail_after(BOUND_S):
         async with running_proxy(config, "--transport", "ws", "--port", "0") as proxy:
