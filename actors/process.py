@@ -26,7 +26,7 @@ import signal
 import subprocess
 import sys
 from collections import deque
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Final
 
@@ -200,6 +200,19 @@ WITHHELD_ENV: Final = ("MCPVISOR_TOKEN",)
 """Variables of the proxy's environment no upstream inherits: ``$MCPVISOR_TOKEN`` is the
 bearer token of the proxy's own front, and a server has no business holding it."""
 
+_withheld_values: set[str] = set()
+
+
+def withhold_values(values: Iterable[str]) -> None:
+    """No upstream inherits a variable holding one of ``values`` (the front's tokens).
+
+    A token may reach the proxy under any name: ``"authToken": "${MY_TOKEN}"`` or a token
+    file. Whatever the name, an inherited variable whose value is a front token is dropped
+    from every child's environment; a server's own ``env`` still gives it one on purpose.
+    Process-wide and never forgets, like the environment it guards: a token replaced by a
+    reload may still be in the variable it came from."""
+    _withheld_values.update(v for v in values if v)
+
 
 class SpawnError(Exception):
     """The command could not be started at all (not found, not executable, bad cwd)."""
@@ -216,10 +229,10 @@ SELF_REFUSAL: Final = "refusing to serve: started as an upstream server by mcpvi
 
 
 def child_environment(extra: Mapping[str, str]) -> dict[str, str]:
-    """The proxy's own environment, less the front's token, plus the server's ``env`` (the
-    server wins: a token it is given on purpose in its ``env`` reaches it), marked with
+    """The proxy's own environment, less the front's tokens (`withhold_values`), plus the
+    server's ``env`` (the server wins: a token it is given on purpose in its ``env`` reaches it), marked with
     `PARENT_ENV` (which the server's ``env`` cannot override)."""
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if v not in _withheld_values}
     for name in WITHHELD_ENV:
         env.pop(name, None)
     env.update(extra)

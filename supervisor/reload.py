@@ -37,6 +37,7 @@ import trio
 
 from mcpvisor.actors.core.registry import RegistryCore, diff
 from mcpvisor.actors.messages import Reply
+from mcpvisor.actors.process import withhold_values
 from mcpvisor.actors.upstream import RouterPort
 from mcpvisor.config import (
     Config,
@@ -363,6 +364,7 @@ async def apply_config(sup: ReloadHost, config: Config) -> dict[str, Any]:
         return {"ok": False, "errors": list(err.problems)}
     # Before any server of the new config starts: its first stderr line is scrubbed too.
     remember(secret_values(config))
+    withhold_values(config.settings.auth_tokens.values())
     running = {name: up.spec for name, up in sup.upstreams.items()}
     plan = plan_reload(running, sup.settings, config)
     for key in plan.needs_restart:

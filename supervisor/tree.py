@@ -49,7 +49,7 @@ from mcpvisor.actors.harness import ClientSession
 from mcpvisor.actors.lazy import LazyLoader
 from mcpvisor.actors.link import CallOrigin
 from mcpvisor.actors.messages import CallFinished, Event, EventBus, ListChanged
-from mcpvisor.actors.process import Reaper, open_reaper
+from mcpvisor.actors.process import Reaper, open_reaper, withhold_values
 from mcpvisor.actors.router import Router
 from mcpvisor.actors.upstream import Hooks, State, Upstream, UpstreamStatus
 from mcpvisor.config import (
@@ -130,6 +130,7 @@ class Supervisor:
                  state_dir: str | os.PathLike[str] | None = None) -> None:
         self.config = config
         self.settings = with_env_overrides(config.settings)
+        withhold_values(self.settings.auth_tokens.values())
         self.event_bus = EventBus()
         self.reaper = reaper
         self._rng = rng or random.Random()

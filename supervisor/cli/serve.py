@@ -188,6 +188,9 @@ def run(args: argparse.Namespace) -> int:
     except TokenFileError as exc:
         print(f"mcpvisor: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    from mcpvisor.actors.process import withhold_values
+
+    withhold_values(args.tokens.values())  # under whatever name the token came in
     setup_logging(args.log_level or config.settings.log_level, args.log_file,
                   secrets_of(config, args.tokens.values()))
     if args.transport != "stdio":

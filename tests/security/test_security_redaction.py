@@ -111,6 +111,44 @@ async def test_a_server_added_by_reload_leaks_nothing_into_log_status_or_journal
             assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
 
 
+async def test_a_front_token_reaches_no_upstream_under_the_name_it_came_in(tmp_path: Path) -> None:
+    """``"authToken": "${MY_FRONT_TOKEN}"``: the upstream does not inherit ``$MY_FRONT_TOKEN``
+    (nor ``$MCPVISOR_TOKEN``), while an ordinary variable of the proxy's environment still
+    reaches it; a server given the token on purpose in its ``env`` has it."""
+    named_token = "front-token-by-another-name-31337"
+    given = {**leaky(), "env": {"LEAKY_KEY": ENV_SECRET, "ON_PURPOSE": "${MY_FRONT_TOKEN}"}}
+    config = write(
+        tmp_path / "mcpvisor.json",
+        {
+            "mcpServers": {"leaky": leaky(), "given": given},
+            "settings": {"exposure": "all", "authToken": "${MY_FRONT_TOKEN}"},
+        },
+    )
+    env = {"MY_FRONT_TOKEN": named_token, "MCPVISOR_TOKEN": FRONT_TOKEN, "AN_ORDINARY_VAR": "x"}
+    seen: dict[str, str] = {}
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with (
+            running_proxy(config, "--transport", "http", "--port", "0", env=env) as proxy,
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {named_token}"}) as authed,
+            Client(
+                streamable_http_client(proxy.url, http_client=authed), mode="legacy", cache=None
+            ) as client,
+        ):
+            for tool, name in (
+                ("leaky_environment", "MY_FRONT_TOKEN"),
+                ("leaky_environment", "MCPVISOR_TOKEN"),
+                ("leaky_environment", "AN_ORDINARY_VAR"),
+                ("given_environment", "ON_PURPOSE"),
+            ):
+                seen[f"{tool}:{name}"] = text_of(await client.call_tool(tool, {"name": name}))
+    assert seen == {
+        "leaky_environment:MY_FRONT_TOKEN": "unset",
+        "leaky_environment:MCPVISOR_TOKEN": "unset",
+        "leaky_environment:AN_ORDINARY_VAR": "set",
+        "given_environment:ON_PURPOSE": "set",
+    }
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [PY, "-m", "mcpvisor", *args],
