@@ -260,14 +260,14 @@ def request_attributes(method: str, target: str | None, *, request_id: Any = Non
 
 
 def error_type(error: BaseException) -> str:
-    """``error.type``: the JSON-RPC code of an error answer, else what went wrong, by kind."""
+    """``error.type``: the JSON-RPC code the client is answered with (as the conventions
+    say for an error answer), ``cancelled``, else the exception's type. Why the code came
+    (the upstream died, a timeout) is the span's status message and events."""
     code = getattr(error, "code", None)
     if code is None:  # the SDK's MCPError keeps it on .error
         code = getattr(getattr(error, "error", None), "code", None)
     if isinstance(error, trio.Cancelled) or type(error).__name__ == "CancelledByClient":
         return "cancelled"
-    if isinstance(error, UpstreamDied):
-        return "upstream_died"
     if isinstance(code, int):
         return str(code)
     return type(error).__qualname__
@@ -445,8 +445,11 @@ async def traced_request(server: str, method: str, params: Mapping[str, Any] | N
         return result
     except BaseException as exc:
         error = exc
-        if isinstance(exc, UpstreamDied):
-            span.add_event("mcpvisor.upstream.died", {"mcpvisor.server": server, "reason": _message(exc)})
+        if isinstance(exc, UpstreamDied):  # on the call's span too: where a reader looks first
+            died = {"mcpvisor.server": server, "reason": _message(exc)}
+            span.add_event("mcpvisor.upstream.died", died)
+            if current.is_recording():
+                current.add_event("mcpvisor.upstream.died", died)
         raise
     finally:
         finish(span, error, result)
