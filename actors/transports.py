@@ -18,7 +18,7 @@ from typing import Any, Final
 import httpx2
 import trio
 
-from mcpvisor.actors import wire
+from mcpvisor.actors import telemetry, wire
 from mcpvisor.actors.core.spec import ServerSpec
 
 ResponseHook = Callable[[httpx2.Response], Awaitable[None]]
@@ -55,6 +55,8 @@ class BoundedTransport(httpx2.AsyncBaseTransport):
             method = _method_of(request)
             if method is not None:
                 request.headers[METHOD_HEADER] = method
+        if telemetry.tracer is not None and request.method == "POST":
+            telemetry.inject_headers(request)  # the request's trace context as headers too
         response = await self._inner.handle_async_request(request)
         if response.headers.get("content-type", "").lower().startswith(EVENT_STREAM):
             return response

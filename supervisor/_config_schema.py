@@ -131,6 +131,16 @@ class AuthEntry(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
     jwks_uri: str | UnsetType = UNSET
 
 
+class TelemetryEntry(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
+    """`settings.telemetry` as written: where OpenTelemetry traces go (``OTEL_*`` variables win)."""
+
+    endpoint: str | UnsetType = UNSET
+    protocol: str | UnsetType = UNSET
+    service_name: str | UnsetType = UNSET
+    sample_ratio: float | UnsetType = UNSET
+    enabled: bool | UnsetType = UNSET
+
+
 class TokenEntry(msgspec.Struct, forbid_unknown_fields=True):
     """A named token in object form: `{"token": ..., "toolset"?: ...}`; a client presenting
     it sees only that toolset (the plain string form sees what the proxy exposes)."""
@@ -162,6 +172,7 @@ class SettingsEntry(_Knobs, forbid_unknown_fields=True, rename="camel"):
     discovery_budget: int | UnsetType = UNSET
     journal: str | UnsetType | None = UNSET
     journal_payloads: bool | UnsetType = UNSET
+    telemetry: TelemetryEntry | UnsetType | None = UNSET
 
 
 class ToolRefEntry(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):

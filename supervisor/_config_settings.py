@@ -21,7 +21,14 @@ from msgspec import UNSET
 from mcpvisor._config_check import Checker
 from mcpvisor._config_durations import parse_duration
 from mcpvisor._config_env import ENV_MODES, Interpolator, parse_dotenv
-from mcpvisor._config_schema import AuthEntry, SettingsEntry, TokenEntry, convert_collecting, field_names
+from mcpvisor._config_schema import (
+    AuthEntry,
+    SettingsEntry,
+    TelemetryEntry,
+    TokenEntry,
+    convert_collecting,
+    field_names,
+)
 from mcpvisor._config_types import (
     DEFAULT_MAX_SESSIONS,
     DISCOVERY_BUDGET_MAX,
@@ -43,9 +50,11 @@ from mcpvisor._config_types import (
     STARTUP_WAIT_MAX_S,
     OAuthSettings,
     Settings,
+    TelemetrySettings,
 )
 from mcpvisor.actors.core.toolsets import DEFAULT_DISCOVERY_BUDGET
 from mcpvisor.actors.core.vocabulary import EXPOSURES
+from mcpvisor.actors.telemetry import PROTOCOLS
 
 
 class SettingsRules(Checker):
@@ -53,7 +62,8 @@ class SettingsRules(Checker):
 
     def settings(self, raw: Mapping[str, Any]) -> Settings:
         where = "settings"
-        entry, problems, _ = convert_collecting(raw, SettingsEntry, nested={"auth": field_names(AuthEntry)})
+        nested = {"auth": field_names(AuthEntry), "telemetry": field_names(TelemetryEntry)}
+        entry, problems, _ = convert_collecting(raw, SettingsEntry, nested=nested)
         for p in problems:
             self.problem(where, p)
         self.settings_entry = entry
@@ -92,6 +102,8 @@ class SettingsRules(Checker):
             values["journal"] = None if entry.journal is None else self.local_path(entry.journal)
         if entry.journal_payloads is not UNSET:
             values["journal_payloads"] = entry.journal_payloads
+        if entry.telemetry is not UNSET and entry.telemetry is not None:
+            values["telemetry"] = self.telemetry(where, entry.telemetry)
         if entry.state_dir is not UNSET:
             values["state_dir"] = None if entry.state_dir is None else self.local_path(entry.state_dir)
         if entry.max_sessions is not UNSET:
@@ -134,6 +146,31 @@ class SettingsRules(Checker):
         defaults = self.knobs(where, entry)
         self.check_pairs(where, defaults, None)
         return Settings(**values, server_defaults=MappingProxyType(defaults))
+
+    def telemetry(self, where: str, entry: TelemetryEntry) -> TelemetrySettings:
+        """``settings.telemetry``: an http(s) endpoint, a known protocol, a ratio in 0..1."""
+        field = f"{where}.telemetry"
+        values: dict[str, Any] = {}
+        if entry.endpoint is not UNSET:
+            parts = urlsplit(entry.endpoint)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                self.problem(field, f'field "endpoint": "{entry.endpoint}" is not an http(s) URL '
+                                    '(write the collector\'s OTLP address, e.g. "http://127.0.0.1:4318")')
+            else:
+                values["endpoint"] = entry.endpoint
+        if entry.protocol is not UNSET and self.choice(field, "protocol", entry.protocol, PROTOCOLS):
+            values["protocol"] = entry.protocol
+        if entry.service_name is not UNSET:
+            values["service_name"] = entry.service_name
+        if entry.sample_ratio is not UNSET:
+            if 0.0 <= entry.sample_ratio <= 1.0:
+                values["sample_ratio"] = float(entry.sample_ratio)
+            else:
+                self.problem(field, f'field "sampleRatio": {entry.sample_ratio} is out of range '
+                                    "(0 to 1: the share of new traces recorded)")
+        if entry.enabled is not UNSET:
+            values["enabled"] = entry.enabled
+        return TelemetrySettings(**values)
 
     def allowed_host(self, where: str, i: int, host: str) -> str:
         """A host name or address, without scheme, port or path."""

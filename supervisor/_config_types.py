@@ -196,6 +196,19 @@ class OAuthSettings:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TelemetrySettings:
+    """`settings.telemetry`: OpenTelemetry traces (`mcpvisor.actors.telemetry`); each value
+    is the default of its ``OTEL_*`` variable, which wins when set."""
+
+    endpoint: str | None = None
+    """The collector's OTLP base URL (``OTEL_EXPORTER_OTLP_ENDPOINT``); None: only the variable."""
+    protocol: str | None = None
+    service_name: str | None = None
+    sample_ratio: float | None = None
+    enabled: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
     """The `settings` object, resolved.
 
@@ -230,6 +243,8 @@ class Settings:
     """The SQLite file every call is recorded in (`mcpvisor.journal`); None: no journal."""
     journal_payloads: bool = False
     """Record full arguments and results in the journal (otherwise sizes and digests only)."""
+    telemetry: TelemetrySettings | None = None
+    """OpenTelemetry traces (``settings.telemetry``); None: only the ``OTEL_*`` variables decide."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

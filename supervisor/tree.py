@@ -32,7 +32,7 @@ from typing import Any, Final
 
 import trio
 
-from mcpvisor.actors import __version__
+from mcpvisor.actors import __version__, telemetry
 from mcpvisor.actors.core.catalog import Snapshot, UpstreamLists
 from mcpvisor.actors.core.discovery import DISCOVER_TOOL, LOAD_MCP, LazyBook
 from mcpvisor.actors.core.model import SavedState
@@ -54,6 +54,7 @@ from mcpvisor.actors.router import Router
 from mcpvisor.actors.upstream import Hooks, State, Upstream, UpstreamStatus
 from mcpvisor.config import (
     Config,
+    ConfigError,
     ServerSpec,
     declared_toolset,
     load_config,
@@ -224,6 +225,9 @@ class Supervisor:
         Raises:
             actors.errors.ProxyError: the server is down, timed out, or died mid-call.
         """
+        if telemetry.tracer is not None:  # the embedding program is the client: a root SERVER span
+            with telemetry.api_span("tools/call", name):
+                return await self.execute_call(self.router, name, arguments)
         return await self.execute_call(self.router, name, arguments)
 
     async def execute_call(self, view: View, name: str, arguments: Mapping[str, Any] | None, *,
@@ -395,11 +399,13 @@ class Supervisor:
 
     def note_call(self, server: str, tool: str, started: float, error: BaseException | None, *,
                   session: str | None = None, run: Any = None, arguments: Any = None, result: Any = None,
-                  retries: int = 0, upstream: Upstream | None = None) -> None:
+                  retries: int = 0, upstream: Upstream | None = None, trace_id: str | None = None) -> None:
         """A call finished: tell ``events()`` subscribers and queue a journal record.
 
         Never waits: the journal takes the raw arguments and result and works out sizes,
-        digests and the outcome on its own writer task (`mcpvisor.journal`).
+        digests and the outcome on its own writer task (`mcpvisor.journal`). ``trace_id``:
+        the call's trace when the caller holds its spans (the fast path); otherwise the
+        trace of the span current in this task, if any.
         """
         journal = self.journal
         if journal is None and not self.event_bus.has_subscribers:
@@ -409,10 +415,13 @@ class Supervisor:
             self.event_bus.publish(CallFinished(server, tool, now - started, error is None,
                                              str(error) if error is not None else None))
         if journal is not None:
+            if trace_id is None:
+                trace_id = telemetry.current_trace_id()
             up = upstream if upstream is not None else self.upstreams.get(server)
             journal.record_nowait(CallRecord(now, server, tool, now - started, error, session, run, arguments,
                                              result, retries, up.restarts if up is not None else None,
-                                             self.router.snapshot.version))
+                                             self.router.snapshot.version,
+                                             trace_id))
 
     def _announce(self, snapshot: Snapshot, changes: Changes) -> None:
         self.front.announce(snapshot, changes)
@@ -541,13 +550,35 @@ async def open_supervisor(
     saved = await _load_state(store, cfg, toolset)
     journal_path = journal if journal is not None else cfg.settings.journal
     payloads = cfg.settings.journal_payloads if journal_payloads is None else journal_payloads
+    traces = _trace_config(cfg)
     async with AsyncExitStack() as stack:
+        try:
+            await stack.enter_async_context(telemetry.tracing(traces, version=__version__))
+        except telemetry.TelemetryError as exc:
+            raise ConfigError(str(exc), cfg.path) from None
         # The journal wraps everything else: it closes last, after every call has finished.
         journal_handle = (await stack.enter_async_context(open_journal(journal_path, payloads=payloads))
                           if journal_path is not None else None)
         async with _run_tree(cfg, store, saved, toolset, rng=rng, watch=watch, control=control,
                              control_transport=control_transport, journal=journal_handle) as sup:
             yield sup
+
+
+def _trace_config(cfg: Config) -> telemetry.TelemetryConfig | None:
+    """Whether to trace, from the ``OTEL_*`` variables and ``settings.telemetry``.
+
+    Raises:
+        ConfigError: an unknown OTLP protocol (naming where it was set).
+    """
+    tele = cfg.settings.telemetry
+    try:
+        if tele is None:
+            return telemetry.config_from()
+        return telemetry.config_from(endpoint=tele.endpoint, protocol=tele.protocol,
+                                     service_name=tele.service_name, sample_ratio=tele.sample_ratio,
+                                     enabled=tele.enabled)
+    except telemetry.TelemetryError as exc:
+        raise ConfigError(str(exc), cfg.path) from None
 
 
 @asynccontextmanager

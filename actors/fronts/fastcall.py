@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import msgspec
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from mcpvisor.actors.fronts.sdk import Backend
     from mcpvisor.actors.harness import ClientSession
     from mcpvisor.actors.link.stdio import StdioLink
+    from mcpvisor.actors.telemetry import FastTrace
     from mcpvisor.actors.upstream import Upstream
 
 logger = logging.getLogger(__name__)
@@ -103,7 +105,7 @@ class FastCall:
 
     __slots__ = ("capabilities", "client_token", "fast", "front_id", "gathering", "link", "log_level",
                  "modern", "params", "parked", "proxy_id", "retried", "retry_scope", "route", "run",
-                 "started", "up")
+                 "started", "trace", "up")
 
     def __init__(self, fast: CallHost, front_id: int | str, route: ToolRoute, up: Upstream, link: StdioLink,
                  client_token: int | str | None, modern: bool) -> None:
@@ -129,6 +131,8 @@ class FastCall:
         """A 2026-07-28 client's declared capabilities (its ``_meta``), as they came."""
         self.started = trio.current_time()
         self.run: Raw | None = None
+        self.trace: FastTrace | None = None
+        """The call's spans while tracing is on (`mcpvisor.actors.telemetry`)."""
 
     @property
     def progress_token(self) -> int | str | None:
@@ -173,10 +177,14 @@ class FastCall:
 
     def note(self, error: BaseException | None, result: Any = None) -> None:
         """Tell the backend the call finished (the journal encodes and hashes off this path)."""
+        trace = self.trace
+        if trace is not None:
+            trace.end(error, result)
         self.fast.backend.note_call(self.route.server, self.route.original, self.started, error,
                                     session=self.fast.session.label, run=self.run,
                                     arguments=self.params.get("arguments"), result=result,
-                                    retries=int(self.retried), upstream=self.up)
+                                    retries=int(self.retried), upstream=self.up,
+                                    trace_id=trace.trace_id if trace is not None else None)
 
     def _adapt(self, result: Raw, line: bytes) -> Raw | None:
         """Fit a result to the client's era in one pass over its top-level keys."""
@@ -212,6 +220,9 @@ class FastCall:
         fast = self.fast
         if not fast.holds(self.front_id, self):
             return
+        if self.trace is not None and isinstance(error, UpstreamDied):
+            self.trace.event("mcpvisor.upstream.died", {"mcpvisor.server": self.route.server,
+                                                        "reason": error.message})
         if isinstance(error, UpstreamDied) and self.route.retry_safe and not self.retried:
             # The connection keeps holding the call while it is retried: its id is still in flight,
             # the retry's progress reaches the client and a client cancel reaches the retry.
@@ -251,7 +262,8 @@ class FastCall:
             for key in ENVELOPE_KEYS:
                 meta.pop(key, None)
         frame = b""
-        with scope:
+        trace = self.trace
+        with scope, trace.current() if trace is not None else nullcontext():
             try:
                 if up is None:
                     raise first

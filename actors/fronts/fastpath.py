@@ -42,7 +42,7 @@ from mcp_types import (
 )
 from msgspec import UNSET, Raw
 
-from mcpvisor.actors import wire
+from mcpvisor.actors import telemetry, wire
 from mcpvisor.actors.bridge import CAPABILITY_OF, STATE_PREFIX
 from mcpvisor.actors.core.catalog import ToolRoute
 from mcpvisor.actors.core.plan import CallRoute, plan_call
@@ -94,6 +94,8 @@ class FastPath:
         self._initialized_read = False
         self.era: str | None = None
         self.client_capabilities: dict[str, Any] = {}
+        self.protocol_version: str | None = None
+        """The version the handshake-era client asked for (a span's ``mcp.protocol.version``)."""
         self._ids = itertools.count(1)
         self.stamp = Raw(wire.encode(dict(server_info)))
         self._envelopes: dict[int, Raw] = {}
@@ -140,6 +142,8 @@ class FastPath:
                     return
                 caps = params.get("capabilities")
                 self.client_capabilities = caps if isinstance(caps, dict) else {}
+                version = params.get("protocolVersion")
+                self.protocol_version = version if isinstance(version, str) else None
         elif method == "notifications/initialized":
             self._initialized_read = True
             self.ready = self._initialize_answered
@@ -244,6 +248,8 @@ class FastPath:
                 level = verbose_of(self.log_level(), client_level)
                 if level:
                     meta[LOG_LEVEL_META_KEY] = Raw(wire.encode(level))
+        if telemetry.tracer is not None:  # the call's spans; the upstream is told the CLIENT one
+            self._trace(call, meta, name, env.id, modern)
         if client_token is not None:
             meta["progressToken"] = Raw(wire.encode(proxy_id))
         if meta:
@@ -256,6 +262,28 @@ class FastPath:
         await link.send_fast(wire.encode_line({"jsonrpc": "2.0", "id": proxy_id, "method": "tools/call",
                                                "params": params}))
         return True
+
+    def _trace(self, call: FastCall, meta: dict[str, Raw], name: str, request_id: Any, modern: bool) -> None:
+        """Open ``call``'s SERVER and CLIENT spans (tracing is on) and put the CLIENT span's
+        context in the upstream request's ``_meta`` in place of the client's own."""
+        carrier: dict[str, str] = {}
+        for key in telemetry.TRACE_KEYS:
+            raw = meta.pop(key, None)
+            if raw is not None:
+                try:
+                    carrier[key] = _str.decode(raw)
+                except (wire.DecodeError, wire.ValidationError):
+                    pass
+        version = self.protocol_version
+        if modern and PROTOCOL_VERSION_META_KEY in meta:
+            version = _str.decode(meta[PROTOCOL_VERSION_META_KEY])
+        equipped = getattr(getattr(self.backend.router.core, "exposure", None), "equipped", None)
+        trace = telemetry.FastTrace("tools/call", name, call.route.original, call.route.server, meta=carrier,
+                                    request_id=request_id, protocol_version=version,
+                                    toolset=getattr(equipped, "name", None))
+        call.trace = trace
+        for key, value in trace.carrier().items():
+            meta[key] = Raw(wire.encode(value))
 
     def _envelope_of(self, link: StdioLink) -> dict[str, Raw]:
         key = id(link)

@@ -42,7 +42,7 @@ from mcp.server.subscriptions import (
 )
 from mcp.shared.exceptions import MCPError
 
-from mcpvisor.actors import wire
+from mcpvisor.actors import telemetry, wire
 from mcpvisor.actors.bridge import ParkedCall, ParkedCalls, request_state_of, run_parked
 from mcpvisor.actors.core.catalog import PromptRoute, Snapshot, close_names
 from mcpvisor.actors.core.pending import owner_of
@@ -97,7 +97,8 @@ class Backend(Protocol):
 
     def note_call(self, server: str, tool: str, started: float, error: BaseException | None, *,
                   session: str | None = None, run: Any = None, arguments: Any = None, result: Any = None,
-                  retries: int = 0, upstream: Upstream | None = None) -> None: ...
+                  retries: int = 0, upstream: Upstream | None = None,
+                  trace_id: str | None = None) -> None: ...
 
     def upstream_for(self, server: str, session: ClientSession | None) -> Upstream | None: ...
 
@@ -209,9 +210,11 @@ class Front:
                                              self._initialized)
         self.server.add_notification_handler("notifications/roots/list_changed", types.NotificationParams,
                                              self._roots_changed)
-        # The default OpenTelemetry middleware costs ~6% per request and exports nothing here.
+        # The SDK's default OpenTelemetry middleware costs ~6% per request and exports nothing
+        # here; ours (`mcpvisor.actors.telemetry`) costs one check while tracing is off.
         # The drain comes first: a request refused at shutdown costs nothing further.
-        self.server.middleware = [self.drain, self._track_middleware]
+        traced = telemetry.SdkMiddleware(self.toolset_name)
+        self.server.middleware = [self.drain, traced, self._track_middleware]
         self.init_options = self.server.create_initialization_options()
 
     # --- plumbing --------------------------------------------------------------------
@@ -222,6 +225,14 @@ class Front:
 
     async def _initialized(self, ctx: ServerRequestContext[Any, Any], params: Any) -> None:
         self.clients.track(connection_of(ctx.session)).view = view_name(ctx.request)
+
+    def toolset_name(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
+        """The toolset a request sees through: its fixed view's, else the equipped one (if any)."""
+        name = view_name(ctx.request)
+        if name is not None:
+            return name
+        equipped = getattr(getattr(self.backend.router.core, "exposure", None), "equipped", None)
+        return getattr(equipped, "name", None)
 
     def view_of(self, ctx: ServerRequestContext[Any, Any]) -> View:
         """Where a request reads what it sees: its fixed view (`mcpvisor.actors.fronts.views`),

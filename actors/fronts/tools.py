@@ -24,7 +24,7 @@ import trio
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
-from mcpvisor.actors import wire
+from mcpvisor.actors import telemetry, wire
 from mcpvisor.actors.core.catalog import ToolRoute
 from mcpvisor.actors.core.discovery import USE_TOOL
 from mcpvisor.actors.core.plan import (
@@ -114,11 +114,15 @@ async def load_server(backend: Backend, plan: NeedsLoad) -> dict[str, Any] | Non
     if loader is None:
         return None
     try:
-        await loader.load(plan.server)
+        loaded = await loader.load(plan.server)
     except LoadFailed as exc:
+        if telemetry.tracer is not None:
+            telemetry.lifecycle("mcpvisor.lazy_load", plan.server, outcome="failed")
         text = f"{plan.tool_name} belongs to the lazy server {plan.server}, which could not be loaded: {exc}"
         return wire.tool_error_result(text, {"error": "load_failed", "server": plan.server,
                                              "message": str(exc), "givenUp": exc.given_up})
+    if telemetry.tracer is not None:  # the first use's load, an event of the call that waited for it
+        telemetry.lifecycle("mcpvisor.lazy_load", plan.server, outcome="loaded", tools=loaded.tool_count)
     return None
 
 

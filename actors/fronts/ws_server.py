@@ -37,6 +37,7 @@ import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest
 from wsproto import ConnectionType, WSConnection
 
+from mcpvisor.actors import telemetry
 from mcpvisor.actors.fronts.auth import Gate, Refusal
 from mcpvisor.actors.fronts.views import CONNECTION_VIEW, ToolsetViews, ViewRefused, ws_toolset
 from mcpvisor.actors.ws_compat import get_request, read_frames, request_host
@@ -259,6 +260,7 @@ class _Front:
     async def _run(self, ws: WebSocketConnection, session: _Session) -> None:
         self.open.add(session)
         view = CONNECTION_VIEW.set(session.view)  # the SDK's handlers of this connection read it
+        telemetry.set_front_transport("ws")  # its spans say websocket (this task's context only)
         try:
             with session.scope:
                 await self.session(ws)

@@ -35,7 +35,7 @@ from mcp_types import (
 )
 from msgspec import UNSET
 
-from mcpvisor.actors import wire
+from mcpvisor.actors import telemetry, wire
 from mcpvisor.actors.eras import ENVELOPE_KEYS, fit_capabilities, is_modern_version, log_wanted, verbose_of
 from mcpvisor.actors.errors import (
     CallTimeout,
@@ -282,6 +282,14 @@ class Link:
         return await drive_input_required(self, method, params, result, origin, timeout, max_time)
 
     async def request_once(self, method: str, params: Mapping[str, Any] | None, *, origin: CallOrigin | None,
+                            timeout: float,  # noqa: ASYNC109 - an idle timeout that progress resets, not a deadline
+                            max_time: float) -> dict[str, Any]:
+        if telemetry.tracer is not None:  # a CLIENT span, its context in the request's _meta
+            return await telemetry.traced_request(self.server, method, params, self._request_once,
+                                                  origin=origin, timeout=timeout, max_time=max_time)
+        return await self._request_once(method, params, origin=origin, timeout=timeout, max_time=max_time)
+
+    async def _request_once(self, method: str, params: Mapping[str, Any] | None, *, origin: CallOrigin | None,
                             timeout: float,  # noqa: ASYNC109 - an idle timeout that progress resets, not a deadline
                             max_time: float) -> dict[str, Any]:
         pending, out = self._prepare(method, params, origin, timeout, max_time)

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 import trio
 
+from mcpvisor.actors import telemetry
 from mcpvisor.actors.core.catalog import UpstreamLists
 from mcpvisor.actors.core.lifecycle import WARNS, WITHDRAWS, Event, shown, transition
 from mcpvisor.actors.core.policy import (
@@ -274,6 +275,8 @@ class Upstream(LinkTasks):
                     raise
                 logger.info("%s: died during %s; retrying once on the new process (the tool is retry-safe)",
                             self.name, method)
+                if telemetry.tracer is not None:
+                    telemetry.lifecycle("mcpvisor.upstream.retry", self.name, method=method)
                 continue
             except CallTimeout as exc:
                 self.last_error = str(exc)
@@ -522,6 +525,13 @@ class Upstream(LinkTasks):
         self.restarts += 1
         outcome = self.policy.on_failure(now, failure)
         self._outcome = outcome
+        if telemetry.tracer is not None:  # a short span of its own: the actor's task has no call
+            if isinstance(outcome, Backoff):
+                telemetry.lifecycle("mcpvisor.upstream.restart", self.name, reason=failure,
+                                    restarts=self.restarts, backoff_s=round(outcome.delay, 3))
+            else:
+                telemetry.lifecycle("mcpvisor.breaker.open", self.name, reason=outcome.reason,
+                                    restarts=self.restarts)
         if isinstance(outcome, Backoff):
             if outcome.storm is not None:
                 # OTP intensity: each life worked, but restarts come too fast; say why we wait.

@@ -2,7 +2,8 @@
 
 Per server and tool: calls, errors, latency p50/p99; per run (episode label): calls and
 failures; the outcome counts. ``--run LABEL`` narrows it to one run; ``--format json``
-gives the same as one JSON object (`mcpvisor.journal.summarise`).
+gives the same as one JSON object (`mcpvisor.journal.summarise`). ``--calls N`` lists the
+last N calls instead, each with its OpenTelemetry trace id, so a row leads to its trace.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ examples:
   mcpvisor serve --journal runs.db             # record every call while serving
   mcpvisor journal runs.db                     # per tool and per run
   mcpvisor journal runs.db --run episode-7     # one run only
+  mcpvisor journal runs.db --calls 20          # the last 20 calls, with their trace ids
   mcpvisor journal runs.db --format json
 
 outcomes: ok, tool_error (a result with isError), timeout, server_down, cancelled, error.
@@ -34,6 +36,8 @@ def register(sub: Any) -> None:
     p.add_argument("--format", choices=("table", "json"), default="table",
                    help="output format (default: table)")
     p.add_argument("--run", metavar="LABEL", help="only the calls of this run")
+    p.add_argument("--calls", metavar="N", type=int, default=0,
+                   help="list the last N calls instead, each with its trace id (when traced)")
     p.set_defaults(func=run)
 
 
@@ -42,6 +46,12 @@ def run(args: argparse.Namespace) -> int:
     from mcpvisor.journal._summary import JournalMissing
 
     try:
+        if args.calls > 0:
+            from mcpvisor.journal._summary import format_calls, recent_calls
+
+            calls = recent_calls(args.path, args.calls, run=args.run)
+            print(json.dumps(calls, indent=2) if args.format == "json" else format_calls(calls))
+            return EXIT_OK
         summary = summarise(args.path, run=args.run)
     except JournalMissing as exc:
         print(f"mcpvisor journal: {exc}", file=sys.stderr)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Final
@@ -88,6 +89,42 @@ def summarise(path: str | Path, *, run: str | None = None) -> dict[str, Any]:
     }
 
 
+def recent_calls(path: str | Path, limit: int, *, run: str | None = None) -> list[dict[str, Any]]:
+    """The last ``limit`` calls, oldest first, each with its trace id (None: not traced).
+
+    Raises:
+        JournalMissing: no such file, or it has no ``calls`` table.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise JournalMissing(f"no journal at {p}")
+    try:
+        conn = sqlite3.connect(p)
+        try:
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(calls)")}
+            trace = "trace_id" if "trace_id" in columns else "NULL"  # a version 1 journal has none
+            where, args = ("WHERE run = ?", (run,)) if run is not None else ("", ())
+            rows = conn.execute(
+                f"SELECT time, run, server, tool, outcome, latency_ms, {trace} FROM calls {where} "
+                "ORDER BY id DESC LIMIT ?", (*args, limit)).fetchall()
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise JournalMissing(f"{p} is not a journal: {exc}") from None
+    return [{"time": t, "run": r, "server": server, "tool": tool, "outcome": outcome,
+             "latency_ms": round(latency, 3), "trace_id": trace_id}
+            for t, r, server, tool, outcome, latency, trace_id in reversed(rows)]
+
+
+def format_calls(calls: list[dict[str, Any]]) -> str:
+    """The calls as aligned text, one a line, with their trace ids ("-": not traced)."""
+    header = ("time", "run", "server", "tool", "outcome", "ms", "trace id")
+    body: list[tuple[str, ...]] = [
+        (time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(c["time"])), c["run"] or "-", c["server"],
+         c["tool"], c["outcome"], f"{c['latency_ms']:.2f}", c["trace_id"] or "-") for c in calls]
+    return "\n".join(_columns(header, body, left=5))
+
+
 def format_table(summary: dict[str, Any]) -> str:
     """The summary as aligned text: totals, then per tool, then per run."""
     totals = f"{summary['calls']} calls, {summary['sessions']} sessions, {summary['retries']} retries"
@@ -112,11 +149,12 @@ def format_table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _columns(header: tuple[str, ...], body: list[tuple[str, ...]]) -> list[str]:
+def _columns(header: tuple[str, ...], body: list[tuple[str, ...]], *, left: int = 2) -> list[str]:
+    """Aligned rows: the first ``left`` columns to the left, the numbers to the right."""
     widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
     out = []
     for row in [header, *body]:
         pairs = enumerate(zip(row, widths, strict=True))
-        cells = [cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in pairs]
+        cells = [cell.ljust(w) if i < left or i == len(row) - 1 else cell.rjust(w) for i, (cell, w) in pairs]
         out.append("  ".join(cells).rstrip())
     return out

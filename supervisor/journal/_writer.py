@@ -60,7 +60,9 @@ CLOSE_TIMEOUT_S: Final = 5.0
 DIGEST_BYTES: Final = 16
 """BLAKE2b digest size for arguments and results: 128 bits tells payloads apart."""
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
+"""2: ``trace_id`` (the call's OpenTelemetry trace, when tracing is on); a version 1 file
+gains the column when opened, its rows with none."""
 
 SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -82,7 +84,8 @@ CREATE TABLE IF NOT EXISTS calls (
     latency_ms REAL NOT NULL,
     retries INTEGER NOT NULL DEFAULT 0,
     restarts INTEGER,
-    list_version INTEGER
+    list_version INTEGER,
+    trace_id TEXT
 );
 """
 # No index: each would cost every insert a second b-tree update, and the summary reads the
@@ -95,8 +98,9 @@ server down or dead under it, cancelled by the client, any other protocol error.
 _IS_ERROR: Final = b'"isError":true'
 _INSERT: Final = (
     "INSERT INTO calls (time, session, run, server, tool, arg_bytes, arg_digest, result_bytes, "
-    "result_digest, arguments, result, outcome, error, latency_ms, retries, restarts, list_version) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "result_digest, arguments, result, outcome, error, latency_ms, retries, restarts, list_version, "
+    "trace_id) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _encoder = msgspec.json.Encoder()
 
@@ -121,6 +125,8 @@ class CallRecord:
     retries: int = 0
     restarts: int | None = None
     list_version: int | None = None
+    trace_id: str | None = None
+    """The call's OpenTelemetry trace id (32 hex digits), when tracing is on and it was sampled."""
 
 
 def outcome_of(error: BaseException | None, result_bytes: bytes | None) -> str:
@@ -213,6 +219,9 @@ class JournalDB:
         self.conn.execute("PRAGMA synchronous=NORMAL")
         self.conn.execute("PRAGMA busy_timeout=5000")
         self.conn.executescript(SCHEMA)
+        columns = {row[1] for row in self.conn.execute("PRAGMA table_info(calls)")}
+        if "trace_id" not in columns:  # a version 1 journal, appended to
+            self.conn.execute("ALTER TABLE calls ADD COLUMN trace_id TEXT")
         self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
 
     def rows(self, records: Sequence[CallRecord], wall_offset: float) -> list[tuple[Any, ...]]:
@@ -229,7 +238,7 @@ class JournalDB:
                 _payload(result) if self.payloads else None,
                 outcome_of(r.error, result),
                 None if r.error is None else scrub_known(str(r.error) or type(r.error).__name__),
-                r.latency * 1000.0, r.retries, r.restarts, r.list_version,
+                r.latency * 1000.0, r.retries, r.restarts, r.list_version, r.trace_id,
             ))
         return rows
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import trio
 
 from mcpvisor._atomic import LockTimeout
+from mcpvisor.actors import telemetry
 from mcpvisor.actors.core.catalog import assign_names
 from mcpvisor.actors.core.compound import CompoundTool
 from mcpvisor.actors.core.model import Note, SavedState, ToolEntry, Toolset
@@ -219,6 +220,8 @@ class MenuOperations:
 
             await self._commit(change, apply)
             report = self.active_report()
+        if telemetry.tracer is not None:  # the equip as an event of the call that asked for it
+            telemetry.lifecycle("mcpvisor.toolset.equip", toolset=name)
         self.load_lazy()
         return report
 

@@ -259,7 +259,8 @@ class Flaky:
     def handle_call(self, request_id: Any, params: dict[str, Any]) -> None:
         name = params.get("name")
         args = params.get("arguments") or {}
-        self.record("call", name=name, id=request_id, arguments=args)
+        meta = params.get("_meta") or {}
+        self.record("call", name=name, id=request_id, arguments=args, traceparent=meta.get("traceparent"))
         with self.state_lock:
             self.calls += 1
             n = self.calls

@@ -14,7 +14,7 @@ request carrying the 2026-07-28 ``_meta`` envelope gets ``resultType`` (and list
 * resource ``memo://one`` and prompt ``greet``.
 
 ``--record PATH`` appends one JSON line per HTTP request: ``{"http": METHOD, "path",
-"headers": {name: value} (the ``mcp-*`` ones, lower-cased), "body": the JSON body}``.
+"headers": {name: value} (the ``mcp-*`` ones and ``traceparent``, lower-cased), "body": the JSON body}``.
 ``lookup_schema()`` is the tool's schema text exactly as served (for byte comparisons).
 Prints ``recording ready http://127.0.0.1:PORT/mcp`` on stdout once listening.
 """
@@ -64,7 +64,8 @@ class Handler(BaseHTTPRequestHandler):
     def record(self, body: Any) -> None:
         if not self.record_path:
             return
-        headers = {k.lower(): v for k, v in self.headers.items() if k.lower().startswith("mcp-")}
+        headers = {k.lower(): v for k, v in self.headers.items()
+                   if k.lower().startswith("mcp-") or k.lower() == "traceparent"}
         line = json.dumps({"http": self.command, "path": self.path, "headers": headers, "body": body})
         with self.lock, open(self.record_path, "a") as f:
             f.write(line + "\n")
