@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import mcp_types as types
 import trio
-from mcp.server.caching import CACHEABLE_METHODS, CacheHint
+from mcp.server.caching import CACHEABLE_METHODS
+from mcp.server.caching import CacheHint as SdkCacheHint
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
@@ -44,7 +45,7 @@ from mcp.shared.exceptions import MCPError
 
 from mcpvisor.actors import wire
 from mcpvisor.actors.bridge import ParkedCall, ParkedCalls, request_state_of, run_parked
-from mcpvisor.actors.core.catalog import PromptRoute, Snapshot, close_names
+from mcpvisor.actors.core.catalog import CacheHint, PromptRoute, Snapshot, close_names
 from mcpvisor.actors.core.pending import owner_of
 from mcpvisor.actors.core.registry import Changes
 from mcpvisor.actors.eras import LOG_LEVELS, complete, is_modern_version, strip_upstream_stamps
@@ -197,11 +198,12 @@ class Front:
             on_get_prompt=self._get_prompt,
             on_completion=self._complete,
             on_subscriptions_listen=self._listen_in_view,
-            # 2026-07-28 list results carry freshness hints: ours change whenever an
-            # upstream or a toolset does, so clients may cache nothing (list_changed tells them).
+            # 2026-07-28 list results carry freshness hints: a list passes on what its
+            # servers sent (`_hinted`); where they sent none, clients may cache nothing
+            # (list_changed tells them of changes).
             # The SDK types CACHEABLE_METHODS as frozenset[str], not of its own CacheableMethod
             # Literal (its tests weld the two together), so its keys do not type-check.
-            cache_hints={method: CacheHint(ttl_ms=0, scope="private")  # type: ignore[misc]
+            cache_hints={method: SdkCacheHint(ttl_ms=0, scope="private")  # type: ignore[misc]
                          for method in CACHEABLE_METHODS},
         )
         self.server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self._set_level)
@@ -453,14 +455,35 @@ class Front:
     # servers that are up, the remembered lists of those starting); the rest arrive with
     # list_changed. Claude Code gives up on a server whose first tools/list takes over ~5 s.
     async def _list_tools(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
-        return complete({"tools": list(self._snapshot_of(ctx).tools_list)})
+        return self._hinted(complete({"tools": list(self._snapshot_of(ctx).tools_list)}), "tools")
+
+    def _hinted(self, result: dict[str, Any], kind: str) -> dict[str, Any]:
+        """``result`` with the caching directives the servers behind it sent for ``kind``
+        (the shortest ``ttlMs``, ``private`` if any list was), when every server that lists
+        something of that kind sent them. Otherwise it is left to the front's default
+        (``ttlMs: 0``, private: a list made partly of a handshake-era server's, which says
+        nothing, or of nothing, is not given a ttl nobody sent). A handshake-era client
+        never sees either key (the SDK sieves them off its results)."""
+        joined: CacheHint | None = None
+        for up in self.backend.upstreams.values():
+            if not getattr(up.lists, kind):
+                continue
+            hint = up.hints.get(kind)
+            if hint is None:
+                return result
+            joined = hint.join(joined)
+        if joined is not None:
+            result["ttlMs"], result["cacheScope"] = joined.ttl_ms, joined.scope
+        return result
 
     # --- resources ---------------------------------------------------------------------
     async def _list_resources(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
-        return complete({"resources": list(self.backend.router.snapshot.resources_list)})
+        return self._hinted(complete({"resources": list(self.backend.router.snapshot.resources_list)}),
+                            "resources")
 
     async def _list_templates(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
-        return complete({"resourceTemplates": list(self.backend.router.snapshot.templates_list)})
+        templates = list(self.backend.router.snapshot.templates_list)
+        return self._hinted(complete({"resourceTemplates": templates}), "templates")
 
     def _resource_owner(self, uri: str) -> str:
         server = self.backend.router.snapshot.route_resource(uri)
@@ -565,7 +588,7 @@ class Front:
 
     # --- prompts and completion ----------------------------------------------------------
     async def _list_prompts(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
-        return complete({"prompts": list(self.backend.router.snapshot.prompts_list)})
+        return self._hinted(complete({"prompts": list(self.backend.router.snapshot.prompts_list)}), "prompts")
 
     async def _get_prompt(self, ctx: ServerRequestContext[Any, Any],
                           params: types.GetPromptRequestParams) -> Any:
