@@ -593,7 +593,7 @@ def main() -> None:
     server = state.build_server()
     if opts.list_ttl is not None:
         for method in ("tools/list", "resources/list", "resources/templates/list", "prompts/list"):
-            server.cache_hints[method] = CacheHint(ttl_ms=opts.list_ttl, scope="public")  # type: ignore[index]
+            server.cache_hints[method] = CacheHint(ttl_ms=opts.list_ttl, scope="public")
     init = server.create_initialization_options(
         NotificationOptions(tools_changed=True, resources_changed=True, prompts_changed=False)
     )
