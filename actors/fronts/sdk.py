@@ -403,7 +403,7 @@ class Front:
                                ctx: ServerRequestContext[Any, Any], *, retry_safe: bool) -> dict[str, Any]:
         """A 2026-07-28 client's request to a handshake-era upstream: run it beside the
         client's leg, so the upstream's questions can become ``input_required`` legs."""
-        parked = self.parked.open()
+        parked = self.parked.open((params or {}).get("inputResponses"))
         origin = BridgedOrigin(ctx, self.clients, parked)
         self._origins[parked] = origin
 
