@@ -284,7 +284,7 @@ class Front:
         if listen is None:
             bus = InMemorySubscriptionBus()
             listen = self._view_listens[name] = (bus, ListenHandler(bus))
-        return await listen[1](ctx, params)
+        return await self._listen(ctx, params, listen[1])
 
     def resource_updated(self, uri: str) -> None:
         self.clients.broadcast("notifications/resources/updated", {"uri": uri},
@@ -535,11 +535,13 @@ class Front:
         self._subscribers[key] = self._subscribers.get(key, 0) + 1
 
     async def _listen(self, ctx: ServerRequestContext[Any, Any],
-                      params: types.SubscriptionsListenRequestParams) -> Any:
+                      params: types.SubscriptionsListenRequestParams,
+                      handler: ListenHandler | None = None) -> Any:
         """``subscriptions/listen``: the SDK's stream of list changes and resource updates,
         tagged with the subscription id; the resources it names are subscribed upstream
         for as long as the stream lasts, as ``resources/subscribe`` does for a
-        handshake-era connection, so their updates reach it from either era of upstream."""
+        handshake-era connection, so their updates reach it from either era of upstream.
+        ``handler``: a view's own stream (its tools changes are its own); the proxy's by default."""
         held: list[tuple[str, str]] = []
         try:
             for uri in (params.notifications.resource_subscriptions or ())[:MAX_LISTEN_URIS]:
@@ -547,7 +549,7 @@ class Front:
                 if server is not None:  # a URI nobody serves is honoured and never fires
                     await self._hold(server, str(uri), ctx)
                     held.append((server, str(uri)))
-            return await self._listen_handler(ctx, params)
+            return await (handler or self._listen_handler)(ctx, params)
         finally:
             with trio.CancelScope(shield=True):
                 for server, uri in held:

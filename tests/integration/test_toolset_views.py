@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any, Final
 
 import httpx2
+import mcp_types as types
 import pytest
 import trio
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.subscriptions import ToolsListChanged
+from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 from trio_websocket import ConnectionRejected, open_websocket_url
 
 from mcpvisor.actors.link.ws import websocket_client
@@ -122,6 +123,45 @@ async def test_http_toolset_url_and_bound_token_views_in_both_eras(tmp_path: Pat
                 for client in (legacy_view, modern_view, modern_ci, legacy_ci):
                     assert await names(client) == {"ev_echo", "ev_fresh"}
                 assert "ev_fresh" not in await names(lead)  # narrow is what /mcp shows
+
+
+class Updates(Recorder):
+    """Records, and wakes a waiter on, each ``notifications/resources/updated``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.updated: list[str] = []
+        self.got = trio.Event()
+
+    async def handler(self, message: Any) -> None:
+        await super().handler(message)
+        if isinstance(message, types.ResourceUpdatedNotification):
+            self.updated.append(str(message.params.uri))
+            self.got.set()
+
+
+async def test_a_views_client_hears_updates_of_the_resources_it_subscribed(tmp_path: Path) -> None:
+    """A resource the view's client subscribed to (``resources/subscribe`` in the handshake
+    era, its listen stream's ``resourceSubscriptions`` at 2026-07-28) is subscribed upstream
+    for it, and its update reaches it on ``/mcp/toolset/dev``."""
+    uri = "mem://greeting"
+    updates = Updates()
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with proxy(tmp_path, "http") as running:
+            view_url = running.url + "/toolset/dev"
+            async with http_client(running.url, LEAD_TOKEN, "legacy") as lead, \
+                    http_client(view_url, LEAD_TOKEN, "legacy", updates) as legacy_view, \
+                    http_client(view_url, LEAD_TOKEN, "2026-07-28") as modern_view:
+                async with modern_view.listen(resource_subscriptions=[uri]) as events:
+                    # Nobody else subscribed: only the view's own stream has it followed upstream.
+                    assert text_of(await lead.call_tool("ev_touch", {"uri": uri})) == f"touched {uri}"
+                    event = await next_event(events)
+                    assert isinstance(event, ResourceUpdated)
+                    assert event.uri == uri
+                await legacy_view.subscribe_resource(uri)
+                assert text_of(await lead.call_tool("ev_touch", {"uri": uri})) == f"touched {uri}"
+                await updates.got.wait()
+                assert updates.updated == [uri]
 
 
 async def test_http_unknown_toolset_is_404_and_a_bound_token_keeps_to_its_toolset(tmp_path: Path) -> None:
