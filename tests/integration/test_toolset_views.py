@@ -12,6 +12,7 @@ subprocess on 127.0.0.1 with the real everything fixture behind it.
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -24,7 +25,7 @@ import trio
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
-from trio_websocket import ConnectionRejected, open_websocket_url
+from trio_websocket import ConnectionClosed, ConnectionRejected, open_websocket_url
 
 from mcpvisor.actors.link.ws import websocket_client
 from tests.helpers import REAL_IO_BOUND_S, Recorder, everything, text_of, write_config
@@ -225,3 +226,45 @@ async def test_websocket_toolset_path_and_bound_token_views(tmp_path: Path) -> N
             body = json.loads(rejected.value.body or b"{}")
             for name in ("dev", "narrow"):
                 assert name in body["error"]["message"]
+
+
+async def test_a_websocket_whose_tokens_toolset_a_reload_changes_is_closed_with_the_reason(
+        tmp_path: Path) -> None:
+    """A reload binds the ci token to ``narrow`` instead of ``dev``: its open websocket is
+    closed (1008) with a reason naming both toolsets, since a connection's tools list must
+    not change under it; its next connection is served narrow. A connection whose view did
+    not change (dev's URL with the lead token) keeps answering."""
+    config = write_config(
+        tmp_path, {"ev": everything()}, namespacing="prefix",
+        toolsets={"dev": ["ev.echo"], "narrow": ["ev.add"]},
+        authTokens={"lead": LEAD_TOKEN, "ci": {"token": "${CI_TOKEN}", "toolset": "dev"}},
+    )
+    env = {"CI_TOKEN": CI_TOKEN, "MCPVISOR_STATE_DIR": str(tmp_path / "state")}
+    ci = [(b"Authorization", f"Bearer {CI_TOKEN}".encode())]
+    lead = [(b"Authorization", f"Bearer {LEAD_TOKEN}".encode())]
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with running_proxy(config, "--transport", "ws", "--port", "0", env=env) as running:
+            root = running.url.rstrip("/")
+            dev_url = root + "/toolset/dev"
+            async with open_websocket_url(root + "/", subprotocols=["mcp"], extra_headers=ci) as ws_ci, \
+                    open_websocket_url(dev_url, subprotocols=["mcp"], extra_headers=lead) as ws_dev:
+                for ws in (ws_ci, ws_dev):
+                    await ws.send_message(json.dumps(INIT))
+                    assert "result" in json.loads(await ws.get_message())
+                doc = json.loads(config.read_text())
+                doc["settings"]["authTokens"]["ci"]["toolset"] = "narrow"
+                config.write_text(json.dumps(doc))
+                running.process.send_signal(signal.SIGHUP)
+                with pytest.raises(ConnectionClosed) as closed:
+                    await ws_ci.get_message()
+                assert closed.value.reason is not None
+                assert closed.value.reason.code == 1008
+                said = closed.value.reason.reason
+                assert said == "the token's toolset changed ('dev' -> 'narrow'); reconnect"
+                await ws_ci._stream.aclose()  # trio-websocket 0.12 leaves it open when the peer closed first
+                await ws_dev.send_message(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
+                listed = json.loads(await ws_dev.get_message())
+                assert [t["name"] for t in listed["result"]["tools"]] == ["ev_echo"]
+            async with ws_client(root + "/", CI_TOKEN, "legacy") as again:
+                assert await names(again) == {"ev_add"}
+            assert CI_TOKEN not in running.text()
