@@ -187,6 +187,20 @@ async def test_http_unknown_toolset_is_404_and_a_bound_token_keeps_to_its_toolse
             assert "narrow" not in anonymous.text
             own = await http.post(running.url + "/toolset/dev", json=INIT, headers=bearer(CI_TOKEN))
             assert own.status_code == 200
+
+            # The dashboard's API shows and changes every server: the dev-bound token gets none of it.
+            base = running.url.removesuffix("/mcp")
+            api = {"Authorization": f"Bearer {CI_TOKEN}"}
+            for path in ("/api/status", "/api/servers", "/api/servers/ev"):
+                limited = await http.get(base + path, headers=api)
+                assert limited.status_code == 403, path
+                assert "limited to the toolset 'dev'" in limited.json()["error"]
+            entry = {"name": "x", "entry": {"command": "x"}}
+            added = await http.post(base + "/api/servers", headers=api, json=entry)
+            assert added.status_code == 403
+            assert "limited to the toolset 'dev'" in added.json()["error"]
+            lead = await http.get(base + "/api/servers/ev", headers={"Authorization": f"Bearer {LEAD_TOKEN}"})
+            assert lead.status_code == 200
             assert CI_TOKEN not in running.text()  # no log line shows a token
 
 
