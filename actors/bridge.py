@@ -227,6 +227,9 @@ class ParkedCall:
         """Questions the client has not been shown yet (or must be shown again), by key."""
         self._questions: dict[str, dict[str, Any]] = {}
         """Every open question, by key (what a round shows again when it went unanswered)."""
+        self._minted: set[str] = set()
+        """Every key this call has asked under: an answer under one of them (a client that
+        sends its earlier rounds' answers again) is never taken for another question."""
         self._waiting: dict[str, Reply[dict[str, Any]]] = {}
         self._changed = trio.Event()
         self.outcome: dict[str, Any] | ProxyError | None = None
@@ -265,6 +268,7 @@ class ParkedCall:
                 call ended first (REQUEST_TIMEOUT / the client's own error).
         """
         key = question_key(method, next(self._keys))
+        self._minted.add(key)
         request: dict[str, Any] = {"method": method}
         if params is not None:
             request["params"] = params
@@ -301,7 +305,7 @@ class ParkedCall:
         for key, response in (responses or {}).items():
             if key in self._waiting and isinstance(response, Mapping):
                 self._waiting.pop(key).set(dict(response))
-            elif key not in self._questions:
+            elif key not in self._minted:
                 unknown[key] = response
         shown = {key: self._questions[key] for key in self._waiting if key not in self._unasked}
         for key, used in claim(shown, unknown).items():

@@ -147,3 +147,30 @@ async def test_first_request_answers_that_fit_two_questions_are_not_guessed(
         assert isinstance(first, dict)
         assert list(first["inputRequests"]) == ["elicitation-1"]
         call.answer({"elicitation-1": ALICE})
+
+
+async def test_an_earlier_rounds_answer_sent_again_is_not_taken_for_the_next_question(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A client that sends every answer it gave so far with each retry: round one's answer
+    (under the key round one asked) fits round two's question but is not taken for it."""
+    call = ParkedCall(new_state_token())
+    got: list[dict[str, Any]] = []
+
+    async def ask_twice() -> None:
+        got.append(await call.ask("elicitation/create", NAME_FORM))
+        got.append(await call.ask("elicitation/create", NAME_FORM))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ask_twice)
+        first = await call.next_leg()
+        assert isinstance(first, dict)
+        call.answer({"elicitation-1": ALICE})
+        second = await call.next_leg()
+        assert isinstance(second, dict)
+        assert list(second["inputRequests"]) == ["elicitation-2"]
+        call.answer({"elicitation-1": ALICE})  # only the old answer: elicitation-2 is asked again
+        third = await call.next_leg()
+        assert isinstance(third, dict)
+        assert list(third["inputRequests"]) == ["elicitation-2"]
+        call.answer({"elicitation-1": ALICE, "elicitation-2": {"action": "decline"}})
+    assert got == [ALICE, {"action": "decline"}]
