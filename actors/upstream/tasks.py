@@ -196,6 +196,9 @@ class LinkTasks:
                 continue  # a list was listed anew meanwhile: its new ttl may come first
             self._fresh_until.pop(kind, None)
             await self._relist(link, kind, polled=True)
+            hint = self.hints.get(kind)
+            if kind not in self._fresh_until and hint is not None:
+                self._note_hint(kind, hint)  # the re-list failed: try again when the ttl runs out again
 
     def _note_hint(self, kind: str, hint: CacheHint | None) -> None:
         """Keep ``kind``'s caching directives from its latest listing and when it goes stale."""

@@ -9,12 +9,15 @@ never appears, a ``list_changed`` every interval, or needless ``tools/list`` tra
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import mcp_types as types
 import trio
 import trio.testing
+from mcp.shared.exceptions import MCPError
 
+from mcpvisor.actors import wire
 from tests.fakes.harness import open_harness
 from tests.fakes.links import FakeUpstream, QuietToolsUpstream, tool
 
@@ -95,3 +98,20 @@ async def test_a_list_without_a_ttl_or_with_ttl_zero_is_not_relisted_for_it(auto
         await h.wait_state("stale", "ready")
         await trio.sleep(300.0)
         assert (len(plain.listings), len(stale.listings)) == (1, 1)
+
+
+async def test_a_failed_ttl_relist_is_tried_again_when_the_ttl_runs_out_again(autojump_clock: Clock) -> None:
+    class FailsOnce(ShortTtlUpstream):
+        def current_tools(self) -> Sequence[types.Tool]:
+            if len(self.listings) == 2:  # the first re-list
+                raise MCPError(code=wire.INTERNAL_ERROR, message="busy")
+            return self.tools
+
+    flaky = FailsOnce()
+    async with open_harness({"f": flaky}, knobs={"relist_interval": 0.0}) as h:
+        await h.wait_state("f", "ready")
+        started = flaky.listings[0]
+        flaky.tools.append(tool("fresh"))
+        await trio.sleep(65.0)
+        assert [t - started for t in flaky.listings[1:]] == [30.0, 60.0]
+        assert "fresh" in h.exposed("f")
