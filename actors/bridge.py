@@ -33,7 +33,19 @@ capability the request needs (``elicitation``, ``sampling``, ``roots``; any othe
 with ``/`` as ``-``) and ``n`` counts the call's questions from 1 in the order the upstream
 asked them (`question_key`). A question keeps its key until it is answered: a retry that
 leaves one unanswered (or answers it with something that is not an object) gets it again,
-under the same key, in the next round. Keys the proxy did not ask are ignored.
+under the same key, in the next round.
+
+A client may also answer under keys it did not read from the round: the key it expects of
+the server (``user_name``), or answers it supplies with its first request, before any round
+(SEP-2322 lets a client send ``inputResponses`` on any request). The handshake wire has no
+keys to check them against, so the proxy goes by fit (`claim`): an answer under a key the
+proxy did not ask is taken as an open question's only when it is the only such answer that
+fits that question, and fits no other open question. Fitting is by kind: an elicitation
+answer (``action``; when accepted, ``content`` that satisfies the question's
+``requestedSchema``: its required fields there, no field it does not name, each of the
+type it says), a sampling answer (``role`` and ``content``), a roots answer (``roots``).
+Anything ambiguous is taken for nothing and the question is asked (again); other unknown
+keys are ignored, as a server ignores responses it did not ask for.
 
 Both the SDK path (`mcpvisor.actors.fronts.sdk`, `mcpvisor.actors.fronts.origins`) and the
 stdio fast path (`mcpvisor.actors.fronts.fastpath`, `mcpvisor.actors.fronts.fastcall`) use
@@ -56,8 +68,8 @@ from mcpvisor.actors.errors import ProxyError, UpstreamError
 from mcpvisor.actors.messages import Reply
 
 __all__ = ["CAPABILITY_OF", "GATHER_MAX_S", "GATHER_S", "INPUT_WAIT_S", "MISSING_REQUIRED_CLIENT_CAPABILITY",
-           "STATE_PREFIX", "ParkedCall", "ParkedCalls", "declared", "missing_capability", "new_state_token",
-           "question_key", "request_state_of", "run_parked"]
+           "STATE_PREFIX", "ParkedCall", "ParkedCalls", "claim", "declared", "fits", "missing_capability",
+           "new_state_token", "question_key", "request_state_of", "run_parked"]
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +132,70 @@ def question_key(method: str, n: int) -> str:
     return f"{kind}-{n}"
 
 
+_JSON_TYPES: Final[dict[str, tuple[type, ...]]] = {
+    "string": (str,), "number": (int, float), "integer": (int,), "boolean": (bool,),
+}
+"""The primitive types an elicitation's ``requestedSchema`` may give a field (MCP restricts
+it to a flat object of these)."""
+
+ELICIT_ACTIONS: Final = frozenset({"accept", "decline", "cancel"})
+
+
+def _satisfies(content: object, schema: object) -> bool:
+    """Whether an accepted elicitation's ``content`` satisfies ``requestedSchema``: every
+    required field present, no field the schema does not name, each of its type."""
+    if not isinstance(content, Mapping) or not isinstance(schema, Mapping):
+        return False
+    properties = schema.get("properties")
+    properties = properties if isinstance(properties, Mapping) else {}
+    required = schema.get("required")
+    if isinstance(required, list) and any(name not in content for name in required):
+        return False
+    for name, value in content.items():
+        field = properties.get(name)
+        if not isinstance(field, Mapping):
+            return False
+        kinds = _JSON_TYPES.get(str(field.get("type")))
+        if kinds is not None and not isinstance(value, kinds):
+            return False
+        if kinds is not None and bool not in kinds and isinstance(value, bool):  # JSON's true is no number
+            return False
+        if isinstance(field.get("enum"), list) and value not in field["enum"]:
+            return False
+    return True
+
+
+def fits(question: Mapping[str, Any], answer: object) -> bool:
+    """Whether ``answer`` is shaped as an answer to ``question`` (a request to the client:
+    ``method``, ``params``); see the module's note on answers under unknown keys."""
+    if not isinstance(answer, Mapping):
+        return False
+    method, params = question.get("method"), question.get("params") or {}
+    if method == "elicitation/create":
+        action = answer.get("action")
+        if action not in ELICIT_ACTIONS:
+            return False
+        return action != "accept" or _satisfies(answer.get("content") or {}, params.get("requestedSchema"))
+    if method == "sampling/createMessage":
+        return "role" in answer and isinstance(answer.get("content"), Mapping | list)
+    if method == "roots/list":
+        return isinstance(answer.get("roots"), list)
+    return False
+
+
+def claim(questions: Mapping[str, Mapping[str, Any]], answers: Mapping[str, Any]) -> dict[str, str]:
+    """Which answer (by its key) each open question (by its key) takes when the answers are
+    under keys the proxy did not ask: an answer that is the only one fitting a question and
+    fits no other open question. Ambiguous pairs are left out: those questions are asked."""
+    fitting = {q: [a for a, answer in answers.items() if fits(question, answer)]
+               for q, question in questions.items()}
+    taken: dict[str, str] = {}
+    for q, candidates in fitting.items():
+        if len(candidates) == 1 and sum(candidates[0] in c for c in fitting.values()) == 1:
+            taken[q] = candidates[0]
+    return taken
+
+
 def new_state_token() -> str:
     """A fresh ``requestState`` token for a parked call (unguessable: see `TOKEN_BYTES`)."""
     return STATE_PREFIX + secrets.token_urlsafe(TOKEN_BYTES)
@@ -139,8 +215,11 @@ class ParkedCall:
     client's current leg, and `answer` with the responses of the client's retry.
     """
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, offered: Mapping[str, Any] | None = None) -> None:
         self.token = token
+        self._offered: dict[str, Any] = dict(offered) if isinstance(offered, Mapping) else {}
+        """Answers the client sent with its first request, before any round: each is taken by
+        the question it alone fits (`claim`) before that question is shown."""
         self.rekeyed: Callable[[str, str], None] | None = None
         """Told (old, new) each time a leg gives the call a fresh token (its table re-keys it)."""
         self._keys = itertools.count(1)
@@ -148,6 +227,9 @@ class ParkedCall:
         """Questions the client has not been shown yet (or must be shown again), by key."""
         self._questions: dict[str, dict[str, Any]] = {}
         """Every open question, by key (what a round shows again when it went unanswered)."""
+        self._minted: set[str] = set()
+        """Every key this call has asked under: an answer under one of them (a client that
+        sends its earlier rounds' answers again) is never taken for another question."""
         self._waiting: dict[str, Reply[dict[str, Any]]] = {}
         self._changed = trio.Event()
         self.outcome: dict[str, Any] | ProxyError | None = None
@@ -186,6 +268,7 @@ class ParkedCall:
                 call ended first (REQUEST_TIMEOUT / the client's own error).
         """
         key = question_key(method, next(self._keys))
+        self._minted.add(key)
         request: dict[str, Any] = {"method": method}
         if params is not None:
             request["params"] = params
@@ -218,9 +301,15 @@ class ParkedCall:
         (an unknown key is ignored, as a server ignores responses it did not ask for). A
         question shown and left unanswered, or answered with something that is not an
         object, is shown again, under its key, in the next round."""
+        unknown: dict[str, Any] = {}
         for key, response in (responses or {}).items():
             if key in self._waiting and isinstance(response, Mapping):
                 self._waiting.pop(key).set(dict(response))
+            elif key not in self._minted:
+                unknown[key] = response
+        shown = {key: self._questions[key] for key in self._waiting if key not in self._unasked}
+        for key, used in claim(shown, unknown).items():
+            self._waiting.pop(key).set(dict(unknown[used]))
         for key in self._waiting:
             if key not in self._unasked:
                 self._unasked[key] = self._questions[key]
@@ -232,6 +321,10 @@ class ParkedCall:
             self.done = True
             self.delivered.set()
             return self.outcome
+        if self._offered and self._unasked:
+            for key, used in claim(self._unasked, self._offered).items():
+                self._waiting.pop(key).set(dict(self._offered.pop(used)))
+                del self._unasked[key]
         if not self._unasked:
             return None
         requests = dict(self._unasked)
@@ -277,9 +370,10 @@ class ParkedCalls:
     def __len__(self) -> int:
         return len(self._calls)
 
-    def open(self) -> ParkedCall:
-        """A new parked call under a fresh token (call `close` when it is delivered)."""
-        call = ParkedCall(new_state_token())
+    def open(self, offered: Mapping[str, Any] | None = None) -> ParkedCall:
+        """A new parked call under a fresh token (call `close` when it is delivered);
+        ``offered``: the ``inputResponses`` of the client's first request, if any."""
+        call = ParkedCall(new_state_token(), offered)
         self._calls[call.token] = call
         call.rekeyed = self._rekey
         return call

@@ -411,7 +411,7 @@ async def serve_ws(
                 max_sessions=sup.settings.max_sessions,
                 idle_timeout=sup.settings.session_idle_timeout,
                 handshake_timeout=sup.settings.handshake_timeout,
-                credentials=lambda: sup.settings.auth_tokens,
+                credentials=lambda: (sup.settings.auth_tokens, sup.settings.token_toolsets),
                 views=sup.front.views,
                 task_status=task_status,
             )

@@ -6,7 +6,11 @@ Owns:
   be used (transport, command, args, env, cwd, url, headers, image, docker args,
   protocol). Only its hash is stored: env and header values never reach the file.
 * `Remembered`: one server's entry (its lists as the server sent them, the protocol era
-  it answered in, when they were seen).
+  it answered in, when they were seen). A 2026-07-28 server's caching directives count:
+  a list it marks ``cacheScope: private`` (it may hold what only the proxy's own
+  authorization may see) is not written to this file, which every later proxy on the
+  state directory serves to every client, and its ``ttlMs`` says until when the entry
+  may be listed from memory (`Remembered.listable`).
 * `CatalogFile` (``catalog.json`` in the state directory): `CatalogFile.load` at start,
   `CatalogFile.remember` after a server listed. Every write is a read-modify-write of
   that server's entry alone, under the file's lock, with an atomic replace: two proxies
@@ -26,6 +30,7 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -39,8 +44,10 @@ from mcpvisor._atomic import (
     locked,
     read_json,
 )
-from mcpvisor.actors.core.catalog import UpstreamLists
+from mcpvisor.actors.core.catalog import CacheHint, UpstreamLists
 from mcpvisor.state import now_iso
+
+_ISO: Final = "%Y-%m-%dT%H:%M:%SZ"
 
 if TYPE_CHECKING:
     from mcpvisor.config import ServerSpec
@@ -90,12 +97,47 @@ class Remembered:
     era: str | None
     """The protocol era the server answered in (``legacy`` or a 2026-07-28-era version)."""
     lists: UpstreamLists
+    withheld: tuple[str, ...] = ()
+    """The kinds the server marked ``cacheScope: private``: not written (empty here)."""
+    fresh_until: str | None = None
+    """When the shortest ``ttlMs`` of the lists runs out (UTC, as ``seen``); None when the
+    server sent none (a handshake-era server: its lists are remembered as always)."""
+
+    def listable(self, now: datetime | None = None) -> bool:
+        """Whether a start may list these lists from memory: all of them were written
+        (none private) and none is past its ttl. The era is used either way."""
+        if self.withheld:
+            return False
+        if self.fresh_until is None:
+            return True
+        try:
+            until = datetime.strptime(self.fresh_until, _ISO).replace(tzinfo=UTC)
+        except ValueError:
+            return False
+        return (now or datetime.now(UTC)) < until
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"fingerprint": self.fingerprint, "seen": self.seen, "era": self.era}
         for kind in _KINDS:
             out[kind] = [dict(item) for item in getattr(self.lists, kind)]
+        if self.withheld:
+            out["withheld"] = list(self.withheld)
+        if self.fresh_until is not None:
+            out["freshUntil"] = self.fresh_until
         return out
+
+    @classmethod
+    def of(cls, fingerprint: str, era: str | None, lists: UpstreamLists,
+           hints: Mapping[str, CacheHint] | None = None, now: datetime | None = None) -> Remembered:
+        """The entry for lists seen ``now``, each list under the server's caching directives
+        (``hints`` by kind): a private list is withheld, the shortest ttl bounds the entry."""
+        now = now or datetime.now(UTC)
+        withheld = tuple(kind for kind in _KINDS if hints and kind in hints and hints[kind].private)
+        for kind in withheld:
+            lists = lists.replace(kind, ())
+        ttls = [hint.ttl_ms for hint in (hints or {}).values()]
+        fresh_until = (now + timedelta(milliseconds=min(ttls))).strftime(_ISO) if ttls else None
+        return cls(fingerprint, now.strftime(_ISO), era, lists, withheld, fresh_until)
 
     @classmethod
     def from_json(cls, raw: Any) -> Remembered | None:
@@ -111,7 +153,12 @@ class Remembered:
             if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
                 return None
             lists = lists.replace(kind, items)
-        return cls(fingerprint, seen, era, lists)
+        withheld, fresh_until = raw.get("withheld", []), raw.get("freshUntil")
+        if not isinstance(withheld, list) or not all(k in _KINDS for k in withheld):
+            return None
+        if not isinstance(fresh_until, str | None):
+            return None
+        return cls(fingerprint, seen, era, lists, tuple(withheld), fresh_until)
 
 
 class CatalogFile:
@@ -146,8 +193,8 @@ class CatalogFile:
             doc = self._read()
             servers = self._servers(doc)
             old = Remembered.from_json(servers.get(server))
-            if old is not None and (old.fingerprint, old.era, old.lists) == (entry.fingerprint, entry.era,
-                                                                            entry.lists):
+            if old is not None and (old.fingerprint, old.era, old.lists, old.withheld, old.fresh_until) == (
+                    entry.fingerprint, entry.era, entry.lists, entry.withheld, entry.fresh_until):
                 return False
             servers[server] = entry.to_json()
             atomic_write_text(self.path, dump_json({"version": CATALOG_VERSION, "servers": servers}))
@@ -175,6 +222,7 @@ class _Seen:
     fingerprint: str
     lists: UpstreamLists
     era: str | None
+    hints: Mapping[str, CacheHint] | None
 
 
 class CatalogWriter:
@@ -192,9 +240,11 @@ class CatalogWriter:
         self.writes = 0
         """Entries written (those unchanged from the file are not)."""
 
-    def seen(self, spec: ServerSpec, lists: UpstreamLists, era: str | None) -> None:
-        """``spec``'s server listed ``lists`` while speaking ``era``: remember them."""
-        self._pending[spec.name] = _Seen(spec.name, catalog_fingerprint(spec), lists, era)
+    def seen(self, spec: ServerSpec, lists: UpstreamLists, era: str | None,
+             hints: Mapping[str, CacheHint] | None = None) -> None:
+        """``spec``'s server listed ``lists`` while speaking ``era``, under the caching
+        directives ``hints`` (by kind): remember them (see `Remembered.of`)."""
+        self._pending[spec.name] = _Seen(spec.name, catalog_fingerprint(spec), lists, era, hints)
         if self._idle.is_set():
             self._idle = trio.Event()
         self._wake.set()
@@ -221,7 +271,8 @@ class CatalogWriter:
         while self._pending:
             server = next(iter(self._pending))
             item = self._pending.pop(server)
-            entry = Remembered(item.fingerprint, now_iso(), item.era, item.lists)
+            entry = (Remembered.of(item.fingerprint, item.era, item.lists, item.hints) if item.hints
+                     else Remembered(item.fingerprint, now_iso(), item.era, item.lists))
             try:
                 if await trio.to_thread.run_sync(self.file.remember, server, entry):
                     self.writes += 1

@@ -33,7 +33,7 @@ from typing import Any, Final
 import trio
 
 from mcpvisor.actors import __version__, telemetry
-from mcpvisor.actors.core.catalog import Snapshot, UpstreamLists
+from mcpvisor.actors.core.catalog import CacheHint, Snapshot, UpstreamLists
 from mcpvisor.actors.core.discovery import DISCOVER_TOOL, LOAD_MCP, LazyBook
 from mcpvisor.actors.core.model import SavedState
 from mcpvisor.actors.core.pending import WAIT_STATES
@@ -104,9 +104,10 @@ class _Hooks(Hooks):
     def log_level(self) -> str | None:
         return self._sup.front.log_level
 
-    def lists_seen(self, spec: Any, lists: UpstreamLists, era: str | None) -> None:
+    def lists_seen(self, spec: Any, lists: UpstreamLists, era: str | None,
+                   hints: Mapping[str, CacheHint] | None = None) -> None:
         self._sup.remembered.pop(spec.name, None)
-        self._sup.catalog.seen(spec, lists, era)
+        self._sup.catalog.seen(spec, lists, era, hints)
 
 
 _NAMING_NOTES: Final = {
@@ -332,10 +333,14 @@ class Supervisor:
                 logger.info("%s: its remembered lists are of an earlier command, args, env or url; "
                             "not listed until it starts", spec.name)
                 continue
-            self.core.remember(spec.name, entry.lists)
-            self.remembered[spec.name] = entry
             if spec.protocol == "auto" and entry.era:
                 self._era_memory.setdefault(spec.fingerprint(), entry.era)
+            if not entry.listable():
+                logger.info("%s: its remembered lists are %s; not listed until it starts", spec.name,
+                            "private to its authorization" if entry.withheld else "past their ttl")
+                continue
+            self.core.remember(spec.name, entry.lists)
+            self.remembered[spec.name] = entry
             logger.info("%s: listing %d remembered tools (seen %s) until it is up", spec.name,
                         len(entry.lists.tools), entry.seen)
 

@@ -86,6 +86,33 @@ def tool_hints(tool: Mapping[str, Any]) -> tuple[bool, bool]:
 
 
 @dataclass(frozen=True, slots=True)
+class CacheHint:
+    """The caching directives of a 2026-07-28 list result (``ttlMs``, ``cacheScope``).
+
+    ``ttl_ms``: how long the list may be served from a cache before it is fetched again
+    (0: immediately stale). ``scope``: ``public`` (the list is the same for everyone, so a
+    shared cache may keep it) or ``private`` (it may hold what only this authorization
+    may see: no cache shared with others keeps it). A handshake-era server sends neither:
+    it has no hint, and its lists are cached as they always were.
+    """
+
+    ttl_ms: int
+    scope: str
+
+    @property
+    def private(self) -> bool:
+        return self.scope != "public"
+
+    def join(self, other: CacheHint | None) -> CacheHint:
+        """The hint of a list made of both (pages of one list, or the lists of several
+        servers): the shorter ttl, and private when either part is."""
+        if other is None:
+            return self
+        scope = "private" if self.private or other.private else "public"
+        return CacheHint(min(self.ttl_ms, other.ttl_ms), scope)
+
+
+@dataclass(frozen=True, slots=True)
 class UpstreamLists:
     """Everything one server listed, as wire dicts (``Tool``, ``Resource``, ``Prompt`` ...)."""
 

@@ -298,7 +298,7 @@ class FastCall:
             raise await self._refuse(missing_capability(method))
         parked = self.parked
         if parked is None:
-            parked = self.parked = ParkedCall(new_state_token())
+            parked = self.parked = ParkedCall(new_state_token(), self._offered())
             parked.rekeyed = self._rekey
             self.fast.park(parked.token, self)
         try:
@@ -309,6 +309,18 @@ class FastCall:
                 # its retry, if it comes within INPUT_WAIT_S, is told; then it is forgotten.
                 parked.finish(self._ended_while_away())
                 self.fast.nursery.start_soon(self._expire_parked)
+
+    def _offered(self) -> Mapping[str, Any] | None:
+        """The ``inputResponses`` the client sent with its first request (answers it
+        supplied before any round), if it sent any."""
+        raw = self.params.get("inputResponses")
+        if raw is None:
+            return None
+        try:
+            offered = msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            return None
+        return offered if isinstance(offered, Mapping) else None
 
     def _rekey(self, old: str, new: str) -> None:
         """Each leg carries a fresh ``requestState``; the previous one no longer resumes the call."""

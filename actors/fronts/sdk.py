@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import mcp_types as types
 import trio
-from mcp.server.caching import CACHEABLE_METHODS, CacheHint
+from mcp.server.caching import CACHEABLE_METHODS
+from mcp.server.caching import CacheHint as SdkCacheHint
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
@@ -44,7 +45,7 @@ from mcp.shared.exceptions import MCPError
 
 from mcpvisor.actors import telemetry, wire
 from mcpvisor.actors.bridge import ParkedCall, ParkedCalls, request_state_of, run_parked
-from mcpvisor.actors.core.catalog import PromptRoute, Snapshot, close_names
+from mcpvisor.actors.core.catalog import CacheHint, PromptRoute, Snapshot, close_names
 from mcpvisor.actors.core.pending import owner_of
 from mcpvisor.actors.core.registry import Changes
 from mcpvisor.actors.eras import LOG_LEVELS, complete, is_modern_version, strip_upstream_stamps
@@ -198,11 +199,12 @@ class Front:
             on_get_prompt=self._get_prompt,
             on_completion=self._complete,
             on_subscriptions_listen=self._listen_in_view,
-            # 2026-07-28 list results carry freshness hints: ours change whenever an
-            # upstream or a toolset does, so clients may cache nothing (list_changed tells them).
+            # 2026-07-28 list results carry freshness hints: a list passes on what its
+            # servers sent (`_hinted`); where they sent none, clients may cache nothing
+            # (list_changed tells them of changes).
             # The SDK types CACHEABLE_METHODS as frozenset[str], not of its own CacheableMethod
             # Literal (its tests weld the two together), so its keys do not type-check.
-            cache_hints={method: CacheHint(ttl_ms=0, scope="private")  # type: ignore[misc]
+            cache_hints={method: SdkCacheHint(ttl_ms=0, scope="private")  # type: ignore[misc]
                          for method in CACHEABLE_METHODS},
         )
         self.server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self._set_level)
@@ -293,7 +295,7 @@ class Front:
         if listen is None:
             bus = InMemorySubscriptionBus()
             listen = self._view_listens[name] = (bus, ListenHandler(bus))
-        return await listen[1](ctx, params)
+        return await self._listen(ctx, params, listen[1])
 
     def resource_updated(self, uri: str) -> None:
         self.clients.broadcast("notifications/resources/updated", {"uri": uri},
@@ -412,7 +414,7 @@ class Front:
                                ctx: ServerRequestContext[Any, Any], *, retry_safe: bool) -> dict[str, Any]:
         """A 2026-07-28 client's request to a handshake-era upstream: run it beside the
         client's leg, so the upstream's questions can become ``input_required`` legs."""
-        parked = self.parked.open()
+        parked = self.parked.open((params or {}).get("inputResponses"))
         origin = BridgedOrigin(ctx, self.clients, parked)
         self._origins[parked] = origin
 
@@ -464,14 +466,35 @@ class Front:
     # servers that are up, the remembered lists of those starting); the rest arrive with
     # list_changed. Claude Code gives up on a server whose first tools/list takes over ~5 s.
     async def _list_tools(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
-        return complete({"tools": list(self._snapshot_of(ctx).tools_list)})
+        return self._hinted(complete({"tools": list(self._snapshot_of(ctx).tools_list)}), "tools")
+
+    def _hinted(self, result: dict[str, Any], kind: str) -> dict[str, Any]:
+        """``result`` with the caching directives the servers behind it sent for ``kind``
+        (the shortest ``ttlMs``, ``private`` if any list was), when every server that lists
+        something of that kind sent them. Otherwise it is left to the front's default
+        (``ttlMs: 0``, private: a list made partly of a handshake-era server's, which says
+        nothing, or of nothing, is not given a ttl nobody sent). A handshake-era client
+        never sees either key (the SDK sieves them off its results)."""
+        joined: CacheHint | None = None
+        for up in self.backend.upstreams.values():
+            if not getattr(up.lists, kind):
+                continue
+            hint = up.hints.get(kind)
+            if hint is None:
+                return result
+            joined = hint.join(joined)
+        if joined is not None:
+            result["ttlMs"], result["cacheScope"] = joined.ttl_ms, joined.scope
+        return result
 
     # --- resources ---------------------------------------------------------------------
     async def _list_resources(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
-        return complete({"resources": list(self.backend.router.snapshot.resources_list)})
+        return self._hinted(complete({"resources": list(self.backend.router.snapshot.resources_list)}),
+                            "resources")
 
     async def _list_templates(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
-        return complete({"resourceTemplates": list(self.backend.router.snapshot.templates_list)})
+        templates = list(self.backend.router.snapshot.templates_list)
+        return self._hinted(complete({"resourceTemplates": templates}), "templates")
 
     def _resource_owner(self, uri: str) -> str:
         server = self.backend.router.snapshot.route_resource(uri)
@@ -523,11 +546,13 @@ class Front:
         self._subscribers[key] = self._subscribers.get(key, 0) + 1
 
     async def _listen(self, ctx: ServerRequestContext[Any, Any],
-                      params: types.SubscriptionsListenRequestParams) -> Any:
+                      params: types.SubscriptionsListenRequestParams,
+                      handler: ListenHandler | None = None) -> Any:
         """``subscriptions/listen``: the SDK's stream of list changes and resource updates,
         tagged with the subscription id; the resources it names are subscribed upstream
         for as long as the stream lasts, as ``resources/subscribe`` does for a
-        handshake-era connection, so their updates reach it from either era of upstream."""
+        handshake-era connection, so their updates reach it from either era of upstream.
+        ``handler``: a view's own stream (its tools changes are its own); the proxy's by default."""
         held: list[tuple[str, str]] = []
         try:
             for uri in (params.notifications.resource_subscriptions or ())[:MAX_LISTEN_URIS]:
@@ -535,7 +560,7 @@ class Front:
                 if server is not None:  # a URI nobody serves is honoured and never fires
                     await self._hold(server, str(uri), ctx)
                     held.append((server, str(uri)))
-            return await self._listen_handler(ctx, params)
+            return await (handler or self._listen_handler)(ctx, params)
         finally:
             with trio.CancelScope(shield=True):
                 for server, uri in held:
@@ -576,7 +601,7 @@ class Front:
 
     # --- prompts and completion ----------------------------------------------------------
     async def _list_prompts(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
-        return complete({"prompts": list(self.backend.router.snapshot.prompts_list)})
+        return self._hinted(complete({"prompts": list(self.backend.router.snapshot.prompts_list)}), "prompts")
 
     async def _get_prompt(self, ctx: ServerRequestContext[Any, Any],
                           params: types.GetPromptRequestParams) -> Any:

@@ -20,7 +20,11 @@ because that one lets a client take the process down or hold descriptors for a m
   that does not exist is refused with 404 (`mcpvisor.actors.fronts.views`);
 * **revoked tokens close sessions**: when the accepted credentials change (a hot reload
   removed a token), every open session is admitted again with its handshake's headers;
-  one no longer admitted is closed with `REVOKED_CLOSE_CODE`.
+  one no longer admitted is closed with `REVOKED_CLOSE_CODE`. One still admitted whose
+  view would now differ (its token's toolset binding changed) is closed too, with
+  `REBOUND_CLOSE_CODE` and a reason naming both toolsets: a connection's tools list
+  must not change under it as a side effect (2026-07-28), and the client's reconnect is
+  served the new view from its first request.
 
 The MCP side of a session (frames to SDK streams) stays in `mcpvisor.actors.fronts.ws`.
 """
@@ -31,7 +35,7 @@ import logging
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest
@@ -41,6 +45,9 @@ from mcpvisor.actors import telemetry
 from mcpvisor.actors.fronts.auth import Gate, Refusal
 from mcpvisor.actors.fronts.views import CONNECTION_VIEW, ToolsetViews, ViewRefused, ws_toolset
 from mcpvisor.actors.ws_compat import get_request, read_frames, request_host
+
+if TYPE_CHECKING:
+    from mcp.server.auth.provider import AccessToken
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +71,10 @@ comparison of a small mapping; the config file itself is polled once a second)."
 REVOKED_CLOSE_CODE: Final = 1008
 """RFC 6455 7.4.1 "policy violation": the session's token is no longer accepted."""
 REVOKED_REASON: Final = "token no longer accepted"
+MAX_CLOSE_REASON: Final = 123
+"""A websocket close frame's reason is at most 123 bytes (RFC 6455 5.5.1)."""
+REBOUND_CLOSE_CODE: Final = 1008
+"""Policy violation, as for a revoked token: what the connection was admitted under changed."""
 
 BUSY_STATUS: Final = 503
 WARN_EVERY_S: Final = 10.0
@@ -79,6 +90,8 @@ class _Session:
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     view: str | None = None
     """The fixed view it is served (`mcpvisor.actors.fronts.views`); None: the proxy's."""
+    path: str = "/"
+    """The handshake's path (``/toolset/NAME`` names a view)."""
     close_code: int = 1000
     close_reason: str | None = None
 
@@ -237,7 +250,7 @@ class _Front:
         except ConnectionClosed:
             logger.info("websocket handshake from %s aborted by the client", peer)
             return None
-        return opened, _Session(peer, headers, view=view)
+        return opened, _Session(peer, headers, view=view, path=request.path)
 
     async def _admit(self, request: WebSocketRequest,
                      headers: Mapping[str, str]) -> tuple[Refusal | None, str | None]:
@@ -281,8 +294,9 @@ class _Front:
                 continue
             seen = now
             for session in list(self.open):
+                who = None
                 try:
-                    _who, refusal = await self.gate.admit(session.headers)
+                    who, refusal = await self.gate.admit(session.headers)
                 except Exception as exc:  # cannot confirm the token: fail closed
                     logger.warning("could not check the token of a websocket session: %s", type(exc).__name__)
                     refusal = Refusal(401, (), REVOKED_REASON)
@@ -291,6 +305,27 @@ class _Front:
                                    session.peer)
                     session.close_code, session.close_reason = REVOKED_CLOSE_CODE, REVOKED_REASON
                     session.scope.cancel(reason=REVOKED_REASON)
+                elif refusal is None and session in self.open:
+                    self._recheck_view(session, who)
+
+    def _recheck_view(self, session: _Session, who: AccessToken | None) -> None:
+        """Close ``session`` if the view its handshake would get now is not the one it has."""
+        if self.views is None:
+            return
+        try:
+            view = self.views.choose(ws_toolset(session.path), who)
+        except ViewRefused as refused:
+            reason = f"the token's toolset changed: {refused.message}"
+        else:
+            if view == session.view:
+                return
+            was = repr(session.view) if session.view is not None else "all tools"
+            now = repr(view) if view is not None else "all tools"
+            reason = f"the token's toolset changed ({was} -> {now}); reconnect"
+        reason = reason.encode()[:MAX_CLOSE_REASON].decode(errors="ignore")
+        logger.warning("closing the websocket session from %s: %s", session.peer, reason)
+        session.close_code, session.close_reason = REBOUND_CLOSE_CODE, reason
+        session.scope.cancel(reason=reason)
 
 
 async def serve_guarded(

@@ -174,6 +174,9 @@ class Upstream(LinkTasks):
         self._dirty_event = trio.Event()
         self._listen_uris: set[str] = set()
         self._listen_changed = trio.Event()
+        self.hints = {}
+        self._fresh_until = {}
+        self._fresh_changed = trio.Event()
         self._desired = "run"  # run | stopped | disabled
         self._loaded = not spec.lazy
         self._restart_reason: str | None = None
@@ -583,7 +586,7 @@ class Upstream(LinkTasks):
                         self.policy.on_ready(trio.current_time())
                         self._withdrawn = False
                         await self.router.submit(UpstreamUp(self.name, lists))
-                        self.hooks.lists_seen(self.spec, lists, self._era_of(link))
+                        self.hooks.lists_seen(self.spec, lists, self._era_of(link), dict(self.hints))
                         self._feed(Event.READY, f"started in {trio.current_time() - started:.2f}s, "
                                                 f"{len(lists.tools)} tools")
                         self.first_attempt_done.set()

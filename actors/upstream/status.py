@@ -12,7 +12,9 @@ from mcpvisor.actors.core.lifecycle import WAITABLE, State
 __all__ = ["USEFUL_METHODS", "WAITABLE", "Hooks", "RouterPort", "State", "UpstreamStatus"]
 
 if TYPE_CHECKING:
-    from mcpvisor.actors.core.catalog import UpstreamLists
+    from collections.abc import Mapping
+
+    from mcpvisor.actors.core.catalog import CacheHint, UpstreamLists
     from mcpvisor.actors.core.spec import ServerSpec
     from mcpvisor.actors.link import CallOrigin
 
@@ -89,7 +91,8 @@ class Hooks:
         """The most verbose level any client asked for (``logging/setLevel``), if any."""
         return None
 
-    def lists_seen(self, spec: ServerSpec, lists: UpstreamLists,
-                   era: str | None) -> None:  # pragma: no cover - interface
-        """The server of ``spec`` listed ``lists`` while speaking ``era``: what a later
-        start may list from memory. Must not block."""
+    def lists_seen(self, spec: ServerSpec, lists: UpstreamLists, era: str | None,
+                   hints: Mapping[str, CacheHint] | None = None) -> None:  # pragma: no cover - interface
+        """The server of ``spec`` listed ``lists`` while speaking ``era``, each list with the
+        caching directives the server sent (``hints``, by kind; none in the handshake era):
+        what a later start may list from memory. Must not block."""

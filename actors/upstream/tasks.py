@@ -18,7 +18,7 @@ import trio
 from mcp.shared.exceptions import MCPError
 
 from mcpvisor.actors import wire
-from mcpvisor.actors.core.catalog import UpstreamLists
+from mcpvisor.actors.core.catalog import CacheHint, UpstreamLists
 from mcpvisor.actors.core.registration import UpstreamListed
 from mcpvisor.actors.core.spec import ServerSpec
 from mcpvisor.actors.errors import CallTimeout, ProxyError, UpstreamDied
@@ -44,6 +44,10 @@ MAX_LIST_PAGES: Final = 1000
 """Pages of one list followed before giving up on a server whose cursors never end
 (1000 pages of the usual 50-100 items is far past any real catalog)."""
 
+MIN_TTL_RELIST_S: Final = 1.0
+"""Floor on the re-listing a list's ``ttlMs`` asks for: a server that says its list goes
+stale every few milliseconds is re-listed at most once a second, not in a busy loop."""
+
 EXIT_STATUS_WAIT_S: Final = 1.0
 """After a failed write, how long to wait for the exit status to explain it."""
 
@@ -60,6 +64,12 @@ class LinkTasks:
     _dirty_event: trio.Event
     _listen_uris: set[str]
     _listen_changed: trio.Event
+    hints: dict[str, CacheHint]
+    """Each list's caching directives as the server last sent them (2026-07-28 servers;
+    none for a handshake-era one)."""
+    _fresh_until: dict[str, float]
+    """When each list with a positive ``ttlMs`` goes stale (trio time)."""
+    _fresh_changed: trio.Event
 
     def mark_dirty(self, kind: str) -> None:
         """A list of ``kind`` changed upstream: re-list it (resources bring their templates)."""
@@ -84,6 +94,7 @@ class LinkTasks:
         quiet = Unannounced(unannounced_kinds(link))
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._relister, link)
+            nursery.start_soon(self._relist_when_stale, link)
             if self.spec.relist_every > 0:
                 nursery.start_soon(self._poll_quiet_lists, link, quiet)
             if link.modern:
@@ -167,6 +178,41 @@ class LinkTasks:
             for kind in [k for k in LIST_KINDS if k in quiet.kinds]:
                 await self._relist(link, kind, polled=True)
 
+    async def _relist_when_stale(self, link: Link) -> None:
+        """Re-list each list whose ``ttlMs`` ran out, so what clients (and the remembered
+        catalog) are served from the proxy's copy is never older than the server allows.
+        Only a real change is announced. A ttl of 0 ("immediately stale") schedules
+        nothing: re-listing before every client's list would make each list wait on every
+        server, so such a list stays as fresh as the server's list-change announcements
+        (or the `spec.relist_every` cadence for a server that cannot announce) keep it."""
+        while True:
+            changed = self._fresh_changed
+            if not self._fresh_until:
+                await changed.wait()
+                continue
+            kind = min(self._fresh_until, key=self._fresh_until.__getitem__)
+            with trio.move_on_at(self._fresh_until[kind]):
+                await changed.wait()
+                continue  # a list was listed anew meanwhile: its new ttl may come first
+            self._fresh_until.pop(kind, None)
+            await self._relist(link, kind, polled=True)
+            hint = self.hints.get(kind)
+            if kind not in self._fresh_until and hint is not None:
+                self._note_hint(kind, hint)  # the re-list failed: try again when the ttl runs out again
+
+    def _note_hint(self, kind: str, hint: CacheHint | None) -> None:
+        """Keep ``kind``'s caching directives from its latest listing and when it goes stale."""
+        if hint is None:
+            self.hints.pop(kind, None)
+        else:
+            self.hints[kind] = hint
+        if hint is not None and hint.ttl_ms > 0:
+            self._fresh_until[kind] = trio.current_time() + max(hint.ttl_ms / 1000, MIN_TTL_RELIST_S)
+        else:
+            self._fresh_until.pop(kind, None)
+        self._fresh_changed.set()
+        self._fresh_changed = trio.Event()
+
     async def _relister(self, link: Link) -> None:
         while True:
             await self._dirty_event.wait()
@@ -195,7 +241,7 @@ class LinkTasks:
         announced = not polled and kind != "templates"
         await self.router.send(UpstreamListed(self.name, kind, items, announced=announced))
         era = "legacy" if not link.modern else str(link.protocol_version)
-        self.hooks.lists_seen(self.spec, self.lists, era)
+        self.hooks.lists_seen(self.spec, self.lists, era, dict(self.hints))
 
     async def list_all(self, link: Link) -> UpstreamLists:
         lists = UpstreamLists()
@@ -216,6 +262,7 @@ class LinkTasks:
         if kind == "prompts" and caps.prompts is None:
             return ()
         items: list[dict[str, Any]] = []
+        hint: CacheHint | None = None
         cursor: str | None = None
         for _page in range(MAX_LIST_PAGES):
             params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
@@ -234,13 +281,27 @@ class LinkTasks:
                     page = result.prompts
             except MCPError as exc:
                 if exc.error.code == wire.METHOD_NOT_FOUND:
+                    self._note_hint(kind, None)
                     return ()
                 raise
             items.extend(x.model_dump(by_alias=True, mode="json", exclude_none=True) for x in page)
+            hint = hint_of(result, hint)
             cursor = result.next_cursor
             if not cursor:
                 break
+        self._note_hint(kind, hint)
         return tuple(items)
+
+
+def hint_of(result: Any, before: CacheHint | None) -> CacheHint | None:
+    """The caching directives of one list page joined with the earlier pages' (``before``).
+    Only what the server sent counts: the SDK's models default ``ttlMs`` to 0 and
+    ``cacheScope`` to private for a result that carries neither (a handshake-era server)."""
+    sent: set[str] = getattr(result, "model_fields_set", set())
+    if "ttl_ms" not in sent and "cache_scope" not in sent:
+        return before
+    page = CacheHint(int(result.ttl_ms), str(result.cache_scope))
+    return page.join(before)
 
 
 class Unannounced:

@@ -42,5 +42,7 @@ def for_supervisor(sup: Any, guard: Any) -> tuple[Hub, list[Any]]:
     (`mcpvisor._serve.Guard`); the dashboard token lives in ``sup``'s state directory."""
     token = ensure_token(Path(sup.store.directory))
     hub = Hub(LocalSource(sup))
-    dguard = DashboardGuard(guard.rules, token, guard.verifier, tls=guard.tls is not None)
+    views = getattr(sup.front, "views", None)
+    dguard = DashboardGuard(guard.rules, token, guard.verifier, tls=guard.tls is not None,
+                            bound=views.bound if views is not None else None)
     return hub, dashboard_routes(hub, dguard)

@@ -19,12 +19,15 @@ import hmac
 import os
 import secrets
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from mcpvisor.actors.fronts.auth import HostRules, Verifier, bearer_token, guarding
+
+if TYPE_CHECKING:
+    from mcp.server.auth.provider import AccessToken
 
 TOKEN_FILE: Final = "dashboard-token"
 """The dashboard's token in the state directory."""
@@ -92,12 +95,17 @@ class DashboardGuard:
             now: reading is open on loopback, as ``/mcp`` is; asked at every request, so a
             token added by a hot reload guards reading at once).
         tls: the front serves https (the cookie is then ``Secure``).
+        bound: (token name, toolset) of a configured token limited to one toolset
+            (`mcpvisor.actors.fronts.views.ToolsetViews.bound`). Such a token is refused
+            here (403): the fronts serve it that toolset's view only, and every page and
+            route of the dashboard shows or changes every server.
     """
 
     rules: HostRules
     token: str
     verifier: Verifier | None = None
     tls: bool = False
+    bound: Callable[[AccessToken | None], tuple[str, str] | None] | None = None
 
     async def accepts(self, presented: str | None) -> bool:
         """Whether ``presented`` is the dashboard token or a configured one."""
@@ -119,10 +127,24 @@ class DashboardGuard:
             return Refused(421, "Invalid Host header")
         if not self.rules.origin_ok(headers.get("origin")):
             return Refused(403, "Invalid Origin header: use this page only from the proxy's own address")
+        presented = bearer_token(headers.get("authorization")) or cookie_value(headers)
         needs_token = not login and (method in WRITE_METHODS or guarding(self.verifier))
-        if needs_token:
-            presented = bearer_token(headers.get("authorization")) or cookie_value(headers)
-            if not await self.accepts(presented):
-                return Refused(401, "a token is required: open the login URL `mcpvisor serve` printed, "
-                                    "or send `Authorization: Bearer TOKEN`")
+        if needs_token and not await self.accepts(presented):
+            return Refused(401, "a token is required: open the login URL `mcpvisor serve` printed, "
+                                "or send `Authorization: Bearer TOKEN`")
+        if not login:
+            return await self._limited(presented)
         return None
+
+    async def _limited(self, presented: str | None) -> Refused | None:
+        """The refusal of a configured token bound to a toolset (see ``bound``), else None."""
+        if self.bound is None or self.verifier is None or not presented:
+            return None
+        if hmac.compare_digest(presented.encode(), self.token.encode()):
+            return None
+        limit = self.bound(await self.verifier.verify_token(presented))
+        if limit is None:
+            return None
+        name, toolset = limit
+        return Refused(403, f"the token {name!r} is limited to the toolset {toolset!r}: use "
+                            f"/mcp/toolset/{toolset}; the dashboard and its API show every server")

@@ -11,8 +11,10 @@ does when the client connects to it directly (issue 14).
 * The suite's client scenarios that need no OAuth, with mcpvisor as the client of the
   suite's server (``client_driver.py``).
 
-A failing check fails its test with the suite's own words (`SuiteFailed`); there are no
-expected failures: every pairing passes 100 %.
+A failing check fails its test with the suite's own words (`SuiteFailed`). A scenario lost
+through the proxy fails its pairing unless `EXPECTED_LOSSES` names it with the reason (one
+is left: ``basic-elicitation`` through a handshake-era upstream, whose round must carry a
+key the handshake wire never does), and an expected loss that passes again fails too.
 
 Times measured on the 2-core machine: a suite run takes 1-3 s; each proxied test ~4-8 s
 with start-up and shutdown.
@@ -108,21 +110,15 @@ PAIRINGS: Final = [
 ]
 
 _BRIDGED: Final = (
-    "the upstream is opened in the handshake era, where a server's request to the client carries "
-    "no inputRequests key: mcpvisor bridges it as a round under a key of its own (elicitation-1), "
-    "so a client that answers under the key it expects of the server (user_name), without reading "
-    "the round, answers nothing the upstream asked. Unavoidable on the handshake wire; the "
-    "scenarios that read the round's keys (multiple-input-requests, multi-round, ...) pass"
+    "the upstream is opened in the handshake era, whose elicitation/create carries no key: the "
+    "scenario's first check is that the input_required round names its question user_name, a "
+    "key only the fixture's 2026-07-28 code knows (mcpvisor names it elicitation-1). Answers "
+    "under guessed keys are taken by fit (ignore-extra-params passes); no bridge can know the "
+    "round's key"
 )
 EXPECTED_LOSSES: Final[dict[tuple[str, str, str], str]] = {
-    **{
-        (pairing, "2026-07-28", scenario): _BRIDGED
-        for pairing in ("http-auto", "http-legacy", "stdio-auto", "stdio-legacy")
-        for scenario in (
-            "input-required-result-basic-elicitation",
-            "input-required-result-ignore-extra-params",
-        )
-    },
+    (pairing, "2026-07-28", "input-required-result-basic-elicitation"): _BRIDGED
+    for pairing in ("http-auto", "http-legacy", "stdio-auto", "stdio-legacy")
 }
 """(pairing id or ``*``, wire, scenario) -> why the scenario is lost through mcpvisor although
 it passes directly. The rule of the test is that this stays empty: an entry whose scenario

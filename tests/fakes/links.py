@@ -77,7 +77,7 @@ class FakeSession:
 
     async def list_tools(self, params: Any = None) -> types.ListToolsResult:
         self._server.listings.append(trio.current_time())
-        return types.ListToolsResult(tools=list(self._server.current_tools()))
+        return types.ListToolsResult(tools=list(self._server.current_tools()), **self._server.list_hint)
 
 
 @dataclass(frozen=True)
@@ -174,6 +174,10 @@ class FakeUpstream:
 
     announces_changes = True
     """What its ``tools.listChanged`` capability says."""
+
+    list_hint: Mapping[str, Any] = {}
+    """Caching directives its ``tools/list`` carries (``ttl_ms``, ``cache_scope``), as a
+    2026-07-28 server sends them; none by default, as in the handshake era."""
 
     def __init__(self, tools: Sequence[types.Tool] = DEFAULT_TOOLS) -> None:
         self.tools = list(tools)

@@ -16,7 +16,10 @@ import pytest
 import trio
 
 from mcpvisor import open_supervisor
+from mcpvisor.actors.core.catalog import UpstreamLists
 from mcpvisor.actors.errors import UpstreamUnavailable
+from mcpvisor.config import load_config
+from mcpvisor.remembered import CatalogFile, Remembered, catalog_fingerprint
 from tests.helpers import REAL_IO_BOUND_S, embedded_connection, everything, flaky, write_config
 
 DISABLED = "server off is disabled (enabled: false in the config; mcpvisor mcp enable off)"
@@ -82,3 +85,29 @@ async def test_the_front_names_a_disabled_server_for_its_tools_and_prompts(tmp_p
                                                     "params": slow_call})
             assert isinstance(waited["result"], dict)
             assert waited["result"]["content"][0]["text"] == "echo: w"
+
+
+async def test_a_start_lists_from_memory_only_public_lists_still_within_their_ttl(tmp_path: Path) -> None:
+    """Three slow servers remembered in catalog.json: one plainly (handshake era), one whose
+    ``ttlMs`` ran out, one whose tools were private (withheld). Only the first is listed
+    before it is up; the other two wait for their own lists."""
+    path = write_config(tmp_path, {name: flaky("--slow-start", "30") for name in ("plain", "stale", "mine")},
+                        startupWait="0s")
+    specs = load_config(path).servers
+    tool = {"name": "echo", "inputSchema": {"type": "object"}}
+    entries = {
+        "plain": Remembered(catalog_fingerprint(specs["plain"]), "2026-11-24T10:00:00Z", "legacy",
+                            UpstreamLists(tools=(tool,))),
+        "stale": Remembered(catalog_fingerprint(specs["stale"]), "2026-11-24T10:00:00Z", "legacy",
+                            UpstreamLists(tools=(tool,)), fresh_until="2026-11-24T10:00:05Z"),
+        "mine": Remembered(catalog_fingerprint(specs["mine"]), "2026-11-24T10:00:00Z", "legacy",
+                           UpstreamLists(), withheld=("tools",)),
+    }
+    catalog = CatalogFile(tmp_path / "state")
+    catalog.path.parent.mkdir(parents=True)
+    for name, entry in entries.items():
+        catalog.remember(name, entry)
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with open_supervisor(path, state_dir=tmp_path / "state", watch=False) as sup:
+            listed = {t["name"] for t in sup.tools()}
+            assert {n for n in listed if n.endswith("_echo")} == {"plain_echo"}

@@ -12,18 +12,20 @@ subprocess on 127.0.0.1 with the real everything fixture behind it.
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
 
 import httpx2
+import mcp_types as types
 import pytest
 import trio
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.subscriptions import ToolsListChanged
-from trio_websocket import ConnectionRejected, open_websocket_url
+from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
+from trio_websocket import ConnectionClosed, ConnectionRejected, open_websocket_url
 
 from mcpvisor.actors.link.ws import websocket_client
 from tests.helpers import REAL_IO_BOUND_S, Recorder, everything, text_of, write_config
@@ -124,6 +126,45 @@ async def test_http_toolset_url_and_bound_token_views_in_both_eras(tmp_path: Pat
                 assert "ev_fresh" not in await names(lead)  # narrow is what /mcp shows
 
 
+class Updates(Recorder):
+    """Records, and wakes a waiter on, each ``notifications/resources/updated``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.updated: list[str] = []
+        self.got = trio.Event()
+
+    async def handler(self, message: Any) -> None:
+        await super().handler(message)
+        if isinstance(message, types.ResourceUpdatedNotification):
+            self.updated.append(str(message.params.uri))
+            self.got.set()
+
+
+async def test_a_views_client_hears_updates_of_the_resources_it_subscribed(tmp_path: Path) -> None:
+    """A resource the view's client subscribed to (``resources/subscribe`` in the handshake
+    era, its listen stream's ``resourceSubscriptions`` at 2026-07-28) is subscribed upstream
+    for it, and its update reaches it on ``/mcp/toolset/dev``."""
+    uri = "mem://greeting"
+    updates = Updates()
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with proxy(tmp_path, "http") as running:
+            view_url = running.url + "/toolset/dev"
+            async with http_client(running.url, LEAD_TOKEN, "legacy") as lead, \
+                    http_client(view_url, LEAD_TOKEN, "legacy", updates) as legacy_view, \
+                    http_client(view_url, LEAD_TOKEN, "2026-07-28") as modern_view:
+                async with modern_view.listen(resource_subscriptions=[uri]) as events:
+                    # Nobody else subscribed: only the view's own stream has it followed upstream.
+                    assert text_of(await lead.call_tool("ev_touch", {"uri": uri})) == f"touched {uri}"
+                    event = await next_event(events)
+                    assert isinstance(event, ResourceUpdated)
+                    assert event.uri == uri
+                await legacy_view.subscribe_resource(uri)
+                assert text_of(await lead.call_tool("ev_touch", {"uri": uri})) == f"touched {uri}"
+                await updates.got.wait()
+                assert updates.updated == [uri]
+
+
 async def test_http_unknown_toolset_is_404_and_a_bound_token_keeps_to_its_toolset(tmp_path: Path) -> None:
     """An unknown toolset's URL answers 404 naming the toolsets; the dev-bound token may not
     open another toolset's URL (403); without a token nothing is said about toolsets (401)."""
@@ -146,6 +187,20 @@ async def test_http_unknown_toolset_is_404_and_a_bound_token_keeps_to_its_toolse
             assert "narrow" not in anonymous.text
             own = await http.post(running.url + "/toolset/dev", json=INIT, headers=bearer(CI_TOKEN))
             assert own.status_code == 200
+
+            # The dashboard's API shows and changes every server: the dev-bound token gets none of it.
+            base = running.url.removesuffix("/mcp")
+            api = {"Authorization": f"Bearer {CI_TOKEN}"}
+            for path in ("/api/status", "/api/servers", "/api/servers/ev"):
+                limited = await http.get(base + path, headers=api)
+                assert limited.status_code == 403, path
+                assert "limited to the toolset 'dev'" in limited.json()["error"]
+            entry = {"name": "x", "entry": {"command": "x"}}
+            added = await http.post(base + "/api/servers", headers=api, json=entry)
+            assert added.status_code == 403
+            assert "limited to the toolset 'dev'" in added.json()["error"]
+            lead = await http.get(base + "/api/servers/ev", headers={"Authorization": f"Bearer {LEAD_TOKEN}"})
+            assert lead.status_code == 200
             assert CI_TOKEN not in running.text()  # no log line shows a token
 
 
@@ -185,3 +240,45 @@ async def test_websocket_toolset_path_and_bound_token_views(tmp_path: Path) -> N
             body = json.loads(rejected.value.body or b"{}")
             for name in ("dev", "narrow"):
                 assert name in body["error"]["message"]
+
+
+async def test_a_websocket_whose_tokens_toolset_a_reload_changes_is_closed_with_the_reason(
+        tmp_path: Path) -> None:
+    """A reload binds the ci token to ``narrow`` instead of ``dev``: its open websocket is
+    closed (1008) with a reason naming both toolsets, since a connection's tools list must
+    not change under it; its next connection is served narrow. A connection whose view did
+    not change (dev's URL with the lead token) keeps answering."""
+    config = write_config(
+        tmp_path, {"ev": everything()}, namespacing="prefix",
+        toolsets={"dev": ["ev.echo"], "narrow": ["ev.add"]},
+        authTokens={"lead": LEAD_TOKEN, "ci": {"token": "${CI_TOKEN}", "toolset": "dev"}},
+    )
+    env = {"CI_TOKEN": CI_TOKEN, "MCPVISOR_STATE_DIR": str(tmp_path / "state")}
+    ci = [(b"Authorization", f"Bearer {CI_TOKEN}".encode())]
+    lead = [(b"Authorization", f"Bearer {LEAD_TOKEN}".encode())]
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with running_proxy(config, "--transport", "ws", "--port", "0", env=env) as running:
+            root = running.url.rstrip("/")
+            dev_url = root + "/toolset/dev"
+            async with open_websocket_url(root + "/", subprotocols=["mcp"], extra_headers=ci) as ws_ci, \
+                    open_websocket_url(dev_url, subprotocols=["mcp"], extra_headers=lead) as ws_dev:
+                for ws in (ws_ci, ws_dev):
+                    await ws.send_message(json.dumps(INIT))
+                    assert "result" in json.loads(await ws.get_message())
+                doc = json.loads(config.read_text())
+                doc["settings"]["authTokens"]["ci"]["toolset"] = "narrow"
+                config.write_text(json.dumps(doc))
+                running.process.send_signal(signal.SIGHUP)
+                with pytest.raises(ConnectionClosed) as closed:
+                    await ws_ci.get_message()
+                assert closed.value.reason is not None
+                assert closed.value.reason.code == 1008
+                said = closed.value.reason.reason
+                assert said == "the token's toolset changed ('dev' -> 'narrow'); reconnect"
+                await ws_ci._stream.aclose()  # trio-websocket 0.12 leaves it open when the peer closed first
+                await ws_dev.send_message(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
+                listed = json.loads(await ws_dev.get_message())
+                assert [t["name"] for t in listed["result"]["tools"]] == ["ev_echo"]
+            async with ws_client(root + "/", CI_TOKEN, "legacy") as again:
+                assert await names(again) == {"ev_add"}
+            assert CI_TOKEN not in running.text()

@@ -39,6 +39,7 @@ from typing import Any
 
 import anyio
 import mcp_types as types
+from mcp.server.caching import CacheHint
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
@@ -584,10 +585,15 @@ def main() -> None:
     parser.add_argument("--record", metavar="PATH", help="append one JSON line per interesting event")
     parser.add_argument("--modern-only", action="store_true",
                         help="refuse initialize with -32022: a server that speaks only 2026-07-28")
+    parser.add_argument("--list-ttl", metavar="MS", type=int,
+                        help="2026-07-28: lists say ttlMs MS, cacheScope public (default: 0, private)")
     opts = parser.parse_args()
 
     state = Everything(opts.name, opts.tools, opts.record)
     server = state.build_server()
+    if opts.list_ttl is not None:
+        for method in ("tools/list", "resources/list", "resources/templates/list", "prompts/list"):
+            server.cache_hints[method] = CacheHint(ttl_ms=opts.list_ttl, scope="public")
     init = server.create_initialization_options(
         NotificationOptions(tools_changed=True, resources_changed=True, prompts_changed=False)
     )

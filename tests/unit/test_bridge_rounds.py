@@ -64,3 +64,113 @@ async def test_a_question_left_unanswered_comes_back_under_its_key(
         assert third["inputRequests"] == {"sampling-2": {"method": "sampling/createMessage"}}
         call.answer({"sampling-2": {"model": "m"}})
     assert sorted(got, key=str) == [{"action": "accept"}, {"model": "m"}]
+
+
+NAME_FORM: dict[str, Any] = {"message": "What is your name?", "requestedSchema": {
+    "type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}}
+ALICE: dict[str, Any] = {"action": "accept", "content": {"name": "Alice"}}
+
+
+async def test_an_answer_under_a_guessed_key_is_taken_when_it_fits_only_that_question(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A client that answers under the key it expects of the server (``user_name``) rather
+    than the round's (``elicitation-1``): the one answer that fits the one open question."""
+    call = ParkedCall(new_state_token())
+    got: list[dict[str, Any]] = []
+
+    async def ask() -> None:
+        got.append(await call.ask("elicitation/create", NAME_FORM))
+        call.finish({"content": [{"type": "text", "text": "Hello, Alice!"}]})
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ask)
+        first = await call.next_leg()
+        assert isinstance(first, dict)
+        assert list(first["inputRequests"]) == ["elicitation-1"]
+        call.answer({"user_name": ALICE, "wrong_shape": {"action": "accept", "content": {"foo": "bar"}}})
+        outcome = await call.next_leg()
+    assert got == [ALICE]
+    assert outcome == {"content": [{"type": "text", "text": "Hello, Alice!"}]}
+
+
+async def test_two_open_questions_and_one_guessed_answer_take_nothing(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """Ambiguous: the answer fits both open elicitations. Neither gets it; both are asked
+    again under their own keys, and answering those keys ends the round."""
+    call = ParkedCall(new_state_token())
+    got: dict[str, dict[str, Any]] = {}
+
+    async def ask(tag: str) -> None:
+        got[tag] = await call.ask("elicitation/create", NAME_FORM)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ask, "a")
+        nursery.start_soon(ask, "b")
+        first = await call.next_leg()
+        assert isinstance(first, dict)
+        assert set(first["inputRequests"]) == {"elicitation-1", "elicitation-2"}
+        call.answer({"user_name": ALICE})
+        again = await call.next_leg()
+        assert isinstance(again, dict)
+        assert set(again["inputRequests"]) == {"elicitation-1", "elicitation-2"}
+        assert got == {}
+        call.answer({"elicitation-1": ALICE, "elicitation-2": {"action": "decline"}})
+    assert sorted(map(str, got.values())) == sorted([str(ALICE), str({"action": "decline"})])
+
+
+async def test_answers_sent_with_the_first_request_answer_the_question_they_alone_fit(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """SEP-2322 lets a client send ``inputResponses`` with its first request: the one that
+    satisfies the question's schema answers it, with no round shown; answers that fit
+    nothing (extra keys) are ignored."""
+    offered = {"user_name": ALICE,
+               "unknown_extra_key": {"action": "accept", "content": {"foo": "bar"}},
+               "another_unexpected": {"action": "accept", "content": {"baz": 123}}}
+    call = ParkedCall(new_state_token(), offered)
+
+    async def ask() -> None:
+        answer = await call.ask("elicitation/create", NAME_FORM)
+        call.finish({"content": [{"type": "text", "text": f"Hello, {answer['content']['name']}!"}]})
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ask)
+        outcome = await call.next_leg()
+    assert outcome == {"content": [{"type": "text", "text": "Hello, Alice!"}]}
+
+
+async def test_first_request_answers_that_fit_two_questions_are_not_guessed(
+        autojump_clock: trio.testing.MockClock) -> None:
+    call = ParkedCall(new_state_token(), {"x": ALICE, "y": {"action": "accept", "content": {"name": "Bob"}}})
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(call.ask, "elicitation/create", NAME_FORM)
+        first = await call.next_leg()
+        assert isinstance(first, dict)
+        assert list(first["inputRequests"]) == ["elicitation-1"]
+        call.answer({"elicitation-1": ALICE})
+
+
+async def test_an_earlier_rounds_answer_sent_again_is_not_taken_for_the_next_question(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A client that sends every answer it gave so far with each retry: round one's answer
+    (under the key round one asked) fits round two's question but is not taken for it."""
+    call = ParkedCall(new_state_token())
+    got: list[dict[str, Any]] = []
+
+    async def ask_twice() -> None:
+        got.append(await call.ask("elicitation/create", NAME_FORM))
+        got.append(await call.ask("elicitation/create", NAME_FORM))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ask_twice)
+        first = await call.next_leg()
+        assert isinstance(first, dict)
+        call.answer({"elicitation-1": ALICE})
+        second = await call.next_leg()
+        assert isinstance(second, dict)
+        assert list(second["inputRequests"]) == ["elicitation-2"]
+        call.answer({"elicitation-1": ALICE})  # only the old answer: elicitation-2 is asked again
+        third = await call.next_leg()
+        assert isinstance(third, dict)
+        assert list(third["inputRequests"]) == ["elicitation-2"]
+        call.answer({"elicitation-1": ALICE, "elicitation-2": {"action": "decline"}})
+    assert got == [ALICE, {"action": "decline"}]

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import threading
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
 
-from mcpvisor.actors.core.catalog import Snapshot, UpstreamLists
+from mcpvisor.actors.core.catalog import CacheHint, Snapshot, UpstreamLists
 from mcpvisor.actors.core.pending import owner_of, plan_unrouted
 from mcpvisor.actors.core.registry import Changes
 from mcpvisor.config import ServerSpec
@@ -182,3 +183,34 @@ async def test_the_writer_writes_the_newest_lists_of_each_server(tmp_path: Path)
     assert writer.writes == 1
     entry = writer.file.load()["git"]
     assert (entry.fingerprint, entry.era, entry.lists) == (catalog_fingerprint(spec()), "legacy", newer)
+
+
+async def test_a_private_list_is_not_remembered_and_a_ttl_bounds_the_entry(tmp_path: Path) -> None:
+    """2026-07-28 caching directives: a list marked ``cacheScope: private`` never reaches
+    the shared catalog file (only its era does), and an entry is listed from memory only
+    until the shortest ``ttlMs`` of its lists runs out."""
+    writer = CatalogWriter(CatalogFile(tmp_path))
+    private = {"tools": CacheHint(60_000, "private"), "prompts": CacheHint(60_000, "public")}
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(writer.run)
+            writer.seen(spec(), LISTS, "2026-07-28", private)
+            await writer.wait_idle()
+            nursery.cancel_scope.cancel()
+    raw = json.loads((tmp_path / "catalog.json").read_text())["servers"]["git"]
+    assert raw["tools"] == []
+    assert "status" not in json.dumps(raw)
+    assert raw["prompts"] == [{"name": "p"}]
+    entry = writer.file.load()["git"]
+    assert (entry.era, entry.withheld, entry.listable()) == ("2026-07-28", ("tools",), False)
+
+    seen = datetime(2026, 11, 24, 10, 0, 0, tzinfo=UTC)
+    hints = {"tools": CacheHint(90_000, "public"), "prompts": CacheHint(30_000, "public")}
+    public = Remembered.of("f" * 16, "2026-07-28", LISTS, hints, seen)
+    assert public.lists == LISTS
+    assert public.listable(seen + timedelta(seconds=29))
+    assert not public.listable(seen + timedelta(seconds=31))  # the prompts' 30 s ran out first
+    assert Remembered.from_json(public.to_json()) == public
+    handshake = Remembered.of("f" * 16, "legacy", LISTS, None, seen)
+    assert handshake.fresh_until is None
+    assert handshake.listable(seen + timedelta(days=365))

@@ -9,9 +9,15 @@ never appears, a ``list_changed`` every interval, or needless ``tools/list`` tra
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import mcp_types as types
 import trio
 import trio.testing
+from mcp.shared.exceptions import MCPError
 
+from mcpvisor.actors import wire
 from tests.fakes.harness import open_harness
 from tests.fakes.links import FakeUpstream, QuietToolsUpstream, tool
 
@@ -57,3 +63,55 @@ async def test_a_server_that_announces_its_changes_is_not_polled(autojump_clock:
         await h.wait_state("loud", "ready")
         await trio.sleep(10 * RELIST_S)
         assert len(loud.listings) == 1
+
+
+class ShortTtlUpstream(FakeUpstream):
+    """Announces its changes, and says its tools list goes stale after 30 s (``ttlMs``)."""
+
+    list_hint: Mapping[str, Any] = {"ttl_ms": 30_000, "cache_scope": "public"}
+
+
+async def test_a_list_whose_ttl_ran_out_is_relisted_and_only_a_change_is_announced(
+    autojump_clock: Clock,
+) -> None:
+    short = ShortTtlUpstream()
+    async with open_harness({"s": short}, knobs={"relist_interval": 0.0}) as h:
+        await h.wait_state("s", "ready")
+        mark, started = h.mark(), short.listings[0]
+        await trio.sleep(95.0)
+        # Stale at 30, 60, 90 s: fetched again each time, nothing changed, nothing announced.
+        assert [t - started for t in short.listings[1:]] == [30.0, 60.0, 90.0]
+        assert h.tool_announcements(mark) == 0
+        short.tools.append(tool("fresh"))  # changed without announcing: only the ttl finds it
+        await trio.sleep(30.0)
+        assert "fresh" in h.exposed("s")
+        assert h.tool_announcements(mark) == 1
+
+
+async def test_a_list_without_a_ttl_or_with_ttl_zero_is_not_relisted_for_it(autojump_clock: Clock) -> None:
+    class Stale(FakeUpstream):
+        list_hint: Mapping[str, Any] = {"ttl_ms": 0, "cache_scope": "private"}
+
+    plain, stale = FakeUpstream(), Stale()
+    async with open_harness({"plain": plain, "stale": stale}, knobs={"relist_interval": 0.0}) as h:
+        await h.wait_state("plain", "ready")
+        await h.wait_state("stale", "ready")
+        await trio.sleep(300.0)
+        assert (len(plain.listings), len(stale.listings)) == (1, 1)
+
+
+async def test_a_failed_ttl_relist_is_tried_again_when_the_ttl_runs_out_again(autojump_clock: Clock) -> None:
+    class FailsOnce(ShortTtlUpstream):
+        def current_tools(self) -> Sequence[types.Tool]:
+            if len(self.listings) == 2:  # the first re-list
+                raise MCPError(code=wire.INTERNAL_ERROR, message="busy")
+            return self.tools
+
+    flaky = FailsOnce()
+    async with open_harness({"f": flaky}, knobs={"relist_interval": 0.0}) as h:
+        await h.wait_state("f", "ready")
+        started = flaky.listings[0]
+        flaky.tools.append(tool("fresh"))
+        await trio.sleep(65.0)
+        assert [t - started for t in flaky.listings[1:]] == [30.0, 60.0]
+        assert "fresh" in h.exposed("f")
