@@ -10,11 +10,21 @@ Owns the two halves every stdio pipe needs:
   concurrent writers append to a batch the active writer flushes with one
   ``send_all`` (frames coalesce under load, which is what lets concurrency 32 keep
   up with a direct connection; docs/hotpath.md).
+
+Both halves talk to the file descriptor itself when the stream is a pipe
+(`trio.lowlevel.FdStream`: a child's stdin/stdout, our own stdio): trio's
+``send_all``/``receive_some`` yield to the scheduler before every write and read,
+which on a proxied call is two extra scheduler passes and a failed ``read`` per
+frame, most of what the proxy spent per call. A write the pipe takes whole returns
+at once; a read waits for the fd only when nothing is there, and yields once when
+it did not wait, so a peer that never pauses cannot starve the other tasks.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Final
@@ -62,10 +72,31 @@ class LineReader:
         self._buf = bytearray()
         self._skipping = 0
 
-    async def __aiter__(self) -> AsyncIterator[list[bytes | OversizedLine]]:
-        stream, buf, cap = self._stream, self._buf, self._max_line
+    async def _receive(self) -> bytes:
+        """The next chunk of the stream (b"" at EOF), straight from the pipe's fd if it is one."""
+        stream = self._stream
+        if type(stream) is not trio.lowlevel.FdStream:
+            return await stream.receive_some(READ_CHUNK)
+        waited = False
         while True:
-            chunk = await stream.receive_some(READ_CHUNK)
+            try:
+                chunk = os.read(stream.fileno(), READ_CHUNK)
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(stream.fileno())
+                waited = True
+                continue
+            except OSError as exc:
+                if exc.errno == errno.EBADF:
+                    raise trio.ClosedResourceError("file was already closed") from None
+                raise trio.BrokenResourceError from exc
+            if not waited:
+                await trio.lowlevel.checkpoint()  # data was already there: let the others run
+            return chunk
+
+    async def __aiter__(self) -> AsyncIterator[list[bytes | OversizedLine]]:
+        buf, cap = self._buf, self._max_line
+        while True:
+            chunk = await self._receive()
             if not chunk:
                 if buf or self._skipping:
                     logger.debug("dropped a partial line of %d bytes at EOF", len(buf) + self._skipping)
@@ -79,10 +110,13 @@ class LineReader:
                     continue
                 self._skipping = 0
                 start = nl + 1
+            # What is already buffered holds no newline: search only the new bytes, so a
+            # long line read in many chunks is scanned once, not once per chunk.
+            scan = len(buf)
             buf += chunk[start:] if start else chunk
             pos = 0
             while True:
-                nl = buf.find(b"\n", pos)
+                nl = buf.find(b"\n", max(pos, scan))
                 if nl < 0:
                     break
                 end = nl - 1 if nl > pos and buf[nl - 1] == 0x0D else nl
@@ -118,7 +152,10 @@ class FrameWriter:
 
     def __init__(self, stream: trio.abc.SendStream) -> None:
         self._stream = stream
-        self._queue: list[bytes] = []
+        self._pipe = stream if type(stream) is trio.lowlevel.FdStream else None
+        """The stream when it is a pipe: an idle writer writes to its fd directly (asked each
+        time: a closed `FdStream` answers -1, so a number the OS reused is never written)."""
+        self._queue: list[bytes | memoryview] = []
         self._queued = 0
         self._busy = False
         self._broken: str | None = None
@@ -129,7 +166,7 @@ class FrameWriter:
         """Why the stream can no longer be written, or None while it is healthy."""
         return self._broken
 
-    async def send(self, frame: bytes) -> None:
+    async def send(self, frame: bytes | memoryview) -> None:
         """Write ``frame`` (one or more complete lines, newline included).
 
         Raises:
@@ -137,6 +174,20 @@ class FrameWriter:
         """
         if self._broken is not None:
             raise StreamBroken(self._broken)
+        pipe = self._pipe
+        if pipe is not None and not self._busy and (fd := pipe.fileno()) >= 0:
+            # Nothing queued or being written: hand the frame to the pipe now. What it
+            # does not take at once (full pipe) is written below, ahead of anything queued later.
+            try:
+                sent = os.write(fd, frame)
+            except BlockingIOError:
+                sent = 0
+            except OSError as exc:
+                self._fail(f"{type(exc).__name__}: {exc}")
+                raise StreamBroken(self._broken or "closed") from None
+            if sent == len(frame):
+                return
+            frame = memoryview(frame)[sent:]
         if self._busy:
             while self._queued > MAX_BUFFERED_BYTES and self._busy:
                 await self._drained.wait()
