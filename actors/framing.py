@@ -72,7 +72,7 @@ class LineReader:
         self._buf = bytearray()
         self._skipping = 0
 
-    async def _receive(self) -> bytes:
+    async def _receive(self) -> bytes | bytearray:
         """The next chunk of the stream (b"" at EOF), straight from the pipe's fd if it is one."""
         stream = self._stream
         if type(stream) is not trio.lowlevel.FdStream:
