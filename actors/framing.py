@@ -18,6 +18,10 @@ which on a proxied call is two extra scheduler passes and a failed ``read`` per
 frame, most of what the proxy spent per call. A write the pipe takes whole returns
 at once; a read waits for the fd only when nothing is there, and yields once when
 it did not wait, so a peer that never pauses cannot starve the other tasks.
+
+A reader's pump that handles several frames from one read (`hold_writes`) holds
+what it writes meanwhile and writes each writer's share with one ``write`` at the
+end (`flush_writes`): 32 calls in flight then cost a few writes a batch, not 64.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ import errno
 import logging
 import os
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from contextvars import ContextVar, Token
+from dataclasses import dataclass, field
 from typing import Final
 
 import trio
@@ -136,6 +141,39 @@ class LineReader:
                 yield out
 
 
+@dataclass(slots=True, eq=False)
+class _Batch:
+    """The frames one pump task writes while it handles one read's worth of lines."""
+
+    open: bool = True
+    writers: list[FrameWriter] = field(default_factory=list)
+
+
+_batch: ContextVar[_Batch | None] = ContextVar("mcpvisor_write_batch", default=None)
+"""The batch of the task running now (a task started meanwhile inherits it; it holds
+only while the batch is open, so such a task's later writes are never stranded)."""
+
+
+def hold_writes() -> Token[_Batch | None]:
+    """From now until `flush_writes`, this task's writes to an idle writer are held, not written."""
+    return _batch.set(_Batch())
+
+
+async def flush_writes(token: Token[_Batch | None]) -> None:
+    """Write what the batch held, one ``write`` per writer, in the order it was sent.
+
+    A writer that broke meanwhile drops its share, as a write to it would have failed;
+    its owner learns of it from its next write or from the peer's end of the pipe.
+    """
+    batch = _batch.get()
+    _batch.reset(token)
+    if batch is None:
+        return
+    batch.open = False
+    for writer in batch.writers:
+        await writer.flush_held()
+
+
 class StreamBroken(Exception):
     """The peer stopped reading or closed its end; nothing more can be written."""
 
@@ -156,6 +194,8 @@ class FrameWriter:
         """The stream when it is a pipe: an idle writer writes to its fd directly (asked each
         time: a closed `FdStream` answers -1, so a number the OS reused is never written)."""
         self._queue: list[bytes | memoryview] = []
+        self._held: list[bytes | memoryview] = []
+        """Frames an open batch holds (`hold_writes`); written before anything sent later."""
         self._queued = 0
         self._busy = False
         self._broken: str | None = None
@@ -174,6 +214,15 @@ class FrameWriter:
         """
         if self._broken is not None:
             raise StreamBroken(self._broken)
+        if self._held:
+            self._held.append(frame)  # behind what a batch holds: its flush writes this too
+            return
+        if not self._busy:
+            batch = _batch.get()
+            if batch is not None and batch.open:
+                self._held.append(frame)
+                batch.writers.append(self)
+                return
         pipe = self._pipe
         if pipe is not None and not self._busy and (fd := pipe.fileno()) >= 0:
             # Nothing queued or being written: hand the frame to the pipe now. What it
@@ -217,11 +266,24 @@ class FrameWriter:
         if self._broken is not None:
             raise StreamBroken(self._broken)
 
+    async def flush_held(self) -> None:
+        """Write the frames a batch held (and whatever was sent behind them) as one."""
+        held = self._held
+        if not held:
+            return
+        data = b"".join(held) if len(held) > 1 else held[0]
+        held.clear()
+        try:
+            await self.send(data)
+        except StreamBroken:
+            pass
+
     def _fail(self, why: str) -> None:
         if self._broken is None:
             self._broken = why
         self._queue.clear()
         self._queued = 0
+        self._held.clear()
 
     async def aclose(self) -> None:
         """Close the stream (idempotent); later sends raise `StreamBroken`."""
