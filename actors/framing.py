@@ -41,6 +41,33 @@ logger = logging.getLogger(__name__)
 READ_CHUNK: Final = 65536
 """Bytes asked of the OS per read; lines are reassembled across reads."""
 
+MAX_READ_CHUNK: Final = 1 << 20
+"""Bytes asked of a pipe per read while it keeps filling whole reads (a large result):
+the chunk doubles from `READ_CHUNK` up to this, and falls back once a read comes up short."""
+
+PIPE_SIZE: Final = 1 << 20
+"""Capacity asked for the pipes the proxy reads and writes (Linux's default ceiling for
+an unprivileged process, ``/proc/sys/fs/pipe-max-size``): a 1 MiB result then crosses
+in a few reads and writes instead of sixteen 64 KiB hand-offs, each a wake-up of both
+ends. The kernel commits pages only for bytes actually queued."""
+
+_F_SETPIPE_SZ: Final = 1031
+"""``fcntl.F_SETPIPE_SZ`` (Linux; the constant is in `fcntl` from Python 3.10 on Linux only)."""
+
+
+def widen_pipe(stream: object) -> None:
+    """Ask for `PIPE_SIZE` on ``stream``'s pipe; anything that is not a pipe, or a refusal, is left as is."""
+    if type(stream) is not trio.lowlevel.FdStream:
+        return
+    try:
+        import fcntl
+    except ImportError:  # not on a Unix
+        return
+    try:
+        fcntl.fcntl(stream.fileno(), _F_SETPIPE_SZ, PIPE_SIZE)
+    except OSError:
+        pass  # not a pipe (a tty, a file), or above this system's ceiling
+
 WRITE_TIMEOUT_S: Final = 30.0
 """A write that cannot complete in this long means the peer stopped reading: the
 stream is declared broken instead of wedging every caller (python-sdk bounds its
@@ -76,6 +103,7 @@ class LineReader:
         self._max_line = max_line
         self._buf = bytearray()
         self._skipping = 0
+        self._chunk = READ_CHUNK
 
     async def _receive(self) -> bytes | bytearray:
         """The next chunk of the stream (b"" at EOF), straight from the pipe's fd if it is one."""
@@ -83,9 +111,10 @@ class LineReader:
         if type(stream) is not trio.lowlevel.FdStream:
             return await stream.receive_some(READ_CHUNK)
         waited = False
+        size = self._chunk
         while True:
             try:
-                chunk = os.read(stream.fileno(), READ_CHUNK)
+                chunk = os.read(stream.fileno(), size)
             except BlockingIOError:
                 await trio.lowlevel.wait_readable(stream.fileno())
                 waited = True
@@ -96,6 +125,7 @@ class LineReader:
                 raise trio.BrokenResourceError from exc
             if not waited:
                 await trio.lowlevel.checkpoint()  # data was already there: let the others run
+            self._chunk = min(size * 2, MAX_READ_CHUNK) if len(chunk) == size else READ_CHUNK
             return chunk
 
     async def __aiter__(self) -> AsyncIterator[list[bytes | OversizedLine]]:

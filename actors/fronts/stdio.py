@@ -42,6 +42,7 @@ from mcpvisor.actors.framing import (
     StreamBroken,
     flush_writes,
     hold_writes,
+    widen_pipe,
 )
 from mcpvisor.actors.fronts.fastpath import FastPath
 from mcpvisor.actors.fronts.frames import Refusal, decode_client_frame, duplicate_id, request_refusal
@@ -263,6 +264,8 @@ async def claim_stdio() -> AsyncIterator[tuple[trio.lowlevel.FdStream, trio.lowl
     os.close(devnull)
     receive = trio.lowlevel.FdStream(wire_in)
     send = trio.lowlevel.FdStream(wire_out)
+    widen_pipe(receive)
+    widen_pipe(send)
     try:
         yield receive, send
     finally:

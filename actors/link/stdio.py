@@ -33,6 +33,7 @@ from mcpvisor.actors.framing import (
     StreamBroken,
     flush_writes,
     hold_writes,
+    widen_pipe,
 )
 from mcpvisor.actors.link.base import PROXY_ID_PREFIX, FastSink, Link, LinkEvents, Pending
 from mcpvisor.actors.link.session import client_info, handshake, session_callbacks
@@ -76,6 +77,8 @@ class StdioLink(Link):
         assert proc.stdout is not None
         self.proc = proc
         self.pid = proc.pid
+        widen_pipe(proc.stdin)
+        widen_pipe(proc.stdout)
         self.writer = FrameWriter(proc.stdin)
         self.max_message = max_message
         self.stderr = stderr
