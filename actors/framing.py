@@ -104,14 +104,21 @@ class LineReader:
         self._buf = bytearray()
         self._skipping = 0
         self._chunk = READ_CHUNK
+        self._emptied = False
 
     async def _receive(self) -> bytes | bytearray:
         """The next chunk of the stream (b"" at EOF), straight from the pipe's fd if it is one."""
         stream = self._stream
         if type(stream) is not trio.lowlevel.FdStream:
             return await stream.receive_some(READ_CHUNK)
-        waited = False
         size = self._chunk
+        # A short read emptied the pipe: wait for the fd before reading again, rather than
+        # reading once more only to be told it is empty (a syscall per frame saved).
+        waited = self._emptied
+        if waited:
+            fd = stream.fileno()
+            if fd >= 0:
+                await trio.lowlevel.wait_readable(fd)
         while True:
             try:
                 chunk = os.read(stream.fileno(), size)
@@ -125,7 +132,9 @@ class LineReader:
                 raise trio.BrokenResourceError from exc
             if not waited:
                 await trio.lowlevel.checkpoint()  # data was already there: let the others run
-            self._chunk = min(size * 2, MAX_READ_CHUNK) if len(chunk) == size else READ_CHUNK
+            full = len(chunk) == size
+            self._emptied = not full
+            self._chunk = min(size * 2, MAX_READ_CHUNK) if full else READ_CHUNK
             return chunk
 
     async def __aiter__(self) -> AsyncIterator[list[bytes | OversizedLine]]:
