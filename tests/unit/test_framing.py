@@ -96,7 +96,8 @@ async def test_a_frame_larger_than_the_pipe_arrives_whole_and_before_the_next() 
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(writer.send, big)
-            nursery.start_soon(writer.send, b"next\n")
+            await trio.testing.wait_all_tasks_blocked()  # the pipe is full, the rest still to write
+            await writer.send(b"next\n")
             lines = await read_lines(receive, 2)
     assert lines == [big[:-1], b"next"]
     await receive.aclose()
