@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-SCENARIOS: Final = ("latency", "latency_work", "throughput", "payload", "peers", "http_latency",
+SCENARIOS: Final = ("latency", "latency_work", "throughput", "payload", "peers", "raw", "http_latency",
                     "http_throughput", "http_peers", "startup", "first_list", "rss", "tools_list_size",
                     "list_changed", "recovery", "harness")
 EXIT_OK: Final = 0
@@ -325,6 +325,14 @@ async def _main(wanted: Sequence[str], params: Any, workdir: Path, core: list[An
     if calls:
         err(f"bench: {', '.join(calls)} (stdio) ...")
         done(await run_call_group("stdio", calls, [*core, *nofast, *peers], params, workdir))
+    if "raw" in wanted:
+        from mcpvisor.bench.scenarios_raw import run_raw
+
+        err("bench: raw (stdio) ...")
+        t0 = time.perf_counter()
+        r = await run_raw([*core, *nofast, *peers], params, workdir)
+        r.seconds = time.perf_counter() - t0
+        done([r])
     http = [n for n in HTTP_SCENARIOS if n in wanted]
     if http:
         err(f"bench: {', '.join(http)} ...")
