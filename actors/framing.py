@@ -213,6 +213,22 @@ async def flush_writes(token: Token[_Batch | None]) -> None:
         await writer.flush_held()
 
 
+async def flush_held_writes() -> None:
+    """Write what the running task's open batch holds so far (the batch stays open).
+
+    A pump calls this before it may wait on something else (a full queue towards the SDK):
+    a frame it held must not wait with it, since what the pump waits for may need that
+    frame to have reached its peer first.
+    """
+    batch = _batch.get()
+    if batch is None or not batch.open:
+        return
+    writers = list(batch.writers)
+    batch.writers.clear()
+    for writer in writers:
+        await writer.flush_held()
+
+
 class StreamBroken(Exception):
     """The peer stopped reading or closed its end; nothing more can be written."""
 
@@ -262,6 +278,10 @@ class FrameWriter:
                 self._held.append(frame)
                 batch.writers.append(self)
                 return
+        await self._write(frame)
+
+    async def _write(self, frame: bytes | memoryview) -> None:
+        """Write ``frame`` now, or queue it behind the write in progress."""
         pipe = self._pipe
         if pipe is not None and not self._busy and (fd := pipe.fileno()) >= 0:
             # Nothing queued or being written: hand the frame to the pipe now. What it
@@ -312,8 +332,10 @@ class FrameWriter:
             return
         data = b"".join(held) if len(held) > 1 else held[0]
         held.clear()
+        if self._broken is not None:
+            return
         try:
-            await self.send(data)
+            await self._write(data)
         except StreamBroken:
             pass
 

@@ -40,6 +40,7 @@ from mcpvisor.actors.framing import (
     LineReader,
     OversizedLine,
     StreamBroken,
+    flush_held_writes,
     flush_writes,
     hold_writes,
     widen_pipe,
@@ -219,7 +220,11 @@ class StdioFront:
                 await self._reply(wire.error_frame(rid, wire.INVALID_REQUEST,
                                                    "invalid request: malformed message"))
             return
-        await self._to_sdk.send(SessionMessage(message))
+        try:
+            self._to_sdk.send_nowait(SessionMessage(message))
+        except anyio.WouldBlock:
+            await flush_held_writes()  # the SDK is behind: what this read wrote leaves before we wait
+            await self._to_sdk.send(SessionMessage(message))
 
     async def _pump_out(self) -> None:
         async with self._from_sdk:

@@ -31,6 +31,7 @@ from mcpvisor.actors.framing import (
     LineReader,
     OversizedLine,
     StreamBroken,
+    flush_held_writes,
     flush_writes,
     hold_writes,
     widen_pipe,
@@ -326,7 +327,11 @@ class StdioLink(Link):
             logger.debug("%s: message the SDK cannot parse: %s", self.server, exc)
             return
         try:
-            await self._to_session.send(SessionMessage(message))
+            try:
+                self._to_session.send_nowait(SessionMessage(message))
+            except anyio.WouldBlock:
+                await flush_held_writes()  # the session is behind: what this read wrote leaves first
+                await self._to_session.send(SessionMessage(message))
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             pass
 

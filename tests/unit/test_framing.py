@@ -15,7 +15,14 @@ import pytest
 import trio
 import trio.testing
 
-from mcpvisor.actors.framing import FrameWriter, LineReader, StreamBroken, flush_writes, hold_writes
+from mcpvisor.actors.framing import (
+    FrameWriter,
+    LineReader,
+    StreamBroken,
+    flush_held_writes,
+    flush_writes,
+    hold_writes,
+)
 
 MAX_LINE = 1 << 20
 
@@ -132,3 +139,20 @@ async def test_a_closed_writer_never_writes_to_the_fd_number_again() -> None:
         os.close(r2)
         os.close(w2)
         await receive.aclose()
+
+
+async def test_a_pump_about_to_wait_writes_what_its_open_batch_held_so_far() -> None:
+    receive, send = pipe()
+    writer = FrameWriter(send)
+    with trio.fail_after(10):
+        token = hold_writes()
+        await writer.send(b"before the wait\n")
+        await flush_held_writes()  # what a pump does before it may block on a full queue
+        assert os.read(receive.fileno(), 100) == b"before the wait\n"
+        await writer.send(b"after the wait\n")  # the batch is still open: held again
+        with pytest.raises(BlockingIOError):
+            os.read(receive.fileno(), 100)
+        await flush_writes(token)
+        assert os.read(receive.fileno(), 100) == b"after the wait\n"
+    await receive.aclose()
+    await send.aclose()
