@@ -10,13 +10,28 @@ Owns the two halves every stdio pipe needs:
   concurrent writers append to a batch the active writer flushes with one
   ``send_all`` (frames coalesce under load, which is what lets concurrency 32 keep
   up with a direct connection; docs/hotpath.md).
+
+Both halves talk to the file descriptor itself when the stream is a pipe
+(`trio.lowlevel.FdStream`: a child's stdin/stdout, our own stdio): trio's
+``send_all``/``receive_some`` yield to the scheduler before every write and read,
+which on a proxied call is two extra scheduler passes and a failed ``read`` per
+frame, most of what the proxy spent per call. A write the pipe takes whole returns
+at once; a read waits for the fd only when nothing is there, and yields once when
+it did not wait, so a peer that never pauses cannot starve the other tasks.
+
+A reader's pump that handles several frames from one read (`hold_writes`) holds
+what it writes meanwhile and writes each writer's share with one ``write`` at the
+end (`flush_writes`): 32 calls in flight then cost a few writes a batch, not 64.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from contextvars import ContextVar, Token
+from dataclasses import dataclass, field
 from typing import Final
 
 import trio
@@ -25,6 +40,33 @@ logger = logging.getLogger(__name__)
 
 READ_CHUNK: Final = 65536
 """Bytes asked of the OS per read; lines are reassembled across reads."""
+
+MAX_READ_CHUNK: Final = 1 << 20
+"""Bytes asked of a pipe per read while it keeps filling whole reads (a large result):
+the chunk doubles from `READ_CHUNK` up to this, and falls back once a read comes up short."""
+
+PIPE_SIZE: Final = 1 << 20
+"""Capacity asked for the pipes the proxy reads and writes (Linux's default ceiling for
+an unprivileged process, ``/proc/sys/fs/pipe-max-size``): a 1 MiB result then crosses
+in a few reads and writes instead of sixteen 64 KiB hand-offs, each a wake-up of both
+ends. The kernel commits pages only for bytes actually queued."""
+
+_F_SETPIPE_SZ: Final = 1031
+"""``fcntl.F_SETPIPE_SZ`` (Linux; the constant is in `fcntl` from Python 3.10 on Linux only)."""
+
+
+def widen_pipe(stream: object) -> None:
+    """Ask for `PIPE_SIZE` on ``stream``'s pipe; anything that is not a pipe, or a refusal, is left as is."""
+    if type(stream) is not trio.lowlevel.FdStream:
+        return
+    try:
+        import fcntl
+    except ImportError:  # not on a Unix
+        return
+    try:
+        fcntl.fcntl(stream.fileno(), _F_SETPIPE_SZ, PIPE_SIZE)
+    except OSError:
+        pass  # not a pipe (a tty, a file), or above this system's ceiling
 
 WRITE_TIMEOUT_S: Final = 30.0
 """A write that cannot complete in this long means the peer stopped reading: the
@@ -61,11 +103,44 @@ class LineReader:
         self._max_line = max_line
         self._buf = bytearray()
         self._skipping = 0
+        self._chunk = READ_CHUNK
+        self._emptied = False
+
+    async def _receive(self) -> bytes | bytearray:
+        """The next chunk of the stream (b"" at EOF), straight from the pipe's fd if it is one."""
+        stream = self._stream
+        if type(stream) is not trio.lowlevel.FdStream:
+            return await stream.receive_some(READ_CHUNK)
+        size = self._chunk
+        # A short read emptied the pipe: wait for the fd before reading again, rather than
+        # reading once more only to be told it is empty (a syscall per frame saved).
+        waited = self._emptied
+        if waited:
+            fd = stream.fileno()
+            if fd >= 0:
+                await trio.lowlevel.wait_readable(fd)
+        while True:
+            try:
+                chunk = os.read(stream.fileno(), size)
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(stream.fileno())
+                waited = True
+                continue
+            except OSError as exc:
+                if exc.errno == errno.EBADF:
+                    raise trio.ClosedResourceError("file was already closed") from None
+                raise trio.BrokenResourceError from exc
+            if not waited:
+                await trio.lowlevel.checkpoint()  # data was already there: let the others run
+            full = len(chunk) == size
+            self._emptied = not full
+            self._chunk = min(size * 2, MAX_READ_CHUNK) if full else READ_CHUNK
+            return chunk
 
     async def __aiter__(self) -> AsyncIterator[list[bytes | OversizedLine]]:
-        stream, buf, cap = self._stream, self._buf, self._max_line
+        buf, cap = self._buf, self._max_line
         while True:
-            chunk = await stream.receive_some(READ_CHUNK)
+            chunk = await self._receive()
             if not chunk:
                 if buf or self._skipping:
                     logger.debug("dropped a partial line of %d bytes at EOF", len(buf) + self._skipping)
@@ -79,10 +154,13 @@ class LineReader:
                     continue
                 self._skipping = 0
                 start = nl + 1
+            # What is already buffered holds no newline: search only the new bytes, so a
+            # long line read in many chunks is scanned once, not once per chunk.
+            scan = len(buf)
             buf += chunk[start:] if start else chunk
             pos = 0
             while True:
-                nl = buf.find(b"\n", pos)
+                nl = buf.find(b"\n", max(pos, scan))
                 if nl < 0:
                     break
                 end = nl - 1 if nl > pos and buf[nl - 1] == 0x0D else nl
@@ -102,6 +180,55 @@ class LineReader:
                 yield out
 
 
+@dataclass(slots=True, eq=False)
+class _Batch:
+    """The frames one pump task writes while it handles one read's worth of lines."""
+
+    open: bool = True
+    writers: list[FrameWriter] = field(default_factory=list)
+
+
+_batch: ContextVar[_Batch | None] = ContextVar("mcpvisor_write_batch", default=None)
+"""The batch of the task running now (a task started meanwhile inherits it; it holds
+only while the batch is open, so such a task's later writes are never stranded)."""
+
+
+def hold_writes() -> Token[_Batch | None]:
+    """From now until `flush_writes`, this task's writes to an idle writer are held, not written."""
+    return _batch.set(_Batch())
+
+
+async def flush_writes(token: Token[_Batch | None]) -> None:
+    """Write what the batch held, one ``write`` per writer, in the order it was sent.
+
+    A writer that broke meanwhile drops its share, as a write to it would have failed;
+    its owner learns of it from its next write or from the peer's end of the pipe.
+    """
+    batch = _batch.get()
+    _batch.reset(token)
+    if batch is None:
+        return
+    batch.open = False
+    for writer in batch.writers:
+        await writer.flush_held()
+
+
+async def flush_held_writes() -> None:
+    """Write what the running task's open batch holds so far (the batch stays open).
+
+    A pump calls this before it may wait on something else (a full queue towards the SDK):
+    a frame it held must not wait with it, since what the pump waits for may need that
+    frame to have reached its peer first.
+    """
+    batch = _batch.get()
+    if batch is None or not batch.open:
+        return
+    writers = list(batch.writers)
+    batch.writers.clear()
+    for writer in writers:
+        await writer.flush_held()
+
+
 class StreamBroken(Exception):
     """The peer stopped reading or closed its end; nothing more can be written."""
 
@@ -118,7 +245,12 @@ class FrameWriter:
 
     def __init__(self, stream: trio.abc.SendStream) -> None:
         self._stream = stream
-        self._queue: list[bytes] = []
+        self._pipe = stream if type(stream) is trio.lowlevel.FdStream else None
+        """The stream when it is a pipe: an idle writer writes to its fd directly (asked each
+        time: a closed `FdStream` answers -1, so a number the OS reused is never written)."""
+        self._queue: list[bytes | memoryview] = []
+        self._held: list[bytes | memoryview] = []
+        """Frames an open batch holds (`hold_writes`); written before anything sent later."""
         self._queued = 0
         self._busy = False
         self._broken: str | None = None
@@ -129,7 +261,7 @@ class FrameWriter:
         """Why the stream can no longer be written, or None while it is healthy."""
         return self._broken
 
-    async def send(self, frame: bytes) -> None:
+    async def send(self, frame: bytes | memoryview) -> None:
         """Write ``frame`` (one or more complete lines, newline included).
 
         Raises:
@@ -137,6 +269,33 @@ class FrameWriter:
         """
         if self._broken is not None:
             raise StreamBroken(self._broken)
+        if self._held:
+            self._held.append(frame)  # behind what a batch holds: its flush writes this too
+            return
+        if not self._busy:
+            batch = _batch.get()
+            if batch is not None and batch.open:
+                self._held.append(frame)
+                batch.writers.append(self)
+                return
+        await self._write(frame)
+
+    async def _write(self, frame: bytes | memoryview) -> None:
+        """Write ``frame`` now, or queue it behind the write in progress."""
+        pipe = self._pipe
+        if pipe is not None and not self._busy and (fd := pipe.fileno()) >= 0:
+            # Nothing queued or being written: hand the frame to the pipe now. What it
+            # does not take at once (full pipe) is written below, ahead of anything queued later.
+            try:
+                sent = os.write(fd, frame)
+            except BlockingIOError:
+                sent = 0
+            except OSError as exc:
+                self._fail(f"{type(exc).__name__}: {exc}")
+                raise StreamBroken(self._broken or "closed") from None
+            if sent == len(frame):
+                return
+            frame = memoryview(frame)[sent:]
         if self._busy:
             while self._queued > MAX_BUFFERED_BYTES and self._busy:
                 await self._drained.wait()
@@ -166,11 +325,26 @@ class FrameWriter:
         if self._broken is not None:
             raise StreamBroken(self._broken)
 
+    async def flush_held(self) -> None:
+        """Write the frames a batch held (and whatever was sent behind them) as one."""
+        held = self._held
+        if not held:
+            return
+        data = b"".join(held) if len(held) > 1 else held[0]
+        held.clear()
+        if self._broken is not None:
+            return
+        try:
+            await self._write(data)
+        except StreamBroken:
+            pass
+
     def _fail(self, why: str) -> None:
         if self._broken is None:
             self._broken = why
         self._queue.clear()
         self._queued = 0
+        self._held.clear()
 
     async def aclose(self) -> None:
         """Close the stream (idempotent); later sends raise `StreamBroken`."""

@@ -23,8 +23,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-SCENARIOS: Final = ("latency", "latency_work", "throughput", "payload", "http_latency", "http_throughput",
-                    "startup", "first_list", "rss", "tools_list_size", "list_changed", "recovery", "harness")
+SCENARIOS: Final = ("latency", "latency_work", "throughput", "payload", "peers", "raw", "http_latency",
+                    "http_throughput", "http_peers", "startup", "first_list", "rss", "tools_list_size",
+                    "list_changed", "recovery", "harness")
 EXIT_OK: Final = 0
 EXIT_REGRESSION: Final = 1
 EXIT_USAGE: Final = 2
@@ -51,6 +52,8 @@ examples:
   python -m mcpvisor.bench --out bench/results/latest.json # the full run, saved
   python -m mcpvisor.bench --compare bench/results/latest.json --only latency,throughput
   python -m mcpvisor.bench --only latency --calls 20 --no-peers --json
+  python -m mcpvisor.bench --setup-peers                   # install the peers (npm ones pinned) first
+  python -m mcpvisor.bench --only peers,http_peers         # every peer at 1, 8 and 32 in flight
 """
 
 
@@ -65,7 +68,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--only", metavar="NAME,...", help="run only these scenarios (comma-separated)")
     p.add_argument("--no-peers", action="store_true", help="skip the peer proxies (no install, no runs)")
     p.add_argument("--peers", metavar="NAME,...",
-                   help="run only these peers (fastmcp, magg, mcp-proxy, mcp-hub)")
+                   help="run only these peers (fastmcp, magg, mcp-proxy, mcp-hub, supergateway)")
+    p.add_argument("--setup-peers", action="store_true",
+                   help="install every peer (PyPI venvs; the npm ones pinned in bench/peers/npm) and exit")
     p.add_argument("--no-install", action="store_true",
                    help="use peers already installed under bench/.peers only")
     p.add_argument("--json", action="store_true", help="print only the JSON lines (no table)")
@@ -128,6 +133,13 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_USAGE
     if args.load:
         return show_saved(args, old_doc)
+    if args.setup_peers:
+        from mcpvisor.bench.peers import setup_peers
+
+        failed = setup_peers(echo=err)
+        for name, reason in failed:
+            err(f"bench: peer {name} not installed: {reason}")
+        return EXIT_OK if not failed else EXIT_USAGE
     params = Params.quick_run() if args.quick else Params.full_run()
     if args.calls:
         params = replace(params, calls=args.calls, throughput_calls=max(args.calls, params.concurrency),
@@ -313,6 +325,14 @@ async def _main(wanted: Sequence[str], params: Any, workdir: Path, core: list[An
     if calls:
         err(f"bench: {', '.join(calls)} (stdio) ...")
         done(await run_call_group("stdio", calls, [*core, *nofast, *peers], params, workdir))
+    if "raw" in wanted:
+        from mcpvisor.bench.scenarios_raw import run_raw
+
+        err("bench: raw (stdio) ...")
+        t0 = time.perf_counter()
+        r = await run_raw([*core, *nofast, *peers], params, workdir)
+        r.seconds = time.perf_counter() - t0
+        done([r])
     http = [n for n in HTTP_SCENARIOS if n in wanted]
     if http:
         err(f"bench: {', '.join(http)} ...")

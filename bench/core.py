@@ -84,6 +84,12 @@ METRICS: Final[dict[str, Metric]] = {
     "ratio_c1": Metric("x", False, True, "c=1 ratio"),
     "ratio_cN": Metric("x", False, True, "c=32 ratio"),
     "cN_p50_ms": Metric("ms", True, False, "c=32 p50 ms"),
+    "raw_calls_s": Metric("calls/s", False, False, "calls/s"),
+    "raw_ratio": Metric("x", False, True, "ratio"),
+    # The peers scenarios: short labels, fifteen columns share one table.
+    **{f"at{c}_calls_s": Metric("calls/s", False, False, f"{c}: /s") for c in (1, 8, 32)},
+    **{f"at{c}_ratio": Metric("x", False, True, f"{c}: x") for c in (1, 8, 32)},
+    **{f"at{c}_p{q}_ms": Metric("ms", True, False, f"{c}: p{q}") for c in (1, 8, 32) for q in (50, 95, 99)},
     "rss_mb": Metric("MB", True, True, "RSS MB"),
     "peak_rss_mb": Metric("MB", True, True, "peak RSS MB"),
     "upstream_rss_mb": Metric("MB", True, False, "per-upstream RSS MB"),

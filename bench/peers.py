@@ -4,9 +4,12 @@ Owns:
 
 * `PEERS`: each peer's registry package, the interpreter it needs, how it is launched
   over the benchmark upstreams (stdio and/or streamable HTTP), and what it can do;
-* `ensure_installed`: a private venv (PyPI) or ``node_modules`` (npm) per peer under
-  ``bench/.peers/`` — never the project venv, their pins conflict with ours (fastmcp
-  brings its own ``mcp``) — cached between runs by a marker file;
+* `ensure_installed`: a private venv per PyPI peer under ``bench/.peers/`` — never the
+  project venv, their pins conflict with ours (fastmcp brings its own ``mcp``) — cached
+  between runs by a marker file; the npm peers are pinned together in
+  ``bench/peers/npm/package.json`` with its lock file and installed with ``npm ci`` into
+  ``bench/.peers/npm`` (again whenever the lock file changes);
+* `setup_peers`: install every peer now (``python -m mcpvisor.bench --setup-peers``);
 * `peer_subjects`: the peers that could be installed, as `Subject`s, and a reason for
   each one that could not (reported as ``skipped: <reason>``, never dropped).
 
@@ -16,8 +19,10 @@ Runner scripts that configure a peer headlessly live in ``bench/peers/``.
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -34,6 +39,10 @@ RUNNERS_DIR: Final = BENCH_DIR / "peers"
 INSTALL_TIMEOUT_S: Final = 900.0
 """pip/npm on a loaded 2-core box: fastmcp's dependency tree took several minutes once."""
 MARKER: Final = ".bench-installed"
+NPM_PINS: Final = RUNNERS_DIR / "npm"
+"""``package.json`` and ``package-lock.json`` pinning every npm peer (exact versions, one lock)."""
+NPM_HOME: Final = PEERS_DIR / "npm"
+"""Where ``npm ci`` installs them (gitignored, as all of ``bench/.peers``)."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +131,21 @@ def _mcp_hub(home: Path, servers: Sequence[ServerDef], workdir: Path, transport:
                   url=f"http://127.0.0.1:{port}/mcp", sse=True)
 
 
+def _supergateway(home: Path, servers: Sequence[ServerDef], workdir: Path, transport: str, port: int,
+                  tag: str) -> Launch:
+    if len(servers) != 1:
+        raise ValueError("supergateway fronts one stdio server per port; it does not aggregate")
+    node = shutil.which("node") or "node"
+    script = home / "node_modules" / "supergateway" / "dist" / "index.js"
+    entry = servers[0].entry()
+    command = " ".join(shlex.quote(w) for w in [entry["command"], *entry["args"]])
+    # --stateful: one upstream process per client session, as every other subject keeps;
+    # its stateless default starts a new upstream for each request.
+    argv = [node, str(script), "--stdio", command, "--outputTransport", "streamableHttp", "--stateful",
+            "--port", str(port), "--logLevel", "none"]
+    return Launch(argv, procs.base_env(tag=tag), str(workdir), url=f"http://127.0.0.1:{port}/mcp")
+
+
 PEERS: Final[tuple[PeerSpec, ...]] = (
     PeerSpec("fastmcp", "pypi", "fastmcp", _fastmcp, frozenset({"stdio", "http"}), True,
              "FastMCP create_proxy over the mcpServers config (bench/peers/fastmcp_proxy.py)"),
@@ -132,7 +156,12 @@ PEERS: Final[tuple[PeerSpec, ...]] = (
              "client -> an HTTP mcp-proxy server -> the upstream (both processes counted)"),
     PeerSpec("mcp-hub", "npm", "mcp-hub", _mcp_hub, frozenset({"http"}), True,
              "npm mcp-hub --config; its unified endpoint /mcp speaks the legacy HTTP+SSE transport"),
+    PeerSpec("supergateway", "npm", "supergateway", _supergateway, frozenset({"http"}), False,
+             "npm supergateway --stdio UPSTREAM --outputTransport streamableHttp --stateful "
+             "(a gateway: one stdio server per port)"),
 )
+"""1MCP (npm ``@1mcp/agent``) is not among them: npm answers 404 for that package on this
+machine, so it cannot be pinned; add it to ``bench/peers/npm/package.json`` where it installs."""
 
 
 # --- installation -------------------------------------------------------------------------------
@@ -169,9 +198,48 @@ def _last_error(log: Path) -> str:
     return errors[-1][:300] if errors else ""
 
 
+def _lock_digest() -> str:
+    return hashlib.sha256((NPM_PINS / "package-lock.json").read_bytes()).hexdigest()
+
+
+def _ensure_npm(install: bool, echo: Callable[[str], None]) -> str | None:
+    """``npm ci`` the pinned npm peers into `NPM_HOME` unless that lock is installed already;
+    None when they are there, else why not."""
+    marker = NPM_HOME / MARKER
+    digest = _lock_digest()
+    if marker.exists() and marker.read_text().strip() == digest:
+        return None
+    if not install:
+        return (f"not installed (python -m mcpvisor.bench --setup-peers installs {NPM_PINS} "
+                f"into {NPM_HOME})")
+    npm = shutil.which("npm")
+    if npm is None:
+        return "npm is not installed on this machine"
+    NPM_HOME.mkdir(parents=True, exist_ok=True)
+    for name in ("package.json", "package-lock.json"):
+        shutil.copyfile(NPM_PINS / name, NPM_HOME / name)
+    log = PEERS_DIR / "npm.install.log"
+    echo(f"bench: installing the npm peers pinned in {NPM_PINS} into {NPM_HOME} (npm ci) ...")
+    try:
+        _run([npm, "ci", "--no-audit", "--no-fund"], log, cwd=NPM_HOME)
+    except subprocess.TimeoutExpired:
+        return f"npm ci took more than {INSTALL_TIMEOUT_S:.0f} s (log: {log})"
+    except (subprocess.CalledProcessError, OSError) as exc:
+        return f"npm ci of {NPM_PINS} failed: {_last_error(log) or exc} (log: {log})"
+    marker.write_text(digest + "\n")
+    return None
+
+
 def ensure_installed(spec: PeerSpec, *, install: bool = True,
                      echo: Callable[[str], None] = print) -> Path | str:
     """The peer's home directory, installing it first if needed; or why it cannot be had."""
+    if spec.registry == "npm":
+        why = _ensure_npm(install, echo)
+        if why is not None:
+            return why
+        if not (NPM_HOME / "node_modules" / spec.package / "package.json").exists():
+            return f"{spec.package} is not pinned in {NPM_PINS / 'package.json'}"
+        return NPM_HOME
     home = PEERS_DIR / spec.name
     marker = home / MARKER
     if marker.exists():
@@ -181,27 +249,17 @@ def ensure_installed(spec: PeerSpec, *, install: bool = True,
     PEERS_DIR.mkdir(parents=True, exist_ok=True)
     log = PEERS_DIR / f"{spec.name}.install.log"
     try:
-        if spec.registry == "pypi":
-            python = find_python(spec.python_min)
-            if python is None:
-                return f"{spec.package} needs Python >= {spec.python_min[0]}.{spec.python_min[1]}; none found"
-            if home.exists():
-                shutil.rmtree(home)
-            echo(f"bench: installing peer {spec.name} ({spec.package} from PyPI) into {home} ...")
-            _run([python, "-m", "venv", str(home)], log)
-            _run([str(home / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                  spec.package], log)
-            version = subprocess.run([str(home / "bin" / "python"), "-m", "pip", "show", spec.package],
-                                     capture_output=True, text=True, check=False).stdout
-        else:
-            npm = shutil.which("npm")
-            if npm is None:
-                return "npm is not installed on this machine"
-            home.mkdir(parents=True, exist_ok=True)
-            echo(f"bench: installing peer {spec.name} ({spec.package} from npm) into {home} ...")
-            _run([npm, "install", "--no-audit", "--no-fund", "--prefix", str(home), spec.package], log)
-            version = subprocess.run([npm, "ls", "--prefix", str(home), spec.package], capture_output=True,
-                                     text=True, check=False).stdout
+        python = find_python(spec.python_min)
+        if python is None:
+            return f"{spec.package} needs Python >= {spec.python_min[0]}.{spec.python_min[1]}; none found"
+        if home.exists():
+            shutil.rmtree(home)
+        echo(f"bench: installing peer {spec.name} ({spec.package} from PyPI) into {home} ...")
+        _run([python, "-m", "venv", str(home)], log)
+        _run([str(home / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+              spec.package], log)
+        version = subprocess.run([str(home / "bin" / "python"), "-m", "pip", "show", spec.package],
+                                 capture_output=True, text=True, check=False).stdout
     except subprocess.TimeoutExpired:
         return f"installing {spec.package} took more than {INSTALL_TIMEOUT_S:.0f} s (log: {log})"
     except (subprocess.CalledProcessError, OSError) as exc:
@@ -211,7 +269,25 @@ def ensure_installed(spec: PeerSpec, *, install: bool = True,
     return home
 
 
+def setup_peers(echo: Callable[[str], None] = print) -> list[tuple[str, str]]:
+    """Install every peer now; ``(name, reason)`` for each that could not be installed."""
+    failed = []
+    for spec in PEERS:
+        home = ensure_installed(spec, install=True, echo=echo)
+        if isinstance(home, str):
+            failed.append((spec.name, home))
+    return failed
+
+
 def peer_version(name: str) -> str | None:
+    spec = next((p for p in PEERS if p.name == name), None)
+    if spec is not None and spec.registry == "npm":
+        try:
+            doc = json.loads((NPM_HOME / "node_modules" / spec.package / "package.json").read_text())
+        except (OSError, ValueError):
+            return None
+        version = doc.get("version") if isinstance(doc, dict) else None
+        return version if isinstance(version, str) else None
     marker = PEERS_DIR / name / MARKER
     try:
         text = marker.read_text()
@@ -220,8 +296,6 @@ def peer_version(name: str) -> str | None:
     for line in text.splitlines():
         if line.startswith("Version:"):
             return line.split(":", 1)[1].strip()
-        if "@" in line and name in line:
-            return line.rsplit("@", 1)[1].strip()
     return None
 
 

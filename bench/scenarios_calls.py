@@ -101,6 +101,40 @@ async def throughput(session: Session, base: str, args: dict[str, Any], total: i
     return made / (t_end - t_start - WATCH.overlap(t_start, t_end)), percentile(times, 0.5) * 1e3, made
 
 
+async def distinct_calls(session: Session, total: int, concurrency: int,
+                         limit_s: float = math.inf) -> tuple[float, list[float]]:
+    """``total`` echo calls from ``concurrency`` tasks, each call with arguments of its own (so
+    no cache or coalescing in a subject can help): (calls/s, the sorted call times in s)."""
+    tool = session.tool("echo")
+    call = session.client.call_tool
+    remaining = total
+    spans: list[tuple[float, float]] = []
+    clock = time.perf_counter
+    deadline = clock() + limit_s
+    serial = 0
+
+    async def worker() -> None:
+        nonlocal remaining, serial
+        while remaining > 0 and (clock() < deadline or len(spans) < MIN_CALLS):
+            remaining -= 1
+            serial += 1
+            args = {"text": f"c{concurrency}-{serial}"}
+            t0 = clock()
+            await call(tool, args)
+            spans.append((t0, clock()))
+
+    t_start = clock()
+    with trio.fail_after(CALL_TIMEOUT_S + total * CALL_BUDGET_S):
+        async with trio.open_nursery() as nursery:
+            for _ in range(concurrency):
+                nursery.start_soon(worker)
+    t_end = clock()
+    await WATCH.settle()
+    times, _ = WATCH.clean(spans)
+    times.sort()
+    return len(spans) / (t_end - t_start - WATCH.overlap(t_start, t_end)), times
+
+
 async def interleave(sessions: Sequence[Session], rounds: int, measure: Measure,
                      result: Result) -> dict[str, list[dict[str, float]]]:
     """Run ``measure`` on each session, alternating direction each round; a failing subject is dropped."""
@@ -259,6 +293,49 @@ async def run_throughput(sessions: Sequence[Session], params: Params, result: Re
     beats_peers(result, "ratio_cN", lower_is_better=False)
 
 
+PEER_LEVELS: Final = (1, 8, 32)
+"""Calls in flight at once in the peers scenarios."""
+
+
+def peer_columns() -> list[str]:
+    cols = []
+    for c in PEER_LEVELS:
+        cols += [f"at{c}_calls_s", f"at{c}_ratio", f"at{c}_p50_ms", f"at{c}_p95_ms", f"at{c}_p99_ms"]
+    return cols
+
+
+async def run_peers(sessions: Sequence[Session], params: Params, result: Result) -> None:
+    """Every subject at each of `PEER_LEVELS` calls in flight: calls/s (and its ratio to
+    direct) and the p50/p95/p99 of a call, distinct arguments on every call."""
+    n = params.throughput_calls
+    if result.scenario.startswith("http"):
+        n = max(max(PEER_LEVELS), n // HTTP_CALL_DIVISOR)
+    result.params.update(calls=n, rounds=params.rounds, concurrency=list(PEER_LEVELS), tool="echo",
+                         arguments="distinct per call", limit_s=params.measure_s)
+
+    async def measure(session: Session) -> dict[str, float]:
+        values: dict[str, float] = {}
+        made = n
+        for c in PEER_LEVELS:
+            rate, times = await distinct_calls(session, n, c, params.measure_s)
+            made = min(made, len(times))
+            values[f"at{c}_calls_s"] = rate
+            for q in (50, 95, 99):
+                values[f"at{c}_p{q}_ms"] = percentile(times, q / 100) * 1e3
+        values["calls"] = made
+        return values
+
+    per_round = await interleave(sessions, params.rounds, measure, result)
+    metrics = [f"at{c}_{m}" for c in PEER_LEVELS for m in ("calls_s", "p50_ms", "p95_ms", "p99_ms")]
+    table = aggregate(per_round, metrics, {f"at{c}_ratio": f"at{c}_calls_s" for c in PEER_LEVELS})
+    for row in table.values():
+        for c in PEER_LEVELS:
+            row[f"at{c}_calls_s"] = rnd(row[f"at{c}_calls_s"], 0)
+    rows_from(result, sessions, table)
+    for c in PEER_LEVELS:
+        beats_peers(result, f"at{c}_ratio", lower_is_better=False)
+
+
 async def run_payload(sessions: Sequence[Session], params: Params, result: Result) -> None:
     size = params.payload_bytes
     result.params.update(calls=params.payload_calls, rounds=params.rounds, bytes=size)
@@ -278,8 +355,8 @@ async def run_payload(sessions: Sequence[Session], params: Params, result: Resul
     beats_peers(result, "ratio_p50", lower_is_better=True)
 
 
-STDIO_SCENARIOS: Final = ("latency", "latency_work", "throughput", "payload")
-HTTP_SCENARIOS: Final = ("http_latency", "http_throughput")
+STDIO_SCENARIOS: Final = ("latency", "latency_work", "throughput", "payload", "peers")
+HTTP_SCENARIOS: Final = ("http_latency", "http_throughput", "http_peers")
 
 
 def new_results(names: Sequence[str], params: Params) -> dict[str, Result]:
@@ -293,6 +370,10 @@ def new_results(names: Sequence[str], params: Params) -> dict[str, Result]:
         "http_latency": ("Sequential tool-call latency over streamable HTTP", LAT_COLUMNS),
         "http_throughput": (f"Throughput over streamable HTTP, concurrency 1 and {params.concurrency}",
                             TP_COLUMNS),
+        "peers": ("Every subject at 1, 8 and 32 calls in flight, distinct arguments per call (stdio)",
+                  peer_columns()),
+        "http_peers": ("Every subject at 1, 8 and 32 calls in flight, distinct arguments per call "
+                       "(streamable HTTP)", peer_columns()),
     }
     return {n: Result(n, titles[n][0], list(titles[n][1])) for n in names}
 
@@ -337,6 +418,8 @@ async def _run_group(nursery: trio.Nursery, stop: trio.Event, transport: str, re
             await run_throughput(sessions, params, result)
             result.target("mcpvisor", "ratio_cN", ">=", 0.9,
                           f"throughput at concurrency {params.concurrency} at least 0.9x direct")
+        elif name in ("peers", "http_peers"):
+            await run_peers(sessions, params, result)
         elif name == "payload":
             await run_payload(sessions, params, result)
             result.target("mcpvisor", "ratio_p50", "<=", 1.5, "1 MiB result at most 1.5x direct")

@@ -22,10 +22,6 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-import jsonschema  # type: ignore[import-untyped]  # no stubs in the venv
-import jsonschema.exceptions  # type: ignore[import-untyped]
-import jsonschema.validators  # type: ignore[import-untyped]
-
 __all__ = ["VALIDATOR_CACHE", "Checker", "checker_of"]
 
 VALIDATOR_CACHE: Final = 1024
@@ -167,12 +163,19 @@ class Checker:
         instance = arguments if isinstance(arguments, dict) else dict(arguments)
         if self.validator.is_valid(instance):  # the common case, about twice as fast as collecting errors
             return None
+        import jsonschema.exceptions  # type: ignore[import-untyped]  # loaded by _compiled already
         return jsonschema.exceptions.best_match(self.validator.iter_errors(instance))
 
 
 @functools.lru_cache(maxsize=VALIDATOR_CACHE)
 def _compiled(schema_json: str) -> Checker | None:
     """The checker of one schema (None when the schema itself is invalid)."""
+    # jsonschema (and attrs, referencing, rpds under it) is imported the first time a schema
+    # is compiled: only compound tools and use_tool check arguments, and a proxy without
+    # them should not pay its import time and memory at start.
+    import jsonschema.exceptions
+    import jsonschema.validators  # type: ignore[import-untyped]  # no stubs in the venv
+
     schema = json.loads(schema_json)
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     try:

@@ -35,7 +35,16 @@ from mcp.shared.message import SessionMessage
 from msgspec import UNSET
 
 from mcpvisor.actors import wire
-from mcpvisor.actors.framing import FrameWriter, LineReader, OversizedLine, StreamBroken
+from mcpvisor.actors.framing import (
+    FrameWriter,
+    LineReader,
+    OversizedLine,
+    StreamBroken,
+    flush_held_writes,
+    flush_writes,
+    hold_writes,
+    widen_pipe,
+)
 from mcpvisor.actors.fronts.fastpath import FastPath
 from mcpvisor.actors.fronts.frames import Refusal, decode_client_frame, duplicate_id, request_refusal
 from mcpvisor.actors.harness import ClientSession
@@ -127,14 +136,20 @@ class StdioFront:
     async def _pump_in(self) -> None:
         try:
             async for batch in LineReader(self._receive, self.max_message):
-                for line in batch:
-                    if isinstance(line, OversizedLine):
-                        await self._reply(wire.error_frame(
-                            None, wire.INVALID_REQUEST,
-                            f"message of {line.size}+ bytes is larger than the limit of "
-                            f"{self.max_message} bytes"))
-                        continue
-                    await self._frame_in(line)
+                # Several frames in one read: what they write leaves in one write per pipe.
+                held = hold_writes() if len(batch) > 1 else None
+                try:
+                    for line in batch:
+                        if isinstance(line, OversizedLine):
+                            await self._reply(wire.error_frame(
+                                None, wire.INVALID_REQUEST,
+                                f"message of {line.size}+ bytes is larger than the limit of "
+                                f"{self.max_message} bytes"))
+                            continue
+                        await self._frame_in(line)
+                finally:
+                    if held is not None:
+                        await flush_writes(held)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 
@@ -205,7 +220,11 @@ class StdioFront:
                 await self._reply(wire.error_frame(rid, wire.INVALID_REQUEST,
                                                    "invalid request: malformed message"))
             return
-        await self._to_sdk.send(SessionMessage(message))
+        try:
+            self._to_sdk.send_nowait(SessionMessage(message))
+        except anyio.WouldBlock:
+            await flush_held_writes()  # the SDK is behind: what this read wrote leaves before we wait
+            await self._to_sdk.send(SessionMessage(message))
 
     async def _pump_out(self) -> None:
         async with self._from_sdk:
@@ -250,6 +269,8 @@ async def claim_stdio() -> AsyncIterator[tuple[trio.lowlevel.FdStream, trio.lowl
     os.close(devnull)
     receive = trio.lowlevel.FdStream(wire_in)
     send = trio.lowlevel.FdStream(wire_out)
+    widen_pipe(receive)
+    widen_pipe(send)
     try:
         yield receive, send
     finally:

@@ -26,7 +26,16 @@ from msgspec import UNSET
 
 from mcpvisor.actors import wire
 from mcpvisor.actors.errors import CallTimeout, ProxyError, UpstreamDied
-from mcpvisor.actors.framing import FrameWriter, LineReader, OversizedLine, StreamBroken
+from mcpvisor.actors.framing import (
+    FrameWriter,
+    LineReader,
+    OversizedLine,
+    StreamBroken,
+    flush_held_writes,
+    flush_writes,
+    hold_writes,
+    widen_pipe,
+)
 from mcpvisor.actors.link.base import PROXY_ID_PREFIX, FastSink, Link, LinkEvents, Pending
 from mcpvisor.actors.link.session import client_info, handshake, session_callbacks
 from mcpvisor.actors.process import Reaper, StderrLog, describe_exit, spawn, stop_process
@@ -69,6 +78,8 @@ class StdioLink(Link):
         assert proc.stdout is not None
         self.proc = proc
         self.pid = proc.pid
+        widen_pipe(proc.stdin)
+        widen_pipe(proc.stdout)
         self.writer = FrameWriter(proc.stdin)
         self.max_message = max_message
         self.stderr = stderr
@@ -162,13 +173,20 @@ class StdioLink(Link):
         batches = LineReader(self.proc.stdout, self.max_message).__aiter__()
         try:
             async for batch in batches:
-                for line in batch:
-                    if isinstance(line, OversizedLine):
-                        reason = f"sent a message larger than {self.max_message} bytes ({line.size}+ bytes)"
-                        return
-                    await self._dispatch(line)
-                    if self.close_reason is not None:
-                        return
+                # Several answers in one read: what they write leaves in one write per pipe.
+                held = hold_writes() if len(batch) > 1 else None
+                try:
+                    for line in batch:
+                        if isinstance(line, OversizedLine):
+                            reason = (f"sent a message larger than {self.max_message} bytes "
+                                      f"({line.size}+ bytes)")
+                            return
+                        await self._dispatch(line)
+                        if self.close_reason is not None:
+                            return
+                finally:
+                    if held is not None:
+                        await flush_writes(held)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         except trio.Cancelled:
@@ -309,7 +327,11 @@ class StdioLink(Link):
             logger.debug("%s: message the SDK cannot parse: %s", self.server, exc)
             return
         try:
-            await self._to_session.send(SessionMessage(message))
+            try:
+                self._to_session.send_nowait(SessionMessage(message))
+            except anyio.WouldBlock:
+                await flush_held_writes()  # the session is behind: what this read wrote leaves first
+                await self._to_session.send(SessionMessage(message))
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             pass
 

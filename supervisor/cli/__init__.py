@@ -33,7 +33,9 @@ __all__ = ["EXIT_CLOSED_PIPE", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EX
            "build_parser", "main", "quiet_exit"]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line, or with ``only`` the one subcommand a command line names:
+    each module imports what its command needs, and ``serve`` should not pay for the others'."""
     from mcpvisor import __version__
 
     parser = argparse.ArgumentParser(
@@ -47,20 +49,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mcpvisor {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
-        importlib.import_module(f"mcpvisor.cli.{name}").register(sub)
+        if only is None or name == only:
+            importlib.import_module(f"mcpvisor.cli.{name}").register(sub)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from mcpvisor.cli.mcp import COMMAND_DEST, split_argv
+LEAN_COMMANDS: Final = frozenset({"serve"})
+"""Commands whose start time a user waits on (a client launches ``serve`` and waits for
+its ``initialize`` answer): their command line is parsed with their own module only."""
 
+
+def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     if words[:1] == ["bench"]:  # the benchmark parses its own flags (`mcpvisor.cli.bench`)
         from mcpvisor.cli.bench import run as run_bench
 
         return run_bench(words[1:])
-    parser = build_parser()
-    words, command = split_argv(words)  # `mcp add`'s command
+    parser = build_parser(words[0] if words[:1] and words[0] in LEAN_COMMANDS else None)
+    command = None
+    if words[:1] == ["mcp"]:
+        from mcpvisor.cli.mcp import COMMAND_DEST, split_argv
+
+        words, command = split_argv(words)  # `mcp add`'s command
     args = parser.parse_args(words)
     if command is not None:
         setattr(args, COMMAND_DEST, command)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -196,3 +197,21 @@ async def test_canary_reports_a_pause_covering_the_time_it_was_stopped() -> None
                 await watch.settle()
         nursery.cancel_scope.cancel()
     assert watch.overlap(t0, t1) >= 0.25
+
+
+def test_the_npm_peers_are_pinned_exactly_and_their_lock_agrees() -> None:
+    """bench/peers/npm: every npm peer a PeerSpec names is in package.json at an exact version,
+    and package-lock.json locks that same version (``npm ci`` refuses a lock out of step with
+    its package.json, and a range would let two runs measure different peers)."""
+    from mcpvisor.bench.peers import NPM_PINS, PEERS
+
+    manifest = json.loads((NPM_PINS / "package.json").read_text())
+    lock = json.loads((NPM_PINS / "package-lock.json").read_text())
+    deps: dict[str, str] = manifest["dependencies"]
+    for spec in PEERS:
+        if spec.registry == "npm":
+            assert spec.package in deps, f"{spec.name}: {spec.package} is not pinned"
+    for name, version in deps.items():
+        assert re.fullmatch(r"\d+\.\d+\.\d+", version), f"{name}: {version!r} is not an exact version"
+        assert lock["packages"][f"node_modules/{name}"]["version"] == version
+        assert lock["packages"][""]["dependencies"][name] == version

@@ -27,6 +27,8 @@ def _modules() -> dict[str, Path]:
     for room, package in ROOMS.items():
         for path in sorted((ROOT / room).rglob("*.py")):
             parts = path.relative_to(ROOT / room).with_suffix("").parts
+            if any(p.startswith(".") for p in parts):
+                continue  # not the package: bench/.peers holds the peers' own venvs (gitignored)
             if parts[-1] == "__init__":
                 parts = parts[:-1]
             found[".".join((package, *parts))] = path

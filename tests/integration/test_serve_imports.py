@@ -1,0 +1,110 @@
+"""What ``mcpvisor serve`` over stdio loads: only what serving needs.
+
+A client launches ``mcpvisor serve`` and waits for its ``initialize`` answer; every module
+it imports on the way is start-up time and resident memory the user pays on every launch.
+A real ``mcpvisor serve`` subprocess serves a real stdio upstream (tests/servers/flaky.py):
+the handshake, a ``tools/list`` and a ``tools/call`` over its stdin/stdout, then EOF; at
+exit it writes the names of the modules it had loaded. None of the modules below may be
+among them: each belongs to another command (the dashboard, the bench, the other CLI
+commands) or to a feature this config does not use (argument checking with jsonschema,
+OAuth tokens with PyJWT, process stats with psutil, tables with rich, the HTTP server
+hypercorn). A regression shows as the module that crept in, named.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Final
+
+import trio
+
+from mcpvisor.actors.framing import LineReader
+from tests.helpers import SERVERS_DIR
+
+PY = sys.executable
+BOUND_S: Final = 60.0
+"""The whole exchange on a loaded 2-core machine (start-up, one call, exit)."""
+
+FORBIDDEN: Final = (
+    "mcpvisor.dashboard", "mcpvisor.bench", "mcpvisor.cli.status", "mcpvisor.cli.dashboard",
+    "mcpvisor.cli.mcp", "mcpvisor.cli.toolset", "mcpvisor.cli.importer", "mcpvisor.cli.journal_cmd",
+    "mcpvisor.cli.bench", "mcpvisor.actors.fronts.ws", "mcpvisor.actors.fronts.oauth",
+    "jsonschema", "jwt", "psutil", "rich", "hypercorn",
+)
+"""Modules (and their submodules) a stdio ``serve`` without compound tools must not load."""
+
+WRAPPER: Final = """
+import atexit, json, sys
+out = sys.argv[1]
+atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
+from mcpvisor.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+"""Runs the CLI's own entry point and, at exit, writes the names in ``sys.modules``."""
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MCPVISOR_") or k == "MCPVISOR_TEST_TAG"}
+    env.update(MCPVISOR_STATE_DIR=str(tmp_path / "state"), HOME=str(tmp_path))
+    return env
+
+
+async def _exchange(tmp_path: Path) -> list[dict[str, Any]]:
+    """Initialize, list (waiting for the upstream), call its echo, close stdin; the replies."""
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "imports-test", "version": "1"}}}
+    config = tmp_path / "mcpvisor.json"
+    config.write_text(json.dumps({
+        "mcpServers": {"up": {"command": PY, "args": [str(SERVERS_DIR / "flaky.py"), "--name", "up"]}},
+        # startupWait: the first tools/list waits for the upstream, so the call after it finds it.
+        "settings": {"exposure": "all", "startupWait": "30s"},
+    }))
+    argv = [PY, "-c", WRAPPER, str(tmp_path / "modules.json"), "serve", "--config", str(config)]
+    replies: list[dict[str, Any]] = []
+    with trio.fail_after(BOUND_S):
+        proc = await trio.lowlevel.open_process(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                stderr=subprocess.DEVNULL, env=_env(tmp_path))
+        try:
+            assert proc.stdin is not None
+            assert proc.stdout is not None
+            lines = LineReader(proc.stdout, 1 << 20).__aiter__()
+
+            async def ask(frame: dict[str, Any]) -> None:
+                """Send ``frame``; read until its answer (notifications may come first)."""
+                await proc.stdin.send_all(json.dumps(frame).encode() + b"\n")  # type: ignore[union-attr]
+                while True:
+                    for line in await lines.__anext__():
+                        assert isinstance(line, bytes)
+                        replies.append(json.loads(line))
+                        if replies[-1].get("id") == frame["id"]:
+                            return
+
+            await ask(init)
+            await proc.stdin.send_all(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+            await ask({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+            await ask({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                       "params": {"name": "up_echo", "arguments": {"text": "hi"}}})
+            await proc.stdin.aclose()
+            assert await proc.wait() == 0
+            await lines.aclose()  # type: ignore[attr-defined]
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                with trio.CancelScope(shield=True):
+                    await proc.wait()
+    return replies
+
+
+async def test_stdio_serve_loads_no_module_it_does_not_need(tmp_path: Path) -> None:
+    replies = await _exchange(tmp_path)
+    by_id = {r.get("id"): r for r in replies}
+    # It really served: the call went through to the upstream and back.
+    assert by_id[3]["result"]["content"][0]["text"].endswith("hi"), replies
+    loaded: list[str] = json.loads((tmp_path / "modules.json").read_text())
+    crept_in = sorted(m for m in loaded if any(m == f or m.startswith(f + ".") for f in FORBIDDEN))
+    assert crept_in == []

@@ -1,0 +1,158 @@
+"""Framing on real pipes (actors/framing.py): the writer and reader the stdio paths use.
+
+The writer hands frames to a pipe's fd directly and, while a pump handles one read's
+worth of lines (`hold_writes`), holds them to write once per pipe. What a user would
+notice if this broke: frames reordered or interleaved, a frame never written (a call
+that hangs), or a write to a closed pipe that does not fail.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import aclosing
+
+import pytest
+import trio
+import trio.testing
+
+from mcpvisor.actors.framing import (
+    FrameWriter,
+    LineReader,
+    StreamBroken,
+    flush_held_writes,
+    flush_writes,
+    hold_writes,
+)
+
+MAX_LINE = 1 << 20
+
+
+def pipe() -> tuple[trio.lowlevel.FdStream, trio.lowlevel.FdStream]:
+    r, w = os.pipe()
+    return trio.lowlevel.FdStream(r), trio.lowlevel.FdStream(w)
+
+
+async def read_lines(stream: trio.lowlevel.FdStream, count: int) -> list[bytes]:
+    lines: list[bytes] = []
+    async with aclosing(LineReader(stream, MAX_LINE).__aiter__()) as batches:  # type: ignore[type-var]
+        async for batch in batches:
+            lines += [line for line in batch if isinstance(line, bytes)]
+            if len(lines) >= count:
+                break
+    return lines
+
+
+async def test_a_batch_holds_frames_until_flushed_then_writes_them_in_order_in_one_write() -> None:
+    receive_a, send_a = pipe()
+    receive_b, send_b = pipe()
+    a, b = FrameWriter(send_a), FrameWriter(send_b)
+    with trio.fail_after(10):
+        token = hold_writes()
+        await a.send(b"a1\n")
+        await b.send(b"b1\n")
+        await a.send(b"a2\n")
+        # Nothing reaches a pipe while the batch is open.
+        with pytest.raises(BlockingIOError):
+            os.read(receive_a.fileno(), 100)
+        await flush_writes(token)
+        assert os.read(receive_a.fileno(), 100) == b"a1\na2\n"  # one write, in order
+        assert os.read(receive_b.fileno(), 100) == b"b1\n"
+        # After the batch, a write goes straight to the pipe.
+        await a.send(b"a3\n")
+        assert os.read(receive_a.fileno(), 100) == b"a3\n"
+    for s in (receive_a, send_a, receive_b, send_b):
+        await s.aclose()
+
+
+async def test_another_tasks_frame_sent_during_a_batch_does_not_overtake_it_nor_strand() -> None:
+    receive, send = pipe()
+    writer = FrameWriter(send)
+    go, sent_by_other, flushed = trio.Event(), trio.Event(), trio.Event()
+
+    async def other() -> None:
+        # Started before the batch: not part of it, yet its frame must queue behind the held one.
+        await go.wait()
+        await writer.send(b"other\n")
+        sent_by_other.set()
+
+    async def later() -> None:
+        # Started inside the batch (so it inherits the batch's context), writes after it closed.
+        await flushed.wait()
+        await writer.send(b"later\n")
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(other)
+            await trio.testing.wait_all_tasks_blocked()
+            token = hold_writes()
+            await writer.send(b"first\n")
+            nursery.start_soon(later)
+            go.set()
+            await sent_by_other.wait()
+            await flush_writes(token)
+            flushed.set()
+        assert await read_lines(receive, 3) == [b"first", b"other", b"later"]
+    await receive.aclose()
+    await send.aclose()
+
+
+async def test_a_frame_larger_than_the_pipe_arrives_whole_and_before_the_next() -> None:
+    receive, send = pipe()
+    writer = FrameWriter(send)
+    big = b'"' + b"x" * (3 * 65536) + b'"\n'
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer.send, big)
+            await trio.testing.wait_all_tasks_blocked()  # the pipe is full, the rest still to write
+            await writer.send(b"next\n")
+            lines = await read_lines(receive, 2)
+    assert lines == [big[:-1], b"next"]
+    await receive.aclose()
+    await send.aclose()
+
+
+async def test_writing_to_a_pipe_whose_reader_is_gone_fails_and_keeps_failing() -> None:
+    receive, send = pipe()
+    writer = FrameWriter(send)
+    await receive.aclose()
+    with trio.fail_after(10):
+        with pytest.raises(StreamBroken):
+            await writer.send(b"lost\n")
+        with pytest.raises(StreamBroken):
+            await writer.send(b"lost again\n")
+    await send.aclose()
+
+
+async def test_a_closed_writer_never_writes_to_the_fd_number_again() -> None:
+    receive, send = pipe()
+    writer = FrameWriter(send)
+    await writer.aclose()
+    # The OS may hand the same number to the next file opened: it must not receive our frame.
+    r2, w2 = os.pipe()
+    try:
+        with pytest.raises(StreamBroken):
+            await writer.send(b"stray\n")
+        os.set_blocking(r2, False)
+        with pytest.raises(BlockingIOError):
+            os.read(r2, 100)
+    finally:
+        os.close(r2)
+        os.close(w2)
+        await receive.aclose()
+
+
+async def test_a_pump_about_to_wait_writes_what_its_open_batch_held_so_far() -> None:
+    receive, send = pipe()
+    writer = FrameWriter(send)
+    with trio.fail_after(10):
+        token = hold_writes()
+        await writer.send(b"before the wait\n")
+        await flush_held_writes()  # what a pump does before it may block on a full queue
+        assert os.read(receive.fileno(), 100) == b"before the wait\n"
+        await writer.send(b"after the wait\n")  # the batch is still open: held again
+        with pytest.raises(BlockingIOError):
+            os.read(receive.fileno(), 100)
+        await flush_writes(token)
+        assert os.read(receive.fileno(), 100) == b"after the wait\n"
+    await receive.aclose()
+    await send.aclose()
