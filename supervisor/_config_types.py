@@ -230,6 +230,9 @@ class Settings:
     """The SQLite file every call is recorded in (`mcpvisor.journal`); None: no journal."""
     journal_payloads: bool = False
     """Record full arguments and results in the journal (otherwise sizes and digests only)."""
+    metrics_public: bool = False
+    """``settings.metrics.public``: ``/metrics`` asks no token on a loopback bind (a local
+    Prometheus scrapes it); elsewhere, or off, it is guarded as ``/api`` is."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

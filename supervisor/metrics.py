@@ -1,0 +1,309 @@
+"""What the proxy counts about itself while it runs: the figures `/metrics` exports and the
+dashboard draws.
+
+Owns `Metrics`, the one recorder the call paths and the upstream actors report to (one
+small hook each; with metrics off the hook is one attribute check and nothing is
+recorded). Plain synchronous code with no clock reads and no Prometheus import (times
+are passed in, on the Trio clock): recording a call is a dictionary lookup and a few
+integer additions, so the fast path keeps its speed. `mcpvisor.metrics_export` turns
+these figures into Prometheus families only when something scrapes them.
+
+Recorded from the proxy's start:
+
+* per (method, tool, server, outcome, error type): the duration histograms of the
+  operations the proxy serves (``mcp.server.operation.duration``) and of those it
+  sends upstream (``mcp.client.operation.duration``), with the buckets of
+  `DURATION_BUCKETS_S`;
+* restarts and circuit-breaker opens per server, by a bounded reason (`failure_kind`:
+  never the failure's text, which may quote a server's stderr);
+* list changes announced to clients, by kind;
+* for the dashboard (`History`): per server, calls, errors and a latency histogram per
+  minute over the last hour (ring buffers of `HISTORY_MINUTES` buckets), the state
+  changes of the last hour, and per tool the calls, errors and latencies since start.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import msgspec
+
+from mcpvisor.journal._writer import outcome_of
+
+DURATION_BUCKETS_S: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5,
+                             1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+"""The histogram buckets (seconds): the OpenTelemetry MCP conventions' advice (0.01 s to
+300 s) below four finer ones, since a call through the proxy to a local server often
+takes under 10 ms."""
+
+HISTORY_MINUTES: Final = 60
+"""The dashboard's sparklines cover the last hour, one bucket a minute."""
+
+MINUTE_S: Final = 60.0
+
+FINE_BUCKETS_S: Final = tuple(0.0001 * 1.25 ** i for i in range(72))
+"""The dashboard's latency buckets: 0.1 ms to ~900 s, each 25 % wider than the last, so a
+p50 or p99 read from them is within 12 % of the true one in any range (bounded memory:
+72 integers per minute per server, however many calls)."""
+
+MAX_TOOLS_KEPT: Final = 2000
+"""Rows of the dashboard's tool table; further tools are counted under `OTHER_TOOL`
+(bounded memory if a server invents tool names without end)."""
+
+OTHER_TOOL: Final = "(other tools)"
+
+MAX_STATE_CHANGES_KEPT: Final = 200
+"""State changes kept per server for the restart timeline (the last hour's, at most this many)."""
+
+MAX_SERIES: Final = 10_000
+"""Label sets kept per histogram family; further ones are counted under tool `OTHER_TOOL`
+(a Prometheus series each: a bound on what one scrape carries)."""
+
+RESTART_EVENTS: Final = frozenset({"back_off", "open_circuit"})
+"""The lifecycle events that record a failure and restart the server (`Upstream.restarts`)."""
+
+FAILURE_KINDS: Final = (
+    ("did not start within", "start_timeout"),
+    ("hung:", "hang"),
+    ("garbage on stdout", "garbage"),
+    ("exited with status", "exit"),
+    ("killed by", "killed"),
+    ("cannot write", "closed"),
+    ("closed", "closed"),
+)
+"""How a failure text (`mcpvisor.actors.upstream.failures`) maps to a reason label: the
+first phrase found names it; anything else is ``other``."""
+
+
+def failure_kind(text: str | None) -> str:
+    """The bounded reason label of a failure text (never the text itself: it may quote
+    a server's stderr, and a label with free text would make a series per failure)."""
+    if not text:
+        return "other"
+    for phrase, kind in FAILURE_KINDS:
+        if phrase in text:
+            return kind
+    return "other"
+
+
+def outcome(error: BaseException | None, result: Any) -> str:
+    """The journal's outcome of a call (``ok``, ``tool_error``, ``timeout``, ``server_down``,
+    ``cancelled``, ``error``); ``result`` is a dict (SDK path) or the raw JSON (fast path)."""
+    if error is None:
+        if isinstance(result, dict):
+            return "tool_error" if result.get("isError") is True else "ok"
+        if isinstance(result, msgspec.Raw | bytes):
+            data = bytes(result)
+            if b'"isError"' not in data:
+                return "ok"
+            return outcome_of(None, data.replace(b'"isError": true', b'"isError":true'))
+        return "ok"
+    return outcome_of(error, None)
+
+
+class Histogram:
+    """Counts per bucket (the last is +Inf), their sum and count."""
+
+    __slots__ = ("bounds", "count", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...] = DURATION_BUCKETS_S) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.total = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        # Prometheus `le`: a value counts in the first bucket whose bound is >= it.
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+        self.count += 1
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """``(le, count)`` pairs as Prometheus buckets are (cumulative, ending with +Inf)."""
+        out: list[tuple[str, int]] = []
+        running = 0
+        for bound, n in zip((*map(repr, self.bounds), "+Inf"), self.counts, strict=True):
+            running += n
+            out.append((bound, running))
+        return out
+
+    def quantile(self, q: float) -> float | None:
+        """The ``q`` quantile, read as the geometric middle of the bucket it falls in
+        (None with no observation; the last finite bound for the +Inf bucket)."""
+        if self.count == 0:
+            return None
+        rank = q * self.count
+        running = 0
+        for i, n in enumerate(self.counts):
+            running += n
+            if running >= rank and n:
+                if i >= len(self.bounds):
+                    return self.bounds[-1]
+                lower = self.bounds[i - 1] if i else self.bounds[0] / 1.25
+                return float((lower * self.bounds[i]) ** 0.5)
+        return self.bounds[-1]
+
+    def merge(self, other: Histogram) -> None:
+        for i, n in enumerate(other.counts):
+            self.counts[i] += n
+        self.total += other.total
+        self.count += other.count
+
+
+OpKey = tuple[str, str, str, str, str]
+"""(method, tool, server, outcome, error type): one series of an operation histogram."""
+
+
+@dataclass(slots=True)
+class _Minute:
+    minute: int
+    calls: int = 0
+    errors: int = 0
+    latency: Histogram = field(default_factory=lambda: Histogram(FINE_BUCKETS_S))
+
+
+@dataclass(slots=True)
+class _Tool:
+    calls: int = 0
+    errors: int = 0
+    latency: Histogram = field(default_factory=lambda: Histogram(FINE_BUCKETS_S))
+
+
+class History:
+    """What the dashboard draws, kept from the proxy's start in bounded memory."""
+
+    def __init__(self) -> None:
+        self._minutes: dict[str, deque[_Minute]] = {}
+        self._states: dict[str, deque[tuple[float, str, str, str]]] = {}
+        self._tools: dict[tuple[str, str], _Tool] = {}
+
+    def call(self, server: str, tool: str, now: float, duration: float, failed: bool) -> None:
+        minute = int(now // MINUTE_S)
+        ring = self._minutes.get(server)
+        if ring is None:
+            ring = self._minutes[server] = deque(maxlen=HISTORY_MINUTES)
+        if not ring or ring[-1].minute != minute:
+            ring.append(_Minute(minute))
+        bucket = ring[-1]
+        bucket.calls += 1
+        bucket.errors += failed
+        bucket.latency.observe(duration)
+        key = (server, tool)
+        row = self._tools.get(key)
+        if row is None:
+            if len(self._tools) >= MAX_TOOLS_KEPT:
+                key = (server, OTHER_TOOL)
+            row = self._tools.setdefault(key, _Tool())
+        row.calls += 1
+        row.errors += failed
+        row.latency.observe(duration)
+
+    def state(self, server: str, now: float, state: str, reason: str) -> None:
+        ring = self._states.get(server)
+        if ring is None:
+            ring = self._states[server] = deque(maxlen=MAX_STATE_CHANGES_KEPT)
+        ring.append((now, state, reason, ""))
+
+    def series(self, server: str, now: float) -> dict[str, Any]:
+        """The last hour of ``server``, oldest minute first, one entry a minute (the current
+        minute last, partly over): ``calls``, ``errors``, ``p50Ms``, ``p99Ms`` (None in a
+        minute without calls), and ``states``: ``[seconds ago, state, reason]`` of the
+        state changes of the last hour."""
+        current = int(now // MINUTE_S)
+        by_minute = {m.minute: m for m in self._minutes.get(server, ())}
+        calls: list[int] = []
+        errors: list[int] = []
+        p50: list[float | None] = []
+        p99: list[float | None] = []
+        for minute in range(current - HISTORY_MINUTES + 1, current + 1):
+            m = by_minute.get(minute)
+            calls.append(m.calls if m else 0)
+            errors.append(m.errors if m else 0)
+            p50.append(_ms(m.latency.quantile(0.5)) if m else None)
+            p99.append(_ms(m.latency.quantile(0.99)) if m else None)
+        states = [[round(now - at, 1), state, reason] for at, state, reason, _ in self._states.get(server, ())
+                  if now - at <= HISTORY_MINUTES * MINUTE_S]
+        return {"calls": calls, "errors": errors, "p50Ms": p50, "p99Ms": p99, "states": states}
+
+    def tools(self) -> list[dict[str, Any]]:
+        """Every tool called since start: ``server``, ``tool``, ``calls``, ``errors``,
+        ``p50Ms``, ``p99Ms``."""
+        return [{"server": server, "tool": tool, "calls": row.calls, "errors": row.errors,
+                 "p50Ms": _ms(row.latency.quantile(0.5)), "p99Ms": _ms(row.latency.quantile(0.99))}
+                for (server, tool), row in self._tools.items()]
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 3)
+
+
+class Metrics:
+    """The recorder the call paths and upstream actors report to (see the module docstring).
+
+    Hooks (each never waits, never raises for what it is given):
+
+    * `served`: a ``tools/call`` the proxy answered (`Supervisor.note_call`);
+    * `request_done`: a request the proxy sent upstream was answered or failed
+      (`mcpvisor.actors.upstream.Upstream.request`, the fast path's `FastCall.note`);
+    * `state_changed`: an upstream's lifecycle moved (`Upstream._feed`);
+    * `list_changed`: clients were told a list changed (`Supervisor._announce`).
+    """
+
+    def __init__(self) -> None:
+        self.server_ops: dict[OpKey, Histogram] = {}
+        self.client_ops: dict[OpKey, Histogram] = {}
+        self.restarts: dict[tuple[str, str], int] = {}
+        self.breaker_opens: dict[tuple[str, str], int] = {}
+        self.list_changes: dict[str, int] = {}
+        self.history = History()
+
+    def served(self, server: str, tool: str, started: float, now: float, error: BaseException | None,
+               result: Any = None, method: str = "tools/call") -> None:
+        """A call the proxy served finished at ``now`` (started at ``started``)."""
+        kind = outcome(error, result)
+        duration = now - started
+        _observe(self.server_ops, (method, tool, server, kind, _error_type(error, kind)), duration)
+        self.history.call(server, tool, now, duration, kind != "ok")
+
+    def request_done(self, server: str, method: str, tool: str, started: float, now: float,
+                     error: BaseException | None, result: Any = None) -> None:
+        """A request sent to ``server`` ended at ``now`` (its answer, or ``error``)."""
+        kind = outcome(error, result)
+        _observe(self.client_ops, (method, tool, server, kind, _error_type(error, kind)), now - started)
+
+    def state_changed(self, server: str, now: float, state: str, event: str, failure: str | None) -> None:
+        """``server`` entered ``state`` on lifecycle ``event``; ``failure`` is its last failure text."""
+        if event in RESTART_EVENTS:
+            key = (server, failure_kind(failure))
+            self.restarts[key] = self.restarts.get(key, 0) + 1
+            if event == "open_circuit":
+                self.breaker_opens[key] = self.breaker_opens.get(key, 0) + 1
+        elif event == "restart":
+            key = (server, "requested")
+            self.restarts[key] = self.restarts.get(key, 0) + 1
+        reason = failure_kind(failure) if event in RESTART_EVENTS else event
+        self.history.state(server, now, state, reason)
+
+    def list_changed(self, kinds: tuple[str, ...]) -> None:
+        for kind in kinds:
+            self.list_changes[kind] = self.list_changes.get(kind, 0) + 1
+
+
+def _error_type(error: BaseException | None, kind: str) -> str:
+    """The conventions' ``error.type``: the exception's class, ``tool_error`` for an
+    ``isError`` result, empty for success."""
+    if error is not None:
+        return type(error).__name__
+    return "tool_error" if kind == "tool_error" else ""
+
+
+def _observe(family: dict[OpKey, Histogram], key: OpKey, duration: float) -> None:
+    hist = family.get(key)
+    if hist is None:
+        if len(family) >= MAX_SERIES:
+            key = (key[0], OTHER_TOOL, key[2], key[3], key[4])
+        hist = family.setdefault(key, Histogram())
+    hist.observe(duration)
