@@ -93,13 +93,14 @@ def outcome(error: BaseException | None, result: Any) -> str:
     """The journal's outcome of a call (``ok``, ``tool_error``, ``timeout``, ``server_down``,
     ``cancelled``, ``error``); ``result`` is a dict (SDK path) or the raw JSON (fast path)."""
     if error is None:
-        if isinstance(result, dict):
-            return "tool_error" if result.get("isError") is True else "ok"
-        if isinstance(result, msgspec.Raw | bytes):
+        kind = type(result)  # exact types first: this runs on every call
+        if kind is msgspec.Raw or kind is bytes:
             data = bytes(result)
             if b'"isError"' not in data:
                 return "ok"
             return outcome_of(None, data.replace(b'"isError": true', b'"isError":true'))
+        if isinstance(result, dict):
+            return "tool_error" if result.get("isError") is True else "ok"
         return "ok"
     return outcome_of(error, None)
 
