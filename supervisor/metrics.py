@@ -58,6 +58,12 @@ OTHER_TOOL: Final = "(other tools)"
 MAX_STATE_CHANGES_KEPT: Final = 200
 """State changes kept per server for the restart timeline (the last hour's, at most this many)."""
 
+BATCH: Final = 512
+"""Finished calls noted before they are added up. A call only appends one tuple to a list;
+adding up 512 at once, in one loop, costs a few times less CPU than doing it call by
+call between the proxy's own work (measured in-process: ~9 µs a call one by one against
+~2 µs in batches), and a read (a scrape, the dashboard) adds up what is pending first."""
+
 MAX_SERIES: Final = 10_000
 """Label sets kept per histogram family; further ones are counted under tool `OTHER_TOOL`
 (a Prometheus series each: a bound on what one scrape carries)."""
@@ -155,7 +161,18 @@ class Histogram:
 
 
 OpKey = tuple[str, str, str, str, str]
-"""(method, tool, server, outcome, error type): one series of an operation histogram."""
+"""(method, tool, server, outcome, error type): one series of an operation histogram; the
+error type is the conventions' ``error.type``: the exception's class, ``tool_error`` for
+an ``isError`` result, empty for success."""
+
+SERVED: Final = 0
+SENT: Final = 1
+SERVED_AND_SENT: Final = 2
+"""Which histograms a noted call goes to: the proxy's side, the upstream leg, or both."""
+
+_Pending = tuple[int, str, str, str, float, float, str, "type[BaseException] | None"]
+"""A noted call not added up yet: (side, method, tool, server, finished, duration, outcome,
+error class). The class, not the exception: a pending call holds no traceback."""
 
 
 @dataclass(slots=True)
@@ -254,26 +271,67 @@ class Metrics:
     """
 
     def __init__(self) -> None:
-        self.server_ops: dict[OpKey, Histogram] = {}
-        self.client_ops: dict[OpKey, Histogram] = {}
+        self._server_ops: dict[OpKey, Histogram] = {}
+        self._client_ops: dict[OpKey, Histogram] = {}
+        self._history = History()
+        self._pending: list[_Pending] = []
         self.restarts: dict[tuple[str, str], int] = {}
         self.breaker_opens: dict[tuple[str, str], int] = {}
         self.list_changes: dict[str, int] = {}
-        self.history = History()
+
+    @property
+    def server_ops(self) -> dict[OpKey, Histogram]:
+        """``mcp.server.operation.duration`` per series, every noted call added up."""
+        self.flush()
+        return self._server_ops
+
+    @property
+    def client_ops(self) -> dict[OpKey, Histogram]:
+        """``mcp.client.operation.duration`` per series, every noted call added up."""
+        self.flush()
+        return self._client_ops
+
+    @property
+    def history(self) -> History:
+        """What the dashboard draws, every noted call added up."""
+        self.flush()
+        return self._history
 
     def served(self, server: str, tool: str, started: float, now: float, error: BaseException | None,
-               result: Any = None, method: str = "tools/call") -> None:
-        """A call the proxy served finished at ``now`` (started at ``started``)."""
-        kind = outcome(error, result)
-        duration = now - started
-        _observe(self.server_ops, (method, tool, server, kind, _error_type(error, kind)), duration)
-        self.history.call(server, tool, now, duration, kind != "ok")
+               result: Any = None, method: str = "tools/call", *, upstream_too: bool = False) -> None:
+        """A call the proxy served finished at ``now`` (started at ``started``);
+        ``upstream_too``: its request upstream began and ended with it (the fast path's),
+        so it is counted as a client operation as well."""
+        pending = self._pending
+        pending.append((SERVED_AND_SENT if upstream_too else SERVED, method, tool, server, now, now - started,
+                        outcome(error, result), None if error is None else type(error)))
+        if len(pending) >= BATCH:
+            self.flush()
 
     def request_done(self, server: str, method: str, tool: str, started: float, now: float,
                      error: BaseException | None, result: Any = None) -> None:
         """A request sent to ``server`` ended at ``now`` (its answer, or ``error``)."""
-        kind = outcome(error, result)
-        _observe(self.client_ops, (method, tool, server, kind, _error_type(error, kind)), now - started)
+        pending = self._pending
+        pending.append((SENT, method, tool, server, now, now - started, outcome(error, result),
+                        None if error is None else type(error)))
+        if len(pending) >= BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        """Add up the calls noted since the last flush."""
+        pending, self._pending = self._pending, []
+        server_ops, client_ops, history = self._server_ops, self._client_ops, self._history
+        for side, method, tool, server, now, duration, kind, error_class in pending:
+            if error_class is not None:
+                error_type = error_class.__name__
+            else:
+                error_type = "tool_error" if kind == "tool_error" else ""
+            key = (method, tool, server, kind, error_type)
+            if side != SENT:
+                _observe(server_ops, key, duration)
+                history.call(server, tool, now, duration, kind != "ok")
+            if side != SERVED:
+                _observe(client_ops, key, duration)
 
     def state_changed(self, server: str, now: float, state: str, event: str, failure: str | None) -> None:
         """``server`` entered ``state`` on lifecycle ``event``; ``failure`` is its last failure text."""
@@ -286,19 +344,11 @@ class Metrics:
             key = (server, "requested")
             self.restarts[key] = self.restarts.get(key, 0) + 1
         reason = failure_kind(failure) if event in RESTART_EVENTS else event
-        self.history.state(server, now, state, reason)
+        self._history.state(server, now, state, reason)
 
     def list_changed(self, kinds: tuple[str, ...]) -> None:
         for kind in kinds:
             self.list_changes[kind] = self.list_changes.get(kind, 0) + 1
-
-
-def _error_type(error: BaseException | None, kind: str) -> str:
-    """The conventions' ``error.type``: the exception's class, ``tool_error`` for an
-    ``isError`` result, empty for success."""
-    if error is not None:
-        return type(error).__name__
-    return "tool_error" if kind == "tool_error" else ""
 
 
 def _observe(family: dict[OpKey, Histogram], key: OpKey, duration: float) -> None:

@@ -398,15 +398,17 @@ class Supervisor:
 
     def note_call(self, server: str, tool: str, started: float, error: BaseException | None, *,
                   session: str | None = None, run: Any = None, arguments: Any = None, result: Any = None,
-                  retries: int = 0, upstream: Upstream | None = None) -> None:
-        """A call finished: tell ``events()`` subscribers and queue a journal record.
+                  retries: int = 0, upstream: Upstream | None = None, direct: bool = False) -> None:
+        """A call finished: count it (``direct``: the fast path's, whose upstream leg is the
+        same request: counted on both sides), tell ``events()`` subscribers and queue a
+        journal record.
 
         Never waits: the journal takes the raw arguments and result and works out sizes,
         digests and the outcome on its own writer task (`mcpvisor.journal`).
         """
         metrics = self.metrics
         if metrics is not None:
-            metrics.served(server, tool, started, trio.current_time(), error, result)
+            metrics.served(server, tool, started, trio.current_time(), error, result, upstream_too=direct)
         journal = self.journal
         if journal is None and not self.event_bus.has_subscribers:
             return  # nobody listens (no journal, no dashboard): a call pays three attribute reads

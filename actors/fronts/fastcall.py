@@ -173,14 +173,10 @@ class FastCall:
 
     def note(self, error: BaseException | None, result: Any = None) -> None:
         """Tell the backend the call finished (the journal encodes and hashes off this path)."""
-        meter = self.up.meter
-        if meter is not None:  # the upstream's leg: on the fast path it starts with the call
-            meter.request_done(self.route.server, "tools/call", self.route.original, self.started,
-                               trio.current_time(), error, result)
         self.fast.backend.note_call(self.route.server, self.route.original, self.started, error,
                                     session=self.fast.session.label, run=self.run,
                                     arguments=self.params.get("arguments"), result=result,
-                                    retries=int(self.retried), upstream=self.up)
+                                    retries=int(self.retried), upstream=self.up, direct=not self.retried)
 
     def _adapt(self, result: Raw, line: bytes) -> Raw | None:
         """Fit a result to the client's era in one pass over its top-level keys."""

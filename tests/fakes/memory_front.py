@@ -140,8 +140,6 @@ class MemoryUpstream:
     relinked: trio.Event = field(default_factory=trio.Event)
     calls: int = 0
     answers: list[bool] = field(default_factory=list)
-    meter: Any = None
-    """Metrics off, as an `Upstream` of a proxy started without them."""
 
     def note_call(self) -> None:
         """The actor's availability count: a client call is on its way."""
