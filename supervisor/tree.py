@@ -408,7 +408,7 @@ class Supervisor:
         """
         metrics = self.metrics
         if metrics is not None:
-            metrics.served(server, tool, started, trio.current_time(), error, result, upstream_too=direct)
+            metrics.served(server, tool, started, trio.current_time(), error, result, direct)
         journal = self.journal
         if journal is None and not self.event_bus.has_subscribers:
             return  # nobody listens (no journal, no dashboard): a call pays three attribute reads

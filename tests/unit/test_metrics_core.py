@@ -99,3 +99,17 @@ def test_a_flood_of_tool_names_stays_bounded() -> None:
     assert len(m.server_ops) == MAX_SERIES + 1
     assert m.server_ops["tools/call", OTHER_TOOL, "alpha", "ok", ""].count == 10
     assert len(m.history.tools()) == MAX_TOOLS_KEPT + 1
+
+
+def test_a_tool_added_up_late_lands_in_its_own_minute() -> None:
+    """Tools are added up at different times (each after 512 calls, at its minute's end, at
+    a read): one tool's calls of minute 1 added after another's of minute 2 still count
+    in minute 1 of the sparkline."""
+    m = Metrics()
+    ok: dict[str, object] = {"content": []}
+    m.served("alpha", "fast", 0.0, 5.0, None, ok)     # minute 0: fast's slot comes first
+    m.served("alpha", "slow", 0.0, 61.0, None, ok)    # minute 1, pending in slow's slot
+    m.served("alpha", "fast", 0.0, 121.0, None, ok)   # minute 2: fast's minute 0 is added up
+    m.served("alpha", "fast", 0.0, 122.0, None, ok)
+    series = m.history.series("alpha", 125.0)  # adds up fast's minute 2, then slow's minute 1
+    assert series["calls"][-3:] == [1, 1, 2]
