@@ -273,3 +273,18 @@ async def scraped_once(http: httpx2.AsyncClient, base: str) -> bool:
     except (httpx2.HTTPError, KeyError, ValueError):
         return False
     return any(float(r["value"][1]) == 1 for r in result)
+
+
+async def test_the_bench_measures_what_metrics_cost_and_counts_every_call() -> None:
+    """``python -m mcpvisor.bench.metrics_cost``: batches with metrics on and off through a
+    real proxy and upstream; every call made with metrics on is counted, none made off."""
+    with trio.fail_after(REAL_IO_BOUND_S):
+        done = await trio.run_process([PY, "-m", "mcpvisor.bench.metrics_cost", "--pairs", "2",
+                                       "--calls", "64"], capture_stdout=True, capture_stderr=True, check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    result = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    assert result["scenario"] == "metrics_cost"
+    assert result["counted_calls"] == 2 * result["calls_per_batch"] == 128
+    assert result["cpu_us_per_call_on"] > 0
+    assert result["cpu_us_per_call_off"] > 0
+    assert b"metrics cost at concurrency 32" in done.stderr
