@@ -279,8 +279,8 @@ async def test_the_bench_measures_what_metrics_cost_and_counts_every_call() -> N
     """``python -m mcpvisor.bench.metrics_cost``: batches with metrics on and off through a
     real proxy and upstream; every call made with metrics on is counted, none made off."""
     with trio.fail_after(REAL_IO_BOUND_S):
-        done = await trio.run_process([PY, "-m", "mcpvisor.bench.metrics_cost", "--pairs", "2",
-                                       "--calls", "64"], capture_stdout=True, capture_stderr=True, check=False)
+        argv = [PY, "-m", "mcpvisor.bench.metrics_cost", "--pairs", "2", "--calls", "64"]
+        done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
     assert done.returncode == 0, done.stderr.decode()
     result = json.loads(done.stdout.decode().strip().splitlines()[-1])
     assert result["scenario"] == "metrics_cost"
