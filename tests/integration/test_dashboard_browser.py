@@ -3,7 +3,8 @@ with real subprocess servers and a connected MCP client.
 
 Runs wherever Debian's ``chromium`` is installed; with ``CI=true`` a missing browser is a
 failure, not a skip (`tests.integration.cdp.chromium`). It takes the screenshots docs/ keeps
-(healthy, one server down, the add form with an error) into ``$MCPVISOR_SCREENSHOT_DIR``
+(healthy, one server down, the last hour and tool table, the add form with an error) into
+``$MCPVISOR_SCREENSHOT_DIR``
 (``MCPVISOR_SCREENSHOT_DIR=docs`` refreshes them), else into the test's temporary directory.
 """
 
