@@ -288,3 +288,35 @@ async def test_the_bench_measures_what_metrics_cost_and_counts_every_call() -> N
     assert result["cpu_us_per_call_on"] > 0
     assert result["cpu_us_per_call_off"] > 0
     assert b"metrics cost at concurrency 32" in done.stderr
+
+
+def serve_refused(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """``serve --config`` a server that leaves a file the moment it is spawned, expecting a refusal."""
+    mark = tmp_path / "spawned"
+    config = write_config(tmp_path, {"tattle": {"command": "sh", "args": ["-c", f"touch {mark}; exec cat"]}})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MCPVISOR_") or k == "MCPVISOR_TEST_TAG"}
+    done = subprocess.run([PY, "-m", "mcpvisor", "serve", "--config", str(config), "--state-dir",
+                           str(tmp_path / "state"), *extra], stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, env=env, timeout=REAL_IO_BOUND_S, check=False)
+    return done, mark
+
+
+def test_a_busy_or_unguarded_metrics_port_is_refused_before_any_server_starts(tmp_path: Path) -> None:
+    """A busy ``--metrics-port``, or ``--metrics-host`` beyond loopback with no token: one
+    line naming the flag, the port or the host, exit 2, and no server spawned."""
+    with socket.socket() as busy:
+        busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done, mark = serve_refused(tmp_path, "--metrics-port", str(port))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"mcpvisor: --metrics-port: port {port} on 127.0.0.1 is already in use "
+        "(another mcpvisor? see mcpvisor status)"]
+    assert not mark.exists()
+    done, mark = serve_refused(tmp_path, "--metrics-port", "0", "--metrics-host", "0.0.0.0")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("mcpvisor: --metrics-port: refusing to serve on 0.0.0.0 without a token")
+    assert len(done.stderr.splitlines()) == 1
+    assert not mark.exists()
