@@ -3,8 +3,9 @@ dashboard draws.
 
 Owns `Metrics`, the one recorder the call paths and the upstream actors report to (one
 small hook each; with metrics off the hook is one attribute check and nothing is
-recorded). Plain synchronous code with no clock reads and no Prometheus import (times
-are passed in, on the Trio clock): a successful call appends its duration to its
+recorded), and `ServedTimer`, the SDK middleware that times the other requests the
+front serves. The recorder is plain synchronous code with no clock reads and no
+Prometheus import (times are passed in, on the Trio clock): a successful call appends its duration to its
 tool's slot, added up in batches (`BATCH`), so the fast path keeps its speed. `mcpvisor.metrics_export` turns
 these figures into Prometheus families only when something scrapes them.
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 import msgspec
+import trio
 
 from mcpvisor.journal._writer import outcome_of
 from mcpvisor.metrics_history import (
@@ -51,6 +53,7 @@ __all__ = [
     "History",
     "Metrics",
     "OpKey",
+    "ServedTimer",
     "failure_kind",
     "outcome",
 ]
@@ -219,6 +222,11 @@ class Metrics:
         self._one(SERVED_AND_SENT if upstream_too else SERVED, "tools/call", tool, server, now, now - started,
                   outcome(error, result), error)
 
+    def request_served(self, method: str, started: float, now: float, error: BaseException | None) -> None:
+        """A request other than ``tools/call`` the proxy served (`ServedTimer`): no tool,
+        no server label (the proxy answered it)."""
+        self._one(SERVED, method, "", "", now, now - started, outcome(error, None), error)
+
     def request_done(self, server: str, method: str, tool: str, started: float, now: float,
                      error: BaseException | None, result: Any = None) -> None:
         """A request sent to ``server`` ended at ``now`` (its answer, or ``error``)."""
@@ -248,7 +256,8 @@ class Metrics:
         key = (method, tool, server, kind, error_type)
         if side != SENT:
             _series(self._server_ops, key).observe(duration)
-            self._history.calls(server, tool, int(now // MINUTE_S), (duration,), kind != "ok")
+            if method == "tools/call":  # the dashboard's figures are of tool calls
+                self._history.calls(server, tool, int(now // MINUTE_S), (duration,), kind != "ok")
         if side != SERVED:
             _series(self._client_ops, key).observe(duration)
 
@@ -277,3 +286,26 @@ def _series(family: dict[OpKey, Histogram], key: OpKey) -> Histogram:
             key = (key[0], OTHER_TOOL, key[2], key[3], key[4])
         hist = family.setdefault(key, Histogram())
     return hist
+
+
+class ServedTimer:
+    """A `Server.middleware` entry of the front's SDK server: times every request it serves
+    but ``tools/call`` (`Supervisor.note_call` counts those, with their tool and server,
+    the fast path's included), into `Metrics.request_served`. Notifications have no
+    answer and are not timed. Reads the Trio clock (the recorder itself reads none)."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    async def __call__(self, ctx: Any, call_next: Any) -> Any:
+        method = ctx.method
+        if ctx.request_id is None or method == "tools/call":
+            return await call_next(ctx)
+        started = trio.current_time()
+        try:
+            result = await call_next(ctx)
+        except BaseException as exc:
+            self.metrics.request_served(method, started, trio.current_time(), exc)
+            raise
+        self.metrics.request_served(method, started, trio.current_time(), None)
+        return result

@@ -63,7 +63,7 @@ from mcpvisor.config import (
 from mcpvisor.journal import CallRecord, Journal, open_journal
 from mcpvisor.menu import DEFINITIONS, Menu
 from mcpvisor.menu.discovery import discover, load_mcp
-from mcpvisor.metrics import Metrics
+from mcpvisor.metrics import Metrics, ServedTimer
 from mcpvisor.redact import remember, scrub_known, secret_values
 from mcpvisor.remembered import CatalogFile, CatalogWriter, Remembered, catalog_fingerprint
 from mcpvisor.sessions import ScopedServers, SessionView, open_session
@@ -576,6 +576,8 @@ async def _run_tree(cfg: Config, store: StateStore, saved: SavedState, toolset: 
         sup = Supervisor(cfg, reaper=reaper, rng=rng, state_dir=store.directory)
         sup.journal = journal
         sup.metrics = metrics
+        if metrics is not None:  # every request the front serves but tools/call (note_call counts those)
+            sup.front.server.middleware.append(ServedTimer(metrics))
         sup.toolsets.restore(saved, toolset)
         await sup.recall()
         sup.core.rebuild()  # before the router runs: no client yet, nothing to announce

@@ -160,6 +160,11 @@ async def test_the_http_front_exports_calls_errors_and_a_restart(tmp_path: Path)
                 assert value(found, family, gen_ai_tool_name="raise_error", outcome="error") == 1
                 assert value(found, family, gen_ai_tool_name="crash", mcpvisor_server="beta",
                              outcome="server_down") == 1
+            # The other requests the proxy served: no tool, no server.
+            assert value(found, "mcp_server_operation_duration_seconds_count", mcp_method_name="initialize",
+                         outcome="ok") >= 1
+            assert value(found, "mcp_server_operation_duration_seconds_count",
+                         mcp_method_name="initialize", mcpvisor_server="") >= 1
             buckets = [lab for lab, _ in found["mcp_server_operation_duration_seconds_bucket"]
                        if lab["gen_ai_tool_name"] == "echo"]
             assert {b["le"] for b in buckets} >= {"0.01", "300.0", "+Inf"}
