@@ -77,6 +77,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calls", type=int, metavar="N", help="sequential calls per subject per round (latency)")
     p.add_argument("--rounds", type=int, metavar="N", help="alternating rounds per scenario")
     p.add_argument("--no-nofast", action="store_true", help="do not run mcpvisor with settings.fastPath off")
+    p.add_argument("--no-metrics", action="store_true",
+                   help="do not run mcpvisor with metrics recorded (--metrics-port) beside it (stdio)")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (configs, logs)")
     p.add_argument("--load", metavar="FILE",
                    help="run nothing: show (and --compare) the results saved in FILE")
@@ -112,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         from mcpvisor.bench import procs
         from mcpvisor.bench.core import Params
-        from mcpvisor.bench.drivers import DIRECT, REPO_DIR, mcpvisor_subject
+        from mcpvisor.bench.drivers import DIRECT, METRICS_SUBJECT, REPO_DIR, mcpvisor_subject
         from mcpvisor.bench.report import json_lines, machine_info, print_tables, write_results
     except ModuleNotFoundError as exc:  # an install older than psutil in the main dependencies
         err(f"bench: the bench needs the Python package {exc.name!r}, which is not installed: "
@@ -163,6 +165,8 @@ def run(args: argparse.Namespace) -> int:
             return 128 + exc.signum
     ours = [mcpvisor_subject("mcpvisor", fast_path=True)]
     nofast = [] if args.no_nofast else [mcpvisor_subject("mcpvisor-nofast", fast_path=False)]
+    if not args.no_metrics:  # the cost of metrics: a variant beside the others (stdio call scenarios)
+        nofast.append(mcpvisor_subject(METRICS_SUBJECT, metrics=True))
 
     workdir = Path(tempfile.mkdtemp(prefix="mcpvisor-bench-"))
     info = machine_info(REPO_DIR)
@@ -336,7 +340,8 @@ async def _main(wanted: Sequence[str], params: Any, workdir: Path, core: list[An
     http = [n for n in HTTP_SCENARIOS if n in wanted]
     if http:
         err(f"bench: {', '.join(http)} ...")
-        done(await run_call_group("http", http, [*core, *nofast, *peers], params, workdir))
+        variants = [s for s in nofast if "http" in s.transports]  # the HTTP front always records metrics
+        done(await run_call_group("http", http, [*core, *variants, *peers], params, workdir))
     if "startup" in wanted:
         err("bench: startup ...")
         t0 = time.perf_counter()

@@ -121,12 +121,17 @@ DIRECT: Final = Subject("direct", "direct", _launch_direct, frozenset({"stdio", 
 
 
 # --- mcpvisor -----------------------------------------------------------------------------------
+METRICS_SUBJECT: Final = "mcpvisor-metrics"
+"""mcpvisor recording metrics (``serve --metrics-port 0``), measured against ``mcpvisor``."""
+
 def mcpvisor_config(servers: Sequence[ServerDef], settings: Mapping[str, Any]) -> dict[str, Any]:
     return {"mcpServers": mcp_servers(servers),
             "settings": {"exposure": "all", "startupWait": "60s", **settings}}
 
 
-def mcpvisor_subject(name: str, fast_path: bool = True, **settings: Any) -> Subject:
+def mcpvisor_subject(name: str, fast_path: bool = True, *, metrics: bool = False, **settings: Any) -> Subject:
+    """``mcpvisor serve``; ``metrics``: with ``--metrics-port 0`` on stdio (the HTTP front
+    always records metrics: `/metrics` is one of its routes)."""
     merged = {"fastPath": fast_path, **settings}
 
     def launch(servers: Sequence[ServerDef], workdir: Path, transport: str, port: int, tag: str) -> Launch:
@@ -139,10 +144,15 @@ def mcpvisor_subject(name: str, fast_path: bool = True, **settings: Any) -> Subj
         if transport == "http":
             argv += ["--transport", "http", "--host", "127.0.0.1", "--port", str(port)]
             return Launch(argv, env, cwd=str(workdir), url=f"http://127.0.0.1:{port}/mcp")
+        if metrics:
+            argv += ["--metrics-port", "0"]
         return Launch(argv, env, cwd=str(workdir))
 
     note = f"client -> mcpvisor serve (fastPath {'on' if fast_path else 'off'}) -> upstream"
-    return Subject(name, "proxy", launch, frozenset({"stdio", "http"}), note=note, settings=merged)
+    if metrics:
+        note += "; metrics recorded (--metrics-port 0)"
+    transports = frozenset({"stdio"}) if metrics else frozenset({"stdio", "http"})
+    return Subject(name, "proxy", launch, transports, note=note, settings=merged)
 
 
 # --- sessions -----------------------------------------------------------------------------------

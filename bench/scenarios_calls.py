@@ -19,7 +19,7 @@ import trio
 
 from mcpvisor.bench import procs
 from mcpvisor.bench.core import Params, Result, aggregate, mb, percentile, rnd
-from mcpvisor.bench.drivers import ServerDef, Session, Subject, open_session
+from mcpvisor.bench.drivers import METRICS_SUBJECT, ServerDef, Session, Subject, open_session
 from mcpvisor.bench.stalls import WATCH
 
 WARMUP_CALLS: Final = 30
@@ -291,6 +291,28 @@ async def run_throughput(sessions: Sequence[Session], params: Params, result: Re
         row["cN_calls_s"] = rnd(row["cN_calls_s"], 0)
     rows_from(result, sessions, table)
     beats_peers(result, "ratio_cN", lower_is_better=False)
+    metrics_cost(result, per_round, c)
+
+
+def metrics_cost(result: Result, per_round: dict[str, list[dict[str, float]]], c: int) -> None:
+    """What recording metrics costs a call at concurrency ``c``: per round, the time per call
+    with metrics over the time without (``mcpvisor``'s calls/s over ``mcpvisor-metrics``'),
+    the median over rounds; as a target, at most 1.03."""
+    if METRICS_SUBJECT not in per_round or "mcpvisor" not in per_round:
+        return
+    pair = {s: per_round[s] for s in ("mcpvisor", METRICS_SUBJECT)}
+    cost = aggregate(pair, [], {"cN_cost_vs_off": "cN_calls_s", "c1_cost_vs_off": "c1_calls_s"},
+                     baseline="mcpvisor")[METRICS_SUBJECT]
+    row = result.row(METRICS_SUBJECT)
+    if row is None:
+        return
+    # aggregate divides subject by baseline (calls/s on / off); time per call is its inverse.
+    for key in ("cN_cost_vs_off", "c1_cost_vs_off"):
+        row[key] = rnd(1 / cost[key]) if cost.get(key) else None
+    result.notes.append(f"{METRICS_SUBJECT}: time per call with metrics / without, median over rounds: "
+                        f"{row['c1_cost_vs_off']} at concurrency 1, {row['cN_cost_vs_off']} at {c}")
+    result.target(METRICS_SUBJECT, "cN_cost_vs_off", "<=", 1.03,
+                  f"recording metrics costs at most 3 % a call at concurrency {c}")
 
 
 PEER_LEVELS: Final = (1, 8, 32)

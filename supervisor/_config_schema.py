@@ -149,6 +149,12 @@ class TokenEntry(msgspec.Struct, forbid_unknown_fields=True):
     toolset: str | UnsetType | None = UNSET
 
 
+class MetricsEntry(msgspec.Struct, forbid_unknown_fields=True):
+    """`settings.metrics` as written: `{"public": true}` opens `/metrics` on loopback without a token."""
+
+    public: bool = False
+
+
 class SettingsEntry(_Knobs, forbid_unknown_fields=True, rename="camel"):
     """The `settings` object as written."""
 
@@ -173,6 +179,7 @@ class SettingsEntry(_Knobs, forbid_unknown_fields=True, rename="camel"):
     journal: str | UnsetType | None = UNSET
     journal_payloads: bool | UnsetType = UNSET
     telemetry: TelemetryEntry | UnsetType | None = UNSET
+    metrics: MetricsEntry | UnsetType = UNSET
 
 
 class ToolRefEntry(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):

@@ -23,6 +23,7 @@ from mcpvisor._config_durations import parse_duration
 from mcpvisor._config_env import ENV_MODES, Interpolator, parse_dotenv
 from mcpvisor._config_schema import (
     AuthEntry,
+    MetricsEntry,
     SettingsEntry,
     TelemetryEntry,
     TokenEntry,
@@ -62,7 +63,8 @@ class SettingsRules(Checker):
 
     def settings(self, raw: Mapping[str, Any]) -> Settings:
         where = "settings"
-        nested = {"auth": field_names(AuthEntry), "telemetry": field_names(TelemetryEntry)}
+        nested = {"auth": field_names(AuthEntry), "telemetry": field_names(TelemetryEntry),
+                  "metrics": field_names(MetricsEntry)}
         entry, problems, _ = convert_collecting(raw, SettingsEntry, nested=nested)
         for p in problems:
             self.problem(where, p)
@@ -104,6 +106,8 @@ class SettingsRules(Checker):
             values["journal_payloads"] = entry.journal_payloads
         if entry.telemetry is not UNSET and entry.telemetry is not None:
             values["telemetry"] = self.telemetry(where, entry.telemetry)
+        if entry.metrics is not UNSET:
+            values["metrics_public"] = entry.metrics.public
         if entry.state_dir is not UNSET:
             values["state_dir"] = None if entry.state_dir is None else self.local_path(entry.state_dir)
         if entry.max_sessions is not UNSET:

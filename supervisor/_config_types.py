@@ -245,6 +245,9 @@ class Settings:
     """Record full arguments and results in the journal (otherwise sizes and digests only)."""
     telemetry: TelemetrySettings | None = None
     """OpenTelemetry traces (``settings.telemetry``); None: only the ``OTEL_*`` variables decide."""
+    metrics_public: bool = False
+    """``settings.metrics.public``: ``/metrics`` asks no token on a loopback bind (a local
+    Prometheus scrapes it); elsewhere, or off, it is guarded as ``/api`` is."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -330,6 +330,11 @@ async def serve_http(
         sup, host, port, tokens=tokens, insecure_no_auth=insecure_no_auth, certfile=certfile, keyfile=keyfile
     )
     hub, dashboard = for_supervisor(sup, guard)  # `/`, `/api/...`, `/healthz` (supervisor/dashboard)
+    if sup.metrics is not None:
+        from mcpvisor.dashboard import guard_for
+        from mcpvisor.metrics_export import metrics_route
+
+        dashboard.append(metrics_route(sup, guard_for(sup, guard), loopback=is_loopback(host)))
     settings = sup.settings
     limits = HttpLimits(max_body=settings.max_message_bytes, max_sessions=settings.max_sessions,
                         session_idle_timeout=settings.session_idle_timeout,

@@ -64,6 +64,7 @@ from mcpvisor.config import (
 from mcpvisor.journal import CallRecord, Journal, open_journal
 from mcpvisor.menu import DEFINITIONS, Menu
 from mcpvisor.menu.discovery import discover, load_mcp
+from mcpvisor.metrics import Metrics, ServedTimer
 from mcpvisor.redact import remember, scrub_known, secret_values
 from mcpvisor.remembered import CatalogFile, CatalogWriter, Remembered, catalog_fingerprint
 from mcpvisor.sessions import ScopedServers, SessionView, open_session
@@ -181,6 +182,9 @@ class Supervisor:
         """The instances of ``"scope": "session"`` servers and their warm pools."""
         self.journal: Journal | None = None
         """Where finished calls are recorded (``journal=``, ``settings.journal``), if anywhere."""
+        self.metrics: Metrics | None = None
+        """What ``/metrics`` and the dashboard's history read (``open_supervisor(metrics=True)``;
+        `mcpvisor.metrics`); None: nothing is counted."""
         self.catalog = CatalogWriter(CatalogFile(self.store.directory))
         """Remembers what each server lists, for the next start (`mcpvisor.remembered`)."""
         self.remembered: dict[str, Remembered] = {}
@@ -404,17 +408,23 @@ class Supervisor:
 
     def note_call(self, server: str, tool: str, started: float, error: BaseException | None, *,
                   session: str | None = None, run: Any = None, arguments: Any = None, result: Any = None,
-                  retries: int = 0, upstream: Upstream | None = None, trace_id: str | None = None) -> None:
-        """A call finished: tell ``events()`` subscribers and queue a journal record.
+                  retries: int = 0, upstream: Upstream | None = None, trace_id: str | None = None,
+                  direct: bool = False) -> None:
+        """A call finished: count it (``direct``: the fast path's, whose upstream leg is the
+        same request: counted on both sides), tell ``events()`` subscribers and queue a
+        journal record.
 
         Never waits: the journal takes the raw arguments and result and works out sizes,
         digests and the outcome on its own writer task (`mcpvisor.journal`). ``trace_id``:
         the call's trace when the caller holds its spans (the fast path); otherwise the
         trace of the span current in this task, if any.
         """
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.served(server, tool, started, trio.current_time(), error, result, direct)
         journal = self.journal
         if journal is None and not self.event_bus.has_subscribers:
-            return  # nobody listens (no journal, no dashboard): a call pays two attribute reads
+            return  # nobody listens (no journal, no dashboard): a call pays three attribute reads
         now = trio.current_time()
         if self.event_bus.has_subscribers:
             self.event_bus.publish(CallFinished(server, tool, now - started, error is None,
@@ -432,13 +442,17 @@ class Supervisor:
         self.front.announce(snapshot, changes)
         if changes.kinds():  # not for a change only fixed views may see (`Changes.catalog`)
             self.event_bus.publish(ListChanged(changes.kinds(), snapshot.version))
+            if self.metrics is not None:
+                self.metrics.list_changed(changes.kinds())
 
     # --- lifecycle -------------------------------------------------------------------------
     def make_upstream(self, spec: ServerSpec) -> Upstream:
         """A new actor for ``spec`` wired to this tree (not started: `start_actor`)."""
-        return Upstream(spec, router=self.router, events=self.event_bus, hooks=self._hooks,
-                        reaper=self.reaper, max_message=self.settings.max_message_bytes, rng=self._rng,
-                        era_memory=self._era_memory)
+        up = Upstream(spec, router=self.router, events=self.event_bus, hooks=self._hooks,
+                      reaper=self.reaper, max_message=self.settings.max_message_bytes, rng=self._rng,
+                      era_memory=self._era_memory)
+        up.meter = self.metrics
+        return up
 
     async def start_server(self, spec: ServerSpec) -> Upstream:
         up = self.make_upstream(spec)
@@ -520,6 +534,7 @@ async def open_supervisor(
     control_transport: str = "embedded",
     journal: str | os.PathLike[str] | None = None,
     journal_payloads: bool | None = None,
+    metrics: bool = False,
 ) -> AsyncIterator[Supervisor]:
     """Start every enabled server under supervision for the duration of the block.
 
@@ -540,6 +555,8 @@ async def open_supervisor(
             when the block exits.
         journal_payloads: record full arguments and results too (default:
             ``settings.journalPayloads``; otherwise sizes and digests only).
+        metrics: count calls, requests upstream, restarts and list changes from the start
+            (`mcpvisor.metrics`: what ``/metrics`` exports and the dashboard draws).
 
     Raises:
         ConfigError: ``settings.exposure`` / ``$MCPVISOR_EXPOSURE`` is not usable.
@@ -565,7 +582,8 @@ async def open_supervisor(
         journal_handle = (await stack.enter_async_context(open_journal(journal_path, payloads=payloads))
                           if journal_path is not None else None)
         async with _run_tree(cfg, store, saved, toolset, rng=rng, watch=watch, control=control,
-                             control_transport=control_transport, journal=journal_handle) as sup:
+                             control_transport=control_transport, journal=journal_handle,
+                             metrics=Metrics() if metrics else None) as sup:
             yield sup
 
 
@@ -589,11 +607,15 @@ def _trace_config(cfg: Config) -> telemetry.TelemetryConfig | None:
 @asynccontextmanager
 async def _run_tree(cfg: Config, store: StateStore, saved: SavedState, toolset: str | None, *,
                     rng: random.Random | None, watch: bool, control: str | os.PathLike[str] | None,
-                    control_transport: str, journal: Journal | None) -> AsyncIterator[Supervisor]:
+                    control_transport: str, journal: Journal | None,
+                    metrics: Metrics | None = None) -> AsyncIterator[Supervisor]:
     """The supervision tree of `open_supervisor` (its nurseries, in their nesting order)."""
     async with open_reaper() as reaper, trio.open_nursery() as root:
         sup = Supervisor(cfg, reaper=reaper, rng=rng, state_dir=store.directory)
         sup.journal = journal
+        sup.metrics = metrics
+        if metrics is not None:  # every request the front serves but tools/call (note_call counts those)
+            sup.front.server.middleware.append(ServedTimer(metrics))
         sup.toolsets.restore(saved, toolset)
         await sup.recall()
         sup.core.rebuild()  # before the router runs: no client yet, nothing to announce

@@ -2,8 +2,9 @@
 # Install what the test suite needs besides the Python packages, pinned by the project's
 # own files: the MCP conformance suite (and the node 22 it runs on), the filesystem server
 # the install-line tests start through npx, the npm reference servers and Claude Code's CLI
-# of the start-up tests, and Debian's chromium for the dashboard's
-# browser tests (only when it is missing; needs root or sudo). Safe to run again.
+# of the start-up tests, Debian's chromium for the dashboard's browser tests, and Debian's
+# prometheus (with promtool) for the metrics tests (each only when it is missing; needs root
+# or sudo). Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 npm ci --prefix tests/conformance --no-audit --no-fund
@@ -11,7 +12,11 @@ npm ci --prefix tests/npm-filesystem --no-audit --no-fund
 # The reference servers of the first-hour suite and Claude Code's CLI (test_startup_real.py,
 # test_claude_code.py); the CLI is a native binary shipped inside its npm package.
 npm ci --prefix tests/npm-servers --no-audit --no-fund
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 if ! command -v chromium >/dev/null 2>&1; then
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update && $SUDO apt-get install -y --no-install-recommends chromium
+fi
+# Pinned to bookworm's build: tests/integration/test_metrics.py scrapes with it.
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+  $SUDO apt-get update && $SUDO apt-get install -y --no-install-recommends prometheus=2.42.0+ds-5+deb12u1
 fi

@@ -184,7 +184,8 @@ class FastCall:
                                     session=self.fast.session.label, run=self.run,
                                     arguments=self.params.get("arguments"), result=result,
                                     retries=int(self.retried), upstream=self.up,
-                                    trace_id=trace.trace_id if trace is not None else None)
+                                    trace_id=trace.trace_id if trace is not None else None,
+                                    direct=not self.retried)
 
     def _adapt(self, result: Raw, line: bytes) -> Raw | None:
         """Fit a result to the client's era in one pass over its top-level keys."""

@@ -99,7 +99,9 @@ class Backend(Protocol):
     def note_call(self, server: str, tool: str, started: float, error: BaseException | None, *,
                   session: str | None = None, run: Any = None, arguments: Any = None, result: Any = None,
                   retries: int = 0, upstream: Upstream | None = None,
-                  trace_id: str | None = None) -> None: ...
+                  trace_id: str | None = None, direct: bool = False) -> None:
+        """A call finished. ``direct``: the fast path's, whose request upstream began with
+        it (its duration is the upstream leg's too, which nothing else measured)."""
 
     def upstream_for(self, server: str, session: ClientSession | None) -> Upstream | None: ...
 

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from mcpvisor.actors.upstream.actor import OpenLink, Upstream, open_real_link
-from mcpvisor.actors.upstream.status import WAITABLE, Hooks, RouterPort, State, UpstreamStatus
+from mcpvisor.actors.upstream.status import WAITABLE, Hooks, RouterPort, State, UpstreamMeter, UpstreamStatus
 
-__all__ = ["WAITABLE", "Hooks", "OpenLink", "RouterPort", "State", "Upstream", "UpstreamStatus",
-           "open_real_link"]
+__all__ = ["WAITABLE", "Hooks", "OpenLink", "RouterPort", "State", "Upstream", "UpstreamMeter",
+           "UpstreamStatus", "open_real_link"]

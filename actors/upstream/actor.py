@@ -57,7 +57,15 @@ from mcpvisor.actors.process import Reaper
 from mcpvisor.actors.transports import sdk_transport, stdio_argv
 from mcpvisor.actors.upstream.failures import classify, with_stderr
 from mcpvisor.actors.upstream.preflight import SELF_REASON, preflight, refused_as_self
-from mcpvisor.actors.upstream.status import USEFUL_METHODS, WAITABLE, Hooks, RouterPort, State, UpstreamStatus
+from mcpvisor.actors.upstream.status import (
+    USEFUL_METHODS,
+    WAITABLE,
+    Hooks,
+    RouterPort,
+    State,
+    UpstreamMeter,
+    UpstreamStatus,
+)
 from mcpvisor.actors.upstream.tasks import LinkTasks
 
 logger = logging.getLogger(__name__)
@@ -165,6 +173,8 @@ class Upstream(LinkTasks):
         self.answered = 0
         """Of those, the ones the server answered (a result or a JSON-RPC error)."""
         self.last_error: str | None = None
+        self.meter: UpstreamMeter | None = None
+        """Where requests and state changes are counted (`mcpvisor.metrics`); None: metrics off."""
         self.link: Link | None = None
         self.lists = UpstreamLists()
         self._changed = trio.Event()
@@ -259,6 +269,21 @@ class Upstream(LinkTasks):
                 next try is).
             UpstreamDied, CallTimeout, UpstreamError: see `Link.request`.
         """
+        meter = self.meter
+        if meter is None:  # metrics off: one attribute check
+            return await self._request(method, params, origin=origin, retry_safe=retry_safe)
+        started = trio.current_time()
+        tool = str(params.get("name", "")) if method == "tools/call" and params is not None else ""
+        try:
+            result = await self._request(method, params, origin=origin, retry_safe=retry_safe)
+        except BaseException as exc:
+            meter.request_done(self.name, method, tool, started, trio.current_time(), exc)
+            raise
+        meter.request_done(self.name, method, tool, started, trio.current_time(), None, result)
+        return result
+
+    async def _request(self, method: str, params: Mapping[str, Any] | None, *, origin: CallOrigin | None,
+                       retry_safe: bool) -> dict[str, Any]:
         spec = self.spec
         useful = method in USEFUL_METHODS
         if useful:
@@ -411,6 +436,8 @@ class Upstream(LinkTasks):
         link = self.link
         self.bus.publish(StateChanged(self.name, state.value, previous.value, reason, retry_at, self.restarts,
                                       getattr(link, "pid", None) if link is not None else None))
+        if self.meter is not None:
+            self.meter.state_changed(self.name, self.since, state.value, event.value, self.last_error)
         log = logger.warning if state in WARNS else logger.info
         arrow = f"{previous.value} -> " if previous is not state else ""
         log("%s: %s%s%s", self.name, arrow, state.value, f" ({reason})" if reason else "")

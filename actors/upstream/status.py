@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from mcpvisor.actors.core.lifecycle import WAITABLE, State
 
-__all__ = ["USEFUL_METHODS", "WAITABLE", "Hooks", "RouterPort", "State", "UpstreamStatus"]
+__all__ = ["USEFUL_METHODS", "WAITABLE", "Hooks", "RouterPort", "State", "UpstreamMeter", "UpstreamStatus"]
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -73,6 +73,18 @@ class RouterPort(Protocol):
 
     async def submit(self, message: object) -> None:
         """Queue a registration message and wait until it is applied and announced."""
+
+
+class UpstreamMeter(Protocol):
+    """Where an actor reports what the proxy's metrics count (`mcpvisor.metrics.Metrics`).
+    Both calls are synchronous and never wait; times are on the Trio clock."""
+
+    def request_done(self, server: str, method: str, tool: str, started: float, now: float,
+                     error: BaseException | None, result: Any = None) -> None:
+        """A request sent to ``server`` was answered (``result``) or failed (``error``)."""
+
+    def state_changed(self, server: str, now: float, state: str, event: str, failure: str | None) -> None:
+        """``server`` entered ``state`` on lifecycle ``event``; ``failure``: its last failure text."""
 
 
 class Hooks:

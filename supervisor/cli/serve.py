@@ -61,6 +61,11 @@ def register(sub: Any) -> None:
     p.add_argument("--journal", metavar="PATH",
                    help="record every tool call in this SQLite file (also settings.journal; "
                         "read it with `mcpvisor journal PATH`)")
+    p.add_argument("--metrics-port", type=int, metavar="N",
+                   help="serve Prometheus /metrics on this port (for stdio and ws; the http front "
+                        "serves /metrics itself; 0: any free port)")
+    p.add_argument("--metrics-host", default=DEFAULT_HOST, metavar="ADDR",
+                   help=f"address of --metrics-port (default: {DEFAULT_HOST}; elsewhere needs a token)")
     p.set_defaults(func=run)
 
 
@@ -210,6 +215,14 @@ def run(args: argparse.Namespace) -> int:
         except PortUnavailable as exc:
             print(f"mcpvisor: {exc}", file=sys.stderr)
             return EXIT_USAGE
+    if args.metrics_port is not None:
+        try:
+            guarded = bool(args.tokens or config.settings.auth_tokens or config.settings.auth)
+            check_bind(args.metrics_host, guarded=guarded, insecure_no_auth=False)
+            check_port(args.metrics_host, args.metrics_port)
+        except (UnsafeBind, PortUnavailable) as exc:
+            print(f"mcpvisor: --metrics-port: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     if args.exposure:  # the flag wins over $MCPVISOR_EXPOSURE, which wins over the file
         from mcpvisor.settings import EXPOSURE_ENV
 
@@ -256,7 +269,9 @@ async def _main(args: argparse.Namespace, config: Any) -> None:
         async with open_supervisor(config, state_dir=args.state_dir, toolset=args.toolset,
                                    journal=getattr(args, "journal", None),
                                    control=user_state_dir(args.state_dir),
-                                   control_transport=args.transport) as sup, \
+                                   control_transport=args.transport,
+                                   metrics=args.transport == "http"
+                                   or args.metrics_port is not None) as sup, \
                 trio.open_nursery() as nursery:
 
             async def stop_gracefully() -> None:
@@ -293,6 +308,16 @@ async def _main(args: argparse.Namespace, config: Any) -> None:
                             ", ".join(t["name"] for t in tools[:20]) + (" ..." if len(tools) > 20 else ""))
 
             nursery.start_soon(watch_signals)
+            if args.metrics_port is not None:
+                from mcpvisor._serve import build_guard
+                from mcpvisor.dashboard import guard_for
+                from mcpvisor.metrics_export import METRICS_PATH, serve_metrics_port
+
+                guard = guard_for(sup, build_guard(sup, args.metrics_host, args.metrics_port,
+                                                   tokens=args.tokens, path=METRICS_PATH))
+                metrics_url = await nursery.start(lambda task_status: serve_metrics_port(
+                    sup, args.metrics_host, args.metrics_port, guard, task_status=task_status))
+                print(f"mcpvisor: metrics at {metrics_url}", file=sys.stderr, flush=True)
             if args.transport == "stdio":
                 async def stdio() -> None:
                     await serve(sup, "stdio")

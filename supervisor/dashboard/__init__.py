@@ -28,6 +28,7 @@ __all__ = [
     "dashboard_routes",
     "ensure_token",
     "for_supervisor",
+    "guard_for",
     "login_url",
 ]
 
@@ -37,12 +38,17 @@ def login_url(base: str, token: str) -> str:
     return f"{base.rstrip('/')}/login?token={token}"
 
 
+def guard_for(sup: Any, guard: Any) -> DashboardGuard:
+    """The dashboard's guard behind the front's ``guard`` (`mcpvisor._serve.Guard`); the
+    dashboard token lives in ``sup``'s state directory. ``/metrics`` is behind it too."""
+    token = ensure_token(Path(sup.store.directory))
+    views = getattr(sup.front, "views", None)
+    return DashboardGuard(guard.rules, token, guard.verifier, tls=guard.tls is not None,
+                          bound=views.bound if views is not None else None)
+
+
 def for_supervisor(sup: Any, guard: Any) -> tuple[Hub, list[Any]]:
     """The hub and routes for the supervisor in this process behind ``guard``
-    (`mcpvisor._serve.Guard`); the dashboard token lives in ``sup``'s state directory."""
-    token = ensure_token(Path(sup.store.directory))
+    (`mcpvisor._serve.Guard`)."""
     hub = Hub(LocalSource(sup))
-    views = getattr(sup.front, "views", None)
-    dguard = DashboardGuard(guard.rules, token, guard.verifier, tls=guard.tls is not None,
-                            bound=views.bound if views is not None else None)
-    return hub, dashboard_routes(hub, dguard)
+    return hub, dashboard_routes(hub, guard_for(sup, guard))

@@ -14,6 +14,11 @@ Sources:
   the ``status`` op, polled every `POLL_S`, turned into state-change events; ``reload``
   after an edit. Calls per minute and latency are not on the control channel: the page
   shows them as unknown.
+
+The last hour of each server (calls, errors, p50 and p99 a minute, its state changes) and
+the tool table come from the proxy's own recorder (`mcpvisor.metrics.History`), which
+counts from the proxy's start whether or not a page is open; a source without one (a
+proxy reached over its control socket) shows them as unknown.
 """
 
 from __future__ import annotations
@@ -22,11 +27,14 @@ import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import trio
 
 from mcpvisor.dashboard._metrics import CallWindow, RecentEvents
+
+if TYPE_CHECKING:
+    from mcpvisor.metrics import History
 
 POLL_S: Final = 0.5
 """How often `ControlSource` asks a running proxy for its status: half the one second
@@ -56,6 +64,10 @@ class Source(Protocol):
     def events(self) -> AsyncIterator[dict[str, Any]]: ...
 
     async def reload(self) -> dict[str, Any]: ...
+
+    def history(self) -> History | None:
+        """The proxy's recorded history (`mcpvisor.metrics`), if this source has one."""
+        ...
 
 
 class LocalSource:
@@ -94,6 +106,10 @@ class LocalSource:
     async def reload(self) -> dict[str, Any]:
         result: dict[str, Any] = await self.sup.reload()
         return result
+
+    def history(self) -> History | None:
+        metrics = getattr(self.sup, "metrics", None)
+        return metrics.history if metrics is not None else None
 
 
 class ControlSource:
@@ -146,6 +162,9 @@ class ControlSource:
         result: dict[str, Any] = reply.get("result") or {}
         return result
 
+    def history(self) -> History | None:
+        return None  # not on the control channel
+
 
 class Hub:
     """The shared view: `status` with metrics, the recent events, a wake-up per change."""
@@ -184,15 +203,18 @@ class Hub:
         the proxy does not run (``disabled`` or ``not_loaded``)."""
         report = await self.source.status()
         now = trio.current_time()
+        history = self.source.history() if self.metrics else None
         running = {s["name"] for s in report.get("servers", [])}
         for server in report.get("servers", []):
             server["metrics"] = self.window.summary(server["name"], now) if self.metrics else None
+            server["history"] = history.series(server["name"], now) if history is not None else None
         for name, entry in (configured or {}).items():
             if name not in running:
                 state = "disabled" if entry.get("enabled", True) is False or entry.get("disabled") is True \
                     else "not_loaded"
                 report.setdefault("servers", []).append(
                     {"name": name, "state": state, "transport": entry.get("type", "stdio"), "metrics": None})
+        report["tools"] = history.tools() if history is not None else None
         report["events"] = self.recent.list()
         report["seq"] = self.seq
         report["now"] = time.time()

@@ -53,7 +53,7 @@ async def test_tiny_latency_run_prints_a_table_json_and_compares(tmp_path: Path)
     A bench that stopped printing rows, renamed keys or lost the comparison would fail here."""
     out = tmp_path / "run.json"
     code, stdout, stderr = await run_bench("--only", "latency", "--calls", "20", "--rounds", "1",
-                                           "--no-peers", "--no-nofast", "--out", str(out))
+                                           "--no-peers", "--no-nofast", "--no-metrics", "--out", str(out))
     assert code == 0, stderr[-2000:]
     assert "latency" in stdout  # the rich table: its title
     assert "p50 ms" in stdout  # and a column header

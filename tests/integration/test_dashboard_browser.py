@@ -3,7 +3,8 @@ with real subprocess servers and a connected MCP client.
 
 Runs wherever Debian's ``chromium`` is installed; with ``CI=true`` a missing browser is a
 failure, not a skip (`tests.integration.cdp.chromium`). It takes the screenshots docs/ keeps
-(healthy, one server down, the add form with an error) into ``$MCPVISOR_SCREENSHOT_DIR``
+(healthy, one server down, the last hour and tool table, the add form with an error) into
+``$MCPVISOR_SCREENSHOT_DIR``
 (``MCPVISOR_SCREENSHOT_DIR=docs`` refreshes them), else into the test's temporary directory.
 """
 
@@ -70,6 +71,11 @@ async def test_the_dashboard_in_a_browser(tmp_path: Path) -> None:
                        **recorder.kwargs()) as client, \
                 open_browser(tmp_path / "profile") as browser:
             page = await browser.page()
+            # Calls made before any page is open: the proxy keeps them for the page's last hour.
+            for text in ("a", "b", "c"):
+                await client.call_tool("alpha_echo", {"text": text})
+            assert (await client.call_tool("alpha_fail", {"message": "no"})).is_error
+            await client.call_tool("beta_echo", {"text": "d"})
 
             # Logging in puts the token in an HttpOnly cookie and leaves it out of the URL.
             await page.navigate(f"{dash.base}/login?token={dash.token}")
@@ -92,6 +98,29 @@ async def test_the_dashboard_in_a_browser(tmp_path: Path) -> None:
                 f"{row('beta')}.dataset.history")
             assert "backing_off" in history
             assert await page.evaluate("window.__same_page") == marker  # the same page, never reloaded
+
+            # The last hour: the calls made before the page opened, and beta's restart on its timeline.
+            def spark(server: str, kind: str) -> str:
+                return f"{row(server)}?.querySelector('svg.spark.{kind}')"
+
+            assert await page.wait_for(f"{spark('alpha', 'rate')}?.dataset.total") == "4"
+            assert await page.evaluate(f"{spark('alpha', 'rate')}.dataset.errors") == "1"
+            assert await page.evaluate(f"{spark('alpha', 'rate')}.querySelectorAll('polyline').length") >= 1
+            assert float(await page.evaluate(f"{spark('alpha', 'latency')}.dataset.p99")) > 0
+            lines = await page.evaluate(f"{spark('alpha', 'latency')}.querySelectorAll('.p50, .p99').length")
+            assert lines >= 2
+            assert await page.evaluate(f"{spark('beta', 'rate')}.dataset.total") == "1"
+            ticks = await page.wait_for(
+                f"[...{spark('beta', 'timeline')}.querySelectorAll('rect.tick')].map(t => t.dataset.state)"
+                ".join(' ').match(/backing_off( \\S+)* ready$/)?.input")
+            assert "backing_off" in ticks
+            # The tool table: most called first; a click on "errors" puts the failing tool first.
+            first = "document.querySelector('#tools tbody tr')"
+            assert await page.wait_for(f"{first}?.dataset.tool") == "echo"
+            assert await page.evaluate(f"{first}.dataset.server") == "alpha"
+            await page.evaluate("document.querySelector('#tools button[data-sort=\"errors\"]').click()")
+            assert await page.wait_for(f"{first}.dataset.tool === 'fail' && {first}.dataset.tool")
+            await page.screenshot(shots / "dashboard-last-hour.png")
 
             # A server that cannot start shows as down, with its last error.
             down = await http.post(f"{dash.base}/api/servers", headers=dash.auth(), json={

@@ -13,6 +13,108 @@ const $ = (sel) => document.querySelector(sel);
 const entries = new Map();   // name -> entry as the API gives it (secrets ***)
 let editing = null;          // name of the server being edited, or null
 let attempts = 0;
+let toolSort = { key: "calls", desc: true };  // the tool table's order (click a header to change it)
+let lastTools = null;
+const SVG = "http://www.w3.org/2000/svg";
+const SPARK_W = 120, SPARK_H = 22, HOUR_S = 3600;
+
+function svg(kind, title) {
+  const el = document.createElementNS(SVG, "svg");
+  el.setAttribute("width", SPARK_W); el.setAttribute("height", SPARK_H);
+  el.setAttribute("viewBox", `0 0 ${SPARK_W} ${SPARK_H}`);
+  el.setAttribute("class", `spark ${kind}`); el.dataset.kind = kind;
+  const t = document.createElementNS(SVG, "title"); t.textContent = title; el.appendChild(t);
+  return el;
+}
+
+function line(el, values, cls, top) {
+  // One point a minute, oldest at the left; a minute without a value breaks the line.
+  const step = (SPARK_W - 4) / Math.max(values.length - 1, 1);  // 2 px of margin: a dot at the edge shows
+  let points = [];
+  const flush = () => {
+    if (points.length === 1) {  // a lone minute: a dot, a line of one point would not show
+      const [x, y] = points[0].split(",");
+      const dot = document.createElementNS(SVG, "circle");
+      dot.setAttribute("cx", x); dot.setAttribute("cy", y); dot.setAttribute("r", "1.6");
+      dot.setAttribute("class", cls);
+      el.appendChild(dot);
+    } else if (points.length) {
+      const pl = document.createElementNS(SVG, "polyline");
+      pl.setAttribute("points", points.join(" ")); pl.setAttribute("class", cls);
+      el.appendChild(pl);
+    }
+    points = [];
+  };
+  values.forEach((v, i) => {
+    if (v == null) { flush(); return; }
+    const y = SPARK_H - 2 - (top > 0 ? (v / top) * (SPARK_H - 4) : 0);
+    points.push(`${(2 + i * step).toFixed(1)},${y.toFixed(1)}`);
+  });
+  flush();
+}
+
+function lastHour(td, h) {
+  // Calls a minute, p50 and p99 a minute, and the state changes of the last hour.
+  if (!h) { td.textContent = "–"; return; }
+  const calls = h.calls.reduce((a, b) => a + b, 0);
+  const rate = svg("rate", `${calls} calls in the last hour (most in a minute: ${Math.max(...h.calls)})`);
+  rate.dataset.total = String(calls);
+  rate.dataset.errors = String(h.errors.reduce((a, b) => a + b, 0));
+  line(rate, h.calls, "calls", Math.max(...h.calls, 1));
+  line(rate, h.errors, "errors", Math.max(...h.calls, 1));
+  const worst = Math.max(0, ...h.p99Ms.filter((v) => v != null));
+  const known = h.p50Ms.filter((v) => v != null);
+  const latency = svg("latency", known.length
+    ? `p50 ${known[known.length - 1]} ms, p99 ${h.p99Ms.filter((v) => v != null).pop()} ms (last minute with calls)`
+    : "no calls in the last hour");
+  latency.dataset.p50 = known.length ? String(known[known.length - 1]) : "";
+  latency.dataset.p99 = worst ? String(worst) : "";
+  line(latency, h.p99Ms, "p99", worst);
+  line(latency, h.p50Ms, "p50", worst);
+  const timeline = svg("timeline", `${h.states.length} state changes in the last hour`);
+  timeline.dataset.changes = String(h.states.length);
+  for (const [ago, state, reason] of h.states) {
+    const x = Math.max(0, Math.min(SPARK_W - 2, SPARK_W - 2 - (ago / HOUR_S) * (SPARK_W - 2)));
+    const tick = document.createElementNS(SVG, "rect");
+    tick.setAttribute("x", x.toFixed(1)); tick.setAttribute("y", "2");
+    tick.setAttribute("width", "2"); tick.setAttribute("height", String(SPARK_H - 4));
+    tick.setAttribute("class", `tick ${state}`); tick.dataset.state = state;
+    const t = document.createElementNS(SVG, "title");
+    t.textContent = `${Math.round(ago / 60)} min ago: ${LABELS[state] || state} (${reason})`;
+    tick.appendChild(t); timeline.appendChild(tick);
+  }
+  td.replaceChildren(rate, latency, timeline);
+}
+
+function renderTools(tools) {
+  lastTools = tools;
+  const body = $("#tools tbody");
+  $("#tools-empty").hidden = !!(tools && tools.length);
+  if (!tools) { $("#tools-empty").textContent = "Not known: this proxy records no metrics."; }
+  const { key, desc } = toolSort;
+  const rows = [...(tools || [])].sort((a, b) => {
+    const x = a[key] ?? -1, y = b[key] ?? -1;
+    return (desc ? y - x : x - y) || a.server.localeCompare(b.server) || a.tool.localeCompare(b.tool);
+  });
+  body.replaceChildren();
+  for (const t of rows) {
+    const tr = document.createElement("tr");
+    tr.dataset.server = t.server; tr.dataset.tool = t.tool;
+    cell(tr, t.server); cell(tr, t.tool); cell(tr, String(t.calls)); cell(tr, String(t.errors));
+    cell(tr, t.p50Ms != null ? `${t.p50Ms} ms` : "–"); cell(tr, t.p99Ms != null ? `${t.p99Ms} ms` : "–");
+    body.appendChild(tr);
+  }
+  for (const b of document.querySelectorAll("#tools th button")) {
+    b.dataset.active = b.dataset.sort === key ? (desc ? "desc" : "asc") : "";
+  }
+}
+
+function sortTools(ev) {
+  const b = ev.target.closest("button[data-sort]");
+  if (!b) return;
+  toolSort = { key: b.dataset.sort, desc: toolSort.key === b.dataset.sort ? !toolSort.desc : true };
+  renderTools(lastTools);
+}
 
 function fmtSeconds(s) {
   if (s == null) return "–";
@@ -78,6 +180,7 @@ function renderStatus(report) {
     cell(tr, m ? String(m.callsPerMinute) : "–");
     cell(tr, m ? String(m.errorsPerMinute) : "–");
     cell(tr, m && m.p50Ms != null ? `${m.p50Ms} ms` : "–");
+    lastHour(cell(tr, "", "history"), s.history);
     cell(tr, s.lastError || "", "error");
     const actions = cell(tr, "", "actions");
     button(actions, "Test", "test", s.name);
@@ -86,6 +189,7 @@ function renderStatus(report) {
     button(actions, "Remove", "remove", s.name);
   }
   for (const tr of body.querySelectorAll("tr")) if (!seen.has(tr.dataset.server)) tr.remove();
+  renderTools(report.tools);
 }
 
 function renderEvent(e) {
@@ -279,6 +383,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#server-form").transport.addEventListener("change", showTransport);
   $("#cancel").addEventListener("click", stopEdit);
   $("#servers").addEventListener("click", act);
+  $("#tools").addEventListener("click", sortTools);
   showTransport();
   connect();
 });
