@@ -21,7 +21,14 @@ from msgspec import UNSET
 from mcpvisor._config_check import Checker
 from mcpvisor._config_durations import parse_duration
 from mcpvisor._config_env import ENV_MODES, Interpolator, parse_dotenv
-from mcpvisor._config_schema import AuthEntry, SettingsEntry, TokenEntry, convert_collecting, field_names
+from mcpvisor._config_schema import (
+    AuthEntry,
+    OAuthSettingsEntry,
+    SettingsEntry,
+    TokenEntry,
+    convert_collecting,
+    field_names,
+)
 from mcpvisor._config_types import (
     DEFAULT_MAX_SESSIONS,
     DISCOVERY_BUDGET_MAX,
@@ -53,7 +60,8 @@ class SettingsRules(Checker):
 
     def settings(self, raw: Mapping[str, Any]) -> Settings:
         where = "settings"
-        entry, problems, _ = convert_collecting(raw, SettingsEntry, nested={"auth": field_names(AuthEntry)})
+        entry, problems, _ = convert_collecting(raw, SettingsEntry, nested={
+            "auth": field_names(AuthEntry), "oauth": field_names(OAuthSettingsEntry)})
         for p in problems:
             self.problem(where, p)
         self.settings_entry = entry
@@ -92,6 +100,8 @@ class SettingsRules(Checker):
             values["journal"] = None if entry.journal is None else self.local_path(entry.journal)
         if entry.journal_payloads is not UNSET:
             values["journal_payloads"] = entry.journal_payloads
+        if entry.oauth is not UNSET and entry.oauth.open_browser is not UNSET:
+            values["oauth_open_browser"] = entry.oauth.open_browser
         if entry.state_dir is not UNSET:
             values["state_dir"] = None if entry.state_dir is None else self.local_path(entry.state_dir)
         if entry.max_sessions is not UNSET:

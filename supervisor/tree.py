@@ -70,6 +70,7 @@ from mcpvisor.settings import state_dir as resolve_state_dir
 from mcpvisor.settings import with_env_overrides
 from mcpvisor.startup import ListChangeCoalescer
 from mcpvisor.state import CorruptState, StateStore
+from mcpvisor.tokens import FileTokenStore
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +103,12 @@ class _Hooks(Hooks):
 
     def log_level(self) -> str | None:
         return self._sup.front.log_level
+
+    def token_store(self, server: str) -> FileTokenStore:
+        return FileTokenStore(self._sup.store.directory, server)
+
+    def open_browser(self) -> bool:
+        return self._sup.settings.oauth_open_browser
 
     def lists_seen(self, spec: Any, lists: UpstreamLists, era: str | None) -> None:
         self._sup.remembered.pop(spec.name, None)
