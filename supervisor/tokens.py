@@ -96,7 +96,7 @@ class FileTokenStore:
             entry.pop("obtainedAt", None)
             forgotten = True
 
-        await self._update(change)
+        await self._update(change, create=False)
         return forgotten
 
     # -- logout ----------------------------------------------------------------------
@@ -124,8 +124,11 @@ class FileTokenStore:
         with locked(self.path):
             return read_json(self.path) if self.path.exists() else None
 
-    async def _update(self, change: Callable[[dict[str, Any]], None], *, issuer: str | None = None) -> None:
+    async def _update(self, change: Callable[[dict[str, Any]], None], *, issuer: str | None = None,
+                      create: bool = True) -> None:
         def write() -> None:
+            if not create and not self.path.exists():
+                return
             directory = self.path.parent
             directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
             os.chmod(directory, DIR_MODE)

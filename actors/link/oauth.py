@@ -286,6 +286,9 @@ class _CodeProvider(_Provider, OAuthClientProvider):
 
     fixed_client: OAuthClientInformationFull | None = None
     """A pre-registered client (``oauth.clientId``): used as it is, never registered."""
+    listening: bool = False
+    """A redirect listener is open: a stored registration for another redirect URI is
+    registered again (without one, the stored client is kept: it can still refresh)."""
 
     async def _initialize(self) -> None:
         await super()._initialize()
@@ -295,7 +298,8 @@ class _CodeProvider(_Provider, OAuthClientProvider):
             return
         client = ctx.client_info
         uris = ctx.client_metadata.redirect_uris or []
-        if (client is not None and client.redirect_uris and ctx.client_metadata_url != client.client_id
+        if (self.listening and client is not None and client.redirect_uris
+                and ctx.client_metadata_url != client.client_id
                 and not set(map(str, uris)) <= set(map(str, client.redirect_uris))):
             # Registered for another loopback port: register again rather than be refused.
             ctx.client_info = None
@@ -413,6 +417,7 @@ class UpstreamAuth:
             )
             provider = _CodeProvider(url, metadata, storage, redirecting, callback or no_callback,
                                      client_metadata_url=oauth.client_metadata_url)
+            provider.listening = redirect_uri is not None
             if oauth.client_id:
                 # Pre-registered: the client the config names, never a dynamic registration.
                 fixed = OAuthClientInformationFull(
@@ -511,18 +516,36 @@ async def _reply(stream: trio.SocketStream, status: int, text: str) -> None:
         pass
 
 
+async def _registered_port(store: TokenStore | None) -> int | None:
+    """The loopback port the stored client was registered with (reusing it reuses the
+    registration; RFC 8252 lets the port vary, but not every server does)."""
+    client = (await store.load()).client if store is not None else None
+    for uri in (client.redirect_uris or []) if client is not None else []:
+        if uri.host in ("127.0.0.1", "localhost") and uri.port:
+            return int(uri.port)
+    return None
+
+
 @asynccontextmanager
-async def open_callback_listener(server: str, port: int | None) -> AsyncIterator[CallbackListener]:
-    """Listen on 127.0.0.1 (``port``, else a free one) for the login redirect while open.
+async def open_callback_listener(server: str, port: int | None,
+                                 store: TokenStore | None = None) -> AsyncIterator[CallbackListener]:
+    """Listen on 127.0.0.1 for the login redirect while open: on ``port``
+    (``oauth.callbackPort``), else on the port the stored client was registered with if
+    it is free, else on a free port.
 
     Raises:
         OSError: ``port`` is taken (the message names it).
     """
-    try:
-        listeners = await trio.open_tcp_listeners(port or 0, host="127.0.0.1")
-    except OSError as exc:
-        raise OSError(exc.errno, f"server {server}: cannot listen for the login redirect on "
-                                 f"127.0.0.1:{port} ({exc.strerror})") from exc
+    candidates: list[int] = [port] if port else [p for p in (await _registered_port(store),) if p] + [0]
+    listeners: list[trio.SocketListener] = []
+    for i, candidate in enumerate(candidates):
+        try:
+            listeners = await trio.open_tcp_listeners(candidate, host="127.0.0.1")
+            break
+        except OSError as exc:
+            if i + 1 == len(candidates):
+                raise OSError(exc.errno, f"server {server}: cannot listen for the login redirect on "
+                                         f"127.0.0.1:{candidate} ({exc.strerror})") from exc
     listener = listeners[0]
     async with listener, trio.open_nursery() as nursery:
         callback = CallbackListener(listener, server)

@@ -130,7 +130,7 @@ async def open_real_link(up: Upstream, *, events: LinkEvents, protocol: str,
         if store is not None:
             if up.login_interactive:
                 port = spec.oauth.callback_port if spec.oauth is not None else None
-                listener = await stack.enter_async_context(open_callback_listener(up.name, port))
+                listener = await stack.enter_async_context(open_callback_listener(up.name, port, store))
                 login = UpstreamAuth(spec, store, redirect=up.show_login, callback=listener.wait,
                                      redirect_uri=listener.redirect_uri, on_login_needed=up.login_needed)
             else:

@@ -101,7 +101,7 @@ async def _login(spec: Any, directory: Path, browser: bool) -> Path:
     store = FileTokenStore(directory, spec.name)
     await store.forget_tokens(refresh_token=None)  # a login asks again, whatever is stored
     port = spec.oauth.callback_port if spec.oauth is not None else None
-    async with open_callback_listener(spec.name, port) as listener:
+    async with open_callback_listener(spec.name, port, store) as listener:
 
         async def show(url: str) -> None:
             print(f"Log in to {spec.name} at:\n  {url}", file=sys.stderr, flush=True)
