@@ -184,13 +184,14 @@ class _Provider:
     _on_login_needed: Callable[[], None]
 
     def _setup(self, server: str, store: TokenStore, clock: Callable[[], float],
-               on_login_needed: Callable[[], None]) -> None:
+               on_login_needed: Callable[[], None], *, person: bool) -> None:
         ctx = self.context
         values = {f.name: getattr(ctx, f.name) for f in dataclasses.fields(ctx)}
         self.context = _Context(**values, clock=clock)
         self._server = server
         self._store = store
         self._on_login_needed = on_login_needed
+        self._person = person
 
     async def _initialize(self) -> None:
         await super()._initialize()  # type: ignore[misc]
@@ -237,12 +238,31 @@ class _Provider:
         try:
             outgoing = await flow.__anext__()
             while True:
+                if not self._person and self._registers(outgoing):
+                    # Nobody can log in on this link: register when someone can (the
+                    # registration names the redirect listener's port).
+                    self._on_login_needed()
+                    raise NeedsLogin(self._server)
                 response = yield outgoing
                 outgoing = await flow.asend(response)
         except StopAsyncIteration:
             return
         finally:
             await flow.aclose()
+
+    _person: bool = False
+    """A person can be asked (a browser and a redirect listener): only then a client is
+    registered and an authorization asked for."""
+
+    def _registers(self, request: httpx2.Request) -> bool:
+        """``request`` is the flow's Dynamic Client Registration (RFC 7591)."""
+        metadata = self.context.oauth_metadata
+        endpoint = metadata.registration_endpoint if metadata is not None else None
+        if request.method != "POST":
+            return False
+        if endpoint is not None:
+            return str(request.url) == str(endpoint)
+        return request.url.path == "/register"  # the SDK's fallback without metadata
 
     async def _handle_refresh_response(self, response: httpx2.Response) -> bool:
         if response.status_code == 200:
@@ -427,7 +447,9 @@ class UpstreamAuth:
                 )
                 provider.fixed_client = fixed
             self.provider = provider
-        self.provider._setup(spec.name, store, clock, needed)  # type: ignore[attr-defined]
+        self.provider._setup(spec.name, store, clock, needed,  # type: ignore[attr-defined]
+                             person=redirect is not None and callback is not None
+                             or oauth.grant == "client_credentials")
 
 
 def _method(oauth: OAuthSpec) -> Any:

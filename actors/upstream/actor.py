@@ -423,7 +423,8 @@ class Upstream(LinkTasks):
         self._login_running = True
         if self._startup is not None:
             self._startup.deadline = trio.current_time() + LOGIN_WAIT_S + self.spec.startup_timeout
-        self._feed(Event.NEED_LOGIN, "waiting for the login in the browser")
+        if self.state is not State.READY:  # a step-up while ready keeps serving other calls
+            self._feed(Event.NEED_LOGIN, "waiting for the login in the browser")
         logger.warning("%s: log in at %s", self.name, url)
         if not await open_browser(url):
             logger.warning("%s: no browser to open; open the URL above to log in", self.name)
