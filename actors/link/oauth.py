@@ -448,7 +448,7 @@ class UpstreamAuth:
                 provider.fixed_client = fixed
             self.provider = provider
         self.provider._setup(spec.name, store, clock, needed,  # type: ignore[attr-defined]
-                             person=redirect is not None and callback is not None
+                             person=(redirect is not None and callback is not None)
                              or oauth.grant == "client_credentials")
 
 

@@ -215,6 +215,9 @@ class Upstream(LinkTasks):
         self.login_interactive = False
         """The next start may open the browser for a login (``settings.oauth.openBrowser``)."""
         self._login_needed = False
+        self._browser_tried = False
+        """The proxy opened the browser for this need already (once until the server is
+        ready again: a broken authorization server must not open a tab per restart)."""
         self._login_running = False
         """A start waits for the browser's redirect: calls wait (bounded) rather than fail."""
         self._startup: trio.CancelScope | None = None
@@ -538,6 +541,7 @@ class Upstream(LinkTasks):
             else:
                 self._feed(cause, why)
             failure = await self._one_life()
+            self.login_interactive = False
             if self._login_needed and self._outcome is None:
                 await self._hold_for_login()
                 why, cause = ("logging in: opening the browser" if self.login_interactive
@@ -572,13 +576,12 @@ class Upstream(LinkTasks):
         need), else when a login stores tokens or a restart, stop or disable is asked for."""
         self._login_needed = False
         self._login_running = False
-        tried = self.login_interactive
-        self.login_interactive = False
         self.policy.on_stopped(trio.current_time())
         self.last_error = login_message(self.name)
         self._feed(Event.NEED_LOGIN, self.last_error)
         self.first_attempt_done.set()
-        if self.hooks.open_browser() and not tried:
+        if self.hooks.open_browser() and not self._browser_tried:
+            self._browser_tried = True
             self.login_interactive = True
             return
         store = self.token_store()
@@ -665,6 +668,7 @@ class Upstream(LinkTasks):
                         self._withdrawn = False
                         await self.router.submit(UpstreamUp(self.name, lists))
                         self.hooks.lists_seen(self.spec, lists, self._era_of(link))
+                        self._browser_tried = False
                         self._feed(Event.READY, f"started in {trio.current_time() - started:.2f}s, "
                                                 f"{len(lists.tools)} tools")
                         self.first_attempt_done.set()
