@@ -239,6 +239,13 @@ class _Provider:
             outgoing = await flow.__anext__()
             while True:
                 if not self._person and self._registers(outgoing):
+                    ctx = self.context
+                    if ctx.oauth_metadata is None and ctx.protected_resource_metadata is None:
+                        # No OAuth metadata anywhere: a server wanting some other credential
+                        # (a static header). Its own 401 answers, as without OAuth.
+                        await flow.aclose()
+                        yield request
+                        return
                     # Nobody can log in on this link: register when someone can (the
                     # registration names the redirect listener's port).
                     self._on_login_needed()

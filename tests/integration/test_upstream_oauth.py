@@ -142,15 +142,21 @@ def assert_no_token_in(log: Path, tokens: set[str]) -> None:
 
 
 async def test_login_then_a_restarted_proxy_uses_the_stored_tokens_and_logout_revokes(tmp_path: Path) -> None:
-    """`mcp login` stores tokens (0600 in a 0700 directory); a proxy started afterwards
+    """`mcp test` of a server that needs a login says so; `mcp login` stores tokens (0600 in
+    a 0700 directory) and `mcp test` then connects with them; a proxy started afterwards
     serves the server with them and opens no browser; `mcp logout` revokes and deletes
     them; no token value ever reaches the proxy's debug log."""
     with trio.fail_after(REAL_IO_BOUND_S):
         async with protected() as url:
             config(tmp_path, url, open_browser=True)
+            probe = await trio.to_thread.run_sync(cli, tmp_path, "test", "prot")
+            assert probe.returncode == 1
+            assert LOGIN_MESSAGE in probe.stdout
             login = await trio.to_thread.run_sync(cli, tmp_path, "login", "prot")
             assert login.returncode == 0, login.stderr
             assert "Logged in to prot" in login.stdout
+            probe = await trio.to_thread.run_sync(cli, tmp_path, "test", "prot")
+            assert probe.returncode == 0, probe.stdout
             token_file = tmp_path / "state" / "oauth" / "prot.json"
             assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
             assert stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
