@@ -342,6 +342,18 @@ class Supervisor:
                         len(entry.lists.tools), entry.seen)
 
     # --- seams other modules fill ---------------------------------------------------------
+    async def login(self, name: str) -> str:
+        """Start the OAuth login of server ``name`` (in ``needs_login``) and return the
+        authorization URL for a person to open (`Upstream.start_login`).
+
+        Raises:
+            ValueError: no such running server, or it needs no login now.
+        """
+        up = self.upstreams.get(name)
+        if up is None:
+            raise ValueError(f"no running server named {name!r}")
+        return await up.start_login()
+
     async def equip(self, name: str) -> dict[str, Any]:
         """Equip toolset ``name``: clients see exactly its tools (and, in menu exposure,
         ``enter-configuration-mode``); one ``list_changed`` when that changes what they see.

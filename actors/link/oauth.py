@@ -150,9 +150,12 @@ class _Context(OAuthContext):
     """The SDK's flow context with expiry at `REFRESH_AT` of a token's life, on our clock."""
 
     clock: Callable[[], float] = time.time
+    obtained_at: float | None = None
+    """When `current_tokens` were issued (wall clock): stored tokens are taken only if newer."""
 
     def update_token_expiry(self, token: OAuthToken) -> None:
-        self.token_expiry_time = refresh_due(token, self.clock())
+        self.obtained_at = self.clock()
+        self.token_expiry_time = refresh_due(token, self.obtained_at)
 
     def is_token_valid(self) -> bool:
         return bool(self.current_tokens and self.current_tokens.access_token
@@ -199,15 +202,22 @@ class _Provider:
         if login.metadata is not None and self.context.oauth_metadata is None:
             # A refresh after a restart must reach the token endpoint discovery found.
             self.context.oauth_metadata = login.metadata
+        self.context.obtained_at = login.obtained_at
         self.context.token_expiry_time = refresh_due(login.tokens, login.obtained_at)
 
     async def _adopt_stored(self) -> None:
-        """Take tokens another proxy (or ``mcp login``) stored since we read them."""
+        """Take tokens another proxy (or ``mcp login``) stored since ours were issued; never
+        older ones (a read racing our own refresh's write sees the tokens it replaced)."""
         login = await self._store.load()
-        held = self.context.current_tokens
-        if login.tokens is not None and (held is None or login.tokens.access_token != held.access_token):
-            self.context.current_tokens = login.tokens
-            self.context.token_expiry_time = refresh_due(login.tokens, login.obtained_at)
+        ctx = self.context
+        held = ctx.current_tokens
+        if login.tokens is None or (held is not None and login.tokens.access_token == held.access_token):
+            return
+        if held is not None and (login.obtained_at or 0.0) <= (ctx.obtained_at or 0.0):
+            return
+        ctx.current_tokens = login.tokens
+        ctx.obtained_at = login.obtained_at
+        ctx.token_expiry_time = refresh_due(login.tokens, login.obtained_at)
 
     _challenged: bool = False
     """The server refused a request once: from then on a request without a token goes

@@ -70,6 +70,9 @@ from mcpvisor.actors.upstream.tasks import LinkTasks
 
 logger = logging.getLogger(__name__)
 
+LOGIN_URL_WAIT_S: Final = 30.0
+"""How long `Upstream.start_login` waits for the flow to reach its authorization URL
+(discovery and registration: a few requests to the authorization server)."""
 LOGIN_POLL_S: Final = 2.0
 """How often a server that needs a login looks whether a login (``mcpvisor mcp login``, in
 another process) stored tokens: one stat of its token file."""
@@ -218,6 +221,9 @@ class Upstream(LinkTasks):
         self._browser_tried = False
         """The proxy opened the browser for this need already (once until the server is
         ready again: a broken authorization server must not open a tab per restart)."""
+        self._login_asked: trio.Event | None = None
+        """Set by `start_login`: the next start logs in; it is set once the URL is known."""
+        self.login_url: str | None = None
         self._login_running = False
         """A start waits for the browser's redirect: calls wait (bounded) rather than fail."""
         self._startup: trio.CancelScope | None = None
@@ -422,15 +428,46 @@ class Upstream(LinkTasks):
 
     async def show_login(self, url: str) -> None:
         """The authorization URL of a start allowed to ask a person: say so, lift the start's
-        time limit to the login's, open the browser."""
+        time limit to the login's, open the browser (or hand the URL to whoever asked for
+        the login with `start_login`)."""
         self._login_running = True
+        self.login_url = url
         if self._startup is not None:
             self._startup.deadline = trio.current_time() + LOGIN_WAIT_S + self.spec.startup_timeout
         if self.state is not State.READY:  # a step-up while ready keeps serving other calls
             self._feed(Event.NEED_LOGIN, "waiting for the login in the browser")
         logger.warning("%s: log in at %s", self.name, url)
+        asked = self._login_asked
+        if asked is not None:
+            self._login_asked = None
+            asked.set()
+            return
         if not await open_browser(url):
             logger.warning("%s: no browser to open; open the URL above to log in", self.name)
+
+    async def start_login(self) -> str:
+        """Start the login of a server that needs one and return its authorization URL
+        (the dashboard's "Log in": the person opens it; the server starts once they
+        have logged in). The flow goes on in the server's next start, bounded by
+        `LOGIN_WAIT_S`.
+
+        Raises:
+            ValueError: the server needs no login now (its state says why), or the flow
+                did not reach an authorization URL within `LOGIN_URL_WAIT_S`.
+        """
+        if self.state is not State.NEEDS_LOGIN or self.token_store() is None:
+            raise ValueError(f"server {self.name} is {shown(self.state)}: it needs no login now")
+        if self._login_running and self.login_url is not None:
+            return self.login_url  # a login is under way: the same URL
+        asked = self._login_asked = trio.Event()
+        self.login_interactive = True
+        self._poke()
+        with trio.move_on_after(LOGIN_URL_WAIT_S):
+            await asked.wait()
+            assert self.login_url is not None
+            return self.login_url
+        raise ValueError(f"server {self.name}: the login did not reach its authorization URL within "
+                         f"{LOGIN_URL_WAIT_S:g}s ({self.last_error or 'no error'})")
 
     async def wait_changed(self) -> None:
         """Wait for the next state transition (or reason change)."""
@@ -541,10 +578,10 @@ class Upstream(LinkTasks):
             else:
                 self._feed(cause, why)
             failure = await self._one_life()
-            self.login_interactive = False
+            self.login_interactive = self._login_asked is not None  # asked during this life: next one
             if self._login_needed and self._outcome is None:
                 await self._hold_for_login()
-                why, cause = ("logging in: opening the browser" if self.login_interactive
+                why, cause = ("logging in" if self.login_interactive
                               else "tokens were stored by a login"), Event.LOGIN
                 if self._restart_reason is not None or self._desired != "run":
                     why, cause = "restart requested", Event.RESTART
@@ -586,7 +623,7 @@ class Upstream(LinkTasks):
             return
         store = self.token_store()
         stamp = store.stamp() if store is not None else 0
-        while not self._interrupted():
+        while not self._interrupted() and self._login_asked is None:
             await self._sleep_until(trio.current_time() + LOGIN_POLL_S)
             if store is not None and store.stamp() != stamp:
                 return

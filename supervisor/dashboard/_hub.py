@@ -57,6 +57,10 @@ class Source(Protocol):
 
     async def reload(self) -> dict[str, Any]: ...
 
+    async def login(self, server: str) -> str:
+        """Start ``server``'s OAuth login; its authorization URL (ValueError: why not)."""
+        ...
+
 
 class LocalSource:
     """The `Supervisor` running in this process."""
@@ -94,6 +98,10 @@ class LocalSource:
     async def reload(self) -> dict[str, Any]:
         result: dict[str, Any] = await self.sup.reload()
         return result
+
+    async def login(self, server: str) -> str:
+        url: str = await self.sup.login(server)
+        return url
 
 
 class ControlSource:
@@ -145,6 +153,11 @@ class ControlSource:
         reply = await self._ask("reload", RELOAD_TIMEOUT_S)
         result: dict[str, Any] = reply.get("result") or {}
         return result
+
+    async def login(self, server: str) -> str:
+        # The login's redirect listener must run where the tokens are used: in the proxy.
+        raise ValueError(f"log in from a terminal: mcpvisor mcp login {server} "
+                         "(the proxy picks the tokens up by itself)")
 
 
 class Hub:

@@ -32,6 +32,8 @@ from mcpvisor.actors.core.spec import ServerSpec
 from mcpvisor.actors.link.oauth import REFRESH_AT, UpstreamAuth
 from mcpvisor.tokens import FileTokenStore
 from tests.helpers import PY, REAL_IO_BOUND_S, SERVERS_DIR, proxy_params, text_of
+from tests.integration.dashboard import server_state
+from tests.integration.dashboard import serving as serving_dashboard
 from tests.polling import poll_until
 
 pytestmark = pytest.mark.slow
@@ -260,3 +262,34 @@ async def test_a_token_is_refreshed_at_eighty_percent_of_its_life(tmp_path: Path
                 assert (await admin(url, "stats"))["refresh_token"] == 1
             assert stored(tmp_path)["obtainedAt"] == now[0]
 
+
+
+async def test_the_dashboard_log_in_button_starts_the_login_and_answers_the_url(tmp_path: Path) -> None:
+    """The dashboard shows a server that needs a login as ``needs_login``; its "Log in"
+    (``POST /api/servers/NAME/login``) starts the login in the proxy and answers the
+    authorization URL; once a person has opened it, the server is ready; a server that is
+    ready needs no login (409); the dashboard never shows a token."""
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with protected() as url:
+            config(tmp_path, url, open_browser=False)
+            async with serving_dashboard(tmp_path, tmp_path / "mcpvisor.json") as dash, \
+                    httpx2.AsyncClient() as http:
+                login = f"{dash.base}/api/servers/prot/login"
+                await poll_until(lambda: dashboard_state_is(http, dash.base, "needs_login"))
+                assert (await http.post(login)).status_code == 401  # the dashboard's token first
+                answer = await http.post(login, headers=dash.auth())
+                assert answer.status_code == 200, answer.text
+                page = await http.get(answer.json()["url"], follow_redirects=True)  # the person
+                assert "logged in to prot" in page.text
+                await poll_until(lambda: dashboard_state_is(http, dash.base, "ready"))
+                again = await http.post(login, headers=dash.auth())
+                assert again.status_code == 409
+                assert "needs no login" in again.json()["error"]
+                shown = (await http.get(f"{dash.base}/api/servers", headers=dash.auth())).text
+            stats = await admin(url, "stats")
+            assert stats["authorization_code"] == 1
+            assert not [t for t in stats["access"] + stats["refresh"] if t in shown]
+
+
+async def dashboard_state_is(http: httpx2.AsyncClient, base: str, state: str) -> bool:
+    return await server_state(http, base, "prot") == state
