@@ -121,6 +121,8 @@ class FileTokenStore:
 
     # -- internals -------------------------------------------------------------------
     def _read(self) -> dict[str, Any] | None:
+        if not self.path.exists():
+            return None  # a server that never logged in leaves nothing in the state directory
         with locked(self.path):
             return read_json(self.path) if self.path.exists() else None
 
