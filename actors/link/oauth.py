@@ -294,7 +294,8 @@ class _Provider:
             logger.info("%s: the refresh token was refused (invalid_grant); a new login is needed",
                         self._server)
             self.context.clear_tokens()
-            self._on_login_needed()
+            if not self._person:  # a person at hand: the flow goes on to the login itself
+                self._on_login_needed()
             return False
         if response.status_code >= 500 or response.status_code == 429:
             # The authorization server is down, not the grant: keep the tokens, fail this try.
