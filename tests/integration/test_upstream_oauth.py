@@ -293,3 +293,61 @@ async def test_the_dashboard_log_in_button_starts_the_login_and_answers_the_url(
 
 async def dashboard_state_is(http: httpx2.AsyncClient, base: str, state: str) -> bool:
     return await server_state(http, base, "prot") == state
+
+
+async def test_a_call_waits_for_the_login_the_proxy_runs_in_the_browser(tmp_path: Path) -> None:
+    """A server that needs a login is listed from its remembered catalog; while the proxy's
+    own browser login runs, a call to one of its tools waits for it (bounded by
+    ``restartWait``) and is answered once the person has logged in, instead of failing with
+    "needs a login". The browser is held until the call has reached the server's actor."""
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    browser = tmp_path / "held_browser.sh"
+    browser.write_text(f"#!/bin/sh\nread go < {gate}\nexec {PY} {BROWSER} \"$1\"\n")
+    browser.chmod(0o755)
+
+    def release() -> None:
+        with gate.open("w") as fifo:
+            fifo.write("go\n")
+
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with protected() as url:
+            config(tmp_path, url, open_browser=True)
+            async with serving(tmp_path, BROWSER, tmp_path / "first.log") as client:
+                await poll_until(lambda: state_is(client, "ready"))  # its tools are remembered
+            assert (await trio.to_thread.run_sync(cli, tmp_path, "logout", "prot")).returncode == 0
+            try:
+                async with serving(tmp_path, str(browser), tmp_path / "serve.log") as client:
+                    await poll_until(lambda: reason_is(client, "waiting for the login in the browser"))
+                    assert "whoami" in {t.name for t in (await client.list_tools()).tools}
+                    answers: list[str] = []
+
+                    async def call() -> None:
+                        answers.append(text_of(await client.call_tool("whoami", {})))
+
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(call)
+                        await poll_until(lambda: calls_seen(client, 1))
+                        await trio.to_thread.run_sync(release)
+                    assert answers == ["logged in"]
+            finally:
+                unblock(gate)
+
+
+def unblock(gate: Path) -> None:
+    """Let a held browser go (its page then fails and it exits), if it still waits."""
+    try:
+        fd = os.open(gate, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return  # nobody reads: it went already
+    with os.fdopen(fd, "w") as fifo:
+        fifo.write("go\n")
+
+
+async def reason_is(client: Client, reason: str) -> bool:
+    status = await status_of(client)
+    return bool(status["state"] == "needs_login" and status.get("reason") == reason)
+
+
+async def calls_seen(client: Client, count: int) -> bool:
+    return bool((await status_of(client)).get("calls", 0) >= count)
