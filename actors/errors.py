@@ -46,7 +46,10 @@ class UpstreamUnavailable(ProxyError):
     code = wire.UPSTREAM_UNAVAILABLE
 
     def __init__(self, server: str, state: str, reason: str | None, retry_at: float | None = None) -> None:
-        if retry_at is not None:
+        if state == "needs_login":
+            # The words `mcpvisor.actors.link.oauth.login_message` gives every status view.
+            message = f"server {server} needs a login: run mcpvisor mcp login {server}"
+        elif retry_at is not None:
             message = (f"server {server} is down ({reason or state}), next try at {wall_clock(retry_at)} "
                        f"({_STATE_WORDS.get(state, state.replace('_', ' '))})")
         elif reason:

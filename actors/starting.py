@@ -89,7 +89,9 @@ async def await_listed(backend: Starting, routed: Callable[[Snapshot], bool], *,
         if plan == "wait":
             await up.wait_link()  # ready, or UpstreamUnavailable naming why not
         elif plan == "down":
-            raise up.unavailable()
+            # Down fails at once, except a server whose login runs in the browser right now
+            # (`wait_link` waits for that one, bounded, and fails at once for the rest).
+            await up.wait_link()
         return backend.router.snapshot  # ready (it has no such name) or lazy (its loader decides)
     while not backend.started:
         await _changed_or_started(backend)

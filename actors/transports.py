@@ -136,7 +136,7 @@ def docker_argv(spec: ServerSpec) -> list[str]:
 
 
 def sdk_transport(spec: ServerSpec, max_message: int, *, http_timeout: httpx2.Timeout | None = None,
-                  on_response: ResponseHook | None = None) -> Any:
+                  on_response: ResponseHook | None = None, auth: httpx2.Auth | None = None) -> Any:
     """The SDK client transport for an http, sse or ws server: the one builder for the
     upstream actor and `mcpvisor mcp test`, so a probe reaches a server exactly as the
     proxy will (headers, limits, redirects).
@@ -146,6 +146,9 @@ def sdk_transport(spec: ServerSpec, max_message: int, *, http_timeout: httpx2.Ti
         max_message: the largest answer or event read, in bytes (``settings.maxMessageBytes``).
         http_timeout: the HTTP timeouts (default: the SDK's own, long enough for an SSE stream).
         on_response: awaited with each HTTP response (a probe records the statuses seen).
+        auth: the OAuth client of an http or sse server
+            (`mcpvisor.actors.link.oauth.UpstreamAuth`): its requests carry the token, and
+            a 401 runs the login flow.
     """
     if not spec.url:  # the config loader requires one; a hand-built spec may lack it
         raise ValueError(f'server {spec.name!r}: transport {spec.transport!r} needs field "url"')
@@ -159,7 +162,7 @@ def sdk_transport(spec: ServerSpec, max_message: int, *, http_timeout: httpx2.Ti
         # What `create_mcp_http_client` builds, with our transport under it.
         timeout = http_timeout or httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT)
         client = httpx2.AsyncClient(headers=dict(spec.headers), timeout=timeout, event_hooks=hooks,
-                                    transport=BoundedTransport(spec.name, max_message))
+                                    transport=BoundedTransport(spec.name, max_message), auth=auth)
         transport = streamable_http_client(url, http_client=client, max_sse_event_size=max_message)
         return _owning(client, transport)
     if spec.transport == "sse":
@@ -172,7 +175,7 @@ def sdk_transport(spec: ServerSpec, max_message: int, *, http_timeout: httpx2.Ti
                                       auth=auth, follow_redirects=False, event_hooks=hooks,
                                       transport=BoundedTransport(spec.name, max_message))
 
-        return sse_client(url, headers=dict(spec.headers), httpx_client_factory=bounded_client)
+        return sse_client(url, headers=dict(spec.headers), httpx_client_factory=bounded_client, auth=auth)
     if spec.transport == "ws":
         from mcpvisor.actors.link.ws import websocket_client
 

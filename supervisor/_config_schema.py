@@ -92,6 +92,25 @@ class ExposedToolEntry(msgspec.Struct, forbid_unknown_fields=True):
     exposed: str | None = None
 
 
+class OAuthEntry(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
+    """A server's `oauth` object as written (Claude Code's keys, plus mcpvisor's)."""
+
+    client_id: str | UnsetType = UNSET
+    client_secret: str | UnsetType = UNSET
+    client_metadata_url: str | UnsetType = UNSET
+    callback_port: int | UnsetType = UNSET
+    scopes: list[str] | str | UnsetType = UNSET
+    grant: str | UnsetType = UNSET
+    token_endpoint_auth_method: str | UnsetType = UNSET
+    private_key_file: str | UnsetType = UNSET
+
+
+class OAuthSettingsEntry(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
+    """`settings.oauth` as written: how the proxy runs a login it needs."""
+
+    open_browser: bool | UnsetType = UNSET
+
+
 class ServerEntry(_Knobs, forbid_unknown_fields=True, rename="camel"):
     """One `mcpServers` entry as written, before defaults, interpolation and transport rules."""
 
@@ -113,12 +132,12 @@ class ServerEntry(_Knobs, forbid_unknown_fields=True, rename="camel"):
     protocol: str | UnsetType = UNSET
     exposed_tools: list[str | ExposedToolEntry] | UnsetType = UNSET
     hidden_tools: list[str] | UnsetType = UNSET
+    oauth: OAuthEntry | UnsetType = UNSET
     # Written by other clients; tolerated with a warning (see FOREIGN_KEYS in config.py).
     disabled: bool | UnsetType = UNSET
     disabled_tools: list[str] | UnsetType = UNSET
     always_allow: Any = UNSET
     auto_approve: Any = UNSET
-    oauth: Any = UNSET
     headers_helper: Any = UNSET
 
 
@@ -170,6 +189,7 @@ class SettingsEntry(_Knobs, forbid_unknown_fields=True, rename="camel"):
     auth_token: str | UnsetType | None = UNSET
     auth_tokens: dict[str, str | TokenEntry] | UnsetType = UNSET
     auth: AuthEntry | UnsetType | None = UNSET
+    oauth: OAuthSettingsEntry | UnsetType = UNSET
     allowed_hosts: list[str] | UnsetType = UNSET
     allowed_origins: list[str] | UnsetType = UNSET
     max_sessions: int | UnsetType = UNSET

@@ -21,6 +21,7 @@ from msgspec import UNSET
 from mcpvisor._config_check import Checker
 from mcpvisor._config_schema import (
     ExposedToolEntry,
+    OAuthEntry,
     ServerEntry,
     convert_collecting,
     describe_type,
@@ -30,6 +31,7 @@ from mcpvisor._config_types import (
     APPLIES,
     FOREIGN,
     MAX_POOL,
+    MAX_PORT,
     NAME_RE,
     NAME_RULE,
     PROTOCOLS,
@@ -40,7 +42,7 @@ from mcpvisor._config_types import (
     URL_SCHEMES,
     Settings,
 )
-from mcpvisor.actors.core.spec import ExposedTool, ServerSpec
+from mcpvisor.actors.core.spec import GRANTS, TOKEN_AUTH_METHODS, ExposedTool, OAuthSpec, ServerSpec
 from mcpvisor.actors.core.vocabulary import HTTP_ALIASES, TRANSPORTS
 
 
@@ -56,7 +58,8 @@ class ServerRules(Checker):
             return None
         before = len(self.problems)
         entry, problems, dropped = convert_collecting(
-            raw, ServerEntry, suggest=SERVER_KEYS, nested={"exposedTools": field_names(ExposedToolEntry)}
+            raw, ServerEntry, suggest=SERVER_KEYS,
+            nested={"exposedTools": field_names(ExposedToolEntry), "oauth": field_names(OAuthEntry)},
         )
         for p in problems:
             self.problem(where, p)
@@ -96,6 +99,8 @@ class ServerRules(Checker):
                 self.check_url(where, transport, spec["url"])
         if entry.headers is not UNSET:
             spec["headers"] = MappingProxyType({k: sub(f"headers.{k}", v) for k, v in entry.headers.items()})
+        if entry.oauth is not UNSET and transport in ("http", "sse"):
+            spec["oauth"] = self.server_oauth(where, entry.oauth, sub)
         if entry.image is not UNSET:
             spec["image"] = sub("image", entry.image)
         if entry.docker_args is not UNSET:
@@ -166,6 +171,49 @@ class ServerRules(Checker):
             self.problem(
                 where, f'field "url": "{url}" is not a URL transport "{transport}" can use (expected {want})'
             )
+
+    def server_oauth(self, where: str, entry: OAuthEntry, sub: Any) -> OAuthSpec:
+        """The ``oauth`` object: each field checked, ``${VAR}`` allowed in the client id and secret."""
+        out: dict[str, Any] = {}
+        if entry.client_id is not UNSET:
+            out["client_id"] = sub("oauth.clientId", entry.client_id)
+        if entry.client_secret is not UNSET:
+            out["client_secret"] = sub("oauth.clientSecret", entry.client_secret)
+        if entry.client_metadata_url is not UNSET:
+            url = entry.client_metadata_url
+            parts = urlsplit(url)
+            if parts.scheme != "https" or not parts.netloc or parts.path in ("", "/"):
+                self.problem(where, f'field "oauth.clientMetadataUrl": "{url}" must be an https URL '
+                                    "with a path (the client's metadata document)")
+            out["client_metadata_url"] = url
+        if entry.callback_port is not UNSET:
+            if not 1 <= entry.callback_port <= MAX_PORT:
+                self.problem(where, f'field "oauth.callbackPort": {entry.callback_port} is not a port '
+                                    f"(1 to {MAX_PORT})")
+            out["callback_port"] = entry.callback_port
+        if entry.scopes is not UNSET:
+            scopes = entry.scopes.split() if isinstance(entry.scopes, str) else entry.scopes
+            out["scopes"] = tuple(scopes)
+        if entry.grant is not UNSET and self.choice(where, "oauth.grant", entry.grant, GRANTS):
+            out["grant"] = entry.grant
+        method = entry.token_endpoint_auth_method
+        if method is not UNSET and self.choice(where, "oauth.tokenEndpointAuthMethod", method,
+                                               TOKEN_AUTH_METHODS):
+            out["token_endpoint_auth_method"] = method
+        if entry.private_key_file is not UNSET:
+            out["private_key_file"] = self.local_path(sub("oauth.privateKeyFile", entry.private_key_file))
+        if out.get("grant") == "client_credentials":
+            if "client_id" not in out:
+                self.problem(where, 'field "oauth.clientId" is needed for "grant": "client_credentials"')
+            if "client_secret" not in out and "private_key_file" not in out:
+                self.problem(where, 'field "oauth.clientSecret" or "oauth.privateKeyFile" is needed for '
+                                    '"grant": "client_credentials"')
+        elif "private_key_file" in out:
+            self.problem(where, 'field "oauth.privateKeyFile" applies to "grant": "client_credentials" only')
+        if out.get("token_endpoint_auth_method") == "private_key_jwt" and "private_key_file" not in out:
+            self.problem(where, 'field "oauth.tokenEndpointAuthMethod": "private_key_jwt" needs '
+                                '"oauth.privateKeyFile"')
+        return OAuthSpec(**out)
 
     def exposed(self, where: str, entries: list[str | ExposedToolEntry]) -> tuple[ExposedTool, ...]:
         out = []

@@ -24,6 +24,7 @@ from mcpvisor._config_env import ENV_MODES, Interpolator, parse_dotenv
 from mcpvisor._config_schema import (
     AuthEntry,
     MetricsEntry,
+    OAuthSettingsEntry,
     SettingsEntry,
     TelemetryEntry,
     TokenEntry,
@@ -64,7 +65,7 @@ class SettingsRules(Checker):
     def settings(self, raw: Mapping[str, Any]) -> Settings:
         where = "settings"
         nested = {"auth": field_names(AuthEntry), "telemetry": field_names(TelemetryEntry),
-                  "metrics": field_names(MetricsEntry)}
+                  "metrics": field_names(MetricsEntry), "oauth": field_names(OAuthSettingsEntry)}
         entry, problems, _ = convert_collecting(raw, SettingsEntry, nested=nested)
         for p in problems:
             self.problem(where, p)
@@ -108,6 +109,8 @@ class SettingsRules(Checker):
             values["telemetry"] = self.telemetry(where, entry.telemetry)
         if entry.metrics is not UNSET:
             values["metrics_public"] = entry.metrics.public
+        if entry.oauth is not UNSET and entry.oauth.open_browser is not UNSET:
+            values["oauth_open_browser"] = entry.oauth.open_browser
         if entry.state_dir is not UNSET:
             values["state_dir"] = None if entry.state_dir is None else self.local_path(entry.state_dir)
         if entry.max_sessions is not UNSET:

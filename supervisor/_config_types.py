@@ -138,11 +138,14 @@ assert all(getattr(ServerSpec(name="-", transport="stdio"), k.attr) == k.default
 KNOB_PAIRS: Final = (("restartDelay", "restartDelayMax"), ("circuitOpenFor", "circuitOpenMax"))
 """(first, cap): the first backoff delay / open period may not exceed its cap."""
 
-TRANSPORT_FIELDS: Final = ("command", "args", "env", "cwd", "url", "headers", "image", "dockerArgs")
+MAX_PORT: Final = 65535
+"""The highest TCP port (``oauth.callbackPort``)."""
+
+TRANSPORT_FIELDS: Final = ("command", "args", "env", "cwd", "url", "headers", "image", "dockerArgs", "oauth")
 APPLIES: Final = {
     "stdio": frozenset({"command", "args", "env", "cwd"}),
-    "http": frozenset({"url", "headers"}),
-    "sse": frozenset({"url", "headers"}),
+    "http": frozenset({"url", "headers", "oauth"}),
+    "sse": frozenset({"url", "headers", "oauth"}),
     "ws": frozenset({"url", "headers"}),
     "stdio-docker": frozenset({"image", "dockerArgs", "args", "env"}),
 }
@@ -154,7 +157,6 @@ FOREIGN: Final = {
     "disabledTools": 'is treated like "hiddenTools"',
     "alwaysAllow": "is another client's approval list; ignored",
     "autoApprove": "is another client's approval list; ignored",
-    "oauth": "is Claude Code's OAuth setting; ignored",
     "headersHelper": "is Claude Code's header command; ignored (no headers come from it)",
 }
 """Keys other clients write into server entries: tolerated with a warning."""
@@ -241,6 +243,9 @@ class Settings:
     discovery_budget: int = DEFAULT_DISCOVERY_BUDGET
     journal: str | None = None
     """The SQLite file every call is recorded in (`mcpvisor.journal`); None: no journal."""
+    oauth_open_browser: bool = True
+    """``settings.oauth.openBrowser``: a login the running proxy needs opens the browser
+    itself (False: it only says ``run mcpvisor mcp login NAME``)."""
     journal_payloads: bool = False
     """Record full arguments and results in the journal (otherwise sizes and digests only)."""
     telemetry: TelemetrySettings | None = None

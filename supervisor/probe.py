@@ -79,7 +79,8 @@ class Failure:
         kind: ``not_found`` (command not on PATH), ``spawn`` (could not start otherwise),
             ``exited`` (the process ended; ``status``), ``http`` (``http_status``),
             ``connect`` (no connection), ``handshake`` (the server refused or broke the
-            MCP handshake), ``timeout``, ``error`` (anything else).
+            MCP handshake), ``needs_login`` (an OAuth server with no usable stored
+            tokens), ``timeout``, ``error`` (anything else).
         message: one line for people.
         step: the step that failed.
         status: the exit status (``exited``); negative for a signal.
@@ -342,9 +343,23 @@ async def _probe_remote(run: _Run) -> None:
     # with the probe's own timeout and the HTTP statuses recorded for the report.
     spec = run.spec
     transport = sdk_transport(spec, PROBE_MAX_MESSAGE, http_timeout=httpx2.Timeout(DEFAULT_PROBE_TIMEOUT_S),
-                              on_response=record)
+                              on_response=record, auth=_stored_login(spec))
     async with open_sdk_link(spec.name, transport, events=_QuietEvents(), protocol=spec.protocol) as link:
         await _after_handshake(run, link)
+
+
+def _stored_login(spec: ServerSpec) -> Any:
+    """The OAuth client of an http or sse server over the tokens ``mcpvisor mcp login``
+    stored (never a browser: a probe asks no one); None with a static Authorization header."""
+    from mcpvisor.actors.link.oauth import UpstreamAuth
+    from mcpvisor.settings import state_dir
+    from mcpvisor.tokens import FileTokenStore
+
+    if spec.transport not in ("http", "sse"):
+        return None
+    if spec.oauth is None and any(k.lower() == "authorization" for k in spec.headers):
+        return None
+    return UpstreamAuth(spec, FileTokenStore(state_dir(), spec.name)).provider
 
 
 async def _after_handshake(run: _Run, link: Any) -> None:
@@ -423,6 +438,11 @@ def _classify(exc: BaseException, run: _Run) -> Failure:
     if returncode is not None and (step != "done"):
         text = describe_exit(returncode)
         return Failure("exited", f"the process {text} during {step}", step, status=returncode, stderr=stderr)
+    from mcpvisor.actors.link.oauth import NeedsLogin, login_message
+
+    if any(isinstance(leaf, NeedsLogin) for leaf in leaves):
+        return Failure("needs_login", login_message(run.spec.name), step,
+                       hint=f"run mcpvisor mcp login {run.spec.name}")
     status = _http_status(leaves, run)
     if status is not None:
         hint = HTTP_HINTS.get(status)

@@ -72,6 +72,7 @@ from mcpvisor.settings import state_dir as resolve_state_dir
 from mcpvisor.settings import with_env_overrides
 from mcpvisor.startup import ListChangeCoalescer
 from mcpvisor.state import CorruptState, StateStore
+from mcpvisor.tokens import FileTokenStore
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +105,12 @@ class _Hooks(Hooks):
 
     def log_level(self) -> str | None:
         return self._sup.front.log_level
+
+    def token_store(self, server: str) -> FileTokenStore:
+        return FileTokenStore(self._sup.store.directory, server)
+
+    def open_browser(self) -> bool:
+        return self._sup.settings.oauth_open_browser
 
     def lists_seen(self, spec: Any, lists: UpstreamLists, era: str | None,
                    hints: Mapping[str, CacheHint] | None = None) -> None:
@@ -349,6 +356,18 @@ class Supervisor:
                         len(entry.lists.tools), entry.seen)
 
     # --- seams other modules fill ---------------------------------------------------------
+    async def login(self, name: str) -> str:
+        """Start the OAuth login of server ``name`` (in ``needs_login``) and return the
+        authorization URL for a person to open (`Upstream.start_login`).
+
+        Raises:
+            ValueError: no such running server, or it needs no login now.
+        """
+        up = self.upstreams.get(name)
+        if up is None:
+            raise ValueError(f"no running server named {name!r}")
+        return await up.start_login()
+
     async def equip(self, name: str) -> dict[str, Any]:
         """Equip toolset ``name``: clients see exactly its tools (and, in menu exposure,
         ``enter-configuration-mode``); one ``list_changed`` when that changes what they see.

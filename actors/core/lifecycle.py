@@ -15,6 +15,8 @@ The states are what users see (``mcpvisor status``, the dashboard, ``get-server-
     half_open -ready-> ready | -open_circuit-> circuit_open
     disable -> disabled -enable-> starting;  stop / shutdown -> stopped (final)
     misconfigured: the entry cannot start as it is; held until a restart or a reload
+    starting | ready -need_login-> needs_login -login-> starting (a person logged in, or the
+    proxy opens the browser itself); needs_login -ready-> ready (the login was done in the start)
 
 What each transition does beyond the state change is named here too: which events take
 the server's tools away from clients (`WITHDRAWS`), which states are logged as warnings
@@ -59,6 +61,10 @@ class State(str, enum.Enum):  # noqa: UP042
     """The entry cannot be used as it is (unset ``${VAR}``, invalid field, missing command,
     mcpvisor itself): never started, no restarts, until the config changes or a restart
     is asked for (`mcpvisor.actors.upstream.preflight`)."""
+    NEEDS_LOGIN = "needs_login"
+    """The server wants an OAuth authorization only a person can give: not a crash (no
+    backoff, no breaker); held until a login stores tokens (or the proxy's own browser
+    login, running while the state shows this, completes)."""
 
 
 class Event(str, enum.Enum):  # noqa: UP042 - the same str() as State
@@ -92,6 +98,11 @@ class Event(str, enum.Enum):  # noqa: UP042 - the same str() as State
     DISABLE = "disable"
     MISCONFIGURE = "misconfigure"
     """The entry was found unusable before a start (or the child said it is mcpvisor)."""
+    NEED_LOGIN = "need_login"
+    """The server answered 401 and no stored token or refresh can satisfy it, or its
+    refresh token was refused (``invalid_grant``), or the proxy waits for a browser login."""
+    LOGIN = "login"
+    """Tokens were stored by a login (or the proxy starts its own): start again."""
     STOP = "stop"
     """Stopped on request (removed by a reload, the proxy's stop): the actor ends."""
     SHUTDOWN = "shutdown"
@@ -101,8 +112,9 @@ class Event(str, enum.Enum):  # noqa: UP042 - the same str() as State
 _ALL: Final = frozenset(State)
 _LIVE: Final = _ALL - {State.STOPPED}
 """Every state but the final one."""
-_RUNNING_LIFE: Final = frozenset({State.STARTING, State.HALF_OPEN, State.READY})
-"""The states a life is in while it runs: a start or a trial, then ready."""
+_RUNNING_LIFE: Final = frozenset({State.STARTING, State.HALF_OPEN, State.READY, State.NEEDS_LOGIN})
+"""The states a life is in while it runs: a start or a trial (or a start waiting for a
+browser login), then ready."""
 
 
 def _table(rows: Iterable[tuple[Iterable[State], Event, State]]) -> Mapping[tuple[State, Event], State]:
@@ -127,7 +139,11 @@ TRANSITIONS: Final = _table([
     # An open period ends; a lazy server unloaded while open is loaded again; an interrupted
     # trial is granted again rather than left half open.
     ({State.CIRCUIT_OPEN, State.IDLE, State.HALF_OPEN}, Event.TRIAL, State.HALF_OPEN),
-    ({State.STARTING, State.HALF_OPEN}, Event.READY, State.READY),
+    ({State.STARTING, State.HALF_OPEN, State.NEEDS_LOGIN}, Event.READY, State.READY),
+    # A login is not a failure: no backoff, no circuit; the tools stay listed (a call says
+    # how to log in).
+    (_RUNNING_LIFE, Event.NEED_LOGIN, State.NEEDS_LOGIN),
+    ({State.NEEDS_LOGIN}, Event.LOGIN, State.STARTING),
     (_RUNNING_LIFE, Event.BACK_OFF, State.BACKING_OFF),
     (_RUNNING_LIFE, Event.OPEN_CIRCUIT, State.CIRCUIT_OPEN),
     ({State.CIRCUIT_OPEN, State.IDLE}, Event.HOLD_OPEN, State.CIRCUIT_OPEN),
@@ -146,7 +162,7 @@ WITHDRAWS: Final = frozenset({Event.OPEN_CIRCUIT, Event.DISABLE, Event.MISCONFIG
 ``list_changed``); a brief restart (`Event.BACK_OFF`) keeps them, `Event.READY` brings
 them back. A shutdown withdraws nothing: no client is left to tell."""
 
-WARNS: Final = frozenset({State.BACKING_OFF, State.CIRCUIT_OPEN, State.MISCONFIGURED})
+WARNS: Final = frozenset({State.BACKING_OFF, State.CIRCUIT_OPEN, State.MISCONFIGURED, State.NEEDS_LOGIN})
 """States whose entry is logged as a warning (the others at info)."""
 
 WAITABLE: Final = frozenset({State.STARTING, State.BACKING_OFF, State.HALF_OPEN, State.IDLE, State.READY})

@@ -35,7 +35,10 @@ __all__ = [
     "DEFAULT_SHUTDOWN_GRACE_S",
     "DEFAULT_STARTUP_TIMEOUT_S",
     "DEFAULT_TIMEOUT_S",
+    "GRANTS",
+    "TOKEN_AUTH_METHODS",
     "ExposedTool",
+    "OAuthSpec",
     "ServerSpec",
     "server_filter",
 ]
@@ -63,6 +66,36 @@ class ExposedTool:
 
     original: str
     exposed: str | None
+
+
+GRANTS: Final = ("authorization_code", "client_credentials")
+"""``oauth.grant``: a person logs in in a browser, or the client's own credentials (machine to machine)."""
+TOKEN_AUTH_METHODS: Final = ("client_secret_basic", "client_secret_post", "none", "private_key_jwt")
+"""``oauth.tokenEndpointAuthMethod``: how the client authenticates at the token endpoint (RFC 7591 names)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OAuthSpec:
+    """A server's ``oauth`` entry: how mcpvisor logs in to it as an OAuth 2.1 client.
+
+    Every field is optional for ``authorization_code``: without a client id the client is
+    registered dynamically (RFC 7591) or named by ``client_metadata_url`` where the
+    authorization server supports that. ``client_credentials`` needs ``client_id`` and a
+    ``client_secret`` or a ``private_key_file``.
+    """
+
+    client_id: str | None = None
+    client_secret: str | None = field(default=None, repr=False)
+    client_metadata_url: str | None = None
+    callback_port: int | None = None
+    """The loopback redirect listener's port (a pre-registered client's redirect URI names
+    one); None: a free port."""
+    scopes: tuple[str, ...] = ()
+    """Scopes asked for; empty: those the server's challenge or metadata names."""
+    grant: str = "authorization_code"
+    token_endpoint_auth_method: str | None = None
+    private_key_file: str | None = None
+    """A PEM private key signing the ``private_key_jwt`` client assertion."""
 
 
 def _empty() -> Mapping[str, Any]:
@@ -115,6 +148,9 @@ class ServerSpec:
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE_S
     restart_intensity: int = policy.DEFAULT_INTENSITY
     restart_period: float = policy.DEFAULT_PERIOD_S
+    oauth: OAuthSpec | None = None
+    """``oauth``: log in to this (http or sse) server as an OAuth client with these settings.
+    A server answering 401 with no such entry is logged in to with the defaults."""
     relist_interval: float | None = None
     """``relistInterval``: how often a server that cannot announce list changes is
     re-listed; None: `health_check_interval`."""
@@ -153,6 +189,8 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     if isinstance(value, ExposedTool):
         return [value.original, value.exposed]
+    if isinstance(value, OAuthSpec):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
     return value
 
 

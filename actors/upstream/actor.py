@@ -31,8 +31,8 @@ import logging
 import math
 import random
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, Protocol
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from typing import Any, Final, Protocol
 
 import trio
 
@@ -52,6 +52,15 @@ from mcpvisor.actors.core.registration import UpstreamDown, UpstreamUp
 from mcpvisor.actors.core.spec import ServerSpec
 from mcpvisor.actors.errors import CallTimeout, UpstreamDied, UpstreamError, UpstreamUnavailable
 from mcpvisor.actors.link import CallOrigin, Link, LinkEvents, open_sdk_link, open_stdio_link
+from mcpvisor.actors.link.oauth import (
+    LOGIN_WAIT_S,
+    NeedsLogin,
+    TokenStore,
+    UpstreamAuth,
+    login_message,
+    open_browser,
+    open_callback_listener,
+)
 from mcpvisor.actors.messages import EventBus, StateChanged
 from mcpvisor.actors.process import Reaper
 from mcpvisor.actors.transports import sdk_transport, stdio_argv
@@ -69,6 +78,13 @@ from mcpvisor.actors.upstream.status import (
 from mcpvisor.actors.upstream.tasks import LinkTasks
 
 logger = logging.getLogger(__name__)
+
+LOGIN_URL_WAIT_S: Final = 30.0
+"""How long `Upstream.start_login` waits for the flow to reach its authorization URL
+(discovery and registration: a few requests to the authorization server)."""
+LOGIN_POLL_S: Final = 2.0
+"""How often a server that needs a login looks whether a login (``mcpvisor mcp login``, in
+another process) stored tokens: one stat of its token file."""
 
 
 class OpenLink(Protocol):
@@ -120,8 +136,21 @@ async def open_real_link(up: Upstream, *, events: LinkEvents, protocol: str,
         ) as link:
             yield link
         return
-    async with open_sdk_link(up.name, sdk_transport(spec, up.max_message), events=events,
-                             protocol=protocol) as sdk_link:
+    async with AsyncExitStack() as stack:
+        auth = None
+        store = up.token_store()
+        if store is not None:
+            if up.login_interactive:
+                port = spec.oauth.callback_port if spec.oauth is not None else None
+                listener = await stack.enter_async_context(open_callback_listener(up.name, port, store))
+                login = UpstreamAuth(spec, store, redirect=up.show_login, callback=listener.wait,
+                                     redirect_uri=listener.redirect_uri, on_login_needed=up.login_needed)
+            else:
+                login = UpstreamAuth(spec, store, on_login_needed=up.login_needed)
+            auth = login.provider
+        sdk_link = await stack.enter_async_context(
+            open_sdk_link(up.name, sdk_transport(spec, up.max_message, auth=auth), events=events,
+                          protocol=protocol))
         on_spawn(sdk_link)
         yield sdk_link
 
@@ -200,6 +229,18 @@ class Upstream(LinkTasks):
         that replaces a changed server's actor says so)."""
         self._refused: str | None = None
         """Set when a start ended with the child refusing to be our server (it is mcpvisor)."""
+        self.login_interactive = False
+        """The next start may open the browser for a login (``settings.oauth.openBrowser``)."""
+        self._login_needed = False
+        self._browser_tried = False
+        """The proxy opened the browser for this need already (once until the server is
+        ready again: a broken authorization server must not open a tab per restart)."""
+        self._login_asked: trio.Event | None = None
+        """Set by `start_login`: the next start logs in; it is set once the URL is known."""
+        self.login_url: str | None = None
+        self._login_running = False
+        """A start waits for the browser's redirect: calls wait (bounded) rather than fail."""
+        self._startup: trio.CancelScope | None = None
         self.first_attempt_done = trio.Event()
         """Set once the first start attempt has ended (ready or failed), or the server is
         not meant to start (lazy, disabled, stopped). The start-up gate waits for it."""
@@ -331,7 +372,7 @@ class Upstream(LinkTasks):
             state = self.state
             if state is State.READY and link is not None and link.close_reason is None:
                 return link
-            if state not in WAITABLE:
+            if state not in WAITABLE and not (state is State.NEEDS_LOGIN and self._login_running):
                 raise self.unavailable()
             if state is State.BACKING_OFF and self.retry_at is not None and self.retry_at > deadline:
                 raise self.unavailable()  # it cannot be back in time: say when it will try
@@ -398,6 +439,66 @@ class Upstream(LinkTasks):
         if self.state is State.READY:
             self._feed(Event.RESTART, reason)
         self._poke(end_life=True)
+
+    def token_store(self) -> TokenStore | None:
+        """Where this server's OAuth tokens live; None: it logs in to nothing (stdio, ws,
+        or a static ``Authorization`` header in its config)."""
+        spec = self.spec
+        if spec.transport not in ("http", "sse"):
+            return None
+        if spec.oauth is None and any(k.lower() == "authorization" for k in spec.headers):
+            return None
+        return self.hooks.token_store(self.name)
+
+    def login_needed(self) -> None:
+        """The server wants a login no stored token can give: end this life (not a failure)."""
+        if not self._login_needed:
+            self._login_needed = True
+            if self.state is State.READY:
+                self._poke(end_life=True)
+
+    async def show_login(self, url: str) -> None:
+        """The authorization URL of a start allowed to ask a person: say so, lift the start's
+        time limit to the login's, open the browser (or hand the URL to whoever asked for
+        the login with `start_login`)."""
+        self._login_running = True
+        self.login_url = url
+        if self._startup is not None:
+            self._startup.deadline = trio.current_time() + LOGIN_WAIT_S + self.spec.startup_timeout
+        if self.state is not State.READY:  # a step-up while ready keeps serving other calls
+            self._feed(Event.NEED_LOGIN, "waiting for the login in the browser")
+        logger.warning("%s: log in at %s", self.name, url)
+        asked = self._login_asked
+        if asked is not None:
+            self._login_asked = None
+            asked.set()
+            return
+        if not await open_browser(url):
+            logger.warning("%s: no browser to open; open the URL above to log in", self.name)
+
+    async def start_login(self) -> str:
+        """Start the login of a server that needs one and return its authorization URL
+        (the dashboard's "Log in": the person opens it; the server starts once they
+        have logged in). The flow goes on in the server's next start, bounded by
+        `LOGIN_WAIT_S`.
+
+        Raises:
+            ValueError: the server needs no login now (its state says why), or the flow
+                did not reach an authorization URL within `LOGIN_URL_WAIT_S`.
+        """
+        if self.state is not State.NEEDS_LOGIN or self.token_store() is None:
+            raise ValueError(f"server {self.name} is {shown(self.state)}: it needs no login now")
+        if self._login_running and self.login_url is not None:
+            return self.login_url  # a login is under way: the same URL
+        asked = self._login_asked = trio.Event()
+        self.login_interactive = True
+        self._poke()
+        with trio.move_on_after(LOGIN_URL_WAIT_S):
+            await asked.wait()
+            assert self.login_url is not None
+            return self.login_url
+        raise ValueError(f"server {self.name}: the login did not reach its authorization URL within "
+                         f"{LOGIN_URL_WAIT_S:g}s ({self.last_error or 'no error'})")
 
     async def wait_changed(self) -> None:
         """Wait for the next state transition (or reason change)."""
@@ -510,6 +611,14 @@ class Upstream(LinkTasks):
             else:
                 self._feed(cause, why)
             failure = await self._one_life()
+            self.login_interactive = self._login_asked is not None  # asked during this life: next one
+            if self._login_needed and self._outcome is None:
+                await self._hold_for_login()
+                why, cause = ("logging in" if self.login_interactive
+                              else "tokens were stored by a login"), Event.LOGIN
+                if self._restart_reason is not None or self._desired != "run":
+                    why, cause = "restart requested", Event.RESTART
+                continue
             if failure is not None and self._outcome is None and refused_as_self(failure):
                 # A wrapper (sh -c, npx, uvx) hid that this server is mcpvisor; the child said so.
                 self._refused = SELF_REASON.format(how=f"started through {self.spec.command}")
@@ -530,6 +639,27 @@ class Upstream(LinkTasks):
             while trio.current_time() < until and not self._interrupted():
                 await self._sleep_until(until)
             why, cause = f"restart after: {failure}", Event.RETRY
+
+    async def _hold_for_login(self) -> None:
+        """``needs_login``: not a failure (no backoff, no breaker, the tools stay listed).
+        Returns to start again at once when the proxy may open the browser itself (once per
+        need), else when a login stores tokens or a restart, stop or disable is asked for."""
+        self._login_needed = False
+        self._login_running = False
+        self.policy.on_stopped(trio.current_time())
+        self.last_error = login_message(self.name)
+        self._feed(Event.NEED_LOGIN, self.last_error)
+        self.first_attempt_done.set()
+        if self.hooks.open_browser() and not self._browser_tried:
+            self._browser_tried = True
+            self.login_interactive = True
+            return
+        store = self.token_store()
+        stamp = store.stamp() if store is not None else 0
+        while not self._interrupted() and self._login_asked is None:
+            await self._sleep_until(trio.current_time() + LOGIN_POLL_S)
+            if store is not None and store.stamp() != stamp:
+                return
 
     def _preflight(self) -> str | None:
         """Why this server cannot start as configured (None: try). The checks of what would
@@ -601,6 +731,7 @@ class Upstream(LinkTasks):
             self._life = life
             try:
                 with trio.CancelScope(deadline=started + spec.startup_timeout) as startup:
+                    self._startup = startup
                     async with self._open_link(self, events=_LinkEvents(self), protocol=self._protocol(),
                                                on_spawn=self._on_spawn) as link:
                         self._attempt = link
@@ -614,6 +745,7 @@ class Upstream(LinkTasks):
                         self._withdrawn = False
                         await self.router.submit(UpstreamUp(self.name, lists))
                         self.hooks.lists_seen(self.spec, lists, self._era_of(link), dict(self.hints))
+                        self._browser_tried = False
                         self._feed(Event.READY, f"started in {trio.current_time() - started:.2f}s, "
                                                 f"{len(lists.tools)} tools")
                         self.first_attempt_done.set()
@@ -622,10 +754,16 @@ class Upstream(LinkTasks):
                 if startup.cancelled_caught and failure is None:
                     failure = with_stderr(f"did not start within {spec.startup_timeout:g}s", self._attempt)
             except BaseException as exc:  # split in _classify; cancellation is re-raised there
+                if _holds(exc, NeedsLogin):
+                    self._login_needed = True
                 failure = classify(exc, self._attempt, self.name)
             finally:
                 self._life = None
+                self._startup = None
+                self._login_running = False
                 self.link = None
+        if self._login_needed and self._outcome is None:
+            return failure or login_message(self.name)
         if life.cancelled_caught and self._outcome is None:
             return None
         return failure
@@ -645,3 +783,22 @@ class Upstream(LinkTasks):
         """The era a link speaks, as the era memory keeps it (``legacy`` or the 2026-07-28-era version)."""
         return "legacy" if not link.modern else str(link.protocol_version)
 
+
+
+def _holds(exc: BaseException, kind: type[BaseException]) -> bool:
+    """``exc`` is, or (in a group, or as a cause) carries, a ``kind``."""
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, kind):
+            return True
+        if isinstance(e, BaseExceptionGroup):
+            todo.extend(e.exceptions)
+        for nxt in (e.__cause__, e.__context__):
+            if nxt is not None:
+                todo.append(nxt)
+    return False

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from mcpvisor.actors.core.catalog import CacheHint, UpstreamLists
     from mcpvisor.actors.core.spec import ServerSpec
     from mcpvisor.actors.link import CallOrigin
+    from mcpvisor.actors.link.oauth import TokenStore
 
 
 USEFUL_METHODS: Final = frozenset({"tools/call", "resources/read", "prompts/get", "completion/complete"})
@@ -102,6 +103,14 @@ class Hooks:
     def log_level(self) -> str | None:  # pragma: no cover - interface
         """The most verbose level any client asked for (``logging/setLevel``), if any."""
         return None
+
+    def token_store(self, server: str) -> TokenStore | None:
+        """Where ``server``'s OAuth tokens live (None: nowhere; it cannot log in)."""
+        return None
+
+    def open_browser(self) -> bool:
+        """Whether a login the running proxy needs opens the browser itself."""
+        return False
 
     def lists_seen(self, spec: ServerSpec, lists: UpstreamLists, era: str | None,
                    hints: Mapping[str, CacheHint] | None = None) -> None:  # pragma: no cover - interface

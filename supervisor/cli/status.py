@@ -31,7 +31,8 @@ examples:
 states: starting, ready, backing_off (restart due at "retry at"), circuit_open (no start
 until "retry at"; calls fail at once), half_open (one trial start), disabled, stopped, not loaded
 (lazy, not started yet: load_mcp or a first use starts it), misconfigured (the entry cannot start as
-it is: see its reason; never restarted until the config changes). See docs/supervision.md.
+it is: see its reason; never restarted until the config changes), needs_login (an OAuth server
+wants a login: mcpvisor mcp login NAME). See docs/supervision.md.
 """
 
 WATCH_INTERVAL_S: Final = 1.0
@@ -50,6 +51,7 @@ STATE_STYLES: Final = {
     "idle": "blue",
     "not loaded": "blue",
     "misconfigured": "bold red",
+    "needs_login": "bold magenta",
 }
 
 

@@ -283,6 +283,18 @@ class Api:
 
         return await self._edit(request, change)
 
+    async def oauth_login(self, request: Request) -> Response:
+        """"Log in" on a server that needs one: start its OAuth login in the proxy and answer
+        ``{"url": ...}``, the authorization URL for the person to open."""
+        if (refused := await self._refused(request, "POST")) is not None:
+            return refused
+        name = request.path_params["name"]
+        try:
+            url = await self.hub.source.login(name)
+        except ValueError as exc:
+            return _error(409, str(exc))
+        return JSONResponse({"server": name, "url": url})
+
     async def test(self, request: Request) -> Response:
         """The probe behind ``mcpvisor mcp test``, on the entry as the file has it now."""
         from mcpvisor.config import ConfigError, load_config
@@ -361,6 +373,7 @@ def dashboard_routes(hub: Hub, guard: DashboardGuard) -> list[BaseRoute]:
         Route("/api/servers", api.servers, methods=["GET", "POST"]),
         Route("/api/servers/{name}", api.server, methods=["GET", "PUT", "DELETE"]),
         Route("/api/servers/{name}/test", api.test, methods=["POST"]),
+        Route("/api/servers/{name}/login", api.oauth_login, methods=["POST"]),
         Route("/api/servers/{name}/{verb}", api.switch, methods=["POST"]),
         WebSocketRoute("/api/events", api.feed),
     ]

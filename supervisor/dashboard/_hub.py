@@ -69,6 +69,10 @@ class Source(Protocol):
         """The proxy's recorded history (`mcpvisor.metrics`), if this source has one."""
         ...
 
+    async def login(self, server: str) -> str:
+        """Start ``server``'s OAuth login; its authorization URL (ValueError: why not)."""
+        ...
+
 
 class LocalSource:
     """The `Supervisor` running in this process."""
@@ -110,6 +114,10 @@ class LocalSource:
     def history(self) -> History | None:
         metrics = getattr(self.sup, "metrics", None)
         return metrics.history if metrics is not None else None
+
+    async def login(self, server: str) -> str:
+        url: str = await self.sup.login(server)
+        return url
 
 
 class ControlSource:
@@ -164,6 +172,11 @@ class ControlSource:
 
     def history(self) -> History | None:
         return None  # not on the control channel
+
+    async def login(self, server: str) -> str:
+        # The login's redirect listener must run where the tokens are used: in the proxy.
+        raise ValueError(f"log in from a terminal: mcpvisor mcp login {server} "
+                         "(the proxy picks the tokens up by itself)")
 
 
 class Hub:

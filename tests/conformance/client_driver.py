@@ -17,6 +17,15 @@ What the suite judges is therefore mcpvisor's upstream side: its handshake or pe
 ``_meta``, its headers, its calls, how it relays the server's input requests and how its
 HTTP transport resumes a closed SSE stream.
 
+For the ``auth/*`` scenarios mcpvisor is the OAuth client (issue 27): ``serve`` runs the
+login itself (``settings.oauth.openBrowser``) with ``$BROWSER`` set to
+``tests/servers/follow_browser.py``, which follows the suite's authorization server's
+redirect to mcpvisor's loopback listener. The config carries what a user would write in the
+server's ``oauth`` entry: the client metadata document URL the suite expects
+(`CLIENT_METADATA_URL`), the pre-registered client of the context (``client_id``,
+``client_secret``), and for ``auth/client-credentials-*`` the ``client_credentials`` grant
+(with the context's private key written to a file for ``private_key_jwt``).
+
 Usage: ``python tests/conformance/client_driver.py --work DIR URL``.
 """
 
@@ -44,6 +53,9 @@ CALLS: Final[dict[str, tuple[str, dict[str, Any]]]] = {
 }
 SCHEMA_ECHO: Final = ("json_schema_2020_12_tool", "json_schema_echo")
 """``json-schema-2020-12-preservation``: the focal tool whose schema is echoed, and the echo."""
+CLIENT_METADATA_URL: Final = "https://conformance-test.local/client-metadata.json"
+"""The client ID metadata document the suite's ``auth/basic-cimd`` expects a client to name."""
+BROWSER: Final = Path(__file__).resolve().parent.parent / "servers" / "follow_browser.py"
 DRIVE_TIMEOUT_S: Final = 40.0
 """The whole drive, start-up included; the suite's own per-client limit is larger."""
 SAMPLE_BY_TYPE: Final[dict[str, Any]] = {"string": "x", "integer": 1, "number": 1.5, "boolean": True}
@@ -103,8 +115,24 @@ LIST_RETRY_S: Final = 0.2
 again (bounded by `DRIVE_TIMEOUT_S`) until the upstream's tools or its status are there."""
 
 
-async def upstream_tools(client: Client) -> list[types.Tool]:
-    """The scenario server's tools as mcpvisor lists them, once its upstream is ready."""
+REFUSALS_SEEN: Final = 2
+"""Failed starts after which an ``auth/*`` scenario's server counts as refused for good."""
+
+
+def refused_login(server: dict[str, Any]) -> bool:
+    """mcpvisor will not get in by itself: after its own browser login (its second start)
+    it waits for ``mcpvisor mcp login``, or the authorization it was shown is wrong and it
+    backs off (what an ``auth/*`` scenario about a client that must refuse expects)."""
+    state = server.get("state")
+    if state == "needs_login":
+        return server.get("starts", 0) >= 2 and str(server.get("reason", "")).startswith(
+            "server suite needs a login")
+    return state in ("backing_off", "circuit_open") and server.get("restarts", 0) >= REFUSALS_SEEN
+
+
+async def upstream_tools(client: Client, scenario: str = "") -> list[types.Tool]:
+    """The scenario server's tools as mcpvisor lists them, once its upstream is ready (none
+    when mcpvisor refused to log in)."""
     while True:
         tools = [t for t in (await client.list_tools()).tools if t.name not in MANAGEMENT]
         status = (await client.call_tool("get-server-status", {})).structured_content or {}
@@ -112,14 +140,42 @@ async def upstream_tools(client: Client) -> list[types.Tool]:
         toolless = servers[0].get("state") == "ready" and servers[0].get("toolCount") == 0
         if tools or toolless:
             return tools
+        if scenario.startswith("auth/") and refused_login(servers[0]):
+            print(f"mcpvisor did not log in: {servers[0].get('reason')}", file=sys.stderr)
+            return []
         await anyio.sleep(LIST_RETRY_S)
 
 
-def write_config(url: str, work: Path, protocol: str = "auto") -> Path:
+def oauth_entry(scenario: str, context: dict[str, Any], work: Path) -> dict[str, Any] | None:
+    """The server's ``oauth`` entry for an ``auth/*`` scenario (None for the others)."""
+    if not scenario.startswith("auth/"):
+        return None
+    entry: dict[str, Any] = {}
+    if "client_id" in context:
+        entry["clientId"] = context["client_id"]
+    if "client_secret" in context:
+        entry["clientSecret"] = context["client_secret"]
+    if scenario.startswith("auth/client-credentials"):
+        entry["grant"] = "client_credentials"
+        if "private_key_pem" in context:
+            work.mkdir(parents=True, exist_ok=True)
+            key = work / "client-key.pem"
+            key.write_text(context["private_key_pem"])
+            entry["privateKeyFile"] = str(key)
+            entry["tokenEndpointAuthMethod"] = "private_key_jwt"
+    else:
+        entry["clientMetadataUrl"] = CLIENT_METADATA_URL
+    return entry
+
+
+def write_config(url: str, work: Path, protocol: str = "auto", oauth: dict[str, Any] | None = None) -> Path:
     work.mkdir(parents=True, exist_ok=True)
     config = work / "mcpvisor.json"
-    settings = {"exposure": "all", "namespacing": "none", "startupWait": "30s"}
-    upstream = {"type": "http", "url": url, "protocol": protocol}
+    settings: dict[str, Any] = {"exposure": "all", "namespacing": "none", "startupWait": "30s",
+                                "oauth": {"openBrowser": True}}
+    upstream: dict[str, Any] = {"type": "http", "url": url, "protocol": protocol}
+    if oauth is not None:
+        upstream["oauth"] = oauth
     config.write_text(json.dumps({"mcpServers": {"suite": upstream}, "settings": settings}))
     return config
 
@@ -138,11 +194,11 @@ def planned_calls(scenario: str, context: dict[str, Any], tools: list[types.Tool
 
 
 async def drive(url: str, work: Path, scenario: str, context: dict[str, Any], protocol: str = "auto") -> None:
-    config = write_config(url, work, protocol)
+    config = write_config(url, work, protocol, oauth_entry(scenario, context, work))
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "mcpvisor", "serve", "--config", str(config), "--state-dir", str(work / "state")],
-        env=dict(os.environ),
+        env={**os.environ, "BROWSER": str(BROWSER)},
     )
     with anyio.fail_after(DRIVE_TIMEOUT_S):
         async with Client(
@@ -153,7 +209,7 @@ async def drive(url: str, work: Path, scenario: str, context: dict[str, Any], pr
             sampling_callback=answer_sampling,
             list_roots_callback=list_roots,
         ) as client:
-            tools = await upstream_tools(client)
+            tools = await upstream_tools(client, scenario)
             print(f"tools through mcpvisor: {[t.name for t in tools]}", file=sys.stderr)
             resources = (await client.list_resources()).resources
             prompts = (await client.list_prompts()).prompts

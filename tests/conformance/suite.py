@@ -149,10 +149,12 @@ def node_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 def read_checks(out_dir: Path) -> list[Check]:
     """Every check of every scenario the suite saved under ``out_dir``
-    (``<kind>-<scenario>-<time>/checks.json``)."""
+    (``<kind>-<scenario>-<time>/checks.json``; an ``auth/NAME`` scenario's folder is
+    ``auth/NAME-<time>``)."""
     checks = []
-    for path in sorted(out_dir.glob("*/checks.json")):
-        scenario = re.sub(r"^(server|client)-|-\d{4}-\d\d-\d\dT.*$", "", path.parent.name)
+    for path in sorted(out_dir.glob("**/checks.json")):
+        folder = path.parent.relative_to(out_dir).as_posix()
+        scenario = re.sub(r"^(server|client)-|-\d{4}-\d\d-\d\dT.*$", "", folder)
         for raw in json.loads(path.read_text()):
             message = raw.get("errorMessage") or raw.get("description") or ""
             checks.append(Check(scenario, str(raw.get("id")), str(raw.get("status")), str(message)))
@@ -181,9 +183,11 @@ async def run_server_suite(url: str, out_dir: Path, wire: str) -> SuiteResult:
     return result
 
 
-async def run_client_scenario(scenario: str, command: Sequence[str], out_dir: Path, wire: str) -> SuiteResult:
+async def run_client_scenario(scenario: str, command: Sequence[str], out_dir: Path,
+                              wire: str | None) -> SuiteResult:
     """``conformance client --scenario S --spec-version WIRE --command CMD``: the suite serves
-    the scenario and runs ``CMD URL``, then judges what the client did."""
+    the scenario and runs ``CMD URL``, then judges what the client did. ``wire`` None: an
+    extension scenario, which is on no spec version's timeline (the suite's default)."""
     cli = suite_or_skip()
     start = trio.current_time()
     with trio.fail_after(SUITE_TIMEOUT_S):
@@ -193,8 +197,7 @@ async def run_client_scenario(scenario: str, command: Sequence[str], out_dir: Pa
                 "client",
                 "--scenario",
                 scenario,
-                "--spec-version",
-                wire,
+                *(("--spec-version", wire) if wire is not None else ()),
                 "--command",
                 " ".join(command),
                 "-o",

@@ -266,6 +266,23 @@ def test_add_every_transport_as_a_claude_code_superset(cli: Cli) -> None:
     assert config.servers["box"].transport == "stdio-docker"
 
 
+def test_add_a_server_that_needs_a_login_as_claude_code_types_it(cli: Cli) -> None:
+    """`mcp add --transport http NAME URL` needs no header; Claude Code's --client-id,
+    --client-secret and --callback-port become the entry's ``oauth``; they apply to http
+    and sse servers only."""
+    assert cli("mcp", "add", "--transport", "http", "linear", "https://mcp.linear.app/mcp").code == 0
+    done = cli("mcp", "add", "--transport", "http", "corp", "https://mcp.corp.example/mcp",
+               "--client-id", "abc", "--client-secret", "${CORP_SECRET}", "--callback-port", "8765")
+    assert done.code == 0, done.err
+    servers = cli.doc()["mcpServers"]
+    assert servers["linear"] == {"type": "http", "url": "https://mcp.linear.app/mcp"}
+    assert servers["corp"]["oauth"] == {"clientId": "abc", "clientSecret": "${CORP_SECRET}",
+                                        "callbackPort": 8765}
+    refused = cli("mcp", "add", "local", "--client-id", "abc", "--", "uvx", "thing")
+    assert refused.code == 2
+    assert "apply to http and sse servers" in refused.err
+
+
 def test_add_refuses_a_duplicate_unless_forced(cli: Cli) -> None:
     assert cli("mcp", "add", "a", "--", "one").code == 0
     again = cli("mcp", "add", "a", "--", "two")

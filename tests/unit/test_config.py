@@ -427,7 +427,7 @@ def test_foreign_keys_warn_and_unknown_top_level_keys_warn() -> None:
             "projects": {},
             "mcpServer": {},
             "mcpServers": {
-                "a": {"command": "x", "disabled": True, "alwaysAllow": ["t"], "autoApprove": [], "oauth": {}},
+                "a": {"command": "x", "disabled": True, "alwaysAllow": ["t"], "autoApprove": []},
                 "b": {"command": "x", "disabledTools": ["rm"], "headersHelper": "./h.sh"},
             },
         }
@@ -435,7 +435,7 @@ def test_foreign_keys_warn_and_unknown_top_level_keys_warn() -> None:
     assert not config.servers["a"].enabled
     assert config.servers["b"].hidden_tools == frozenset({"rm"})
     text = "\n".join(config.warnings)
-    for key in ("disabled", "alwaysAllow", "autoApprove", "oauth", "headersHelper"):
+    for key in ("disabled", "alwaysAllow", "autoApprove", "headersHelper"):
         assert f'field "{key}"' in text
     assert 'field "disabledTools" is treated like "hiddenTools"' in text
     assert 'unknown top-level key "projects" ignored' in text
@@ -520,3 +520,34 @@ def test_find_config_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert find_config(env=env) == (Path("missing-env.json"), "from $MCPVISOR_CONFIG")
     assert find_config("missing-flag.json", env=env) == (Path("missing-flag.json"), "from --config")
     assert find_config(env={}, cwd=tmp_path)[0] == tmp_path / "mcpvisor.json"
+
+
+def test_an_oauth_entry_is_read_with_its_secret_from_the_environment_and_checked_field_by_field() -> None:
+    """``oauth`` (Claude Code's keys) configures the login of an http server; a wrong field
+    is named with its server, a stdio server cannot have one."""
+    config = parse(
+        {"mcpServers": {"linear": {"type": "http", "url": "https://mcp.linear.app/mcp",
+                                   "oauth": {"clientId": "abc", "clientSecret": "${LINEAR_SECRET}",
+                                             "callbackPort": 8765, "scopes": "read write"}}},
+         "settings": {"oauth": {"openBrowser": False}}},
+        env={"LINEAR_SECRET": "s3cret-from-env"},
+    )
+    oauth = config.servers["linear"].oauth
+    assert oauth is not None
+    assert (oauth.client_id, oauth.client_secret, oauth.callback_port, oauth.scopes) == (
+        "abc", "s3cret-from-env", 8765, ("read", "write"))
+    assert "s3cret-from-env" not in repr(oauth)
+    assert config.settings.oauth_open_browser is False
+    with pytest.raises(ConfigError) as err:
+        parse({"mcpServers": {
+            "m2m": {"type": "http", "url": "https://x.example/mcp", "oauth": {"grant": "client_credentials"}},
+            "bad": {"type": "http", "url": "https://x.example/mcp",
+                    "oauth": {"callbackPort": 70000, "grant": "device", "clientMetadataUrl": "http://x/"}},
+            "local": {"command": "x", "oauth": {}},
+        }})
+    text = str(err.value)
+    assert 'server "m2m": field "oauth.clientId" is needed for "grant": "client_credentials"' in text
+    assert 'server "bad": field "oauth.callbackPort": 70000 is not a port (1 to 65535)' in text
+    assert 'server "bad": field "oauth.grant": "device" is not one of' in text
+    assert 'server "bad": field "oauth.clientMetadataUrl": "http://x/" must be an https URL' in text
+    assert 'server "local": field "oauth" does not apply to transport "stdio"' in text

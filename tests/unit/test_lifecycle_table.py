@@ -117,7 +117,7 @@ def test_only_the_events_that_hide_a_server_withdraw_its_tools() -> None:
 def test_the_names_users_see_are_kept() -> None:
     """Status views, the dashboard and get-server-status show these names."""
     assert [s.value for s in State] == ["idle", "starting", "ready", "backing_off", "circuit_open",
-                                        "half_open", "disabled", "stopped", "misconfigured"]
+                                        "half_open", "disabled", "stopped", "misconfigured", "needs_login"]
     assert shown(State.IDLE) == "not loaded"
     assert shown(State.CIRCUIT_OPEN) == "circuit_open"
     assert UpstreamState is State
@@ -154,3 +154,16 @@ async def test_the_actor_moves_only_along_the_table(autojump_clock: trio.testing
             ("circuit_open", "half_open"), ("half_open", "circuit_open"), ("circuit_open", "disabled"),
             ("disabled", "starting"), ("starting", "ready"), ("ready", "starting"),
             ("ready", "stopped")} <= set(moves)
+
+
+def test_a_login_is_not_a_failure_and_keeps_the_tools() -> None:
+    """needs_login is entered from a running life (a start, a trial, ready) without
+    withdrawing the tools, and left by a login (to starting) or by the login done inside
+    the start (to ready); a backoff or breaker never follows from it."""
+    for source in (State.STARTING, State.HALF_OPEN, State.READY):
+        assert transition("linear", source, Event.NEED_LOGIN) is State.NEEDS_LOGIN
+    assert Event.NEED_LOGIN not in WITHDRAWS
+    assert transition("linear", State.NEEDS_LOGIN, Event.LOGIN) is State.STARTING
+    assert transition("linear", State.NEEDS_LOGIN, Event.READY) is State.READY
+    with pytest.raises(IllegalTransition):
+        transition("linear", State.BACKING_OFF, Event.NEED_LOGIN)

@@ -20,7 +20,7 @@ from typing import Any
 from mcpvisor.cli import importer
 from mcpvisor.cli._base import Formatter
 from mcpvisor.cli.config_cmd import config_option, usage
-from mcpvisor.cli.mcp import add, edit, inspect
+from mcpvisor.cli.mcp import add, edit, inspect, login
 from mcpvisor.cli.mcp.argv import COMMAND_DEST, split_argv
 from mcpvisor.cli.mcp.inspect import target_of
 
@@ -44,6 +44,7 @@ def register(sub: Any) -> None:
     add.register(cmds, parent)
     inspect.register(cmds, parent)
     edit.register(cmds, parent)
+    login.register(cmds, parent)
     _register_desktop_import(cmds, parent)
 
 

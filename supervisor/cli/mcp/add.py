@@ -223,6 +223,15 @@ def build_entry(args: argparse.Namespace) -> dict[str, Any]:
         entry = {"type": transport, "url": args.url}
         if headers:
             entry["headers"] = headers
+    oauth = {key: value for key, value in (("clientId", getattr(args, "client_id", None)),
+                                           ("clientSecret", getattr(args, "client_secret", None)),
+                                           ("callbackPort", getattr(args, "callback_port", None)))
+             if value is not None}
+    if oauth and transport not in ("http", "sse"):
+        raise CommandError(f"--client-id, --client-secret and --callback-port apply to http and sse servers, "
+                           f"not {transport}")
+    if oauth:
+        entry["oauth"] = oauth
     if args.description:
         entry["description"] = args.description
     if args.disabled:

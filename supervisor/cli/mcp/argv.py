@@ -74,6 +74,11 @@ def add_options(add: argparse.ArgumentParser) -> None:
     add.add_argument(
         "--timeout", metavar="DURATION", help='call timeout, e.g. "30s" or "500ms" (default 60s)'
     )
+    add.add_argument("--client-id", metavar="ID", help="a pre-registered OAuth client id (http, sse)")
+    add.add_argument("--client-secret", metavar="SECRET",
+                     help='its secret; "${VAR}" keeps it in the environment (http, sse)')
+    add.add_argument("--callback-port", type=int, metavar="PORT",
+                     help="the port of the login's redirect URI on 127.0.0.1 (http, sse)")
     scope_option(add)
     add.add_argument("--force", action="store_true", help="replace a server of the same name")
     out.add_format(add, ("text", "json"))

@@ -6,7 +6,7 @@
 const LABELS = {
   ready: "ready", starting: "starting", backing_off: "backing off", circuit_open: "circuit open",
   half_open: "half open (trial)", disabled: "disabled", not_loaded: "not loaded", idle: "idle (lazy)",
-  stopped: "stopped",
+  stopped: "stopped", needs_login: "needs a login",
 };
 const RECONNECT_MS = [250, 500, 1000, 2000, 5000];
 const $ = (sel) => document.querySelector(sel);
@@ -183,6 +183,7 @@ function renderStatus(report) {
     lastHour(cell(tr, "", "history"), s.history);
     cell(tr, s.lastError || "", "error");
     const actions = cell(tr, "", "actions");
+    if (s.state === "needs_login") button(actions, "Log in", "login", s.name);
     button(actions, "Test", "test", s.name);
     button(actions, "Edit", "edit", s.name);
     button(actions, s.state === "disabled" ? "Enable" : "Disable", s.state === "disabled" ? "enable" : "disable", s.name);
@@ -357,6 +358,15 @@ async function act(ev) {
     if (!confirm(`Remove server ${name} from the config?`)) return;
     const res = await api("DELETE", path);
     notice(res.ok ? `removed ${name}` : res.data.error || `HTTP ${res.status}`);
+    return;
+  }
+  if (b.dataset.action === "login") {
+    // The proxy starts the server's OAuth login and answers the authorization URL; the
+    // server comes up by itself once the person has logged in there.
+    const res = await api("POST", `${path}/login`);
+    if (!res.ok) { notice(res.data.error || `HTTP ${res.status}`); return; }
+    window.open(res.data.url, "_blank", "noopener");
+    notice(`log in to ${name} in the new tab`);
     return;
   }
   if (b.dataset.action === "test") {

@@ -1,0 +1,597 @@
+"""mcpvisor as an OAuth 2.1 client of its upstreams: the SDK's client auth behind our transports.
+
+The protocol itself (discovery through ``WWW-Authenticate``, RFC 9728 and RFC 8414 with
+their fallbacks, DCR, client metadata documents, PKCE, ``resource``, scope selection,
+step-up, the ``iss`` check) is the SDK's `mcp.client.auth.OAuthClientProvider`, used as it
+is. What this module adds:
+
+* `UpstreamAuth`: that provider (or the SDK's client-credentials ones) over a `TokenStore`
+  port, the tokens on disk (`mcpvisor.tokens`), with refresh at `REFRESH_AT` of a token's
+  lifetime instead of at its end, one refresh at a time per server when ten calls get a
+  401 together (the calls that carried a valid token skip the flow's lock entirely),
+  tokens deleted only on ``invalid_grant`` (and not when another proxy sharing the state
+  directory already rotated them), and the authorization server's metadata remembered so
+  a refresh after a restart reaches the right token endpoint;
+* `NeedsLogin`: what a start or a call raises when only a person can go on;
+* the browser step: `open_callback_listener` (a loopback redirect listener on
+  127.0.0.1) and `open_browser` (Python's `webbrowser`, so ``$BROWSER`` is honoured).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+import warnings
+import webbrowser
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+from urllib.parse import parse_qs, urlsplit
+
+import httpx2
+import trio
+from mcp.client.auth import OAuthClientProvider, OAuthTokenError
+from mcp.client.auth.oauth2 import OAuthContext
+from mcp.shared.auth import (
+    AuthorizationCodeResult,
+    OAuthClientInformationFull,
+    OAuthClientMetadata,
+    OAuthMetadata,
+    OAuthToken,
+)
+from pydantic import AnyUrl
+
+from mcpvisor.actors.core.spec import OAuthSpec, ServerSpec
+
+__all__ = [
+    "CALLBACK_PATH",
+    "LOGIN_WAIT_S",
+    "REFRESH_AT",
+    "CallbackListener",
+    "NeedsLogin",
+    "StoredLogin",
+    "TokenStore",
+    "UpstreamAuth",
+    "login_message",
+    "open_browser",
+    "open_callback_listener",
+]
+
+logger = logging.getLogger(__name__)
+
+REFRESH_AT: Final = 0.8
+"""A token is refreshed once this fraction of its lifetime has passed, so a call never
+goes out with a token about to expire (clocks drift; a long call outlives a short token)."""
+LOGIN_WAIT_S: Final = 300.0
+"""How long a login waits for the browser's redirect: a person has to read and click."""
+CALLBACK_PATH: Final = "/callback"
+"""The loopback redirect URI's path (RFC 8252 §7.3: ``http://127.0.0.1:PORT/callback``)."""
+MAX_CALLBACK_REQUEST: Final = 16 * 1024
+"""The largest redirect request the listener reads (a URL with a code and a state)."""
+CLIENT_NAME: Final = "mcpvisor"
+
+
+def login_message(server: str) -> str:
+    """What a call to, and every status view of, a server that needs a login says."""
+    return f"server {server} needs a login: run mcpvisor mcp login {server}"
+
+
+class NeedsLogin(Exception):
+    """Only a person can go on: the server wants an authorization the stored tokens cannot
+    give (none stored, ``invalid_grant``, the browser not allowed or not back in time)."""
+
+    def __init__(self, server: str, why: str | None = None) -> None:
+        self.server = server
+        self.why = why
+        super().__init__(login_message(server) + (f" ({why})" if why else ""))
+
+
+@dataclass(frozen=True, slots=True)
+class StoredLogin:
+    """What a `TokenStore` holds for one server under its current issuer."""
+
+    tokens: OAuthToken | None = None
+    obtained_at: float | None = None
+    """Wall-clock seconds when ``tokens`` were issued (their expiry survives a restart)."""
+    client: OAuthClientInformationFull | None = None
+    metadata: OAuthMetadata | None = None
+
+
+class TokenStore(Protocol):
+    """Where one server's tokens live (`mcpvisor.tokens.FileTokenStore` in production).
+
+    Every method may block on a file lock shared with other proxies; none raises for a
+    missing file (an empty `StoredLogin`).
+    """
+
+    async def load(self) -> StoredLogin: ...
+
+    async def save_tokens(self, tokens: OAuthToken, obtained_at: float) -> None: ...
+
+    async def save_client(self, client: OAuthClientInformationFull) -> None: ...
+
+    async def save_metadata(self, metadata: OAuthMetadata) -> None: ...
+
+    async def forget_tokens(self, *, refresh_token: str | None) -> bool:
+        """Delete the tokens, unless the stored refresh token is no longer ``refresh_token``
+        (another proxy replaced them meanwhile). Returns whether they were deleted."""
+        ...
+
+    def stamp(self) -> int:
+        """Changes whenever anything is stored (a login elsewhere wakes a waiting server)."""
+        ...
+
+
+class _Storage:
+    """The SDK's `TokenStorage` over a `TokenStore`, stamping when tokens were obtained."""
+
+    def __init__(self, store: TokenStore, clock: Callable[[], float]) -> None:
+        self.store = store
+        self.clock = clock
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return (await self.store.load()).tokens
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        await self.store.save_tokens(tokens, self.clock())
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return (await self.store.load()).client
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        await self.store.save_client(client_info)
+
+
+@dataclass
+class _Context(OAuthContext):
+    """The SDK's flow context with expiry at `REFRESH_AT` of a token's life, on our clock."""
+
+    clock: Callable[[], float] = time.time
+    obtained_at: float | None = None
+    """When `current_tokens` were issued (wall clock): stored tokens are taken only if newer."""
+
+    def update_token_expiry(self, token: OAuthToken) -> None:
+        self.obtained_at = self.clock()
+        self.token_expiry_time = refresh_due(token, self.obtained_at)
+
+    def is_token_valid(self) -> bool:
+        return bool(self.current_tokens and self.current_tokens.access_token
+                    and (self.token_expiry_time is None or self.clock() <= self.token_expiry_time))
+
+
+def refresh_due(token: OAuthToken | None, obtained_at: float | None) -> float | None:
+    """When ``token`` should be refreshed (None: it does not say when it expires)."""
+    if token is None or token.expires_in is None or obtained_at is None:
+        return None
+    return obtained_at + REFRESH_AT * token.expires_in
+
+
+def _refused(response: httpx2.Response) -> bool:
+    """A 401, or a 403 asking for more scope: the SDK's flow takes over."""
+    if response.status_code == 401:
+        return True
+    challenge = response.headers.get("www-authenticate", "")
+    return response.status_code == 403 and "insufficient_scope" in challenge
+
+
+class _Provider:
+    """What mcpvisor adds to each of the SDK's providers (mixed in before it)."""
+
+    context: Any  # a `_Context` (`_setup`); `Any` as each SDK base declares its own type
+    _initialized: bool
+    _server: str
+    _store: TokenStore
+    _on_login_needed: Callable[[], None]
+
+    def _setup(self, server: str, store: TokenStore, clock: Callable[[], float],
+               on_login_needed: Callable[[], None], *, person: bool) -> None:
+        ctx = self.context
+        values = {f.name: getattr(ctx, f.name) for f in dataclasses.fields(ctx)}
+        self.context = _Context(**values, clock=clock)
+        self._server = server
+        self._store = store
+        self._on_login_needed = on_login_needed
+        self._person = person
+
+    async def _initialize(self) -> None:
+        await super()._initialize()  # type: ignore[misc]
+        login = await self._store.load()
+        if login.metadata is not None and self.context.oauth_metadata is None:
+            # A refresh after a restart must reach the token endpoint discovery found.
+            self.context.oauth_metadata = login.metadata
+        self.context.obtained_at = login.obtained_at
+        self.context.token_expiry_time = refresh_due(login.tokens, login.obtained_at)
+
+    async def _adopt_stored(self) -> None:
+        """Take tokens another proxy (or ``mcp login``) stored since ours were issued; never
+        older ones (a read racing our own refresh's write sees the tokens it replaced)."""
+        login = await self._store.load()
+        ctx = self.context
+        held = ctx.current_tokens
+        if login.tokens is None or (held is not None and login.tokens.access_token == held.access_token):
+            return
+        if held is not None and (login.obtained_at or 0.0) <= (ctx.obtained_at or 0.0):
+            return
+        ctx.current_tokens = login.tokens
+        ctx.obtained_at = login.obtained_at
+        ctx.token_expiry_time = refresh_due(login.tokens, login.obtained_at)
+
+    _challenged: bool = False
+    """The server refused a request once: from then on a request without a token goes
+    through the SDK's flow (which logs in) rather than straight out."""
+
+    async def _auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        ctx = self.context
+        if self._initialized and ctx.current_tokens is not None and not ctx.is_token_valid():
+            await self._adopt_stored()
+        untouched = ctx.current_tokens is None and not self._challenged
+        if self._initialized and (ctx.is_token_valid() or untouched):
+            # The common cases: a valid token, or a server that never asked for one. No lock
+            # (the SDK's flow holds one across the whole request, which would put concurrent
+            # calls to one server in a line).
+            sent = ctx.current_tokens
+            if sent is not None:
+                self._add_auth_header(request)  # type: ignore[attr-defined]
+            response = yield request
+            if not _refused(response):
+                return
+            self._challenged = True
+            if (response.status_code == 401 and sent is not None and ctx.current_tokens is sent
+                    and ctx.can_refresh_token()):
+                # Refused before its time: refresh it (the first of several refused calls to
+                # take the flow's lock does; the others then find the new token valid).
+                ctx.token_expiry_time = 0.0
+        flow = super()._auth_flow(request)  # type: ignore[misc]
+        try:
+            outgoing = await flow.__anext__()
+            while True:
+                if not self._person and self._registers(outgoing):
+                    ctx = self.context
+                    if ctx.oauth_metadata is None and ctx.protected_resource_metadata is None:
+                        # No OAuth metadata anywhere: a server wanting some other credential
+                        # (a static header). Its own 401 answers, as without OAuth.
+                        await flow.aclose()
+                        yield request
+                        return
+                    # Nobody can log in on this link: register when someone can (the
+                    # registration names the redirect listener's port).
+                    self._on_login_needed()
+                    raise NeedsLogin(self._server)
+                response = yield outgoing
+                outgoing = await flow.asend(response)
+        except StopAsyncIteration:
+            return
+        finally:
+            await flow.aclose()
+
+    _person: bool = False
+    """A person can be asked (a browser and a redirect listener): only then a client is
+    registered and an authorization asked for."""
+
+    def _registers(self, request: httpx2.Request) -> bool:
+        """``request`` is the flow's Dynamic Client Registration (RFC 7591)."""
+        metadata = self.context.oauth_metadata
+        endpoint = metadata.registration_endpoint if metadata is not None else None
+        if request.method != "POST":
+            return False
+        if endpoint is not None:
+            return str(request.url) == str(endpoint)
+        return request.url.path == "/register"  # the SDK's fallback without metadata
+
+    async def _handle_refresh_response(self, response: httpx2.Response) -> bool:
+        if response.status_code == 200:
+            ok: bool = await super()._handle_refresh_response(response)  # type: ignore[misc]
+            return ok
+        error = _error_code(await response.aread())
+        if error == "invalid_grant":
+            sent = self.context.current_tokens.refresh_token if self.context.current_tokens else None
+            if not await self._store.forget_tokens(refresh_token=sent):
+                await self._adopt_stored()  # another proxy refreshed first: use its tokens
+                return bool(self.context.is_token_valid())
+            logger.info("%s: the refresh token was refused (invalid_grant); a new login is needed",
+                        self._server)
+            self.context.clear_tokens()
+            if not self._person:  # a person at hand: the flow goes on to the login itself
+                self._on_login_needed()
+            return False
+        if response.status_code >= 500 or response.status_code == 429:
+            # The authorization server is down, not the grant: keep the tokens, fail this try.
+            raise OAuthTokenError(f"token refresh failed: HTTP {response.status_code}")
+        logger.info("%s: token refresh refused (HTTP %d, %s)", self._server, response.status_code, error)
+        self.context.clear_tokens()
+        return False
+
+    async def _handle_token_response(self, response: httpx2.Response) -> None:
+        await super()._handle_token_response(response)  # type: ignore[misc]
+        if self.context.oauth_metadata is not None:
+            await self._store.save_metadata(self.context.oauth_metadata)
+
+
+def _error_code(body: bytes) -> str | None:
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    error = doc.get("error") if isinstance(doc, dict) else None
+    return error if isinstance(error, str) else None
+
+
+class _CodeProvider(_Provider, OAuthClientProvider):
+    """The authorization-code flow (a person in a browser)."""
+
+    fixed_client: OAuthClientInformationFull | None = None
+    """A pre-registered client (``oauth.clientId``): used as it is, never registered."""
+    listening: bool = False
+    """A redirect listener is open: a stored registration for another redirect URI is
+    registered again (without one, the stored client is kept: it can still refresh)."""
+
+    async def _initialize(self) -> None:
+        await super()._initialize()
+        ctx = self.context
+        if self.fixed_client is not None:
+            ctx.client_info = self.fixed_client
+            return
+        client = ctx.client_info
+        uris = ctx.client_metadata.redirect_uris or []
+        if (self.listening and client is not None and client.redirect_uris
+                and ctx.client_metadata_url != client.client_id
+                and not set(map(str, uris)) <= set(map(str, client.redirect_uris))):
+            # Registered for another loopback port: register again rather than be refused.
+            ctx.client_info = None
+
+
+def _client_credentials(spec: OAuthSpec, server_url: str, storage: _Storage) -> OAuthClientProvider:
+    """The SDK's machine-to-machine provider the config asks for, with our additions."""
+    from mcp.client.auth.extensions.client_credentials import (
+        ClientCredentialsOAuthProvider,
+        PrivateKeyJWTOAuthProvider,
+        SignedJWTParameters,
+    )
+    from mcp.shared.exceptions import MCPDeprecationWarning
+
+    scope = " ".join(spec.scopes) or None
+    client_id = spec.client_id or ""
+    with warnings.catch_warnings():
+        # No issuer is configured: the one discovery yields is used (the SDK warns that
+        # a later version will want it named).
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        if spec.private_key_file is not None:
+            with open(spec.private_key_file, encoding="utf-8") as f:
+                key = f.read()
+            jwt = SignedJWTParameters(issuer=client_id, subject=client_id, signing_key=key,
+                                      signing_algorithm=_algorithm(key))
+
+            class _JWT(_Provider, PrivateKeyJWTOAuthProvider):
+                pass
+
+            return _JWT(server_url, storage, client_id, jwt.create_assertion_provider(), scope=scope)
+
+        class _Secret(_Provider, ClientCredentialsOAuthProvider):
+            pass
+
+        method = spec.token_endpoint_auth_method
+        return _Secret(server_url, storage, client_id, spec.client_secret or "",
+                       token_endpoint_auth_method="client_secret_post" if method == "client_secret_post"
+                       else "client_secret_basic", scope=scope)
+
+
+def _algorithm(pem: str) -> str:
+    """The JWS algorithm for a PEM key: ES256 for an EC key, RS256 otherwise."""
+    return "ES256" if "EC PRIVATE KEY" in pem or _is_ec(pem) else "RS256"
+
+
+def _is_ec(pem: str) -> bool:
+    try:
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+        return isinstance(load_pem_private_key(pem.encode(), password=None), ec.EllipticCurvePrivateKey)
+    except (ValueError, TypeError, ImportError):
+        return False
+
+
+RedirectHandler = Callable[[str], Awaitable[None]]
+CallbackHandler = Callable[[], Awaitable[AuthorizationCodeResult]]
+
+
+class UpstreamAuth:
+    """The `httpx2.Auth` of one server's HTTP client, and what its actor needs to know.
+
+    Args:
+        spec: the server (its ``url`` and ``oauth`` entry).
+        store: where its tokens live.
+        redirect: what to do with an authorization URL (open the browser, or raise
+            `NeedsLogin` where no person may be asked); None: always `NeedsLogin`.
+        callback: waits for the browser's redirect (`CallbackListener.wait`).
+        redirect_uri: the loopback redirect URI (``oauth.callbackPort`` or a free port).
+        on_login_needed: told (at once, on the link's task) when a login is needed.
+        clock: wall-clock seconds (a test moves it to a token's refresh point).
+    """
+
+    def __init__(self, spec: ServerSpec, store: TokenStore, *, redirect: RedirectHandler | None = None,
+                 callback: CallbackHandler | None = None, redirect_uri: str | None = None,
+                 on_login_needed: Callable[[], None] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.server = spec.name
+        oauth = spec.oauth or OAuthSpec()
+        url = spec.url or ""
+        self.needed = False
+        """Set when the server asked for an authorization only a person can give."""
+
+        def needed() -> None:
+            self.needed = True
+            if on_login_needed is not None:
+                on_login_needed()
+
+        async def no_browser(url: str) -> None:
+            needed()
+            raise NeedsLogin(spec.name)
+
+        async def redirecting(auth_url: str) -> None:
+            if redirect is None:
+                await no_browser(auth_url)
+                return
+            await redirect(auth_url)
+
+        async def no_callback() -> AuthorizationCodeResult:
+            raise NeedsLogin(spec.name)
+
+        storage = _Storage(store, clock)
+        self.provider: OAuthClientProvider
+        if oauth.grant == "client_credentials":
+            self.provider = _client_credentials(oauth, url, storage)
+        else:
+            uri = redirect_uri or f"http://127.0.0.1:{oauth.callback_port or 0}{CALLBACK_PATH}"
+            metadata = OAuthClientMetadata(
+                client_name=CLIENT_NAME,
+                redirect_uris=[AnyUrl(uri)],
+                grant_types=["authorization_code", "refresh_token"],
+                response_types=["code"],
+                scope=" ".join(oauth.scopes) or None,
+                token_endpoint_auth_method=_method(oauth),
+            )
+            provider = _CodeProvider(url, metadata, storage, redirecting, callback or no_callback,
+                                     client_metadata_url=oauth.client_metadata_url)
+            provider.listening = redirect_uri is not None
+            if oauth.client_id:
+                # Pre-registered: the client the config names, never a dynamic registration.
+                fixed = OAuthClientInformationFull(
+                    client_id=oauth.client_id, client_secret=oauth.client_secret,
+                    redirect_uris=[AnyUrl(uri)], token_endpoint_auth_method=_method(oauth),
+                    grant_types=["authorization_code", "refresh_token"],
+                )
+                provider.fixed_client = fixed
+            self.provider = provider
+        self.provider._setup(spec.name, store, clock, needed,  # type: ignore[attr-defined]
+                             person=(redirect is not None and callback is not None)
+                             or oauth.grant == "client_credentials")
+
+
+def _method(oauth: OAuthSpec) -> Any:
+    """The token endpoint auth method to register (None: the SDK's default choice)."""
+    method = oauth.token_endpoint_auth_method
+    if method is None and oauth.client_id:
+        return "client_secret_basic" if oauth.client_secret else "none"
+    return method
+
+
+# -- the browser step ----------------------------------------------------------------
+
+
+async def open_browser(url: str) -> bool:
+    """Open ``url`` with Python's `webbrowser` (``$BROWSER`` first), in a worker thread:
+    a command-line browser runs until it exits. Returns whether one was found."""
+    try:
+        return await trio.to_thread.run_sync(webbrowser.open, url, abandon_on_cancel=True)
+    except webbrowser.Error:
+        return False
+
+
+class CallbackListener:
+    """A loopback HTTP listener for the authorization redirect (RFC 8252 §7.3)."""
+
+    def __init__(self, listener: trio.SocketListener, server: str) -> None:
+        self._listener = listener
+        self.server = server
+        self.port: int = listener.socket.getsockname()[1]
+        self.redirect_uri = f"http://127.0.0.1:{self.port}{CALLBACK_PATH}"
+        self._send, self._receive = trio.open_memory_channel[AuthorizationCodeResult | str](1)
+
+    async def wait(self) -> AuthorizationCodeResult:
+        """The redirect's code, state and ``iss``; `NeedsLogin` after `LOGIN_WAIT_S` or an
+        ``error`` redirect (the person declined, or the server refused)."""
+        with trio.move_on_after(LOGIN_WAIT_S):
+            got = await self._receive.receive()
+            if isinstance(got, str):
+                raise NeedsLogin(self.server, f"the authorization server answered {got}")
+            return got
+        raise NeedsLogin(self.server, f"no login within {LOGIN_WAIT_S:g}s")
+
+    async def serve(self) -> None:
+        async with trio.open_nursery() as nursery:
+            while True:
+                stream = await self._listener.accept()
+                nursery.start_soon(self._answer, stream)
+
+    async def _answer(self, stream: trio.SocketStream) -> None:
+        async with stream:
+            head = b""
+            with trio.move_on_after(LOGIN_WAIT_S):
+                while b"\r\n\r\n" not in head and len(head) < MAX_CALLBACK_REQUEST:
+                    chunk = await stream.receive_some(4096)
+                    if not chunk:
+                        break
+                    head += chunk
+            line = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
+            target = urlsplit(line[1]) if len(line) >= 2 else None
+            if target is None or target.path != CALLBACK_PATH:
+                await _reply(stream, 404, "not the login callback")
+                return
+            query = {k: v[0] for k, v in parse_qs(target.query).items()}
+            if "code" in query:
+                result: AuthorizationCodeResult | str = AuthorizationCodeResult(
+                    code=query["code"], state=query.get("state"), iss=query.get("iss"))
+                text = f"mcpvisor: logged in to {self.server}. You can close this tab."
+            else:
+                result = query.get("error", "no code")
+                text = f"mcpvisor: the login to {self.server} did not complete ({result})."
+            await _reply(stream, 200, text)
+            try:
+                self._send.send_nowait(result)
+            except trio.WouldBlock:
+                pass  # a second redirect (a reload of the page): the first one counts
+
+
+async def _reply(stream: trio.SocketStream, status: int, text: str) -> None:
+    body = text.encode()
+    head = (f"HTTP/1.1 {status} {'OK' if status == 200 else 'Not Found'}\r\n"
+            f"Content-Type: text/plain; charset=utf-8\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n").encode()
+    try:
+        await stream.send_all(head + body)
+    except trio.BrokenResourceError:
+        pass
+
+
+async def _registered_port(store: TokenStore | None) -> int | None:
+    """The loopback port the stored client was registered with (reusing it reuses the
+    registration; RFC 8252 lets the port vary, but not every server does)."""
+    client = (await store.load()).client if store is not None else None
+    for uri in (client.redirect_uris or []) if client is not None else []:
+        if uri.host in ("127.0.0.1", "localhost") and uri.port:
+            return int(uri.port)
+    return None
+
+
+@asynccontextmanager
+async def open_callback_listener(server: str, port: int | None,
+                                 store: TokenStore | None = None) -> AsyncIterator[CallbackListener]:
+    """Listen on 127.0.0.1 for the login redirect while open: on ``port``
+    (``oauth.callbackPort``), else on the port the stored client was registered with if
+    it is free, else on a free port.
+
+    Raises:
+        OSError: ``port`` is taken (the message names it).
+    """
+    candidates: list[int] = [port] if port else [p for p in (await _registered_port(store),) if p] + [0]
+    listeners: list[trio.SocketListener] = []
+    for i, candidate in enumerate(candidates):
+        try:
+            listeners = await trio.open_tcp_listeners(candidate, host="127.0.0.1")
+            break
+        except OSError as exc:
+            if i + 1 == len(candidates):
+                raise OSError(exc.errno, f"server {server}: cannot listen for the login redirect on "
+                                         f"127.0.0.1:{candidate} ({exc.strerror})") from exc
+    listener = listeners[0]
+    async with listener, trio.open_nursery() as nursery:
+        callback = CallbackListener(listener, server)
+        nursery.start_soon(callback.serve)
+        try:
+            yield callback
+        finally:
+            nursery.cancel_scope.cancel(reason="login listener closed")
+
