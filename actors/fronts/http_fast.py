@@ -644,12 +644,14 @@ class _Exchange(FastPath):
             await self._send({"type": "http.response.body", "body": body, "more_body": more})
         except Exception:  # the client went away meanwhile
             logger.debug("HTTP fast path: the client left mid-stream", exc_info=True)
+            if self._events is not None and not self._modern:
+                self.detached = True
 
     async def _after_break(self, data: bytes, final: bool) -> None:
         """The client's stream broke: keep the event for its ``Last-Event-ID`` and hand it to
         the stream it resumed on, if it has come back."""
         assert self._events is not None
-        from mcp.shared.message import EventMessage  # type: ignore[attr-defined]  # re-exported by the SDK
+        from mcp.server.streamable_http import EventMessage
         from mcp_types import jsonrpc_message_adapter
 
         from mcpvisor.actors.sdk_compat import resumed_stream
