@@ -529,6 +529,7 @@ class _Exchange(FastPath):
         self._stream_id = stream_id
         self._modern = modern
         self.started = False
+        self._opening: trio.Event | None = None
         self.closed = False
         self.finished = False
         self.detached = False
@@ -568,17 +569,31 @@ class _Exchange(FastPath):
     # --- the response ------------------------------------------------------------------------
     async def open_sse(self) -> None:
         """Start a handshake-era call's SSE response, with its priming event when resumable."""
+        if self.started:
+            await self._opened()
+            return
         headers = list(_SSE_HEADERS)
         if self.sess is not None:
             headers.append((_SESSION, self.sess.session_id.encode("latin-1")))
-        await self._send({"type": "http.response.start", "status": _OK, "headers": headers})
+        # The call's answer may come from the upstream's reader task while this task is
+        # still writing the headers: it waits for them (`_opened`).
         self.started = True
-        if self._events is not None:
-            from mcpvisor.actors.fronts.replay import RETRY_MS
+        opening = self._opening = trio.Event()
+        try:
+            await self._send({"type": "http.response.start", "status": _OK, "headers": headers})
+            if self._events is not None:
+                from mcpvisor.actors.fronts.replay import RETRY_MS
 
-            number = self._events.store_raw(self._stream_id, None)
-            priming = b"id: %s\r\ndata: \r\nretry: %d\r\n\r\n" % (number.encode(), RETRY_MS)
-            await self._write(priming, more=True)
+                number = self._events.store_raw(self._stream_id, None)
+                priming = b"id: %s\r\ndata: \r\nretry: %d\r\n\r\n" % (number.encode(), RETRY_MS)
+                await self._write(priming, more=True)
+        finally:
+            opening.set()
+
+    async def _opened(self) -> None:
+        opening = self._opening
+        if opening is not None and not opening.is_set():
+            await opening.wait()
 
     async def refuse(self, rid: int | str, limit: int) -> None:
         """Over the session's in-flight cap: the SDK's error, at once."""
@@ -607,16 +622,26 @@ class _Exchange(FastPath):
                 await self._json(data)
                 return
             else:
-                await self._send({"type": "http.response.start", "status": _OK, "headers": _SSE_HEADERS})
                 self.started = True
+                opening = self._opening = trio.Event()
+                try:
+                    await self._send({"type": "http.response.start", "status": _OK, "headers": _SSE_HEADERS})
+                finally:
+                    opening.set()
+        else:
+            await self._opened()
+        if self.finished:
+            return
         if self._events is not None:
             number = self._events.store_raw(self._stream_id, data)
             event = b"id: %s\r\nevent: message\r\ndata: %s\r\n\r\n" % (number.encode(), data)
         else:
             event = b"event: message\r\ndata: %s\r\n\r\n" % data
+        if final:
+            self.finished = True  # nothing after the answer; a disconnect now is the stream's end
         await self._write(event, more=not final)
         if final:
-            self.finish()
+            self._done.set()
 
     async def _json(self, data: bytes) -> None:
         status = _OK
@@ -630,9 +655,10 @@ class _Exchange(FastPath):
             except (wire.DecodeError, wire.ValidationError, msgspec.DecodeError, TypeError):
                 status = _OK
         headers = [*_JSON_HEADERS, (b"content-length", str(len(data)).encode())]
+        self.started = True
+        self.finished = True
         try:
             await self._send({"type": "http.response.start", "status": status, "headers": headers})
-            self.started = True
             await self._send({"type": "http.response.body", "body": data})
         except Exception:  # the client went away meanwhile
             logger.debug("HTTP fast path: the client left before its answer", exc_info=True)
