@@ -64,7 +64,7 @@ async def _tool(http: Any, url: str, headers: dict[str, str]) -> str:
     """The exposed name of the upstream's ``echo`` (a proxy may prefix it)."""
     r = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, headers=headers)
     names = [t["name"] for t in _answer(r.text)["result"]["tools"]]
-    return next(n for n in names if n == "echo" or n.endswith("echo"))
+    return str(next(n for n in names if n == "echo" or n.endswith("echo")))
 
 
 def _answer(body: str) -> dict[str, Any]:

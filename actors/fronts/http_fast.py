@@ -37,6 +37,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -52,6 +53,7 @@ from mcpvisor.actors.errors import ProxyError, UpstreamError, error_data
 from mcpvisor.actors.fronts.fastpath import SERVER_REQUEST_PREFIX, FastPath
 from mcpvisor.actors.fronts.frames import Refusal, decode_client_frame, request_refusal
 from mcpvisor.actors.fronts.limits import MAX_IN_FLIGHT
+from mcpvisor.actors.fronts.outbox import CLIENT_OUTBOX, CLIENT_STALL_S
 from mcpvisor.actors.fronts.views import HTTP_TOOLSET_PREFIX, ViewRefused
 from mcpvisor.actors.harness import ClientSession
 from mcpvisor.actors.messages import Reply
@@ -351,16 +353,9 @@ class HttpFast:
         except Exception:
             logger.exception("HTTP fast path: failed to route a call")
             taken = False
-        if not taken:
-            if exchange.started:
-                # Already answering on SSE: the SDK cannot take over this response.
-                await exchange.send(wire.error_frame(rid, wire.INTERNAL_ERROR,
-                                                     "internal error while routing this call"))
-                return True
-            return False
+        if not taken and not exchange.finished:
+            return False  # nothing was sent upstream: the SDK serves it
         self.fast_calls += 1
-        if not modern and not exchange.started:
-            await exchange.open_sse()  # the headers at once, as the SDK sends them
         call = exchange.calls.get(rid)
         if modern and call is not None:
             self.modern_calls.add(call)
@@ -529,11 +524,16 @@ class _Exchange(FastPath):
         self._stream_id = stream_id
         self._modern = modern
         self.started = False
-        self._opening: trio.Event | None = None
         self.closed = False
         self.finished = False
+        """The call's answer is queued (or the call ended unanswered): nothing more is sent."""
         self.detached = False
-        self._done = trio.Event()
+        """The client's stream broke and can be resumed: frames go to the event store."""
+        self._queue: deque[tuple[bytes, bool]] = deque()
+        self._wake = trio.Event()
+        self._written = 0
+        self._watching = False
+        self.dropped = 0
 
     # --- routing: what differs from a stdio connection ----------------------------------------
     def snapshot(self) -> Snapshot:
@@ -558,7 +558,7 @@ class _Exchange(FastPath):
         reply: Reply[dict[str, Any]] = Reply()
         session.requests[rid] = reply
         try:
-            await self._emit(wire.request_frame(rid, method, params), final=False)
+            self._emit(wire.request_frame(rid, method, params), final=False)
             with trio.fail_after(max_time()):
                 return await reply.wait()
         except trio.TooSlowError:
@@ -567,33 +567,33 @@ class _Exchange(FastPath):
             session.requests.pop(rid, None)
 
     # --- the response ------------------------------------------------------------------------
-    async def open_sse(self) -> None:
-        """Start a handshake-era call's SSE response, with its priming event when resumable."""
-        if self.started:
-            await self._opened()
+    # The upstream's reader task hands frames over with `send` (never waits, so a client that
+    # stops reading cannot stall an upstream); this request's own task writes them (`wait`).
+    async def send(self, frame: bytes) -> None:
+        self._emit(frame, final=frame.startswith(_RESPONSE_PREFIX))
+
+    def _emit(self, frame: bytes, *, final: bool) -> None:
+        if self.finished:
             return
-        headers = list(_SSE_HEADERS)
-        if self.sess is not None:
-            headers.append((_SESSION, self.sess.session_id.encode("latin-1")))
-        # The call's answer may come from the upstream's reader task while this task is
-        # still writing the headers: it waits for them (`_opened`).
-        self.started = True
-        opening = self._opening = trio.Event()
-        try:
-            await self._send({"type": "http.response.start", "status": _OK, "headers": headers})
-            if self._events is not None:
-                from mcpvisor.actors.fronts.replay import RETRY_MS
+        data = frame[:-1] if frame.endswith(b"\n") else frame
+        if final:
+            self.finished = True  # nothing after the answer
+        elif len(self._queue) >= CLIENT_OUTBOX:
+            self.dropped += 1  # progress and log messages are advisory
+            if not self._watching:
+                self._watching = True
+                self.nursery.start_soon(self._watchdog)
+            return
+        if self.detached:
+            self._after_break(data, final)
+            return
+        self._queue.append((data, final))
+        self._wake.set()
 
-                number = self._events.store_raw(self._stream_id, None)
-                priming = b"id: %s\r\ndata: \r\nretry: %d\r\n\r\n" % (number.encode(), RETRY_MS)
-                await self._write(priming, more=True)
-        finally:
-            opening.set()
-
-    async def _opened(self) -> None:
-        opening = self._opening
-        if opening is not None and not opening.is_set():
-            await opening.wait()
+    def finish(self) -> None:
+        """The call ends unanswered (the client cancelled it): end the stream."""
+        self.finished = True
+        self._wake.set()
 
     async def refuse(self, rid: int | str, limit: int) -> None:
         """Over the session's in-flight cap: the SDK's error, at once."""
@@ -601,52 +601,79 @@ class _Exchange(FastPath):
                                  f"too many requests in flight on this session (limit {limit}); "
                                  "wait for some to finish",
                                  {"error": "too_many_requests_in_flight", "limit": limit})
-        if not self._modern:
-            await self.open_sse()
-        await self.send(frame)
+        self._emit(frame, final=True)
+        await self._deliver_all()
 
-    async def send(self, frame: bytes) -> None:
-        await self._emit(frame, final=frame.startswith(_RESPONSE_PREFIX))
+    async def wait(self, receive: Receive) -> None:
+        """Write the call's frames until its answer; a client that disconnects first has the
+        call cancelled upstream (unless its stream can be resumed: the call then runs on for
+        the resume), one that takes no frame for `CLIENT_STALL_S` is disconnected."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._watch, receive, nursery.cancel_scope)
+            if not self._modern:
+                await self._open_sse()
+            await self._deliver_all()
+            nursery.cancel_scope.cancel()
 
-    async def _emit(self, frame: bytes, *, final: bool) -> None:
-        data = frame[:-1] if frame.endswith(b"\n") else frame
-        if self.finished:
-            return
-        if self.detached:
-            await self._after_break(data, final)
-            return
+    async def _deliver_all(self) -> None:
+        while not self.detached:
+            if not self._queue:
+                if self.finished:
+                    break
+                await self._wake.wait()
+                self._wake = trio.Event()
+                continue
+            data, final = self._queue.popleft()
+            try:
+                await self._deliver(data, final)
+            except Exception:  # the connection closed under the write: as a disconnect
+                logger.debug("HTTP fast path: the client left mid-stream", exc_info=True)
+                if final:
+                    self._queue.appendleft((data, final))
+                await self._gone()
+                return
+            self._written += 1
+            if final:
+                return
+        if self.started and not self.closed and not self.detached:
+            await self._write(b"", more=False)  # cancelled by the client: no answer, the stream ends
+
+    async def _deliver(self, data: bytes, final: bool) -> None:
         if not self.started:
             if not self._modern:
-                await self.open_sse()
+                await self._open_sse()
             elif final:
                 await self._json(data)
                 return
             else:
                 self.started = True
-                opening = self._opening = trio.Event()
-                try:
-                    await self._send({"type": "http.response.start", "status": _OK, "headers": _SSE_HEADERS})
-                finally:
-                    opening.set()
-        else:
-            await self._opened()
-        if self.finished:
-            return
+                await self._send({"type": "http.response.start", "status": _OK, "headers": _SSE_HEADERS})
         if self._events is not None:
             number = self._events.store_raw(self._stream_id, data)
             event = b"id: %s\r\nevent: message\r\ndata: %s\r\n\r\n" % (number.encode(), data)
         else:
             event = b"event: message\r\ndata: %s\r\n\r\n" % data
-        if final:
-            self.finished = True  # nothing after the answer; a disconnect now is the stream's end
         await self._write(event, more=not final)
-        if final:
-            self._done.set()
+
+    async def _open_sse(self) -> None:
+        """Start a handshake-era call's SSE response, with its priming event when resumable."""
+        if self.started:
+            return
+        self.started = True
+        headers = list(_SSE_HEADERS)
+        if self.sess is not None:
+            headers.append((_SESSION, self.sess.session_id.encode("latin-1")))
+        await self._send({"type": "http.response.start", "status": _OK, "headers": headers})
+        if self._events is not None:
+            from mcpvisor.actors.fronts.replay import RETRY_MS
+
+            number = self._events.store_raw(self._stream_id, None)
+            priming = b"id: %s\r\ndata: \r\nretry: %d\r\n\r\n" % (number.encode(), RETRY_MS)
+            await self._write(priming, more=True)
 
     async def _json(self, data: bytes) -> None:
         status = _OK
-        at = data.find(_ERROR_AT, 0, 256)
-        if at >= 0:
+        if data.find(_ERROR_AT, 0, 256) >= 0:
             from mcp.shared.inbound import ERROR_CODE_HTTP_STATUS
 
             try:
@@ -654,26 +681,48 @@ class _Exchange(FastPath):
                 status = ERROR_CODE_HTTP_STATUS.get(error.code, _OK)
             except (wire.DecodeError, wire.ValidationError, msgspec.DecodeError, TypeError):
                 status = _OK
-        headers = [*_JSON_HEADERS, (b"content-length", str(len(data)).encode())]
         self.started = True
-        self.finished = True
-        try:
-            await self._send({"type": "http.response.start", "status": status, "headers": headers})
-            await self._send({"type": "http.response.body", "body": data})
-        except Exception:  # the client went away meanwhile
-            logger.debug("HTTP fast path: the client left before its answer", exc_info=True)
-        self.finish()
+        self.closed = True
+        headers = [*_JSON_HEADERS, (b"content-length", str(len(data)).encode())]
+        await self._send({"type": "http.response.start", "status": status, "headers": headers})
+        await self._send({"type": "http.response.body", "body": data})
 
     async def _write(self, body: bytes, *, more: bool) -> None:
         self.closed = not more
-        try:
-            await self._send({"type": "http.response.body", "body": body, "more_body": more})
-        except Exception:  # the client went away meanwhile
-            logger.debug("HTTP fast path: the client left mid-stream", exc_info=True)
-            if self._events is not None and not self._modern:
-                self.detached = True
+        await self._send({"type": "http.response.body", "body": body, "more_body": more})
 
-    async def _after_break(self, data: bytes, final: bool) -> None:
+    async def _watchdog(self) -> None:
+        """The queue is full: the client is reading slowly or not at all. The server's
+        socket writes cannot be interrupted, so the stall is seen here: no frame written
+        for `CLIENT_STALL_S` while frames wait."""
+        while not self.finished or self._queue:
+            seen = self._written
+            await trio.sleep(CLIENT_STALL_S)
+            if self._written == seen and self._queue and not self.detached:
+                await self._stalled()
+                return
+            if len(self._queue) < CLIENT_OUTBOX:
+                break
+        self._watching = False
+
+    async def _stalled(self) -> None:
+        """The client took nothing for `CLIENT_STALL_S`: cancel its calls, end its session."""
+        session = self.sess
+        calls = [c for c in (session.calls if session is not None else self.calls).values()]
+        label = session.session_id if session is not None else "a 2026-07-28 client"
+        logger.warning("client %s took no message for %.0f s: disconnecting it and cancelling its %d call(s)",
+                       label, CLIENT_STALL_S, len(calls))
+        self.finished = True
+        self._queue.clear()
+        for call in calls:
+            if call.fast.release(call.front_id, call):
+                with trio.move_on_after(1.0, shield=True):
+                    await call.cancel("the client stopped reading")
+        if self._transport is not None:
+            with trio.move_on_after(1.0, shield=True):
+                await self._transport.terminate()
+
+    def _after_break(self, data: bytes, final: bool) -> None:
         """The client's stream broke: keep the event for its ``Last-Event-ID`` and hand it to
         the stream it resumed on, if it has come back."""
         assert self._events is not None
@@ -684,50 +733,37 @@ class _Exchange(FastPath):
 
         number = self._events.store_raw(self._stream_id, data)
         stream = resumed_stream(self._transport, self._stream_id)
-        if stream is not None:
-            message = jsonrpc_message_adapter.validate_json(data, by_name=False)
-            try:
-                await stream.send(EventMessage(message, number))
-                if final:
-                    await stream.aclose()
-            except Exception:
-                logger.debug("HTTP fast path: the resumed stream closed", exc_info=True)
-        if final:
-            self.finished = True
-            self._done.set()
-
-    def finish(self) -> None:
-        self.finished = True
-        self._done.set()
-
-    async def wait(self, receive: Receive) -> None:
-        """Until the call is answered; a client that disconnects first has it cancelled
-        upstream, unless its stream can be resumed (the call runs on for the resume)."""
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._watch, receive, nursery.cancel_scope)
-            await self._done.wait()
-            nursery.cancel_scope.cancel()
-        if self.finished:
-            await self._end()
-
-    async def _end(self) -> None:
-        if self.started and not self.closed and not self.detached:
-            await self._write(b"", more=False)
+        if stream is None:
+            return
+        message = jsonrpc_message_adapter.validate_json(data, by_name=False)
+        try:
+            stream.send_nowait(EventMessage(message, number))
+            if final:
+                stream.close()
+        except Exception:  # full or closed: the client has what the event store keeps
+            logger.debug("HTTP fast path: the resumed stream took no more", exc_info=True)
 
     async def _watch(self, receive: Receive, scope: trio.CancelScope) -> None:
         while (await receive()).get("type") != "http.disconnect":
             pass
-        if self.finished:
+        if self.finished and not self._queue:
             return
+        await self._gone()
+        scope.cancel()
+
+    async def _gone(self) -> None:
+        """The client disconnected before the answer was written."""
         if self._events is not None and not self._modern:
             self.detached = True  # resumable: the rest is kept for the client's Last-Event-ID
-            scope.cancel()
+            while self._queue:
+                self._after_break(*self._queue.popleft())
             return
+        self._queue.clear()
         for front_id, call in list(self.calls.items()):
             if call.fast is self and self.release(front_id, call):
                 with trio.move_on_after(1.0, shield=True):
                     await call.cancel("client disconnected")
-        scope.cancel()
+        self.finished = True
 
 
 def _replayer(chunks: list[Message], receive: Receive) -> Receive:
