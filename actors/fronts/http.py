@@ -165,7 +165,7 @@ async def serve_http_front(
             scopes = tuple(auth.required_scopes or ()) if auth is not None else ()
             app = fast = HttpFast(app, front, manager=manager, rules=rules, verifier=verifier,  # type: ignore[assignment]
                                   required_scopes=scopes, views=views, guard=guard, nursery=nursery,
-                                  max_body=limits.max_body)
+                                  max_body=limits.max_body, anonymous=ANONYMOUS)
             front.drain.add_fast_path(fast)
         try:
             binds: list[str] = await nursery.start(started)

@@ -139,11 +139,12 @@ class HttpFast:
         guard: the frame checks of the SDK path, whose ids in flight are shared (a call
             here and one there may not reuse an id on one session).
         nursery: where calls' background work runs (retries, sends from a failure).
+        anonymous: the client id the front gives a request while no token is required.
     """
 
     def __init__(self, app: App, front: Front, *, manager: Any, rules: HostRules, verifier: Verifier | None,
                  required_scopes: tuple[str, ...], views: ToolsetViews | None, guard: FrameGuard,
-                 nursery: trio.Nursery, max_body: int, limit: int = MAX_IN_FLIGHT) -> None:
+                 nursery: trio.Nursery, max_body: int, anonymous: str, limit: int = MAX_IN_FLIGHT) -> None:
         self.app = app
         self.front = front
         self.backend = front.backend
@@ -155,6 +156,8 @@ class HttpFast:
         self.guard = guard
         self.nursery = nursery
         self.max_body = max_body
+        self.anonymous = anonymous
+        """Who a request on an open front is, as the SDK's session checks know it."""
         self.limit = limit
         self.stamp = Raw(wire.encode(dict(front.server.server_info_stamp)))
         self.sessions: dict[str, _Session] = {}
@@ -255,10 +258,9 @@ class HttpFast:
         from mcp.server.auth.provider import AccessToken
 
         from mcpvisor.actors.fronts.auth import bearer_token
-        from mcpvisor.actors.fronts.http import ANONYMOUS
 
         if not verifier.guarding():
-            return True, AccessToken(token="", client_id=ANONYMOUS, scopes=[])
+            return True, AccessToken(token="", client_id=self.anonymous, scopes=[])
         auth = headers.get(b"authorization")
         token = bearer_token(auth.decode("latin-1") if auth is not None else None)
         who = await verifier.verify_token(token) if token is not None else None
