@@ -169,6 +169,7 @@ class HttpFast:
         self.fast_calls = 0
         self.passed_calls = 0
         self.modern_session = ClientSession("http")
+        self._header_cache: tuple[Snapshot, frozenset[str]] | None = None
 
     def statistics(self) -> HttpFastStatistics:
         return HttpFastStatistics(self.fast_calls, self.passed_calls, self.in_flight())
@@ -270,6 +271,28 @@ class HttpFast:
             return False, None
         return True, who
 
+    def _header_tools(self, snap: Snapshot | None) -> frozenset[str]:
+        """The tools of ``snap`` (None: the proxy's) whose input schema maps an argument to an
+        ``Mcp-Param-*`` header (``x-mcp-header``): the SDK checks those headers against the
+        arguments. Kept for the latest snapshot only."""
+        snapshot = snap if snap is not None else self.backend.router.snapshot
+        cached = self._header_cache
+        if cached is not None and cached[0] is snapshot:
+            return cached[1]
+        from mcp.shared.inbound import X_MCP_HEADER_KEY
+
+        marker = X_MCP_HEADER_KEY.encode()
+
+        def maps_headers(tool: Mapping[str, Any]) -> bool:
+            try:
+                return marker in msgspec.json.encode(tool.get("inputSchema"))
+            except (TypeError, msgspec.EncodeError):
+                return True  # unreadable here: the SDK decides
+
+        names = frozenset(str(t.get("name")) for t in snapshot.tools_list if maps_headers(t))
+        self._header_cache = (snapshot, names)
+        return names
+
     def _view(self, scope: Scope, who: Any) -> tuple[bool, Snapshot | None]:
         """The view the request gets (its snapshot; None: the proxy's), or False to pass it on."""
         path: str = scope["path"]
@@ -318,8 +341,9 @@ class HttpFast:
         events: SessionEvents | None = None
         transport: Any = None
         if modern:
-            if wire.MODERN_MARKER not in body or not _classified(body, raw_headers):
-                return False
+            name = _classified(body, raw_headers) if wire.MODERN_MARKER in body else None
+            if name is None or name in self._header_tools(snap):
+                return False  # a tool whose arguments map to Mcp-Param headers: the SDK checks them
         else:
             sid_raw = headers.get(_SESSION)
             if sid_raw is None:
@@ -801,9 +825,10 @@ def _at_least(version: str, since: str) -> bool:
     return version >= since  # ISO dates compare as strings
 
 
-def _classified(body: bytes, headers: Any) -> bool:
-    """A 2026-07-28 request the SDK would serve: routing headers not repeated, and its
-    envelope and headers consistent (the SDK answers the others with its own errors)."""
+def _classified(body: bytes, headers: Any) -> str | None:
+    """The tool a 2026-07-28 request names, if the SDK would serve it: routing headers not
+    repeated, its envelope and headers consistent (the SDK answers the others with its own
+    errors); None otherwise."""
     from mcp.shared.inbound import (
         InboundLadderRejection,
         classify_inbound_request,
@@ -812,10 +837,14 @@ def _classified(body: bytes, headers: Any) -> bool:
 
     pairs = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers]
     if find_duplicated_routing_header(pairs) is not None:
-        return False
+        return None
     try:
         decoded = msgspec.json.decode(body)
     except msgspec.DecodeError:
-        return False
-    return not isinstance(classify_inbound_request(decoded, headers=dict(pairs)), InboundLadderRejection)
+        return None
+    if isinstance(classify_inbound_request(decoded, headers=dict(pairs)), InboundLadderRejection):
+        return None
+    params = decoded.get("params") if isinstance(decoded, dict) else None
+    name = params.get("name") if isinstance(params, dict) else None
+    return name if isinstance(name, str) else None
 
