@@ -7,8 +7,8 @@ Three subjects in one run, each serving `bench/upstream.py`'s tools:
   (every request through the SDK's session manager);
 * ``mcpvisor``: the same with the fast path on (``tools/call`` served by the HTTP fast path).
 
-The client is raw JSON-RPC over httpx (one keep-alive connection and one handshake-era
-session per client; no SDK client, so the figures are the servers' cost). Each call
+The client is raw JSON-RPC over HTTP/1.1 framed by h11 (one keep-alive connection and one
+handshake-era session per client; no SDK client, so the figures are the servers' cost). Each call
 has its own argument (no cache helps). For 1 and ``--clients`` concurrent clients it
 prints p50/p99 latency and throughput, and each subject's throughput ratio to ``sdk-http``.
 
@@ -26,6 +26,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 import trio
 
@@ -49,21 +50,61 @@ def _argv(subject: str, port: int, workdir: Path) -> list[str]:
             "--host", "127.0.0.1", "--port", str(port)]
 
 
-async def _session(http: Any, url: str) -> dict[str, str]:
-    r = await http.post(url, json=INIT, headers=HEADERS)
-    r.raise_for_status()
+class _Conn:
+    """One keep-alive HTTP/1.1 connection, its requests framed by h11 (the library hypercorn
+    itself parses with): far cheaper per request than a full HTTP client, so the client's
+    CPU does not set the figures."""
+
+    def __init__(self, stream: trio.SocketStream, host: str) -> None:
+        import h11
+
+        self._h11 = h11
+        self.stream = stream
+        self.host = host.encode()
+        self.conn = h11.Connection(h11.CLIENT)
+
+    async def post(self, path: str, body: dict[str, Any],
+                   headers: dict[str, str]) -> tuple[int, dict[str, str], str]:
+        h11 = self._h11
+        data = json.dumps(body).encode()
+        fields = [(b"host", self.host), (b"content-length", str(len(data)).encode()),
+                  *((k.encode(), v.encode()) for k, v in headers.items())]
+        out = self.conn.send(h11.Request(method="POST", target=path, headers=fields))
+        out += self.conn.send(h11.Data(data=data)) + self.conn.send(h11.EndOfMessage())
+        await self.stream.send_all(out)
+        status = 0
+        got: dict[str, str] = {}
+        chunks: list[bytes] = []
+        while True:
+            event = self.conn.next_event()
+            if event is h11.NEED_DATA:
+                self.conn.receive_data(await self.stream.receive_some(65536))
+            elif isinstance(event, h11.Response):
+                status = event.status_code
+                got = {k.decode(): v.decode() for k, v in event.headers}
+            elif isinstance(event, h11.Data):
+                chunks.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                self.conn.start_next_cycle()
+                return status, got, b"".join(chunks).decode()
+
+
+async def _session(http: _Conn, path: str) -> dict[str, str]:
+    status, got, text = await http.post(path, INIT, HEADERS)
+    if status != 200:
+        raise RuntimeError(f"initialize: HTTP {status}: {text[:200]}")
     headers = {**HEADERS, "mcp-protocol-version": "2025-11-25"}
-    sid = r.headers.get("mcp-session-id")
+    sid = got.get("mcp-session-id")
     if sid:
         headers["mcp-session-id"] = sid
-    await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+    await http.post(path, {"jsonrpc": "2.0", "method": "notifications/initialized"}, headers)
     return headers
 
 
-async def _tool(http: Any, url: str, headers: dict[str, str]) -> str:
+async def _tool(http: _Conn, path: str, headers: dict[str, str]) -> str:
     """The exposed name of the upstream's ``echo`` (a proxy may prefix it)."""
-    r = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, headers=headers)
-    names = [t["name"] for t in _answer(r.text)["result"]["tools"]]
+    _, _, text = await http.post(path, {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, headers)
+    names = [t["name"] for t in _answer(text)["result"]["tools"]]
     return str(next(n for n in names if n == "echo" or n.endswith("echo")))
 
 
@@ -81,17 +122,18 @@ def _answer(body: str) -> dict[str, Any]:
 
 
 async def _client(url: str, calls: int, latencies: list[float], tag: int) -> None:
-    import httpx
-
-    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=1)) as http:
-        headers = await _session(http, url)
-        tool = await _tool(http, url, headers)
+    parts = urlsplit(url)
+    stream = await trio.open_tcp_stream(parts.hostname or "127.0.0.1", parts.port or 80)
+    async with stream:
+        http = _Conn(stream, parts.netloc)
+        headers = await _session(http, parts.path)
+        tool = await _tool(http, parts.path, headers)
         for i in range(calls):
             body = {"jsonrpc": "2.0", "id": i + 2, "method": "tools/call",
                     "params": {"name": tool, "arguments": {"text": f"c{tag}-{i}"}}}
             t0 = time.perf_counter()
-            r = await http.post(url, json=body, headers=headers)
-            answer = _answer(r.text)
+            _, _, text = await http.post(parts.path, body, headers)
+            answer = _answer(text)
             latencies.append(time.perf_counter() - t0)
             if "result" not in answer:
                 raise RuntimeError(f"call failed: {answer}")
