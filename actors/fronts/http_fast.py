@@ -170,6 +170,8 @@ class HttpFast:
         self.passed_calls = 0
         self.modern_session = ClientSession("http")
         self._header_cache: tuple[Snapshot, frozenset[str]] | None = None
+        self._anonymous_token: Any = None
+        self._matched: tuple[Any, Any] | None = None
 
     def statistics(self) -> HttpFastStatistics:
         return HttpFastStatistics(self.fast_calls, self.passed_calls, self.in_flight())
@@ -261,7 +263,9 @@ class HttpFast:
         from mcpvisor.actors.fronts.auth import bearer_token
 
         if not verifier.guarding():
-            return True, AccessToken(token="", client_id=self.anonymous, scopes=[])
+            if self._anonymous_token is None:
+                self._anonymous_token = AccessToken(token="", client_id=self.anonymous, scopes=[])
+            return True, self._anonymous_token
         auth = headers.get(b"authorization")
         token = bearer_token(auth.decode("latin-1") if auth is not None else None)
         who = await verifier.verify_token(token) if token is not None else None
@@ -310,11 +314,20 @@ class HttpFast:
         return snap is not None, snap
 
     def _owner_matches(self, owner: Any, who: Any) -> bool:
+        """Whether ``who`` is the principal that opened the session (the SDK's own test). The
+        last credential that matched an owner is remembered: an open front's anonymous
+        client and a static token are the same object request after request."""
         if who is None:
             return owner is None
+        last = self._matched
+        if last is not None and last[0] is owner and last[1] is who:
+            return True
         from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorization_context
 
-        return bool(owner == authorization_context(AuthenticatedUser(who)))
+        if owner == authorization_context(AuthenticatedUser(who)):
+            self._matched = (owner, who)
+            return True
+        return False
 
     # --- tools/call -------------------------------------------------------------------------
     async def _call(self, scope: Scope, receive: Receive, send: Send, env: wire.Envelope,
