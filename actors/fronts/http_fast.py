@@ -87,6 +87,9 @@ _PARAM_PREFIX: Final = b"mcp-param-"
 _RESPONSE_PREFIX: Final = b'{"jsonrpc":"2.0","id":'
 """How every final frame a call sends begins (a result or an error; notifications name a method)."""
 _ERROR_AT: Final = b',"error":{'
+HEADERS_GRACE_S: Final = 0.005
+"""How long a handshake-era call's SSE headers wait for its answer, so that a quick answer
+leaves with them in one write (a slow call's headers go out then, as the SDK's would)."""
 _PRIMING_SINCE: Final = "2025-11-25"
 """The first revision whose clients read a priming event (older ones would choke on it)."""
 _DEFAULT_VERSION: Final = "2025-03-26"
@@ -649,9 +652,20 @@ class _Exchange(FastPath):
         the resume), one that takes no frame for `CLIENT_STALL_S` is disconnected."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._watch, receive, nursery.cancel_scope)
+            answered = False
             if not self._modern:
-                await self._open_sse()
-            await self._deliver_all()
+                # A quick answer goes out with the headers' priming event in one write.
+                if not self._queue and not self.finished:
+                    with trio.move_on_after(HEADERS_GRACE_S):
+                        await self._wake.wait()
+                try:
+                    answered = await self._open_sse(self._queue.popleft() if self._queue else None)
+                except Exception:  # the connection closed under the write: as a disconnect
+                    logger.debug("HTTP fast path: the client left before its stream opened", exc_info=True)
+                    await self._gone()
+                    answered = True
+            if not answered:
+                await self._deliver_all()
             nursery.cancel_scope.cancel()
 
     async def _deliver_all(self) -> None:
@@ -687,28 +701,40 @@ class _Exchange(FastPath):
             else:
                 self.started = True
                 await self._send({"type": "http.response.start", "status": _OK, "headers": _SSE_HEADERS})
-        if self._events is not None:
-            number = self._events.store_raw(self._stream_id, data)
-            event = b"id: %s\r\nevent: message\r\ndata: %s\r\n\r\n" % (number.encode(), data)
-        else:
-            event = b"event: message\r\ndata: %s\r\n\r\n" % data
-        await self._write(event, more=not final)
+        await self._write(self._event(data), more=not final)
 
-    async def _open_sse(self) -> None:
-        """Start a handshake-era call's SSE response, with its priming event when resumable."""
+    async def _open_sse(self, first: tuple[bytes, bool] | None = None) -> bool:
+        """Start a handshake-era call's SSE response, with its priming event when resumable
+        and ``first`` (a queued frame) in the same write. True: that frame was the answer."""
         if self.started:
-            return
+            return False
         self.started = True
         headers = list(_SSE_HEADERS)
         if self.sess is not None:
             headers.append((_SESSION, self.sess.session_id.encode("latin-1")))
         await self._send({"type": "http.response.start", "status": _OK, "headers": headers})
+        body = b""
         if self._events is not None:
             from mcpvisor.actors.fronts.replay import RETRY_MS
 
             number = self._events.store_raw(self._stream_id, None)
-            priming = b"id: %s\r\ndata: \r\nretry: %d\r\n\r\n" % (number.encode(), RETRY_MS)
-            await self._write(priming, more=True)
+            body = b"id: %s\r\ndata: \r\nretry: %d\r\n\r\n" % (number.encode(), RETRY_MS)
+        final = False
+        if first is not None:
+            body += self._event(first[0])
+            final = first[1]
+        if body:
+            await self._write(body, more=not final)
+        if first is not None:
+            self._written += 1
+        return final
+
+    def _event(self, data: bytes) -> bytes:
+        """``data`` as one SSE event, numbered and kept when the stream can be resumed."""
+        if self._events is not None:
+            number = self._events.store_raw(self._stream_id, data)
+            return b"id: %s\r\nevent: message\r\ndata: %s\r\n\r\n" % (number.encode(), data)
+        return b"event: message\r\ndata: %s\r\n\r\n" % data
 
     async def _json(self, data: bytes) -> None:
         status = _OK
