@@ -21,6 +21,7 @@ import pytest
 import trio
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
 
+from mcpvisor.actors.fronts.limits import MAX_IN_FLIGHT
 from tests.helpers import REAL_IO_BOUND_S, everything, write_config
 from tests.integration.test_http_resume import Event, read_until, sse_events
 from tests.polling import poll_until
@@ -206,3 +207,20 @@ async def test_sampling_cancel_disconnect_views_and_refusals_on_the_fast_path(tm
             stolen = {**headers, "Authorization": f"Bearer {CI_TOKEN}"}  # another credential's session
             r = await http.post(url, json=call(11, "ev_echo", {"text": "x"}), headers=stolen)
             assert r.status_code == 404
+
+            # The in-flight cap: the session's 65th call in flight is refused at once (-32003).
+            async with trio.open_nursery() as nursery:
+                for rid in range(100, 100 + MAX_IN_FLIGHT):
+                    nursery.start_soon(partial(http.post, url, json=call(rid, "ev_sleep", {"seconds": 60}),
+                                               headers=headers))
+                await poll_until(lambda: len([e for e in recorded(record, "call")
+                                              if e["name"] == "sleep"]) == 2 + MAX_IN_FLIGHT)
+                r = await http.post(url, json=call(99, "ev_echo", {"text": "x"}), headers=headers)
+                assert r.headers["mcpvisor-path"] == FAST
+                refused = messages(r.text)[-1]
+                assert refused["id"] == 99
+                assert refused["error"]["code"] == -32003
+                for rid in range(100, 100 + MAX_IN_FLIGHT):
+                    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                              "params": {"requestId": rid}}
+                    assert (await http.post(url, json=cancel, headers=headers)).status_code == 202
