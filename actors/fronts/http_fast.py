@@ -113,6 +113,17 @@ class HttpFastStatistics:
     in_flight: int
 
 
+class _NoSession(ClientSession):
+    """A 2026-07-28 call's session: none (the journal records no session for it, as on the
+    SDK path; a session-scoped server's shared instance serves it)."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.label = None  # type: ignore[assignment]
+
+
 class _Session:
     """The fast path's side of one handshake-era HTTP session: its calls in flight by the
     client's id, the requests sent to it on an upstream's behalf, what it declared."""
@@ -171,7 +182,7 @@ class HttpFast:
         """What each session's client declared in ``initialize``, by session id."""
         self.fast_calls = 0
         self.passed_calls = 0
-        self.modern_session = ClientSession("http")
+        self.modern_session = _NoSession()
         self._header_cache: tuple[Snapshot, frozenset[str]] | None = None
         self._anonymous_token: Any = None
         self._matched: tuple[Any, Any] | None = None
