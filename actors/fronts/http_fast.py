@@ -792,10 +792,11 @@ class _Exchange(FastPath):
         self._queue.clear()
         for call in calls:
             if call.fast.release(call.front_id, call):
-                with trio.move_on_after(1.0, shield=True):
-                    await call.cancel("the client stopped reading")
+                # In the front's nursery: the link sends the cancel when its writer can,
+                # however long the upstream's stdin stays full.
+                self.nursery.start_soon(call.cancel, "the client stopped reading")
         if self._transport is not None:
-            with trio.move_on_after(1.0, shield=True):
+            with trio.move_on_after(CLIENT_STALL_S):
                 await self._transport.terminate()
 
     def _after_break(self, data: bytes, final: bool) -> None:
@@ -837,8 +838,7 @@ class _Exchange(FastPath):
         self._queue.clear()
         for front_id, call in list(self.calls.items()):
             if call.fast is self and self.release(front_id, call):
-                with trio.move_on_after(1.0, shield=True):
-                    await call.cancel("client disconnected")
+                self.nursery.start_soon(call.cancel, "client disconnected")  # outlives this request
         self.finished = True
 
 
