@@ -157,22 +157,22 @@ async def serve_http_front(
                                    task_status=task_status)
         nursery.cancel_scope.cancel(reason="the HTTP front closed")
 
-    async with trio.open_nursery() as nursery:
-        fast = None
-        if fast_path:
-            from mcpvisor.actors.fronts.http_fast import HttpFast
+    fast = None
+    try:
+        async with trio.open_nursery() as nursery:
+            if fast_path:
+                from mcpvisor.actors.fronts.http_fast import HttpFast
 
-            scopes = tuple(auth.required_scopes or ()) if auth is not None else ()
-            app = fast = HttpFast(app, front, manager=manager, rules=rules, verifier=verifier,  # type: ignore[assignment]
-                                  required_scopes=scopes, views=views, guard=guard, nursery=nursery,
-                                  max_body=limits.max_body, anonymous=ANONYMOUS)
-            front.drain.add_fast_path(fast)
-        try:
+                scopes = tuple(auth.required_scopes or ()) if auth is not None else ()
+                app = fast = HttpFast(app, front, manager=manager, rules=rules,  # type: ignore[assignment]
+                                      verifier=verifier, required_scopes=scopes, views=views, guard=guard,
+                                      nursery=nursery, max_body=limits.max_body, anonymous=ANONYMOUS)
+                front.drain.add_fast_path(fast)  # its calls are answered when the proxy stops
             binds: list[str] = await nursery.start(started)
             task_status.started(binds[0].rstrip("/") + HTTP_PATH)
-        finally:
-            if fast is not None:
-                front.drain.discard_fast_path(fast)
+    finally:
+        if fast is not None:
+            front.drain.discard_fast_path(fast)
 
 
 def own_event_stores(manager: Any, budget: ReplayBudget) -> None:
