@@ -44,11 +44,14 @@ __all__ = [
     "client_capabilities",
     "connection_of",
     "dispatcher_of",
+    "event_store_of",
     "give_each_session",
+    "http_session",
     "http_session_transport",
     "maybe_connection_of",
     "missing",
     "request_outbound_of",
+    "resumed_stream",
     "serve_dual_era_loop",
     "stamp",
     "tool_output_schemas",
@@ -74,8 +77,8 @@ def missing() -> list[str]:
     gone = [
         *_set_in_init(ServerSession, "_connection", "_request_outbound"),
         *_set_in_init(Server, "_session_manager"),
-        *_set_in_init(StreamableHTTPSessionManager, "_server_instances"),
-        *_set_in_init(StreamableHTTPServerTransport, "_event_store"),
+        *_set_in_init(StreamableHTTPSessionManager, "_server_instances", "_session_owners"),
+        *_set_in_init(StreamableHTTPServerTransport, "_event_store", "_request_streams"),
         *_set_in_init(InMemorySubscriptionBus, "_listeners"),
         *_set_in_init(ClientSession, "_stamp", "_dispatcher", "_tool_output_schemas"),
     ]
@@ -140,6 +143,29 @@ def http_session_transport(server: Server[Any], session_id: str) -> StreamableHT
     if manager is None:
         return None
     return manager._server_instances.get(session_id)
+
+
+def http_session(manager: StreamableHTTPSessionManager,
+                 session_id: str) -> tuple[StreamableHTTPServerTransport, Any] | None:
+    """The transport of open session ``session_id`` and the principal that opened it
+    (None: no owner recorded), or None when the manager has no such session."""
+    transport = manager._server_instances.get(session_id)
+    if transport is None:
+        return None
+    return transport, manager._session_owners.get(session_id)
+
+
+def event_store_of(transport: StreamableHTTPServerTransport) -> Any:
+    """The event store the session's transport numbers its SSE events with (or None)."""
+    return transport._event_store
+
+
+def resumed_stream(transport: StreamableHTTPServerTransport, stream_id: str) -> Any:
+    """Where the session's transport takes the later events of ``stream_id`` for a client
+    that came back with ``Last-Event-ID`` (an anyio send stream of ``EventMessage``), or None
+    while no such client waits."""
+    pair = transport._request_streams.get(stream_id)
+    return pair[0] if pair is not None else None
 
 
 def bus_listeners(bus: InMemorySubscriptionBus) -> list[Callable[[Any], None]]:

@@ -347,7 +347,7 @@ async def serve_http(
             await serve_http_front(sup.front, host, port, limits=limits, rules=guard.rules,
                                    verifier=guard.verifier, auth=guard.auth_settings, routes=dashboard,
                                    certfile=certfile, keyfile=keyfile, views=sup.front.views,
-                                   task_status=task_status)
+                                   fast_path=settings.fast_path, task_status=task_status)
             nursery.cancel_scope.cancel(reason="the HTTP front closed")
 
         task_status.started(await nursery.start(front))

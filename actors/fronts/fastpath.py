@@ -55,8 +55,10 @@ from mcpvisor.actors.link.stdio import StdioLink
 from mcpvisor.actors.messages import Reply
 
 if TYPE_CHECKING:
+    from mcpvisor.actors.core.catalog import Snapshot
     from mcpvisor.actors.fronts.drain import Drain
     from mcpvisor.actors.fronts.sdk import Backend
+    from mcpvisor.actors.upstream import Upstream
 
 logger = logging.getLogger(__name__)
 
@@ -163,6 +165,16 @@ class FastPath:
     def owns(self, request_id: int | str) -> bool:
         return request_id in self.calls
 
+    # --- what a call sees (the HTTP fast path, `mcpvisor.actors.fronts.http_fast`, overrides these)
+    def snapshot(self) -> Snapshot:
+        """What this connection's calls are routed by: the proxy's catalog."""
+        return self.backend.router.snapshot
+
+    def session_instance(self, server: str) -> Upstream | None:
+        """This connection's own instance of the session-scoped ``server`` (None: the call
+        takes the SDK path, which starts or waits for it)."""
+        return self.backend.upstream_for(server, self.session)
+
     # --- requests -------------------------------------------------------------------------
     async def client_request(self, env: wire.Envelope, line: bytes) -> bool:
         """Take a ``tools/call`` if it can go the fast way; False hands it to the SDK."""
@@ -192,7 +204,7 @@ class FastPath:
                     return False  # the SDK path's, or unknown: the SDK answers it
                 await parked.resume(env.id, params)  # type: ignore[arg-type]
                 return True
-        plan = plan_call(self.backend.router.snapshot, name, params.get("arguments"))
+        plan = plan_call(self.snapshot(), name, params.get("arguments"))
         if type(plan) is ToolRoute:
             route = plan  # the common case: the arguments travel as they came
         elif isinstance(plan, CallRoute):
@@ -209,7 +221,7 @@ class FastPath:
             # This connection's own instance, the one the SDK path would use (supervisor/sessions.py),
             # started by this call if there is none yet (the call then takes the SDK path, which
             # waits for it). A 2026-07-28 call keeps the shared instance, as on the SDK path.
-            up = self.backend.upstream_for(route.server, self.session)
+            up = self.session_instance(route.server)
             if up is None:
                 return False
         link = up.link

@@ -90,13 +90,15 @@ async def serve_http_front(
     certfile: str | None = None,
     keyfile: str | None = None,
     views: ToolsetViews | None = None,
+    fast_path: bool = True,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``front`` over streamable HTTP at ``http(s)://host:port/mcp`` until cancelled,
     or until its drain is done (`mcpvisor.actors.fronts.drain`); ``routes`` (Starlette
     routes) are served beside ``/mcp``, and with ``views`` each toolset's fixed view at
-    ``/mcp/toolset/NAME`` (`mcpvisor.actors.fronts.views`). ``task_status.started``
-    receives the URL bound."""
+    ``/mcp/toolset/NAME`` (`mcpvisor.actors.fronts.views`). With ``fast_path``, ``tools/call``
+    requests are served by `mcpvisor.actors.fronts.http_fast` in front of the SDK's app.
+    ``task_status.started`` receives the URL bound."""
     import hypercorn.config
     import hypercorn.trio
     from mcp.server.transport_security import TransportSecuritySettings
@@ -124,7 +126,8 @@ async def serve_http_front(
     )
     manager = front.server.session_manager  # checks frames after the token and Host/Origin ones
     own_event_stores(manager, budget)
-    manager.asgi_app = FrameGuard(manager.asgi_app, limits.max_body)  # type: ignore[assignment]
+    guard = FrameGuard(manager.asgi_app, limits.max_body)
+    manager.asgi_app = guard  # type: ignore[assignment]
     if verifier is not None:
         open_while_unguarded(app, verifier)
     if views is not None:
@@ -154,9 +157,22 @@ async def serve_http_front(
                                    task_status=task_status)
         nursery.cancel_scope.cancel(reason="the HTTP front closed")
 
-    async with trio.open_nursery() as nursery:
-        binds: list[str] = await nursery.start(started)
-        task_status.started(binds[0].rstrip("/") + HTTP_PATH)
+    fast = None
+    try:
+        async with trio.open_nursery() as nursery:
+            if fast_path:
+                from mcpvisor.actors.fronts.http_fast import HttpFast
+
+                scopes = tuple(auth.required_scopes or ()) if auth is not None else ()
+                app = fast = HttpFast(app, front, manager=manager, rules=rules,  # type: ignore[assignment]
+                                      verifier=verifier, required_scopes=scopes, views=views, guard=guard,
+                                      nursery=nursery, max_body=limits.max_body, anonymous=ANONYMOUS)
+                front.drain.add_fast_path(fast)  # its calls are answered when the proxy stops
+            binds: list[str] = await nursery.start(started)
+            task_status.started(binds[0].rstrip("/") + HTTP_PATH)
+    finally:
+        if fast is not None:
+            front.drain.discard_fast_path(fast)
 
 
 def own_event_stores(manager: Any, budget: ReplayBudget) -> None:
@@ -231,6 +247,10 @@ class FrameGuard:
         self.max_body = max_body
         self._in_flight: dict[str, set[str]] = {}
         """Request ids in flight by session id, as ``str(id)`` (the SDK's own key)."""
+
+    def in_flight_ids(self, session_id: str) -> set[str]:
+        """The ids in flight on ``session_id`` (the HTTP fast path adds its own calls' ids)."""
+        return self._in_flight.setdefault(session_id, set())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope.get("type") != "http" or scope.get("method") != "POST":

@@ -94,6 +94,11 @@ class SessionEvents(EventStore):
         # As the SDK writes it on the wire (`StreamableHTTPServerTransport._create_event_data`).
         data = None if message is None else message.model_dump_json(by_alias=True,
                                                                      exclude_unset=True).encode()
+        return self.store_raw(stream_id, data)
+
+    def store_raw(self, stream_id: StreamId, data: bytes | None) -> EventId:
+        """`store_event` for a message already encoded as it goes on the wire (the HTTP fast
+        path's frames; None: a priming event)."""
         number = self._budget.mint()
         self._events[number] = (stream_id, data)
         self._streams.setdefault(stream_id, deque()).append(number)
