@@ -11,6 +11,9 @@ made its first start attempt, or ``startupWait`` passed) it announces what it ho
 once and from then on passes every change straight through (an equip is announced as
 it happens).
 
+`startup_gate` says when start-up ends: for requests naming something not listed yet,
+and for the coalescer.
+
 The first ``tools/list`` is answered at once from the router's snapshot (it never
 waits), so a notification sent after the quiet window cannot overtake that answer.
 """
@@ -18,7 +21,7 @@ waits), so a notification sent after the quiet window cannot overtake that answe
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
 import trio
@@ -137,3 +140,20 @@ class ListChangeCoalescer:
                 with trio.move_on_at(due):
                     await self._wake.wait()
                 self._wake = trio.Event()
+
+
+async def startup_gate(first_attempts: Sequence[trio.Event], wait: float, started: trio.Event,
+                       coalescer: ListChangeCoalescer) -> None:
+    """Start-up's end: ``started`` is set once every eager server's first start attempt has
+    ended (``first_attempts``) or ``wait`` (``settings.startupWait``) passed, whichever is
+    first; the coalescer ends once every one of them has ended."""
+    with trio.move_on_after(wait):
+        for done in first_attempts:
+            await done.wait()
+    started.set()
+    # The list changes of a server slower than startupWait are still start-up's: gathered
+    # with the others until every eager server made its first attempt (its startupTimeout).
+    for done in first_attempts:
+        if not done.is_set():
+            await done.wait()
+    coalescer.end()

@@ -17,6 +17,8 @@ Owns the `Supervisor` object an embedding program (or the CLI) holds:
   the router starts, and the management tools of `mcpvisor.menu`; with ``discovery``,
   ``discover_tool`` and ``load_mcp`` (`mcpvisor.menu.discovery`);
 * the lazy servers' loader (`mcpvisor.actors.lazy.LazyLoader`), shared by every exposure.
+* beside it: `mcpvisor._boot` (read before it runs), `mcpvisor._hooks` (what the actors
+  tell it), `mcpvisor._notes` (finished calls and list changes: metrics, events, journal).
 """
 
 from __future__ import annotations
@@ -32,14 +34,17 @@ from typing import Any, Final
 
 import trio
 
+from mcpvisor._boot import coerce_config, instructions, load_state, recall, trace_config
+from mcpvisor._hooks import UpstreamHooks
+from mcpvisor._notes import CallNotes
 from mcpvisor.actors import __version__, telemetry
-from mcpvisor.actors.core.catalog import CacheHint, Snapshot, UpstreamLists
+from mcpvisor.actors.core.catalog import Snapshot
 from mcpvisor.actors.core.discovery import DISCOVER_TOOL, LOAD_MCP, LazyBook
 from mcpvisor.actors.core.model import SavedState
 from mcpvisor.actors.core.pending import WAIT_STATES
 from mcpvisor.actors.core.plan import CallLocal, CallRoute, Refused, unknown_tool
-from mcpvisor.actors.core.registry import Changes, RegistryCore
-from mcpvisor.actors.core.toolsets import ToolsetError, ToolsetExposure
+from mcpvisor.actors.core.registry import RegistryCore
+from mcpvisor.actors.core.toolsets import ToolsetExposure
 from mcpvisor.actors.eras import strip_upstream_stamps
 from mcpvisor.actors.errors import ProxyError
 from mcpvisor.actors.fronts.sdk import Front
@@ -47,32 +52,22 @@ from mcpvisor.actors.fronts.tools import View, settle
 from mcpvisor.actors.fronts.views import ToolsetViews
 from mcpvisor.actors.harness import ClientSession
 from mcpvisor.actors.lazy import LazyLoader
-from mcpvisor.actors.link import CallOrigin
-from mcpvisor.actors.messages import CallFinished, Event, EventBus, ListChanged
+from mcpvisor.actors.messages import Event, EventBus
 from mcpvisor.actors.process import Reaper, open_reaper, withhold_values
 from mcpvisor.actors.router import Router
-from mcpvisor.actors.upstream import Hooks, State, Upstream, UpstreamStatus
-from mcpvisor.config import (
-    Config,
-    ConfigError,
-    ServerSpec,
-    declared_toolset,
-    load_config,
-    parse_config,
-    server_filter,
-)
-from mcpvisor.journal import CallRecord, Journal, open_journal
+from mcpvisor.actors.upstream import State, Upstream, UpstreamStatus
+from mcpvisor.config import Config, ConfigError, ServerSpec, declared_toolset, server_filter
+from mcpvisor.journal import Journal, open_journal
 from mcpvisor.menu import DEFINITIONS, Menu
 from mcpvisor.menu.discovery import discover, load_mcp
 from mcpvisor.metrics import Metrics, ServedTimer
 from mcpvisor.redact import remember, scrub_known, secret_values
-from mcpvisor.remembered import CatalogFile, CatalogWriter, Remembered, catalog_fingerprint
+from mcpvisor.remembered import CatalogFile, CatalogWriter, Remembered
 from mcpvisor.sessions import ScopedServers, SessionView, open_session
 from mcpvisor.settings import state_dir as resolve_state_dir
 from mcpvisor.settings import with_env_overrides
-from mcpvisor.startup import ListChangeCoalescer
-from mcpvisor.state import CorruptState, StateStore
-from mcpvisor.tokens import FileTokenStore
+from mcpvisor.startup import ListChangeCoalescer, startup_gate
+from mcpvisor.state import StateStore
 
 logger = logging.getLogger(__name__)
 
@@ -81,59 +76,7 @@ SETTLED_STATES: Final = frozenset({State.READY, State.CIRCUIT_OPEN, State.DISABL
                                    State.IDLE, State.MISCONFIGURED})
 
 
-def coerce_config(config: Config | str | Path | Mapping[str, Any]) -> Config:
-    if isinstance(config, Config):
-        return config
-    # A problem in one server's entry makes that server misconfigured; the others run.
-    if isinstance(config, str | Path):
-        return load_config(config, isolate_servers=True)
-    return parse_config(dict(config), isolate_servers=True)
-
-
-class _Hooks(Hooks):
-    def __init__(self, sup: Supervisor) -> None:
-        self._sup = sup
-
-    def log_message(self, server: str, params: dict[str, Any]) -> None:
-        self._sup.front.log_message(server, params)
-
-    def resource_updated(self, server: str, uri: str) -> None:
-        self._sup.front.resource_updated(uri)
-
-    def fallback_origin(self, method: str) -> CallOrigin | None:
-        return self._sup.front.fallback_origin(method)
-
-    def log_level(self) -> str | None:
-        return self._sup.front.log_level
-
-    def token_store(self, server: str) -> FileTokenStore:
-        return FileTokenStore(self._sup.store.directory, server)
-
-    def open_browser(self) -> bool:
-        return self._sup.settings.oauth_open_browser
-
-    def lists_seen(self, spec: Any, lists: UpstreamLists, era: str | None,
-                   hints: Mapping[str, CacheHint] | None = None) -> None:
-        self._sup.remembered.pop(spec.name, None)
-        self._sup.catalog.seen(spec, lists, era, hints)
-
-
-_NAMING_NOTES: Final = {
-    "prefix": "tool and prompt names are prefixed with the name of the server that provides them.",
-    "auto": "tool and prompt names are the servers' own, prefixed with the server's name only where "
-            "two servers offer the same name.",
-    "none": "tool and prompt names are the servers' own.",
-}
-"""What the proxy's ``instructions`` say about names, per ``settings.namespacing``."""
-
-
-def _instructions(namespacing: str) -> str:
-    """The proxy's ``instructions``: true to the naming in force (no prefix claimed under ``none``)."""
-    note = _NAMING_NOTES.get(namespacing, _NAMING_NOTES["prefix"])
-    return f"mcpvisor: one MCP server in front of several; {note}"
-
-
-class Supervisor:
+class Supervisor(CallNotes):
     """A running proxy: its upstreams, its router, what clients see. Use `open_supervisor`."""
 
     def __init__(self, config: Config, *, reaper: Reaper | None, rng: random.Random | None = None,
@@ -146,7 +89,7 @@ class Supervisor:
         self._rng = rng or random.Random()
         self._era_memory: dict[str, str] = {}
         self.front = Front(self, name="mcpvisor", version=__version__,
-                           instructions=_instructions(self.settings.namespacing))
+                           instructions=instructions(self.settings.namespacing))
         self.store = StateStore(resolve_state_dir(state_dir, configured=self.settings.state_dir))
         self.lazy = LazyBook.of({s.name: s.description for s in config.enabled_servers() if s.lazy})
         self.toolsets = ToolsetExposure(
@@ -179,7 +122,7 @@ class Supervisor:
         self.menu = Menu(self)
         self.toolsets.server_state = self.menu.server_state
         self.upstreams: dict[str, Upstream] = {}
-        self._hooks = _Hooks(self)
+        self._hooks = UpstreamHooks(self)
         self._startup_done = trio.Event()
         self._tree: trio.Nursery | None = None
         self.reload_lock = trio.Lock()
@@ -331,29 +274,7 @@ class Supervisor:
         its own, and open it in the era it answered in last time. A server whose command,
         args, env, url or headers changed since is not listed from memory. Call before the
         first snapshot clients see."""
-        try:
-            memory = await trio.to_thread.run_sync(self.catalog.file.load)
-        except Exception as exc:  # a cache: start as the first time
-            logger.warning("could not read the remembered catalog %s: %s", self.catalog.file.path, exc)
-            return
-        for spec in self.config.enabled_servers():
-            entry = memory.get(spec.name)
-            if spec.lazy or spec.scope != "shared" or entry is None:
-                continue
-            if entry.fingerprint != catalog_fingerprint(spec):
-                logger.info("%s: its remembered lists are of an earlier command, args, env or url; "
-                            "not listed until it starts", spec.name)
-                continue
-            if spec.protocol == "auto" and entry.era:
-                self._era_memory.setdefault(spec.fingerprint(), entry.era)
-            if not entry.listable():
-                logger.info("%s: its remembered lists are %s; not listed until it starts", spec.name,
-                            "private to its authorization" if entry.withheld else "past their ttl")
-                continue
-            self.core.remember(spec.name, entry.lists)
-            self.remembered[spec.name] = entry
-            logger.info("%s: listing %d remembered tools (seen %s) until it is up", spec.name,
-                        len(entry.lists.tools), entry.seen)
+        self.remembered.update(await recall(self.catalog, self.config, self.core, self._era_memory))
 
     # --- seams other modules fill ---------------------------------------------------------
     async def login(self, name: str) -> str:
@@ -425,45 +346,6 @@ class Supervisor:
             return await load_mcp(self.loader, arguments)
         return await self.menu.call(name, arguments)
 
-    def note_call(self, server: str, tool: str, started: float, error: BaseException | None, *,
-                  session: str | None = None, run: Any = None, arguments: Any = None, result: Any = None,
-                  retries: int = 0, upstream: Upstream | None = None, trace_id: str | None = None,
-                  direct: bool = False) -> None:
-        """A call finished: count it (``direct``: the fast path's, whose upstream leg is the
-        same request: counted on both sides), tell ``events()`` subscribers and queue a
-        journal record.
-
-        Never waits: the journal takes the raw arguments and result and works out sizes,
-        digests and the outcome on its own writer task (`mcpvisor.journal`). ``trace_id``:
-        the call's trace when the caller holds its spans (the fast path); otherwise the
-        trace of the span current in this task, if any.
-        """
-        metrics = self.metrics
-        if metrics is not None:
-            metrics.served(server, tool, started, trio.current_time(), error, result, direct)
-        journal = self.journal
-        if journal is None and not self.event_bus.has_subscribers:
-            return  # nobody listens (no journal, no dashboard): a call pays three attribute reads
-        now = trio.current_time()
-        if self.event_bus.has_subscribers:
-            self.event_bus.publish(CallFinished(server, tool, now - started, error is None,
-                                             str(error) if error is not None else None))
-        if journal is not None:
-            if trace_id is None:
-                trace_id = telemetry.current_trace_id()
-            up = upstream if upstream is not None else self.upstreams.get(server)
-            journal.record_nowait(CallRecord(now, server, tool, now - started, error, session, run, arguments,
-                                             result, retries, up.restarts if up is not None else None,
-                                             self.router.snapshot.version,
-                                             trace_id))
-
-    def _announce(self, snapshot: Snapshot, changes: Changes) -> None:
-        self.front.announce(snapshot, changes)
-        if changes.kinds():  # not for a change only fixed views may see (`Changes.catalog`)
-            self.event_bus.publish(ListChanged(changes.kinds(), snapshot.version))
-            if self.metrics is not None:
-                self.metrics.list_changed(changes.kinds())
-
     # --- lifecycle -------------------------------------------------------------------------
     def make_upstream(self, spec: ServerSpec) -> Upstream:
         """A new actor for ``spec`` wired to this tree (not started: `start_actor`)."""
@@ -496,17 +378,8 @@ class Supervisor:
         return True
 
     async def _startup_gate(self) -> None:
-        eager = [u for u in self.upstreams.values() if not u.spec.lazy]
-        with trio.move_on_after(self.settings.startup_wait):
-            for up in eager:
-                await up.first_attempt_done.wait()
-        self._startup_done.set()
-        # The list changes of a server slower than startupWait are still start-up's: gathered
-        # with the others until every eager server made its first attempt (its startupTimeout).
-        for up in eager:
-            if not up.first_attempt_done.is_set():
-                await up.first_attempt_done.wait()
-        self.coalescer.end()
+        eager = [u.first_attempt_done for u in self.upstreams.values() if not u.spec.lazy]
+        await startup_gate(eager, self.settings.startup_wait, self._startup_done, self.coalescer)
 
 
 def _disabled_status(spec: ServerSpec) -> UpstreamStatus:
@@ -515,30 +388,6 @@ def _disabled_status(spec: ServerSpec) -> UpstreamStatus:
                           reason="disabled in the config", since=trio.current_time(), uptime=None, restarts=0,
                           circuit="closed", retry_at=None, last_error=None, tool_count=0, pid=None,
                           protocol_version=None, in_flight=0, description=spec.description)
-
-
-async def _load_state(store: StateStore, config: Config, toolset: str | None) -> SavedState:
-    """The state directory's toolsets at start, with ``toolset`` (if given) recorded as equipped."""
-    try:
-        saved = await trio.to_thread.run_sync(store.load)
-    except (CorruptState, OSError) as exc:
-        logger.error("%s; starting without saved toolsets (changing toolsets fails until it is fixed)", exc)
-        saved = SavedState(equipped=None, toolsets={}, annotations={})
-    if toolset is not None:
-        if toolset not in config.toolsets and toolset not in saved.toolsets:
-            known = [*config.toolsets, *(n for n in saved.toolsets if n not in config.toolsets)]
-            raise ToolsetError("unknown_toolset", f"no toolset named {toolset!r} (--toolset); toolsets: "
-                               f"{', '.join(known) or 'none'} (state directory {store.directory})",
-                               toolsets=known)
-        if saved.equipped != toolset:
-            try:
-                saved = await trio.to_thread.run_sync(store.set_equipped, toolset)
-            except Exception as exc:  # the toolset is still equipped for this run
-                logger.warning("could not record the equipped toolset in %s: %s", store.path, exc)
-    elif saved.equipped and saved.equipped not in config.toolsets and saved.equipped not in saved.toolsets:
-        logger.warning("the equipped toolset %r no longer exists; starting with none equipped",
-                       saved.equipped)
-    return saved
 
 
 @asynccontextmanager
@@ -588,10 +437,10 @@ async def open_supervisor(
     cfg = coerce_config(config)
     remember(secret_values(cfg))  # what status views, the journal and the log must not show
     store = StateStore(resolve_state_dir(state_dir, configured=with_env_overrides(cfg.settings).state_dir))
-    saved = await _load_state(store, cfg, toolset)
+    saved = await load_state(store, cfg, toolset)
     journal_path = journal if journal is not None else cfg.settings.journal
     payloads = cfg.settings.journal_payloads if journal_payloads is None else journal_payloads
-    traces = _trace_config(cfg)
+    traces = trace_config(cfg)
     async with AsyncExitStack() as stack:
         try:
             await stack.enter_async_context(telemetry.tracing(traces, version=__version__))
@@ -604,23 +453,6 @@ async def open_supervisor(
                              control_transport=control_transport, journal=journal_handle,
                              metrics=Metrics() if metrics else None) as sup:
             yield sup
-
-
-def _trace_config(cfg: Config) -> telemetry.TelemetryConfig | None:
-    """Whether to trace, from the ``OTEL_*`` variables and ``settings.telemetry``.
-
-    Raises:
-        ConfigError: an unknown OTLP protocol (naming where it was set).
-    """
-    tele = cfg.settings.telemetry
-    try:
-        if tele is None:
-            return telemetry.config_from()
-        return telemetry.config_from(endpoint=tele.endpoint, protocol=tele.protocol,
-                                     service_name=tele.service_name, sample_ratio=tele.sample_ratio,
-                                     enabled=tele.enabled)
-    except telemetry.TelemetryError as exc:
-        raise ConfigError(str(exc), cfg.path) from None
 
 
 @asynccontextmanager

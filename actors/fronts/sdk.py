@@ -8,15 +8,15 @@ Owns:
 * the broadcaster's entry points: list_changed, resources/updated and upstream log
   messages to every client, in both eras (handshake era: each connection's queue in
   `mcpvisor.actors.fronts.clients`; 2026-07-28: the `subscriptions/listen` bus), never blocking the router;
-* the bridged calls of 2026-07-28 clients to handshake-era upstreams: each runs beside
-  the client's legs, parked under its ``requestState`` (`mcpvisor.actors.bridge`,
-  `mcpvisor.actors.fronts.origins`);
+* the bridged calls of 2026-07-28 clients to handshake-era upstreams, handed to
+  `mcpvisor.actors.fronts.bridged`; resource subscriptions and the listen streams, to
+  `mcpvisor.actors.fronts.subscriptions`;
 * the client session of each request (`session_of`): one per handshake-era connection;
   a transport serving its connection itself (`serve_connection`, the stdio front) hands
   its own session over, so its fast path and the SDK reach the same session-scoped
   instances;
-* `Backend`, what the front needs from the supervisor; `ProxyServer`, the SDK server
-  whose default options announce what the proxy does.
+* `ProxyServer`, the SDK server whose default options announce what the proxy does
+  (`Backend`, what the front needs from the supervisor, is `mcpvisor.actors.fronts.backend`'s).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final
 
 import mcp_types as types
 import trio
@@ -33,35 +33,29 @@ from mcp.server.caching import CacheHint as SdkCacheHint
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
-from mcp.server.subscriptions import (
-    InMemorySubscriptionBus,
-    ListenHandler,
-    PromptsListChanged,
-    ResourcesListChanged,
-    ResourceUpdated,
-    ToolsListChanged,
-)
+from mcp.server.subscriptions import PromptsListChanged, ResourcesListChanged, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 
 from mcpvisor.actors import telemetry, wire
-from mcpvisor.actors.bridge import ParkedCall, ParkedCalls, request_state_of, run_parked
+from mcpvisor.actors.bridge import request_state_of
 from mcpvisor.actors.core.catalog import CacheHint, PromptRoute, Snapshot, close_names
 from mcpvisor.actors.core.pending import owner_of
 from mcpvisor.actors.core.registry import Changes
 from mcpvisor.actors.eras import LOG_LEVELS, complete, is_modern_version, strip_upstream_stamps
-from mcpvisor.actors.errors import ProxyError, error_data
+from mcpvisor.actors.errors import ProxyError
+from mcpvisor.actors.fronts.backend import Backend
+from mcpvisor.actors.fronts.bridged import BridgedCalls, to_mcp_error
 from mcpvisor.actors.fronts.clients import CLIENT_SEND_TIMEOUT_S, ClientRegistry, ClientState, level_ok
 from mcpvisor.actors.fronts.drain import Drain
-from mcpvisor.actors.fronts.origins import BridgedOrigin, ConnectionOrigin, SdkOrigin, is_modern
+from mcpvisor.actors.fronts.origins import ConnectionOrigin, SdkOrigin, is_modern
+from mcpvisor.actors.fronts.subscriptions import Subscriptions
 from mcpvisor.actors.fronts.tools import ToolCalls, View, loader_of
 from mcpvisor.actors.fronts.views import NamedView, ToolsetViews, ViewRefused, view_name
 from mcpvisor.actors.harness import ClientSession, sdk_session
 from mcpvisor.actors.lazy import LoadFailed
 from mcpvisor.actors.link import CallOrigin
 from mcpvisor.actors.link.input_required import INPUT_REQUIRED_METHODS
-from mcpvisor.actors.router import Router
 from mcpvisor.actors.sdk_compat import (
-    bus_listeners,
     connection_of,
     http_session_transport,
     maybe_connection_of,
@@ -78,51 +72,14 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class Backend(Protocol):
-    """What the front needs from the supervisor."""
-
-    router: Router
-
-    @property
-    def upstreams(self) -> Mapping[str, Upstream]:
-        """The upstream actors by server name (read-only here: the supervisor owns them)."""
-
-    async def wait_startup(self) -> None: ...
-
-    @property
-    def started(self) -> bool: ...
-
-    async def call_local_tool(self, name: str, arguments: dict[str, Any],
-                              ctx: ServerRequestContext[Any, Any] | None, *,
-                              snapshot: Snapshot | None = None) -> dict[str, Any]: ...
-
-    def note_call(self, server: str, tool: str, started: float, error: BaseException | None, *,
-                  session: str | None = None, run: Any = None, arguments: Any = None, result: Any = None,
-                  retries: int = 0, upstream: Upstream | None = None,
-                  trace_id: str | None = None, direct: bool = False) -> None:
-        """A call finished. ``direct``: the fast path's, whose request upstream began with
-        it (its duration is the upstream leg's too, which nothing else measured)."""
-
-    def upstream_for(self, server: str, session: ClientSession | None) -> Upstream | None: ...
-
-
 def _in_view(name: str) -> Callable[[ClientState], bool]:
     return lambda state: state.view == name
-
-
-def to_mcp_error(exc: ProxyError) -> MCPError:
-    body = error_data(exc)
-    return MCPError(code=body["code"], message=body["message"], data=body.get("data"))
 
 
 CLIENT_STALLED: Final = ("mcpvisor disconnected this client: it read nothing for 10 s, "
                          "so its calls were cancelled")
 """The error a stalled client's calls end with (`mcpvisor.actors.fronts.outbox.CLIENT_STALL_S`), should it
 read again."""
-
-MAX_LISTEN_URIS: Final = 1024
-"""Resources one ``subscriptions/listen`` stream may have subscribed upstream (bounded memory;
-the SDK's own bound on streams is the same number)."""
 
 DISCONNECT_S: Final = 5.0
 """Bound on terminating a stalled client's HTTP session (closing in-memory streams: instant)."""
@@ -162,15 +119,12 @@ class Front:
                  instructions: str | None = None) -> None:
         self.backend = backend
         self.clients = ClientRegistry()
-        self.bus = InMemorySubscriptionBus()
-        self._listen_handler = ListenHandler(self.bus)
-        self._subscribers: dict[str, int] = {}
         self.drain = Drain()
         """Refuses new requests and answers those in flight when the proxy stops
         (`mcpvisor.actors.fronts.drain`)."""
-        self.parked = ParkedCalls()
-        """Calls of 2026-07-28 clients waiting for their retry with the answers (`mcpvisor.actors.bridge`)."""
-        self._origins: dict[ParkedCall, BridgedOrigin] = {}
+        self.bridged = BridgedCalls(self.clients)
+        """2026-07-28 clients' calls to handshake-era upstreams (`mcpvisor.actors.fronts.bridged`)."""
+        self.parked = self.bridged.parked
         self._nursery: trio.Nursery | None = None
         self.log_level: str | None = None
         """The most verbose level any client set; upstreams are asked for it (2026-07-28 ones
@@ -182,8 +136,10 @@ class Front:
         self.views: ToolsetViews | None = None
         """The fixed views (``/mcp/toolset/NAME``, toolset-bound tokens), once the supervisor
         sets them (`mcpvisor.actors.fronts.views`)."""
-        self._view_listens: dict[str, tuple[InMemorySubscriptionBus, ListenHandler]] = {}
-        """Each view's own ``subscriptions/listen`` bus: its tools list changes are its own."""
+        self.subscriptions = Subscriptions(backend, self.clients, forward=self._forward,
+                                           upstream=self._upstream, owner=self._resource_owner)
+        """Resource subscriptions and listen streams (`mcpvisor.actors.fronts.subscriptions`)."""
+        self.bus = self.subscriptions.bus
         self.tools = ToolCalls(backend, self._forward, self.session_of, self.view_of)
         """``tools/call``, ``use_tool`` and loading a lazy tool's server (`mcpvisor.actors.fronts.tools`)."""
         self.server: Server[Any] = ProxyServer(
@@ -195,12 +151,12 @@ class Front:
             on_list_resources=self._list_resources,  # type: ignore[arg-type]  # see _list_tools
             on_list_resource_templates=self._list_templates,  # type: ignore[arg-type]  # see _list_tools
             on_read_resource=self._read_resource,
-            on_subscribe_resource=self._subscribe,
-            on_unsubscribe_resource=self._unsubscribe,
+            on_subscribe_resource=self.subscriptions.subscribe,
+            on_unsubscribe_resource=self.subscriptions.unsubscribe,
             on_list_prompts=self._list_prompts,  # type: ignore[arg-type]  # see _list_tools
             on_get_prompt=self._get_prompt,
             on_completion=self._complete,
-            on_subscriptions_listen=self._listen_in_view,
+            on_subscriptions_listen=self.subscriptions.listen_in_view,
             # 2026-07-28 list results carry freshness hints: a list passes on what its
             # servers sent (`_hinted`); where they sent none, clients may cache nothing
             # (list_changed tells them of changes).
@@ -260,13 +216,13 @@ class Front:
             # A fixed view hears of tools only when its own list changed (equipping a
             # toolset changes the proxy's list, not a view's).
             self.clients.broadcast("notifications/tools/list_changed", only=lambda s: s.view is None)
-            self._publish_nowait(ToolsListChanged(), self.bus)
+            self.subscriptions.publish_nowait(ToolsListChanged(), self.subscriptions.bus)
         if changes.tools or changes.catalog:
             for name in self.views.changed() if self.views is not None else ():
                 self.clients.broadcast("notifications/tools/list_changed", only=_in_view(name))
-                listen = self._view_listens.get(name)
-                if listen is not None:
-                    self._publish_nowait(ToolsListChanged(), listen[0])
+                bus = self.subscriptions.view_bus(name)
+                if bus is not None:
+                    self.subscriptions.publish_nowait(ToolsListChanged(), bus)
         if changes.resources:
             self.clients.broadcast("notifications/resources/list_changed")
             events.append(ResourcesListChanged())
@@ -274,35 +230,10 @@ class Front:
             self.clients.broadcast("notifications/prompts/list_changed")
             events.append(PromptsListChanged())
         for event in events:
-            self._publish_nowait(event)
-
-    def _publish_nowait(self, event: Any, bus: InMemorySubscriptionBus | None = None) -> None:
-        # InMemorySubscriptionBus.publish only adds a checkpoint after its synchronous
-        # fan-out; call the listeners directly so the router never awaits. Without a
-        # bus: the proxy's and every view's.
-        buses = [bus] if bus is not None else [self.bus, *(b for b, _ in self._view_listens.values())]
-        for each in buses:
-            for listener in bus_listeners(each):
-                try:
-                    listener(event)
-                except Exception:
-                    logger.exception("listen stream rejected an event")
-
-    async def _listen_in_view(self, ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
-        """``subscriptions/listen``: on the proxy's bus, or on the request's view's own."""
-        name = view_name(ctx.request)
-        if name is None:
-            return await self._listen(ctx, params)
-        listen = self._view_listens.get(name)
-        if listen is None:
-            bus = InMemorySubscriptionBus()
-            listen = self._view_listens[name] = (bus, ListenHandler(bus))
-        return await self._listen(ctx, params, listen[1])
+            self.subscriptions.publish_nowait(event)
 
     def resource_updated(self, uri: str) -> None:
-        self.clients.broadcast("notifications/resources/updated", {"uri": uri},
-                               only=lambda s: uri in s.subscriptions)
-        self._publish_nowait(ResourceUpdated(uri))
+        self.subscriptions.resource_updated(uri)
 
     def log_message(self, server: str, params: dict[str, Any]) -> None:
         out = dict(params)
@@ -325,9 +256,7 @@ class Front:
                 await self.clients.run()
         finally:
             self._nursery = None
-            self._listen_handler.close()
-            for _, handler in self._view_listens.values():
-                handler.close()
+            self.subscriptions.close()
 
     async def serve_connection(self, read: MemoryObjectReceiveStream[SessionMessage | Exception],
                                write: MemoryObjectSendStream[SessionMessage], session: ClientSession) -> None:
@@ -376,10 +305,11 @@ class Front:
         if is_modern(ctx) and method in INPUT_REQUIRED_METHODS:
             token = request_state_of(params)
             if token is not None:
-                return await self._resume(token, params, ctx)
+                return await self.bridged.resume(token, params, ctx)
             up = self._upstream(server)
             if self._nursery is not None and (up.link is None or not up.link.modern):
-                return await self._forward_bridged(up, method, params, ctx, retry_safe=retry_safe)
+                return await self.bridged.forward(self._nursery, up, method, params, ctx,
+                                                  retry_safe=retry_safe)
         up = self._upstream(server, ctx)
         origin = SdkOrigin(ctx, self.clients)
         box = self.clients.outbox(connection_of(ctx.session))
@@ -411,54 +341,6 @@ class Front:
         if transport is not None:
             with trio.move_on_after(DISCONNECT_S):
                 await transport.terminate()
-
-    async def _forward_bridged(self, up: Upstream, method: str, params: Mapping[str, Any] | None,
-                               ctx: ServerRequestContext[Any, Any], *, retry_safe: bool) -> dict[str, Any]:
-        """A 2026-07-28 client's request to a handshake-era upstream: run it beside the
-        client's leg, so the upstream's questions can become ``input_required`` legs."""
-        parked = self.parked.open((params or {}).get("inputResponses"))
-        origin = BridgedOrigin(ctx, self.clients, parked)
-        self._origins[parked] = origin
-
-        async def forward() -> dict[str, Any]:
-            result = await up.request(method, params, origin=origin, retry_safe=retry_safe)
-            return strip_upstream_stamps(result, modern_front=True)
-
-        def forget() -> None:
-            self.parked.close(parked)
-            self._origins.pop(parked, None)
-
-        assert self._nursery is not None
-        await self._nursery.start(run_parked, parked, forward, forget)
-        return await self._leg(parked, origin)
-
-    async def _resume(self, token: str, params: Mapping[str, Any] | None,
-                      ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
-        """The client retried a bridged call with its answers: resume the waiting upstream."""
-        parked = self.parked.get(token)
-        origin = self._origins.get(parked) if parked is not None else None
-        if parked is None or origin is None or parked.done:
-            raise MCPError(code=wire.INVALID_PARAMS, message="unknown or expired requestState",
-                           data={"reason": "invalid_request_state"})
-        origin.next_leg(ctx)
-        parked.answer((params or {}).get("inputResponses"))
-        return await self._leg(parked, origin)
-
-    async def _leg(self, parked: ParkedCall, origin: BridgedOrigin) -> dict[str, Any]:
-        """What this leg of a bridged call answers: the next questions, or the outcome.
-        A leg cancelled while it waits (the client cancelled, or left) cancels the call.
-        The leg's progress goes out before its answer (the stream ends with the answer)."""
-        try:
-            leg = await parked.next_leg()
-        except trio.Cancelled:
-            parked.cancel()
-            raise
-        box = self.clients.outbox(connection_of(origin.ctx.session))
-        if box is not None and origin.last_queued:
-            await box.wait_sent(origin.last_queued)
-        if isinstance(leg, ProxyError):
-            raise to_mcp_error(leg)
-        return leg
 
     # --- tools -------------------------------------------------------------------------
     # The list handlers answer with plain dicts: the SDK types ``on_list_*`` as returning its
@@ -522,84 +404,6 @@ class Front:
                 if self.backend.router.snapshot.route_resource(uri) is not None:
                     break
         return await self._forward(self._resource_owner(uri), "resources/read", ctx.params, ctx)
-
-    async def _subscribe(self, ctx: ServerRequestContext[Any, Any],
-                         params: types.SubscribeRequestParams) -> Any:
-        uri = str(params.uri)
-        server = self._resource_owner(uri)
-        state = self.clients.track(connection_of(ctx.session))
-        if uri in state.subscriptions:
-            return {}
-        await self._hold(server, uri, ctx)
-        state.subscriptions.add(uri)
-        connection_of(ctx.session).exit_stack.push_async_callback(self._drop_subscription, state, server, uri)
-        return {}
-
-    async def _hold(self, server: str, uri: str, ctx: ServerRequestContext[Any, Any]) -> None:
-        """One more subscriber to ``uri``: the first subscribes upstream (handshake era:
-        ``resources/subscribe``; 2026-07-28: the upstream's listen stream)."""
-        key = f"{server}\n{uri}"
-        if self._subscribers.get(key, 0) == 0:
-            up = self._upstream(server)
-            if up.link is not None and up.link.modern:
-                up.listen_to(uri, True)  # 2026-07-28: updates ride the upstream's listen stream
-            else:
-                await self._forward(server, "resources/subscribe", {"uri": uri}, ctx)
-        self._subscribers[key] = self._subscribers.get(key, 0) + 1
-
-    async def _listen(self, ctx: ServerRequestContext[Any, Any],
-                      params: types.SubscriptionsListenRequestParams,
-                      handler: ListenHandler | None = None) -> Any:
-        """``subscriptions/listen``: the SDK's stream of list changes and resource updates,
-        tagged with the subscription id; the resources it names are subscribed upstream
-        for as long as the stream lasts, as ``resources/subscribe`` does for a
-        handshake-era connection, so their updates reach it from either era of upstream.
-        ``handler``: a view's own stream (its tools changes are its own); the proxy's by default."""
-        held: list[tuple[str, str]] = []
-        try:
-            for uri in (params.notifications.resource_subscriptions or ())[:MAX_LISTEN_URIS]:
-                server = self.backend.router.snapshot.route_resource(str(uri))
-                if server is not None:  # a URI nobody serves is honoured and never fires
-                    await self._hold(server, str(uri), ctx)
-                    held.append((server, str(uri)))
-            return await (handler or self._listen_handler)(ctx, params)
-        finally:
-            with trio.CancelScope(shield=True):
-                for server, uri in held:
-                    await self._release(server, uri)
-
-    async def _drop_subscription(self, state: ClientState, server: str, uri: str) -> None:
-        if uri not in state.subscriptions:
-            return
-        state.subscriptions.discard(uri)
-        await self._release(server, uri)
-
-    async def _release(self, server: str, uri: str) -> None:
-        """One subscriber fewer to ``uri``: the last unsubscribes upstream (bounded)."""
-        key = f"{server}\n{uri}"
-        count = self._subscribers.get(key, 0) - 1
-        if count > 0:
-            self._subscribers[key] = count
-            return
-        self._subscribers.pop(key, None)
-        up = self.backend.upstreams.get(server)
-        if up is not None and up.link is not None and up.link.modern:
-            up.listen_to(uri, False)
-        elif up is not None and up.link is not None:
-            with trio.move_on_after(CLIENT_SEND_TIMEOUT_S):
-                try:
-                    await up.request("resources/unsubscribe", {"uri": uri})
-                except ProxyError:
-                    pass
-
-    async def _unsubscribe(self, ctx: ServerRequestContext[Any, Any],
-                           params: types.UnsubscribeRequestParams) -> Any:
-        uri = str(params.uri)
-        state = self.clients.track(connection_of(ctx.session))
-        server = self.backend.router.snapshot.route_resource(uri)
-        if server is not None:
-            await self._drop_subscription(state, server, uri)
-        return {}
 
     # --- prompts and completion ----------------------------------------------------------
     async def _list_prompts(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:

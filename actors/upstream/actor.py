@@ -11,10 +11,12 @@ Owns, for one configured server:
   every transition as a `StateChanged` event with its reason (the exit
   status and last stderr lines, "did not start within 30s", "hung: 3 pings
   unanswered", "garbage on stdout: ...");
-* calls from clients: they go straight to the live link (no mailbox hop); a call
-  in flight when the server dies fails at once; a call to a restarting server waits,
-  bounded by ``restartWait``; a call to an open circuit fails at once with the time
-  of the next try;
+* calls from clients (`mcpvisor.actors.upstream.calls`): they go straight to the live
+  link (no mailbox hop); a call in flight when the server dies fails at once; a call to
+  a restarting server waits, bounded by ``restartWait``; a call to an open circuit fails
+  at once with the time of the next try;
+* a server that needs an OAuth login (`mcpvisor.actors.upstream.login`): ``needs_login``
+  between lives, not a failure;
 * what clients see of the server's tools: kept through a brief restart (no
   list_changed churn while backing off), withdrawn once when the circuit opens or
   the server is disabled or stopped, back once it is ready again; re-listed after
@@ -30,9 +32,6 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
-from typing import Any, Final, Protocol
 
 import trio
 
@@ -50,25 +49,16 @@ from mcpvisor.actors.core.policy import (
 )
 from mcpvisor.actors.core.registration import UpstreamDown, UpstreamUp
 from mcpvisor.actors.core.spec import ServerSpec
-from mcpvisor.actors.errors import CallTimeout, UpstreamDied, UpstreamError, UpstreamUnavailable
-from mcpvisor.actors.link import CallOrigin, Link, LinkEvents, open_sdk_link, open_stdio_link
-from mcpvisor.actors.link.oauth import (
-    LOGIN_WAIT_S,
-    NeedsLogin,
-    TokenStore,
-    UpstreamAuth,
-    login_message,
-    open_browser,
-    open_callback_listener,
-)
+from mcpvisor.actors.link import Link
+from mcpvisor.actors.link.oauth import NeedsLogin, login_message
 from mcpvisor.actors.messages import EventBus, StateChanged
 from mcpvisor.actors.process import Reaper
-from mcpvisor.actors.transports import sdk_transport, stdio_argv
-from mcpvisor.actors.upstream.failures import classify, with_stderr
+from mcpvisor.actors.upstream.calls import UpstreamCalls
+from mcpvisor.actors.upstream.failures import classify, holds, with_stderr
+from mcpvisor.actors.upstream.login import UpstreamLogin
+from mcpvisor.actors.upstream.opener import OpenLink, UpstreamLinkEvents, open_real_link
 from mcpvisor.actors.upstream.preflight import SELF_REASON, preflight, refused_as_self
 from mcpvisor.actors.upstream.status import (
-    USEFUL_METHODS,
-    WAITABLE,
     Hooks,
     RouterPort,
     State,
@@ -79,83 +69,8 @@ from mcpvisor.actors.upstream.tasks import LinkTasks
 
 logger = logging.getLogger(__name__)
 
-LOGIN_URL_WAIT_S: Final = 30.0
-"""How long `Upstream.start_login` waits for the flow to reach its authorization URL
-(discovery and registration: a few requests to the authorization server)."""
-LOGIN_POLL_S: Final = 2.0
-"""How often a server that needs a login looks whether a login (``mcpvisor mcp login``, in
-another process) stored tokens: one stat of its token file."""
 
-
-class OpenLink(Protocol):
-    """How an actor gets a connection: spawn or connect, handshake, yield the live link.
-
-    The link is closed and its process stopped when the context exits. ``on_spawn`` is
-    called with the link as soon as it exists (before the handshake), so a failure
-    during the handshake can be explained by the link's exit status and stderr.
-    The default is `open_real_link`; tests pass in-memory fakes (tests/fakes).
-    """
-
-    def __call__(self, up: Upstream, *, events: LinkEvents, protocol: str,
-                 on_spawn: Callable[[Link], None]) -> AbstractAsyncContextManager[Link]: ...
-
-
-class _LinkEvents:
-    """Adapter from a link's callbacks to its actor (runs on the link's reader task)."""
-
-    def __init__(self, upstream: Upstream) -> None:
-        self._up = upstream
-
-    def list_changed(self, kind: str) -> None:
-        self._up.mark_dirty(kind)
-
-    def resource_updated(self, uri: str) -> None:
-        self._up.hooks.resource_updated(self._up.name, uri)
-
-    def log_message(self, params: dict[str, Any]) -> None:
-        self._up.hooks.log_message(self._up.name, params)
-
-    def fallback_origin(self, method: str) -> CallOrigin | None:
-        return self._up.hooks.fallback_origin(method)
-
-    @property
-    def log_level(self) -> str | None:
-        return self._up.hooks.log_level()
-
-
-@asynccontextmanager
-async def open_real_link(up: Upstream, *, events: LinkEvents, protocol: str,
-                         on_spawn: Callable[[Link], None]) -> AsyncIterator[Link]:
-    """The production `OpenLink`: a child process for stdio, the SDK's transports otherwise."""
-    spec = up.spec
-    if spec.transport in ("stdio", "stdio-docker"):
-        async with open_stdio_link(
-            up.name, stdio_argv(spec), env=spec.env, cwd=spec.cwd, events=events, reaper=up.reaper,
-            protocol=protocol, max_message=up.max_message, shutdown_grace=spec.shutdown_grace,
-            on_spawn=on_spawn,
-        ) as link:
-            yield link
-        return
-    async with AsyncExitStack() as stack:
-        auth = None
-        store = up.token_store()
-        if store is not None:
-            if up.login_interactive:
-                port = spec.oauth.callback_port if spec.oauth is not None else None
-                listener = await stack.enter_async_context(open_callback_listener(up.name, port, store))
-                login = UpstreamAuth(spec, store, redirect=up.show_login, callback=listener.wait,
-                                     redirect_uri=listener.redirect_uri, on_login_needed=up.login_needed)
-            else:
-                login = UpstreamAuth(spec, store, on_login_needed=up.login_needed)
-            auth = login.provider
-        sdk_link = await stack.enter_async_context(
-            open_sdk_link(up.name, sdk_transport(spec, up.max_message, auth=auth), events=events,
-                          protocol=protocol))
-        on_spawn(sdk_link)
-        yield sdk_link
-
-
-class Upstream(LinkTasks):
+class Upstream(UpstreamCalls, UpstreamLogin, LinkTasks):
     """Actor and handle for one server. Start with ``await nursery.start(up.run)``.
 
     The public methods (`request`, `wait_link`, `status`, `load`, `stop`, `disable`,
@@ -229,17 +144,7 @@ class Upstream(LinkTasks):
         that replaces a changed server's actor says so)."""
         self._refused: str | None = None
         """Set when a start ended with the child refusing to be our server (it is mcpvisor)."""
-        self.login_interactive = False
-        """The next start may open the browser for a login (``settings.oauth.openBrowser``)."""
-        self._login_needed = False
-        self._browser_tried = False
-        """The proxy opened the browser for this need already (once until the server is
-        ready again: a broken authorization server must not open a tab per restart)."""
-        self._login_asked: trio.Event | None = None
-        """Set by `start_login`: the next start logs in; it is set once the URL is known."""
-        self.login_url: str | None = None
-        self._login_running = False
-        """A start waits for the browser's redirect: calls wait (bounded) rather than fail."""
+        self._init_login()
         self._startup: trio.CancelScope | None = None
         self.first_attempt_done = trio.Event()
         """Set once the first start attempt has ended (ready or failed), or the server is
@@ -277,119 +182,6 @@ class Upstream(LinkTasks):
             answered=self.answered,
             availability=self.answered / self.calls if self.calls else None,
         )
-
-    def note_answer(self, *, ok: bool) -> None:
-        """A client call was answered by the live server: ``ok`` for a result, False for
-        a JSON-RPC error. A result marks the running life healthy (issue 18), so its
-        crash will not count toward the circuit breaker."""
-        self.answered += 1
-        if ok and not self.policy.healthy:  # once per life: this runs on every answered call
-            self.policy.on_healthy(trio.current_time())
-
-    def note_call(self) -> None:
-        """A client call is on its way to this server (for the availability figure)."""
-        self.calls += 1
-
-    async def request(
-        self,
-        method: str,
-        params: Mapping[str, Any] | None,
-        *,
-        origin: CallOrigin | None = None,
-        retry_safe: bool = False,
-    ) -> dict[str, Any]:
-        """Forward a request to this server, waiting (bounded) through a restart.
-
-        A request in flight when the server dies fails at once (never at the timeout);
-        it is retried once on the new process only when ``retry_safe`` (the tool is
-        annotated readOnlyHint or idempotentHint).
-
-        Raises:
-            UpstreamUnavailable: down for longer than ``restartWait``, circuit open,
-                disabled or stopped (the message names the server, why, and when the
-                next try is).
-            UpstreamDied, CallTimeout, UpstreamError: see `Link.request`.
-        """
-        meter = self.meter
-        if meter is None:  # metrics off: one attribute check
-            return await self._request(method, params, origin=origin, retry_safe=retry_safe)
-        started = trio.current_time()
-        tool = str(params.get("name", "")) if method == "tools/call" and params is not None else ""
-        try:
-            result = await self._request(method, params, origin=origin, retry_safe=retry_safe)
-        except BaseException as exc:
-            meter.request_done(self.name, method, tool, started, trio.current_time(), exc)
-            raise
-        meter.request_done(self.name, method, tool, started, trio.current_time(), None, result)
-        return result
-
-    async def _request(self, method: str, params: Mapping[str, Any] | None, *, origin: CallOrigin | None,
-                       retry_safe: bool) -> dict[str, Any]:
-        spec = self.spec
-        useful = method in USEFUL_METHODS
-        if useful:
-            self.note_call()
-        attempts = 2 if retry_safe else 1
-        for attempt in range(attempts):
-            link = await self.wait_link()
-            try:
-                result = await link.request(method, params, origin=origin, timeout=spec.timeout,
-                                            max_time=spec.max_call_time)
-            except UpstreamError:
-                if useful:
-                    self.note_answer(ok=False)
-                raise
-            except UpstreamDied:
-                if attempt + 1 == attempts:
-                    raise
-                logger.info("%s: died during %s; retrying once on the new process (the tool is retry-safe)",
-                            self.name, method)
-                if telemetry.tracer is not None:
-                    telemetry.lifecycle("mcpvisor.upstream.retry", self.name, method=method)
-                continue
-            except CallTimeout as exc:
-                self.last_error = str(exc)
-                raise
-            if useful:
-                self.note_answer(ok=True)
-            return result
-        raise AssertionError("unreachable")
-
-    async def wait_link(self) -> Link:
-        """The live link, waiting up to ``restartWait`` while the server (re)starts.
-
-        Fails at once (`UpstreamUnavailable`) when the circuit is open, the server is
-        disabled or stopped, or it is backing off until after the wait would end.
-        """
-        link = self.link
-        if self.state is State.READY and link is not None and link.close_reason is None:
-            return link
-        if self.state is State.IDLE:
-            self.load()
-        deadline = trio.current_time() + self.spec.restart_wait
-        while True:
-            link = self.link
-            state = self.state
-            if state is State.READY and link is not None and link.close_reason is None:
-                return link
-            if state not in WAITABLE and not (state is State.NEEDS_LOGIN and self._login_running):
-                raise self.unavailable()
-            if state is State.BACKING_OFF and self.retry_at is not None and self.retry_at > deadline:
-                raise self.unavailable()  # it cannot be back in time: say when it will try
-            changed = self._changed
-            with trio.move_on_at(deadline):
-                await changed.wait()
-                continue
-            raise self.unavailable(waited=self.spec.restart_wait)
-
-    def unavailable(self, waited: float | None = None) -> UpstreamUnavailable:
-        """The error a call gets while this server cannot serve it."""
-        state = self.state
-        reason = self.reason or self.last_error
-        if waited is not None:
-            reason = f"{reason}; not back after {waited:g}s" if reason else f"not ready after {waited:g}s"
-        retry_at = self.retry_at if state in (State.CIRCUIT_OPEN, State.BACKING_OFF) else None
-        return UpstreamUnavailable(self.name, state.value, reason, retry_at)
 
     def load(self) -> None:
         """Start a lazy server (idempotent)."""
@@ -439,66 +231,6 @@ class Upstream(LinkTasks):
         if self.state is State.READY:
             self._feed(Event.RESTART, reason)
         self._poke(end_life=True)
-
-    def token_store(self) -> TokenStore | None:
-        """Where this server's OAuth tokens live; None: it logs in to nothing (stdio, ws,
-        or a static ``Authorization`` header in its config)."""
-        spec = self.spec
-        if spec.transport not in ("http", "sse"):
-            return None
-        if spec.oauth is None and any(k.lower() == "authorization" for k in spec.headers):
-            return None
-        return self.hooks.token_store(self.name)
-
-    def login_needed(self) -> None:
-        """The server wants a login no stored token can give: end this life (not a failure)."""
-        if not self._login_needed:
-            self._login_needed = True
-            if self.state is State.READY:
-                self._poke(end_life=True)
-
-    async def show_login(self, url: str) -> None:
-        """The authorization URL of a start allowed to ask a person: say so, lift the start's
-        time limit to the login's, open the browser (or hand the URL to whoever asked for
-        the login with `start_login`)."""
-        self._login_running = True
-        self.login_url = url
-        if self._startup is not None:
-            self._startup.deadline = trio.current_time() + LOGIN_WAIT_S + self.spec.startup_timeout
-        if self.state is not State.READY:  # a step-up while ready keeps serving other calls
-            self._feed(Event.NEED_LOGIN, "waiting for the login in the browser")
-        logger.warning("%s: log in at %s", self.name, url)
-        asked = self._login_asked
-        if asked is not None:
-            self._login_asked = None
-            asked.set()
-            return
-        if not await open_browser(url):
-            logger.warning("%s: no browser to open; open the URL above to log in", self.name)
-
-    async def start_login(self) -> str:
-        """Start the login of a server that needs one and return its authorization URL
-        (the dashboard's "Log in": the person opens it; the server starts once they
-        have logged in). The flow goes on in the server's next start, bounded by
-        `LOGIN_WAIT_S`.
-
-        Raises:
-            ValueError: the server needs no login now (its state says why), or the flow
-                did not reach an authorization URL within `LOGIN_URL_WAIT_S`.
-        """
-        if self.state is not State.NEEDS_LOGIN or self.token_store() is None:
-            raise ValueError(f"server {self.name} is {shown(self.state)}: it needs no login now")
-        if self._login_running and self.login_url is not None:
-            return self.login_url  # a login is under way: the same URL
-        asked = self._login_asked = trio.Event()
-        self.login_interactive = True
-        self._poke()
-        with trio.move_on_after(LOGIN_URL_WAIT_S):
-            await asked.wait()
-            assert self.login_url is not None
-            return self.login_url
-        raise ValueError(f"server {self.name}: the login did not reach its authorization URL within "
-                         f"{LOGIN_URL_WAIT_S:g}s ({self.last_error or 'no error'})")
 
     async def wait_changed(self) -> None:
         """Wait for the next state transition (or reason change)."""
@@ -640,27 +372,6 @@ class Upstream(LinkTasks):
                 await self._sleep_until(until)
             why, cause = f"restart after: {failure}", Event.RETRY
 
-    async def _hold_for_login(self) -> None:
-        """``needs_login``: not a failure (no backoff, no breaker, the tools stay listed).
-        Returns to start again at once when the proxy may open the browser itself (once per
-        need), else when a login stores tokens or a restart, stop or disable is asked for."""
-        self._login_needed = False
-        self._login_running = False
-        self.policy.on_stopped(trio.current_time())
-        self.last_error = login_message(self.name)
-        self._feed(Event.NEED_LOGIN, self.last_error)
-        self.first_attempt_done.set()
-        if self.hooks.open_browser() and not self._browser_tried:
-            self._browser_tried = True
-            self.login_interactive = True
-            return
-        store = self.token_store()
-        stamp = store.stamp() if store is not None else 0
-        while not self._interrupted() and self._login_asked is None:
-            await self._sleep_until(trio.current_time() + LOGIN_POLL_S)
-            if store is not None and store.stamp() != stamp:
-                return
-
     def _preflight(self) -> str | None:
         """Why this server cannot start as configured (None: try). The checks of what would
         be spawned apply to the production opener only; an injected one decides for itself."""
@@ -732,8 +443,8 @@ class Upstream(LinkTasks):
             try:
                 with trio.CancelScope(deadline=started + spec.startup_timeout) as startup:
                     self._startup = startup
-                    async with self._open_link(self, events=_LinkEvents(self), protocol=self._protocol(),
-                                               on_spawn=self._on_spawn) as link:
+                    async with self._open_link(self, events=UpstreamLinkEvents(self),
+                                               protocol=self._protocol(), on_spawn=self._on_spawn) as link:
                         self._attempt = link
                         self._remember_era(link)
                         self.link = link
@@ -754,7 +465,7 @@ class Upstream(LinkTasks):
                 if startup.cancelled_caught and failure is None:
                     failure = with_stderr(f"did not start within {spec.startup_timeout:g}s", self._attempt)
             except BaseException as exc:  # split in _classify; cancellation is re-raised there
-                if _holds(exc, NeedsLogin):
+                if holds(exc, NeedsLogin):
                     self._login_needed = True
                 failure = classify(exc, self._attempt, self.name)
             finally:
@@ -782,23 +493,3 @@ class Upstream(LinkTasks):
     def _era_of(link: Link) -> str:
         """The era a link speaks, as the era memory keeps it (``legacy`` or the 2026-07-28-era version)."""
         return "legacy" if not link.modern else str(link.protocol_version)
-
-
-
-def _holds(exc: BaseException, kind: type[BaseException]) -> bool:
-    """``exc`` is, or (in a group, or as a cause) carries, a ``kind``."""
-    seen: set[int] = set()
-    todo = [exc]
-    while todo:
-        e = todo.pop()
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, kind):
-            return True
-        if isinstance(e, BaseExceptionGroup):
-            todo.extend(e.exceptions)
-        for nxt in (e.__cause__, e.__context__):
-            if nxt is not None:
-                todo.append(nxt)
-    return False

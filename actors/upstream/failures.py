@@ -112,3 +112,22 @@ def describe_exception(exc: BaseException) -> str:
     leaf = first_leaf(exc)
     text = str(leaf)
     return f"{type(leaf).__name__}: {text}" if text else type(leaf).__name__
+
+
+def holds(exc: BaseException, kind: type[BaseException]) -> bool:
+    """``exc`` is, or (in a group, or as a cause) carries, a ``kind``."""
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, kind):
+            return True
+        if isinstance(e, BaseExceptionGroup):
+            todo.extend(e.exceptions)
+        for nxt in (e.__cause__, e.__context__):
+            if nxt is not None:
+                todo.append(nxt)
+    return False
