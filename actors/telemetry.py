@@ -496,13 +496,15 @@ class FastTrace:
     __slots__ = ("client", "parent", "server")
 
     def __init__(self, method: str, tool: str, upstream_tool: str, server: str, *, meta: Mapping[str, Any],
-                 request_id: Any, protocol_version: str | None, toolset: str | None) -> None:
+                 request_id: Any, protocol_version: str | None, toolset: str | None,
+                 headers: Mapping[str, str] | None = None, transport: str = "stdio",
+                 session_id: str | None = None) -> None:
         from opentelemetry import trace
         from opentelemetry.trace import SpanKind
 
-        self.parent = parent_context(meta)
+        self.parent = parent_context(meta, headers)
         attrs = request_attributes(method, tool, request_id=request_id, protocol_version=protocol_version,
-                                   transport="stdio", toolset=toolset)
+                                   transport=transport, session_id=session_id, toolset=toolset)
         attrs["mcpvisor.server"] = server
         self.server = tracer.start_span(span_name(method, tool), context=self.parent, kind=SpanKind.SERVER,
                                         attributes=attrs)

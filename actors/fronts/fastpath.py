@@ -290,12 +290,19 @@ class FastPath:
         if modern and PROTOCOL_VERSION_META_KEY in meta:
             version = _str.decode(meta[PROTOCOL_VERSION_META_KEY])
         equipped = getattr(getattr(self.backend.router.core, "exposure", None), "equipped", None)
+        headers, transport, session_id = self.trace_origin()
         trace = telemetry.FastTrace("tools/call", name, call.route.original, call.route.server, meta=carrier,
                                     request_id=request_id, protocol_version=version,
-                                    toolset=getattr(equipped, "name", None))
+                                    toolset=getattr(equipped, "name", None), headers=headers,
+                                    transport=transport, session_id=session_id)
         call.trace = trace
         for key, value in trace.carrier().items():
             meta[key] = Raw(wire.encode(value))
+
+    def trace_origin(self) -> tuple[Mapping[str, str] | None, str, str | None]:
+        """Where this connection's calls come from, for their spans: the request's trace
+        headers (none on a pipe), the transport, the session id."""
+        return None, "stdio", None
 
     def _envelope_of(self, link: StdioLink) -> dict[str, Raw]:
         key = id(link)

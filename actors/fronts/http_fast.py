@@ -47,7 +47,7 @@ import trio
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from msgspec import UNSET, Raw
 
-from mcpvisor.actors import wire
+from mcpvisor.actors import telemetry, wire
 from mcpvisor.actors.bridge import CAPABILITY_OF
 from mcpvisor.actors.errors import ProxyError, UpstreamError, error_data
 from mcpvisor.actors.fronts.fastpath import SERVER_REQUEST_PREFIX, FastPath
@@ -395,6 +395,13 @@ class HttpFast:
             if store is not None and _at_least(version or _DEFAULT_VERSION, _PRIMING_SINCE):
                 events = store
         exchange = _Exchange(self, send, session, modern, snap, transport, events, str(rid))
+        if telemetry.tracer is not None:  # a traceparent header is the parent where _meta names none
+            exchange.protocol_version = version
+            exchange.trace_headers = {
+                key: value.decode("latin-1")
+                for key in telemetry.TRACE_KEYS
+                if (value := headers.get(key.encode())) is not None
+            }
         if modern and b'"requestState"' in body:
             self._adopt_parked(env, exchange)
         if session is not None and len(session.calls) >= self.limit:
@@ -587,8 +594,14 @@ class _Exchange(FastPath):
         self._written = 0
         self._watching = False
         self.dropped = 0
+        self.trace_headers: dict[str, str] | None = None
+        self.protocol_version: str | None = None
+        """The request's ``MCP-Protocol-Version`` (its spans say it; set while tracing)."""
 
     # --- routing: what differs from a stdio connection ----------------------------------------
+    def trace_origin(self) -> tuple[Mapping[str, str] | None, str, str | None]:
+        return self.trace_headers, "http", self.sess.session_id if self.sess is not None else None
+
     def snapshot(self) -> Snapshot:
         return self._snapshot if self._snapshot is not None else self.backend.router.snapshot
 

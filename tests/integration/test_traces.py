@@ -199,3 +199,38 @@ async def test_http_header_is_the_parent_and_an_http_upstream_gets_the_context_b
                if r["http"] == "POST" and r["body"].get("method") == "tools/call"]
     assert post["body"]["params"]["_meta"]["traceparent"] == sent  # in _meta ...
     assert post["headers"]["traceparent"] == sent  # ... and as the header an HTTP hop reads
+
+
+async def test_a_call_over_the_http_fast_path_continues_the_trace_of_its_header(tmp_path: Path) -> None:
+    """A ``tools/call`` POST to a stdio upstream is served by the HTTP fast path (it bypasses
+    the SDK's middleware): its ``traceparent`` header is still the parent of the SERVER span,
+    the span says HTTP and the session, and the upstream is told the CLIENT span."""
+    record = tmp_path / "fl.jsonl"
+    header_trace = "5bf92f3577b34da6a3ce929d0e0e4737"
+    header_span = "a7ad6b7169203332"
+    config = write_config(tmp_path, {"fl": flaky("--record", str(record))})
+    with OtlpReceiver().running() as receiver, trio.fail_after(REAL_IO_BOUND_S):
+        async with running_proxy(config, "--transport", "http", "--port", "0",
+                                 env=otel_env(receiver)) as proxy, httpx2.AsyncClient(timeout=60) as http:
+            opened = await http.post(proxy.url, json=INIT, headers=HTTP_HEADERS)
+            assert opened.status_code == 200, opened.text
+            sid = opened.headers["mcp-session-id"]
+            session = {**HTTP_HEADERS, "mcp-session-id": sid, "mcp-protocol-version": VERSION}
+            await http.post(proxy.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                            headers=session)
+            call = {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                    "params": {"name": "fl_echo", "arguments": {"text": "fast"}}}
+            traced = {**session, "traceparent": f"00-{header_trace}-{header_span}-01"}
+            answered = await http.post(proxy.url, json=call, headers=traced)
+            assert answered.status_code == 200, answered.text
+            assert answered.headers.get("mcpvisor-path") == "fast"  # not the SDK's path
+            assert "echo: fast" in answered.text, answered.text
+
+            (server,) = await spans_named(receiver, "tools/call fl_echo", "server")
+            assert (server.trace_id, server.parent_span_id) == (header_trace, header_span)
+            assert server.attributes["network.protocol.name"] == "http"
+            assert server.attributes["mcp.session.id"] == sid
+            (upstream,) = await spans_named(receiver, "tools/call echo", "client")
+            assert (upstream.trace_id, upstream.parent_span_id) == (header_trace, server.span_id)
+    (sent,) = [r for r in read_record(record) if r["event"] == "call"]
+    assert sent["traceparent"] == f"00-{header_trace}-{upstream.span_id}-01"
