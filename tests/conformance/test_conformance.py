@@ -294,47 +294,48 @@ EXPECTED_AUTH_LOSSES: Final[dict[str, str]] = {
 SDK's conformance baseline lists its own client as failing the same). An entry whose
 scenario passes fails the test until it is removed."""
 AUTH_PARALLEL: Final = 4
-"""Auth scenarios run at once: each is its own suite server, driver and proxy (5-13 s each;
-the 45 take 80-120 s on the 2-core machine this way, against ~7 min one after another)."""
+"""Auth scenarios of one wire run at once: each is its own suite server, driver and proxy
+(5-13 s each; the 45 take 80-120 s on the 2-core machine this way, against ~7 min one after
+another)."""
 AUTH_BOUND_S: Final = 600.0
 
 
 @pytest.mark.usefixtures("suite")
-@pytest.mark.timeout(AUTH_BOUND_S + 60)  # the test bounds itself (45 scenarios); this is the backstop
-def test_auth_scenarios_through_the_proxy(tmp_path: Path) -> None:
-    """Every ``auth/*`` client scenario at both wires and the auth extensions, mcpvisor's
-    upstream side the client under test: all pass but `EXPECTED_AUTH_LOSSES`. Prints the
-    table of scenarios passing at each wire."""
-    results: dict[tuple[str | None, str], SuiteResult] = {}
+@pytest.mark.timeout(AUTH_BOUND_S + 60)  # the test bounds itself; this is the backstop
+@pytest.mark.parametrize("wire", list(AUTH_SCENARIOS), ids=lambda w: w or "extensions")
+def test_auth_scenarios_through_the_proxy(tmp_path: Path, wire: str | None) -> None:
+    """Every ``auth/*`` client scenario of ``wire`` (or the auth extensions), mcpvisor's
+    upstream side the client under test: all pass but `EXPECTED_AUTH_LOSSES`. Prints how
+    many pass. One test per wire, so the test workers share them out."""
+    names = AUTH_SCENARIOS[wire]
+    results: dict[str, SuiteResult] = {}
 
-    async def one(limiter: trio.CapacityLimiter, wire: str | None, scenario: str, n: int) -> None:
+    async def one(limiter: trio.CapacityLimiter, scenario: str, n: int) -> None:
         async with limiter:
             protocol = "2026-07-28" if wire == "2026-07-28" else "auto"
             work = tmp_path / f"s{n}"
             command = [sys.executable, str(DRIVER), "--work", str(work / "drv"), "--protocol", protocol]
-            results[wire, scenario] = await run_client_scenario(scenario, command, work / "results", wire)
+            results[scenario] = await run_client_scenario(scenario, command, work / "results", wire)
 
     async def all_of_them() -> None:
         limiter = trio.CapacityLimiter(AUTH_PARALLEL)
         with trio.fail_after(AUTH_BOUND_S):
             async with trio.open_nursery() as nursery:
-                jobs = [(w, s) for w, names in AUTH_SCENARIOS.items() for s in names]
-                for n, (wire, scenario) in enumerate(jobs):
-                    nursery.start_soon(one, limiter, wire, scenario, n)
+                for n, scenario in enumerate(names):
+                    nursery.start_soon(one, limiter, scenario, n)
 
     trio.run(all_of_them)
     problems = []
-    for wire, names in AUTH_SCENARIOS.items():
-        passing = [s for s in names if results[wire, s].scenarios and not results[wire, s].lost()]
-        print(f"{wire or 'extensions'}: {len(passing)} of {len(names)} auth scenarios pass")
-        for scenario in names:
-            result, expected = results[wire, scenario], EXPECTED_AUTH_LOSSES.get(scenario)
-            lost = not result.scenarios or bool(result.lost())
-            if lost and expected is None:
-                problems.append(f"{wire} {scenario}: {result.lost() or result.output[-1500:]}")
-            elif not lost and expected is not None:
-                problems.append(f"{wire} {scenario} passes now: remove it from EXPECTED_AUTH_LOSSES "
-                                f"({expected})")
+    passing = [s for s in names if results[s].scenarios and not results[s].lost()]
+    print(f"{wire or 'extensions'}: {len(passing)} of {len(names)} auth scenarios pass")
+    for scenario in names:
+        result, expected = results[scenario], EXPECTED_AUTH_LOSSES.get(scenario)
+        lost = not result.scenarios or bool(result.lost())
+        if lost and expected is None:
+            problems.append(f"{wire} {scenario}: {result.lost() or result.output[-1500:]}")
+        elif not lost and expected is not None:
+            problems.append(f"{wire} {scenario} passes now: remove it from EXPECTED_AUTH_LOSSES "
+                            f"({expected})")
     assert not problems, "\n".join(problems)
 
 
