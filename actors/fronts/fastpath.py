@@ -358,17 +358,7 @@ class FastPath:
         reply = self.requests.pop(rid, None)
         if reply is None:
             return True  # late answer to a request nobody waits for any more
-        if env.error is not UNSET:
-            try:
-                err = wire.decode_error(env.error)
-                reply.fail(UpstreamError(err.code, err.message, err.data))
-            except (wire.DecodeError, wire.ValidationError):
-                reply.fail(UpstreamError(wire.INTERNAL_ERROR, "the client sent a malformed error"))
-        else:
-            try:
-                reply.set(wire.decode_dict(env.result) if env.result is not UNSET else {})
-            except (wire.DecodeError, wire.ValidationError):
-                reply.fail(UpstreamError(wire.INTERNAL_ERROR, "the client sent a malformed result"))
+        settle_reply(reply, env)
         return True
 
     def client_capable(self, method: str) -> bool:
@@ -433,3 +423,18 @@ class FastPath:
         for reply in self.requests.values():
             reply.fail(UpstreamError(wire.CONNECTION_CLOSED, "the client disconnected"))
 
+
+def settle_reply(reply: Reply[Any], env: wire.Envelope) -> None:
+    """A client's answer (``env``) to a request sent to it on an upstream's behalf: its
+    result, or its error, to whoever waits on ``reply``; a malformed one as an error."""
+    if env.error is not UNSET:
+        try:
+            err = wire.decode_error(env.error)
+            reply.fail(UpstreamError(err.code, err.message, err.data))
+        except (wire.DecodeError, wire.ValidationError):
+            reply.fail(UpstreamError(wire.INTERNAL_ERROR, "the client sent a malformed error"))
+    else:
+        try:
+            reply.set(wire.decode_dict(env.result) if env.result is not UNSET else {})
+        except (wire.DecodeError, wire.ValidationError):
+            reply.fail(UpstreamError(wire.INTERNAL_ERROR, "the client sent a malformed result"))

@@ -28,7 +28,7 @@ events (`mcpvisor.actors.fronts.replay`, bounded across the front).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -37,6 +37,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from msgspec import UNSET
 
 from mcpvisor.actors import wire
+from mcpvisor.actors.fronts.asgi import Receive, Scope, Send, read_body
 from mcpvisor.actors.fronts.frames import (
     MAX_JSON_DEPTH,
     Refusal,
@@ -227,10 +228,6 @@ def open_while_unguarded(app: Any, verifier: Verifier) -> None:
             return
     raise RuntimeError("the SDK's streamable HTTP app has no bearer authentication to extend")
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 SESSION_HEADER: Final = b"mcp-session-id"
@@ -257,23 +254,10 @@ class FrameGuard:
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])
-        chunks: list[Message] = []
-        size = 0
-        complete = False
-        while size <= self.max_body:
-            message = await receive()
-            chunks.append(message)
-            if message.get("type") != "http.request":
-                break
-            size += len(message.get("body", b""))
-            if not message.get("more_body", False):
-                complete = True
-                break
-        replay = _replayer(chunks, receive)
-        if not complete:
+        body, replay = await read_body(receive, self.max_body)
+        if body is None:
             await self.app(scope, replay, send)  # over the limit or disconnected: the SDK answers (413)
             return
-        body = b"".join(m.get("body", b"") for m in chunks if m.get("type") == "http.request")
         env = decode_client_frame(body)
         if isinstance(env, Refusal):
             await _answer(send, env)
@@ -301,17 +285,6 @@ class FrameGuard:
             ids.discard(key)
             if not ids:
                 self._in_flight.pop(session.decode("latin-1"), None)
-
-
-def _replayer(chunks: list[Message], receive: Receive) -> Receive:
-    pending = list(chunks)
-
-    async def replay() -> Message:
-        if pending:
-            return pending.pop(0)
-        return await receive()
-
-    return replay
 
 
 async def _answer(send: Send, refusal: Refusal) -> None:

@@ -38,7 +38,7 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -50,7 +50,8 @@ from msgspec import UNSET, Raw
 from mcpvisor.actors import telemetry, wire
 from mcpvisor.actors.bridge import CAPABILITY_OF
 from mcpvisor.actors.errors import ProxyError, UpstreamError, error_data
-from mcpvisor.actors.fronts.fastpath import SERVER_REQUEST_PREFIX, FastPath
+from mcpvisor.actors.fronts.asgi import Message, Receive, Scope, Send, read_body
+from mcpvisor.actors.fronts.fastpath import SERVER_REQUEST_PREFIX, FastPath, settle_reply
 from mcpvisor.actors.fronts.frames import Refusal, decode_client_frame, request_refusal
 from mcpvisor.actors.fronts.limits import MAX_IN_FLIGHT
 from mcpvisor.actors.fronts.outbox import CLIENT_OUTBOX, CLIENT_STALL_S
@@ -72,10 +73,6 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["PATH_HEADER", "HttpFast", "HttpFastStatistics"]
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 PATH_HEADER: Final = b"mcpvisor-path"
@@ -217,24 +214,10 @@ class HttpFast:
         if scope.get("type") != "http" or scope.get("method") != "POST" or not ours:
             await self.app(scope, receive, send)
             return
-        chunks: list[Message] = []
-        size = 0
-        complete = False
-        while size <= self.max_body:
-            message = await receive()
-            chunks.append(message)
-            if message.get("type") != "http.request":
-                break
-            size += len(message.get("body", b""))
-            if not message.get("more_body", False):
-                complete = True
-                break
-        replay = _replayer(chunks, receive)
-        if not complete:
+        body, replay = await read_body(receive, self.max_body)
+        if body is None:
             await self.app(scope, replay, send)
             return
-        body = chunks[0].get("body", b"") if len(chunks) == 1 else b"".join(
-            m.get("body", b"") for m in chunks if m.get("type") == "http.request")
         env = decode_client_frame(body)
         if isinstance(env, Refusal) or request_refusal(env) is not None or env.jsonrpc != "2.0":
             await self.app(scope, replay, send)  # the SDK's frame checks answer it
@@ -456,17 +439,7 @@ class HttpFast:
         reply = session.requests.pop(rid, None)
         if reply is None:
             return False
-        if env.error is not UNSET:
-            try:
-                err = wire.decode_error(env.error)
-                reply.fail(UpstreamError(err.code, err.message, err.data))
-            except (wire.DecodeError, wire.ValidationError):
-                reply.fail(UpstreamError(wire.INTERNAL_ERROR, "the client sent a malformed error"))
-        else:
-            try:
-                reply.set(wire.decode_dict(env.result) if env.result is not UNSET else {})
-            except (wire.DecodeError, wire.ValidationError):
-                reply.fail(UpstreamError(wire.INTERNAL_ERROR, "the client sent a malformed result"))
+        settle_reply(reply, env)
         await _accepted(send)
         return True
 
@@ -853,17 +826,6 @@ class _Exchange(FastPath):
             if call.fast is self and self.release(front_id, call):
                 self.nursery.start_soon(call.cancel, "client disconnected")  # outlives this request
         self.finished = True
-
-
-def _replayer(chunks: list[Message], receive: Receive) -> Receive:
-    pending = list(chunks)
-
-    async def replay() -> Message:
-        if pending:
-            return pending.pop(0)
-        return await receive()
-
-    return replay
 
 
 async def _accepted(send: Send) -> None:
