@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -225,3 +226,24 @@ async def embedded_client(config: Path, *, mode: str = "legacy", recorder: Recor
 
 def text_of(result: Any) -> str:
     return "".join(getattr(c, "text", "") for c in result.content)
+
+
+@asynccontextmanager
+async def http_fixture(script: str, *flags: str) -> AsyncIterator[tuple[trio.Process, str]]:
+    """Start ``tests/servers/SCRIPT`` with ``flags``; yield the process and the URL it
+    announces on its first stdout line (``... ready URL``); kill it after."""
+    proc = await trio.lowlevel.open_process([PY, str(SERVERS_DIR / script), *flags],
+                                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None
+        buf = b""
+        with trio.fail_after(60):
+            while b"\n" not in buf:
+                chunk = await proc.stdout.receive_some(4096)
+                assert chunk, f"{script} exited before listening"
+                buf += chunk
+        yield proc, buf.split()[2].decode()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()

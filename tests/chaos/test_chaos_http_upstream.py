@@ -15,7 +15,6 @@ client over stdio.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -26,7 +25,7 @@ import trio
 from mcp.shared.exceptions import MCPError
 
 from tests.chaos.test_chaos_floods import proxy_process
-from tests.helpers import PY, SERVERS_DIR, flaky, proxy_client, text_of, write_config
+from tests.helpers import flaky, http_fixture, proxy_client, text_of, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -46,21 +45,8 @@ space; reading the whole answer would cost more than twice the answer (~1 GB see
 @asynccontextmanager
 async def rogue(*flags: str) -> AsyncIterator[tuple[trio.Process, str]]:
     """Start rogue_http.py with ``flags``; yield the process and its URL; kill it after."""
-    proc = await trio.lowlevel.open_process([PY, str(SERVERS_DIR / "rogue_http.py"), *flags],
-                                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    try:
-        assert proc.stdout is not None
-        buf = b""
-        with trio.fail_after(60):
-            while b"\n" not in buf:
-                chunk = await proc.stdout.receive_some(4096)
-                assert chunk, "rogue_http.py exited before listening"
-                buf += chunk
-        yield proc, buf.split()[2].decode()
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-        await proc.wait()
+    async with http_fixture("rogue_http.py", *flags) as started:
+        yield started
 
 
 def log_lines(path: Path) -> list[str]:

@@ -16,7 +16,6 @@ HTTP server process that records every request's ``mcp-*`` headers and body:
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -25,7 +24,14 @@ from typing import Any, Final
 import pytest
 import trio
 
-from tests.helpers import PY, REAL_IO_BOUND_S, SERVERS_DIR, proxy_client, read_record, text_of, write_config
+from tests.helpers import (
+    REAL_IO_BOUND_S,
+    http_fixture,
+    proxy_client,
+    read_record,
+    text_of,
+    write_config,
+)
 from tests.servers.recording_http import lookup_schema
 
 pytestmark = pytest.mark.slow
@@ -37,20 +43,8 @@ ENVELOPE: Final = ("io.modelcontextprotocol/protocolVersion", "io.modelcontextpr
 @asynccontextmanager
 async def recording(record: Path) -> AsyncIterator[str]:
     """Start recording_http.py; yield its URL; kill it after."""
-    argv = [PY, str(SERVERS_DIR / "recording_http.py"), "--record", str(record)]
-    proc = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    try:
-        assert proc.stdout is not None
-        buf = b""
-        while b"\n" not in buf:
-            chunk = await proc.stdout.receive_some(4096)
-            assert chunk, "recording_http.py exited before listening"
-            buf += chunk
-        yield buf.split()[2].decode()
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-        await proc.wait()
+    async with http_fixture("recording_http.py", "--record", str(record)) as (_, url):
+        yield url
 
 
 def posts(record: Path) -> list[dict[str, Any]]:

@@ -31,7 +31,7 @@ from mcp.shared.exceptions import MCPError
 from mcpvisor.actors.core.spec import ServerSpec
 from mcpvisor.actors.link.oauth import REFRESH_AT, UpstreamAuth
 from mcpvisor.tokens import FileTokenStore
-from tests.helpers import PY, REAL_IO_BOUND_S, SERVERS_DIR, proxy_params, text_of
+from tests.helpers import PY, REAL_IO_BOUND_S, SERVERS_DIR, http_fixture, proxy_params, text_of
 from tests.integration.dashboard import server_state
 from tests.integration.dashboard import serving as serving_dashboard
 from tests.polling import poll_until
@@ -46,20 +46,8 @@ CONCURRENT_CALLS: Final = 10
 @asynccontextmanager
 async def protected(*flags: str) -> AsyncIterator[str]:
     """Start oauth_protected.py; yield its MCP URL; kill it after."""
-    argv = [PY, str(SERVERS_DIR / "oauth_protected.py"), *flags]
-    proc = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    try:
-        assert proc.stdout is not None
-        buf = b""
-        while b"\n" not in buf:
-            chunk = await proc.stdout.receive_some(4096)
-            assert chunk, "oauth_protected.py exited before listening"
-            buf += chunk
-        yield buf.split()[2].decode()
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-        await proc.wait()
+    async with http_fixture("oauth_protected.py", *flags) as (_, url):
+        yield url
 
 
 async def admin(url: str, what: str) -> dict[str, Any]:
