@@ -73,39 +73,24 @@ async def throughput(session: Session, base: str, args: dict[str, Any], total: i
                      concurrency: int, limit_s: float = math.inf) -> tuple[float, float, int]:
     """``total`` calls from ``concurrency`` tasks at once (no new call after ``limit_s``):
     (calls/s, p50 ms, calls made)."""
-    tool = session.tool(base)
-    call = session.client.call_tool
-    remaining = total
-    spans: list[tuple[float, float]] = []
-    clock = time.perf_counter
-    deadline = clock() + limit_s
-
-    async def worker() -> None:
-        nonlocal remaining
-        while remaining > 0 and (clock() < deadline or len(spans) < MIN_CALLS):
-            remaining -= 1
-            t0 = clock()
-            await call(tool, args)
-            spans.append((t0, clock()))
-
-    t_start = clock()
-    with trio.fail_after(CALL_TIMEOUT_S + total * CALL_BUDGET_S):
-        async with trio.open_nursery() as nursery:
-            for _ in range(concurrency):
-                nursery.start_soon(worker)
-    t_end = clock()
-    await WATCH.settle()
-    times, _ = WATCH.clean(spans)
-    times.sort()
-    made = len(spans)
-    return made / (t_end - t_start - WATCH.overlap(t_start, t_end)), percentile(times, 0.5) * 1e3, made
+    rate, times, made = await _timed_calls(session, base, lambda _: args, total, concurrency, limit_s)
+    return rate, percentile(times, 0.5) * 1e3, made
 
 
 async def distinct_calls(session: Session, total: int, concurrency: int,
                          limit_s: float = math.inf) -> tuple[float, list[float]]:
     """``total`` echo calls from ``concurrency`` tasks, each call with arguments of its own (so
     no cache or coalescing in a subject can help): (calls/s, the sorted call times in s)."""
-    tool = session.tool("echo")
+    rate, times, _ = await _timed_calls(session, "echo", lambda n: {"text": f"c{concurrency}-{n}"},
+                                        total, concurrency, limit_s)
+    return rate, times
+
+
+async def _timed_calls(session: Session, base: str, args_of: Callable[[int], dict[str, Any]], total: int,
+                       concurrency: int, limit_s: float) -> tuple[float, list[float], int]:
+    """``total`` calls of ``base`` from ``concurrency`` tasks, call ``n`` with ``args_of(n)``
+    (no new call after ``limit_s``): (calls/s, the sorted clean call times in s, calls made)."""
+    tool = session.tool(base)
     call = session.client.call_tool
     remaining = total
     spans: list[tuple[float, float]] = []
@@ -118,7 +103,7 @@ async def distinct_calls(session: Session, total: int, concurrency: int,
         while remaining > 0 and (clock() < deadline or len(spans) < MIN_CALLS):
             remaining -= 1
             serial += 1
-            args = {"text": f"c{concurrency}-{serial}"}
+            args = args_of(serial)
             t0 = clock()
             await call(tool, args)
             spans.append((t0, clock()))
@@ -132,7 +117,7 @@ async def distinct_calls(session: Session, total: int, concurrency: int,
     await WATCH.settle()
     times, _ = WATCH.clean(spans)
     times.sort()
-    return len(spans) / (t_end - t_start - WATCH.overlap(t_start, t_end)), times
+    return len(spans) / (t_end - t_start - WATCH.overlap(t_start, t_end)), times, len(spans)
 
 
 async def interleave(sessions: Sequence[Session], rounds: int, measure: Measure,
