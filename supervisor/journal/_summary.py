@@ -11,6 +11,7 @@ import math
 import sqlite3
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -36,22 +37,15 @@ def summarise(path: str | Path, *, run: str | None = None) -> dict[str, Any]:
     Raises:
         JournalMissing: no such file, or it has no ``calls`` table.
     """
-    p = Path(path)
-    if not p.is_file():
-        raise JournalMissing(f"no journal at {p}")
-    try:
-        conn = sqlite3.connect(p)
-        try:
-            where, args = ("WHERE run = ?", (run,)) if run is not None else ("", ())
-            rows = conn.execute(
-                "SELECT server, tool, run, session, outcome, latency_ms, retries FROM calls "
-                f"{where} ORDER BY id",
-                args,
-            ).fetchall()
-        finally:
-            conn.close()
-    except sqlite3.DatabaseError as exc:
-        raise JournalMissing(f"{p} is not a journal: {exc}") from None
+    def query(conn: sqlite3.Connection) -> list[Any]:
+        where, args = ("WHERE run = ?", (run,)) if run is not None else ("", ())
+        return conn.execute(
+            "SELECT server, tool, run, session, outcome, latency_ms, retries FROM calls "
+            f"{where} ORDER BY id",
+            args,
+        ).fetchall()
+
+    rows = _read(path, query)
     latencies: dict[tuple[str, str], list[float]] = defaultdict(list)
     errors: dict[tuple[str, str], int] = defaultdict(int)
     runs: dict[str, dict[str, int]] = {}
@@ -78,7 +72,7 @@ def summarise(path: str | Path, *, run: str | None = None) -> dict[str, Any]:
         tools.append({"server": server, "tool": tool, "calls": len(values), "errors": errors[(server, tool)],
                       "p50_ms": round(percentile(values, 50), 3), "p99_ms": round(percentile(values, 99), 3)})
     return {
-        "path": str(p),
+        "path": str(Path(path)),
         "run": run,
         "calls": len(rows),
         "outcomes": dict(sorted(outcomes.items())),
@@ -95,25 +89,37 @@ def recent_calls(path: str | Path, limit: int, *, run: str | None = None) -> lis
     Raises:
         JournalMissing: no such file, or it has no ``calls`` table.
     """
+    def query(conn: sqlite3.Connection) -> list[Any]:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(calls)")}
+        trace = "trace_id" if "trace_id" in columns else "NULL"  # a version 1 journal has none
+        where, args = ("WHERE run = ?", (run,)) if run is not None else ("", ())
+        return conn.execute(
+            f"SELECT time, run, server, tool, outcome, latency_ms, {trace} FROM calls {where} "
+            "ORDER BY id DESC LIMIT ?", (*args, limit)).fetchall()
+
+    rows = _read(path, query)
+    return [{"time": t, "run": r, "server": server, "tool": tool, "outcome": outcome,
+             "latency_ms": round(latency, 3), "trace_id": trace_id}
+            for t, r, server, tool, outcome, latency, trace_id in reversed(rows)]
+
+
+def _read(path: str | Path, query: Callable[[sqlite3.Connection], list[Any]]) -> list[Any]:
+    """``query``'s rows from the journal at ``path``, the connection closed after.
+
+    Raises:
+        JournalMissing: no such file, or not a journal (no ``calls`` table).
+    """
     p = Path(path)
     if not p.is_file():
         raise JournalMissing(f"no journal at {p}")
     try:
         conn = sqlite3.connect(p)
         try:
-            columns = {row[1] for row in conn.execute("PRAGMA table_info(calls)")}
-            trace = "trace_id" if "trace_id" in columns else "NULL"  # a version 1 journal has none
-            where, args = ("WHERE run = ?", (run,)) if run is not None else ("", ())
-            rows = conn.execute(
-                f"SELECT time, run, server, tool, outcome, latency_ms, {trace} FROM calls {where} "
-                "ORDER BY id DESC LIMIT ?", (*args, limit)).fetchall()
+            return query(conn)
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:
         raise JournalMissing(f"{p} is not a journal: {exc}") from None
-    return [{"time": t, "run": r, "server": server, "tool": tool, "outcome": outcome,
-             "latency_ms": round(latency, 3), "trace_id": trace_id}
-            for t, r, server, tool, outcome, latency, trace_id in reversed(rows)]
 
 
 def format_calls(calls: list[dict[str, Any]]) -> str:
