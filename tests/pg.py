@@ -96,11 +96,11 @@ class Cluster:
         self.stop()
         self.start()
 
-    def psql(self, sql: str) -> str:
-        """Run ``sql`` as the superuser over the socket; the output, unaligned."""
+    def psql(self, sql: str, database: str = "mcpvisor") -> str:
+        """Run ``sql`` as the superuser over the socket in ``database``; the output, unaligned."""
         done = subprocess.run(
             _as_owner([str(BIN / "psql"), "-h", str(self.directory), "-p", str(self.port), "-U", "postgres",
-                       "-d", "mcpvisor", "-At", "-v", "ON_ERROR_STOP=1", "-c", sql]),
+                       "-d", database, "-At", "-v", "ON_ERROR_STOP=1", "-c", sql]),
             check=True, capture_output=True, text=True, timeout=START_BOUND_S)
         return done.stdout.strip()
 
@@ -122,8 +122,8 @@ def cluster() -> Iterator[Cluster]:
             # The socket is the superuser's (the fixture's own commands); TCP asks a password.
             hba.write("local all postgres trust\nhost all all 127.0.0.1/32 scram-sha-256\n")
         pg.start()
-        subprocess.run(_as_owner([str(BIN / "psql"), "-h", str(directory), "-p", str(pg.port), "-U", "postgres",
-                                  "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-c",
+        subprocess.run(_as_owner([str(BIN / "psql"), "-h", str(directory), "-p", str(pg.port),
+                                  "-U", "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-c",
                                   f"CREATE ROLE mcpvisor LOGIN PASSWORD '{PASSWORD}'",
                                   "-c", "CREATE DATABASE mcpvisor OWNER mcpvisor"]),
                        check=True, capture_output=True, timeout=START_BOUND_S)

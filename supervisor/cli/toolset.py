@@ -26,6 +26,7 @@ from mcpvisor.cli.config_cmd import CommandError, config_option, load_lenient, l
 if TYPE_CHECKING:
     from mcpvisor.actors.core.model import SavedState, ToolEntry, Toolset
     from mcpvisor.config import Config
+    from mcpvisor.state import StateStore
     from mcpvisor.toolset_create import Wanted
 
 CONTROL_TIMEOUT_S: Final = 10.0
@@ -189,7 +190,6 @@ class _Context:
 
     def __init__(self, args: argparse.Namespace) -> None:
         from mcpvisor.config import Settings
-        from mcpvisor.state import StateStore
 
         self.config: Config | None = None
         target = locate(args)
@@ -200,7 +200,7 @@ class _Context:
                 out.note(f"warning: {err}; toolsets declared there are not shown")
         settings = self.config.settings if self.config is not None else Settings()
         self.state_dir = _state_dir(getattr(args, "state_dir", None), settings)
-        self.store = StateStore(self.state_dir)
+        self.store = _store(settings, self.state_dir)
 
     def declared(self) -> dict[str, Toolset]:
         from mcpvisor.actors.core.model import ToolEntry, Toolset
@@ -227,6 +227,22 @@ class _Context:
         for name, ts in state.toolsets.items():
             found.setdefault(name, ts)
         return found
+
+
+def _store(settings: Any, directory: Path) -> StateStore:
+    """The state the proxy uses: the replicas' shared store (``settings.store``,
+    ``$MCPVISOR_STORE``; they hear of each change), else ``state.json`` in ``directory``."""
+    from mcpvisor.settings import with_env_overrides
+    from mcpvisor.state import StateStore
+
+    url = with_env_overrides(settings).store
+    if url is None:
+        return StateStore(directory)
+    from mcpvisor.pgstore.store import PgStore
+
+    shared = PgStore(url, state_dir=directory)
+    shared.migrate()  # a store no replica has started on yet
+    return shared.state
 
 
 def _state_dir(explicit: str | None, settings: Any) -> Path:
