@@ -51,7 +51,6 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from mcpvisor.journal import format_table, summarise
     from mcpvisor.journal._summary import JournalMissing
-
     from mcpvisor.pgstore import STORE_ENV
 
     if args.path is None:
