@@ -71,8 +71,11 @@ class Cluster:
         return f"postgresql://mcpvisor:{PASSWORD}@127.0.0.1:{self.port}/mcpvisor"
 
     def _ctl(self, *args: str) -> None:
+        # Without the session's process tag: the server outlives each test on purpose (one
+        # cluster per session); `cluster` stops it at the end, and the leak check would not.
+        env = {k: v for k, v in os.environ.items() if k != "MCPVISOR_TEST_TAG"}
         subprocess.run(_as_owner([str(BIN / "pg_ctl"), "-D", str(self.data), *args]), check=True,
-                       capture_output=True, timeout=START_BOUND_S + STOP_BOUND_S)
+                       capture_output=True, timeout=START_BOUND_S + STOP_BOUND_S, env=env)
 
     def start(self) -> None:
         """Start it and wait until it accepts connections (``pg_ctl -w``)."""
