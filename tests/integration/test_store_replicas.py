@@ -28,7 +28,16 @@ import trio
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.helpers import PY, REAL_IO_BOUND_S, SERVERS_DIR, Recorder, everything, http_fixture, text_of, write_config
+from tests.helpers import (
+    PY,
+    REAL_IO_BOUND_S,
+    SERVERS_DIR,
+    Recorder,
+    everything,
+    http_fixture,
+    text_of,
+    write_config,
+)
 from tests.pg import PASSWORD, Cluster, fresh_database, postgres  # noqa: F401  (the session fixture)
 from tests.polling import poll_until
 from tests.security.proxy import Proxy, running_proxy
@@ -174,7 +183,8 @@ async def test_one_login_serves_every_replica_and_store_check_tries_the_key(
         async with http_fixture("oauth_protected.py") as (_, upstream):
             config = write_config(tmp_path, {"prot": {"type": "http", "url": upstream, "protocol": "legacy",
                                                       "restartWait": "30s"}},
-                                  namespacing="none", authTokens={"lead": TOKEN}, oauth={"openBrowser": False})
+                                  namespacing="none", authTokens={"lead": TOKEN},
+                                  oauth={"openBrowser": False})
             async with AsyncExitStack() as stack:
                 replicas = [await stack.enter_async_context(replica(config, url, name, tmp_path))
                             for name in ("r1", "r2")]
