@@ -57,8 +57,7 @@ from mcpvisor._config_types import (
 from mcpvisor.actors.core.toolsets import DEFAULT_DISCOVERY_BUDGET
 from mcpvisor.actors.core.vocabulary import EXPOSURES
 from mcpvisor.actors.telemetry import PROTOCOLS
-from mcpvisor.pgstore import is_store_url
-from mcpvisor.redact import redact_url
+from mcpvisor.pgstore import is_store_url, scheme_of
 
 
 class SettingsRules(Checker):
@@ -110,8 +109,8 @@ class SettingsRules(Checker):
         if entry.store is not UNSET and entry.store is not None:
             if is_store_url(entry.store):
                 values["store"] = entry.store
-            else:  # shown redacted: a mistyped URL may still hold a password
-                self.problem(where, f'field "store": {redact_url(entry.store)!r} is not a PostgreSQL URL '
+            else:  # the value is not shown: a mistyped URL may still hold a password
+                self.problem(where, f'field "store": {scheme_of(entry.store)} is not a PostgreSQL URL '
                                     "(postgresql://user@host:port/database); leave it out to keep the "
                                     "state in files")
         if entry.telemetry is not UNSET and entry.telemetry is not None:

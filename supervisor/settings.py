@@ -22,8 +22,7 @@ import platformdirs
 
 from mcpvisor.actors.core.toolsets import MODES
 from mcpvisor.config import ConfigError, Settings
-from mcpvisor.pgstore import STORE_ENV, is_store_url
-from mcpvisor.redact import redact_url
+from mcpvisor.pgstore import STORE_ENV, is_store_url, scheme_of
 
 __all__ = ["APP_NAME", "EXPOSURE_ENV", "STATE_DIR_ENV", "state_dir", "with_env_overrides"]
 
@@ -83,8 +82,8 @@ def with_env_overrides(settings: Settings, env: Mapping[str, str] | None = None)
         settings = dataclasses.replace(settings, exposure=value)
     store = environ.get(STORE_ENV, "").strip()
     if store and store != settings.store:
-        if not is_store_url(store):  # shown redacted: a mistyped URL may still hold a password
-            raise ConfigError(f"${STORE_ENV} is {redact_url(store)!r}, not a PostgreSQL URL "
+        if not is_store_url(store):  # the value is not shown: a mistyped URL may still hold a password
+            raise ConfigError(f"${STORE_ENV} is {scheme_of(store)}, not a PostgreSQL URL "
                               "(postgresql://user@host:port/database); unset it to keep the state in files")
         settings = dataclasses.replace(settings, store=store)
     return settings

@@ -38,6 +38,7 @@ __all__ = [
     "StoreUnreachable",
     "is_store_url",
     "replica_name",
+    "scheme_of",
     "shown_url",
 ]
 
@@ -70,6 +71,13 @@ def is_store_url(value: str) -> bool:
     """Whether ``value`` is a PostgreSQL URL (``postgresql://`` or ``postgres://``)."""
     scheme, sep, _ = value.partition("://")
     return bool(sep) and scheme.lower() in SCHEMES
+
+
+def scheme_of(value: str) -> str:
+    """What a bad store value is shown as: its scheme only (the rest may hold a password,
+    however mistyped)."""
+    scheme, sep, _ = value.partition("://")
+    return f"a {scheme[:20]!r} URL" if sep and scheme.isascii() and scheme.isalnum() else "not a URL"
 
 
 def shown_url(url: str) -> str:

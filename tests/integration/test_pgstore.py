@@ -1,0 +1,107 @@
+"""The PostgreSQL store's own guarantees, in process, against a real cluster (tests/pg.py):
+replicas starting together migrate once; tokens cannot be stored or read without
+``$MCPVISOR_STORE_KEY`` (the error names the variable) and are sealed at rest;
+`Supervisor.store_health` says when the store is down, without the password, and
+recovers by itself; a bad ``settings.store`` or ``$MCPVISOR_STORE`` is a config error
+naming the field or the variable.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from pathlib import Path
+
+import pytest
+import trio
+from mcp.shared.auth import OAuthToken
+
+from mcpvisor.config import ConfigError, parse_config
+from mcpvisor.pgstore import StoreKeyError
+from mcpvisor.pgstore.schema import LATEST
+from mcpvisor.pgstore.store import PgStore
+from mcpvisor.settings import with_env_overrides
+from mcpvisor.tree import open_supervisor
+from tests.pg import PASSWORD, Cluster, fresh_database, postgres  # noqa: F401  (the session fixture)
+from tests.polling import poll_until
+
+KEY = "k" * 44
+
+
+def test_three_replicas_starting_at_once_migrate_once(tmp_path: Path, postgres: Cluster) -> None:  # noqa: F811
+    url = fresh_database(postgres, "together")
+    stores = [PgStore(url, state_dir=tmp_path, replica=f"r{i}") for i in range(3)]
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        applied = list(pool.map(lambda s: s.migrate(), stores))
+    for s in stores:
+        s.close()
+    assert sorted(len(a) for a in applied) == [0, 0, LATEST]
+    assert postgres.psql("SELECT count(*) FROM mcpvisor_schema", "together") == str(LATEST)
+
+
+async def test_tokens_need_the_key_and_are_sealed_at_rest(tmp_path: Path, postgres: Cluster,  # noqa: F811
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    url = fresh_database(postgres, "sealed")
+    store = PgStore(url, state_dir=tmp_path)
+    await trio.to_thread.run_sync(store.migrate)
+    tokens = OAuthToken(access_token="at-" + "x" * 30, refresh_token="rt-" + "y" * 30, token_type="Bearer")
+    try:
+        monkeypatch.delenv("MCPVISOR_STORE_KEY", raising=False)
+        with pytest.raises(StoreKeyError, match=r"\$MCPVISOR_STORE_KEY is not set"):
+            await store.tokens("prot").save_tokens(tokens, 1.0)
+        monkeypatch.setenv("MCPVISOR_STORE_KEY", KEY)
+        await store.tokens("prot").save_tokens(tokens, 1.0)
+        assert (await store.tokens("prot").load()).tokens == tokens
+        sealed = postgres.psql("SELECT encode(sealed, 'escape') FROM mcpvisor_oauth", "sealed")
+        assert "at-xxx" not in sealed
+        assert "rt-yyy" not in sealed
+        monkeypatch.setenv("MCPVISOR_STORE_KEY", "w" * 44)
+        with pytest.raises(StoreKeyError, match="cannot be decrypted"):
+            await store.tokens("prot").load()
+    finally:
+        store.close()
+
+
+async def test_store_health_says_when_the_store_is_down_and_recovers(tmp_path: Path,
+                                                                     postgres: Cluster) -> None:  # noqa: F811
+    url = fresh_database(postgres, "health")
+    cfg = {"mcpServers": {}, "settings": {"store": url}}
+    with trio.fail_after(120):
+        async with open_supervisor(cfg, state_dir=tmp_path, watch=False) as sup:
+            assert await sup.store_health() is None
+            await trio.to_thread.run_sync(postgres.stop)
+            try:
+                await poll_until(lambda: _down(sup))
+                reason = await sup.store_health()
+                assert reason is not None
+                assert f"the store at postgresql://127.0.0.1:{postgres.port}/health is unreachable" in reason
+                assert PASSWORD not in reason
+            finally:
+                await trio.to_thread.run_sync(postgres.start)
+            await poll_until(lambda: _up(sup))
+
+
+async def _down(sup: object) -> bool:
+    return await sup.store_health() is not None  # type: ignore[attr-defined]
+
+
+async def _up(sup: object) -> bool:
+    return await sup.store_health() is None  # type: ignore[attr-defined]
+
+
+async def test_files_have_no_store_to_be_down(tmp_path: Path) -> None:
+    async with open_supervisor({"mcpServers": {}}, state_dir=tmp_path, watch=False) as sup:
+        assert await sup.store_health() is None
+        assert sup.shared is None
+
+
+def test_a_store_that_is_not_postgresql_is_a_config_error_naming_the_field() -> None:
+    with pytest.raises(ConfigError, match=r'settings: field "store": .* is not a PostgreSQL URL') as caught:
+        parse_config({"mcpServers": {}, "settings": {"store": "mysql://admin:hunter2-secret@db/x"}})
+    assert "hunter2-secret" not in str(caught.value)
+    settings = parse_config({"mcpServers": {}}).settings
+    with pytest.raises(ConfigError, match=r"\$MCPVISOR_STORE is .* not a PostgreSQL URL") as caught:
+        with_env_overrides(settings, {"MCPVISOR_STORE": "sqlite:///u:hunter2-secret@x"})
+    assert "hunter2-secret" not in str(caught.value)
+    url = "postgresql://u@db:5432/mcpvisor"
+    assert with_env_overrides(settings, {"MCPVISOR_STORE": url}).store == url
+    assert with_env_overrides(settings, {}).store is None
