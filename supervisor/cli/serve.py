@@ -60,7 +60,8 @@ def register(sub: Any) -> None:
     p.add_argument("--log-file", metavar="PATH", help="also write the log to this file")
     p.add_argument("--journal", metavar="PATH",
                    help="record every tool call in this SQLite file (also settings.journal; "
-                        "read it with `mcpvisor journal PATH`)")
+                        "read it with `mcpvisor journal PATH`); with a shared store (settings.store, "
+                        "$MCPVISOR_STORE) the calls go to its one table instead")
     p.add_argument("--metrics-port", type=int, metavar="N",
                    help="serve Prometheus /metrics on this port (for stdio and ws; the http front "
                         "serves /metrics itself; 0: any free port)")
