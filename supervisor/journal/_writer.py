@@ -234,7 +234,7 @@ class JournalWriter(Protocol):
 
     path: Any
     errors: tuple[type[BaseException], ...]
-    retries: bool
+    retries: tuple[type[BaseException], ...]
 
     def rows(self, records: Sequence[CallRecord], wall_offset: float) -> list[tuple[Any, ...]]: ...
 
@@ -265,8 +265,9 @@ class JournalDB:
 
     errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
     """What a failed `insert` raises."""
-    retries = False
-    """Whether a failed batch is held and tried again (a store that comes back) rather than dropped."""
+    retries: tuple[type[BaseException], ...] = ()
+    """The failures after which a batch is held and tried again (a store that comes back)
+    rather than dropped: none for a file."""
 
     def rows(self, records: Sequence[CallRecord], wall_offset: float) -> list[tuple[Any, ...]]:
         """The table rows of ``records``: encoded, sized, hashed, classified."""
@@ -362,7 +363,7 @@ class Journal:
             try:
                 await trio.to_thread.run_sync(db.insert, rows, abandon_on_cancel=False)
             except db.errors as exc:
-                if not db.retries or self._closing:
+                if not isinstance(exc, db.retries) or self._closing:
                     self.dropped += len(batch)
                     logger.error("journal %s: could not write %d records: %s", db.path, len(batch), exc)
                     return

@@ -3,7 +3,8 @@
 `PgJournalDB` is the journal writer's database (`mcpvisor.journal.open_journal`'s
 ``opener``): the same rows as the SQLite journal, each with the replica that served the
 call, written with ``COPY`` in one transaction per batch. A batch the store cannot take
-is held and tried again by the writer (``retries``): calls never wait on the store.
+is held and tried again by the writer while the store is unreachable (``retries``):
+calls never wait on the store.
 
 `read_rows` is what ``mcpvisor journal postgresql://...`` reads.
 """
@@ -29,7 +30,8 @@ class PgJournalDB:
     """The journal writer's side of the store (one worker thread at a time)."""
 
     errors: tuple[type[BaseException], ...] = (StoreError, psycopg.Error)
-    retries = True
+    retries: tuple[type[BaseException], ...] = (StoreUnreachable,)
+    """Only an unreachable store is waited for: a batch it refuses (bad data) is dropped."""
 
     def __init__(self, url: str, replica: str, *, payloads: bool) -> None:
         self.path = shown_url(url)
