@@ -93,8 +93,9 @@ async def test_replicas_share_toolsets_and_notes_and_write_one_journal(
         tmp_path: Path, postgres: Cluster) -> None:  # noqa: F811
     """A toolset built and equipped through replica r1 is what r2's client sees, and r2's
     client is told (``list_changed``); a note added through r1 is in r2's description;
-    calls through both land in the store's one journal table, each row naming its
-    replica, which ``mcpvisor journal URL`` summarises; neither replica wrote a state file."""
+    deleting the toolset on r1 gives r2's client every tool back; calls through both land
+    in the store's one journal table, each row naming its replica, which ``mcpvisor
+    journal`` summarises; neither replica wrote a state file."""
     url = fresh_database(postgres, "replicas")
     config = write_config(tmp_path, {"ev": everything()}, namespacing="prefix", authTokens={"lead": TOKEN},
                           journal=str(tmp_path / "calls.db"))
@@ -121,6 +122,11 @@ async def test_replicas_share_toolsets_and_notes_and_write_one_journal(
 
                 for c, text in ((c1, "one"), (c2, "two"), (c2, "three")):
                     assert await call(c, "ev_echo", {"text": text}) == f"echo: {text}"
+
+                changed = rec.changed
+                await call(c1, "delete-toolset", {"name": "shared"})  # it was equipped: back to every tool
+                await changed.wait()
+                assert {"ev_echo", "ev_add"} <= await names(c2)
             logs = r1.text() + r2.text()
     assert not (tmp_path / "state-r1" / "state.json").exists()
     assert not (tmp_path / "state-r2" / "state.json").exists()
