@@ -1,14 +1,16 @@
 """The PostgreSQL store's own guarantees, in process, against a real cluster (tests/pg.py):
-replicas starting together migrate once; tokens cannot be stored or read without
-``$MCPVISOR_STORE_KEY`` (the error names the variable) and are sealed at rest;
-`Supervisor.store_health` says when the store is down, without the password, and
-recovers by itself; a bad ``settings.store`` or ``$MCPVISOR_STORE`` is a config error
-naming the field or the variable.
+replicas starting together migrate once; the journal holds what it cannot write while
+the store is down, a bounded amount, and says how many records it dropped; tokens
+cannot be stored or read without ``$MCPVISOR_STORE_KEY`` (the error names the variable)
+and are sealed at rest; `Supervisor.store_health` says when the store is down, without
+the password, and recovers by itself; a bad ``settings.store`` or ``$MCPVISOR_STORE`` is
+a config error naming the field or the variable.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,10 @@ import trio
 from mcp.shared.auth import OAuthToken
 
 from mcpvisor.config import ConfigError, parse_config
+from mcpvisor.journal import _writer
+from mcpvisor.journal._writer import CallRecord, open_journal
 from mcpvisor.pgstore import StoreKeyError
+from mcpvisor.pgstore.journal import PgJournalDB
 from mcpvisor.pgstore.schema import LATEST
 from mcpvisor.pgstore.store import PgStore
 from mcpvisor.settings import with_env_overrides
@@ -36,6 +41,39 @@ def test_three_replicas_starting_at_once_migrate_once(tmp_path: Path, postgres: 
         s.close()
     assert sorted(len(a) for a in applied) == [0, 0, LATEST]
     assert postgres.psql("SELECT count(*) FROM mcpvisor_schema", "together") == str(LATEST)
+
+
+async def test_the_journal_holds_a_bounded_amount_while_the_store_is_down_and_says_what_it_dropped(
+        tmp_path: Path, postgres: Cluster, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+        caplog: pytest.LogCaptureFixture) -> None:
+    """With the store down, the batch being written is held and retried, the queue fills to
+    its bound (8 here) and the rest is dropped and counted; once the store is back the held
+    and queued records are written and the log says how many were dropped."""
+    url = fresh_database(postgres, "journal")
+    store = PgStore(url, state_dir=tmp_path)
+    await trio.to_thread.run_sync(store.migrate)
+    store.close()
+    monkeypatch.setattr(_writer, "QUEUE_RECORDS", 8)
+    caplog.set_level(logging.WARNING, logger="mcpvisor.journal._writer")
+
+    def record() -> CallRecord:
+        return CallRecord(finished=trio.current_time(), server="s", tool="t", latency=0.001)
+
+    with trio.fail_after(120):
+        async with open_journal("unused", opener=lambda: PgJournalDB(url, "r9", payloads=False)) as journal:
+            await trio.to_thread.run_sync(postgres.stop)
+            try:
+                journal.record_nowait(record())
+                await poll_until(lambda: "could not write" in caplog.text)  # that one is held
+                for _ in range(40):
+                    journal.record_nowait(record())
+            finally:
+                await trio.to_thread.run_sync(postgres.start)
+            await poll_until(lambda: "writing again" in caplog.text)
+    assert (journal.written, journal.dropped) == (9, 32)
+    assert "writing again; 32 records were dropped meanwhile" in caplog.text
+    assert postgres.psql("SELECT count(*) FROM mcpvisor_calls WHERE replica = 'r9'", "journal") == "9"
+    assert PASSWORD not in caplog.text
 
 
 async def test_tokens_need_the_key_and_are_sealed_at_rest(tmp_path: Path, postgres: Cluster,  # noqa: F811
