@@ -26,13 +26,13 @@ from mcpvisor.pgstore.schema import LATEST
 from mcpvisor.pgstore.store import PgStore
 from mcpvisor.settings import with_env_overrides
 from mcpvisor.tree import open_supervisor
-from tests.pg import PASSWORD, Cluster, fresh_database, postgres  # noqa: F401  (the session fixture)
+from tests.pg import PASSWORD, Cluster, fresh_database
 from tests.polling import poll_until
 
 KEY = "k" * 44
 
 
-def test_three_replicas_starting_at_once_migrate_once(tmp_path: Path, postgres: Cluster) -> None:  # noqa: F811
+def test_three_replicas_starting_at_once_migrate_once(tmp_path: Path, postgres: Cluster) -> None:
     url = fresh_database(postgres, "together")
     stores = [PgStore(url, state_dir=tmp_path, replica=f"r{i}") for i in range(3)]
     with concurrent.futures.ThreadPoolExecutor(3) as pool:
@@ -44,7 +44,7 @@ def test_three_replicas_starting_at_once_migrate_once(tmp_path: Path, postgres: 
 
 
 async def test_the_journal_holds_a_bounded_amount_while_the_store_is_down_and_says_what_it_dropped(
-        tmp_path: Path, postgres: Cluster, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+        tmp_path: Path, postgres: Cluster, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
     """With the store down, the batch being written is held and retried, the queue fills to
     its bound (8 here) and the rest is dropped and counted; once the store is back the held
@@ -76,7 +76,7 @@ async def test_the_journal_holds_a_bounded_amount_while_the_store_is_down_and_sa
     assert PASSWORD not in caplog.text
 
 
-async def test_tokens_need_the_key_and_are_sealed_at_rest(tmp_path: Path, postgres: Cluster,  # noqa: F811
+async def test_tokens_need_the_key_and_are_sealed_at_rest(tmp_path: Path, postgres: Cluster,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     url = fresh_database(postgres, "sealed")
     store = PgStore(url, state_dir=tmp_path)
@@ -100,7 +100,7 @@ async def test_tokens_need_the_key_and_are_sealed_at_rest(tmp_path: Path, postgr
 
 
 async def test_store_health_says_when_the_store_is_down_and_recovers(tmp_path: Path,
-                                                                     postgres: Cluster) -> None:  # noqa: F811
+                                                                     postgres: Cluster) -> None:
     url = fresh_database(postgres, "health")
     cfg = {"mcpServers": {}, "settings": {"store": url}}
     with trio.fail_after(120):

@@ -38,7 +38,7 @@ from tests.helpers import (
     text_of,
     write_config,
 )
-from tests.pg import PASSWORD, Cluster, fresh_database, postgres  # noqa: F401  (the session fixture)
+from tests.pg import PASSWORD, Cluster, fresh_database
 from tests.polling import poll_until
 from tests.security.proxy import Proxy, running_proxy
 
@@ -90,7 +90,7 @@ def assert_no_secret(*texts: str) -> None:
 
 
 async def test_replicas_share_toolsets_and_notes_and_write_one_journal(
-        tmp_path: Path, postgres: Cluster) -> None:  # noqa: F811
+        tmp_path: Path, postgres: Cluster) -> None:
     """A toolset built and equipped through replica r1 is what r2's client sees, and r2's
     client is told (``list_changed``); a note added through r1 is in r2's description;
     deleting the toolset on r1 gives r2's client every tool back; calls through both land
@@ -141,7 +141,7 @@ async def test_replicas_share_toolsets_and_notes_and_write_one_journal(
 
 
 async def test_the_store_restarted_mid_run_costs_no_call_and_state_changes_work_again(
-        tmp_path: Path, postgres: Cluster) -> None:  # noqa: F811
+        tmp_path: Path, postgres: Cluster) -> None:
     """With the store stopped, calls keep flowing; an equip fails with an error naming the
     store (host, port, database: never the password) and changes nothing; once the store
     is back the same equip works at once (no restart), and the calls made meanwhile were
@@ -177,7 +177,7 @@ async def test_the_store_restarted_mid_run_costs_no_call_and_state_changes_work_
 
 
 async def test_one_login_serves_every_replica_and_store_check_tries_the_key(
-        tmp_path: Path, postgres: Cluster) -> None:  # noqa: F811
+        tmp_path: Path, postgres: Cluster) -> None:
     """Two replicas wait for the OAuth login of a real protected server; ``mcpvisor mcp
     login`` stores the tokens once, in the store, encrypted; both replicas then connect
     with them, no second login. ``mcpvisor store check`` decrypts a token with the right
@@ -233,7 +233,7 @@ async def state_is(c: Client, state: str) -> bool:
     return any(s["name"] == "prot" and s["state"] == state for s in servers)
 
 
-def test_store_migrate_applies_once_and_check_names_what_is_missing(postgres: Cluster) -> None:  # noqa: F811
+def test_store_migrate_applies_once_and_check_names_what_is_missing(postgres: Cluster) -> None:
     """``store migrate`` on an empty database applies migration 1 and says so; again, says
     there is nothing to do; ``store check`` without the key exits 1 naming the variable;
     a store that cannot be reached is named without its password (exit 1)."""
