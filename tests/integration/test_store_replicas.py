@@ -40,7 +40,7 @@ from tests.helpers import (
 )
 from tests.pg import PASSWORD, Cluster, fresh_database
 from tests.polling import poll_until
-from tests.security.proxy import Proxy, running_proxy
+from tests.security.proxy import Proxy, run_serve, running_proxy
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -233,10 +233,12 @@ async def state_is(c: Client, state: str) -> bool:
     return any(s["name"] == "prot" and s["state"] == state for s in servers)
 
 
-def test_store_migrate_applies_once_and_check_names_what_is_missing(postgres: Cluster) -> None:
+def test_store_migrate_applies_once_and_check_names_what_is_missing(tmp_path: Path,
+                                                                   postgres: Cluster) -> None:
     """``store migrate`` on an empty database applies migration 1 and says so; again, says
     there is nothing to do; ``store check`` without the key exits 1 naming the variable;
-    a store that cannot be reached is named without its password (exit 1)."""
+    a store that cannot be reached is named without its password by ``store check`` and
+    by a ``serve`` that will not start without it (exit 1)."""
     url = fresh_database(postgres, "operators")
     first = cli("store", "migrate", env={"MCPVISOR_STORE": url})
     assert first.returncode == 0, first.stderr
@@ -251,4 +253,8 @@ def test_store_migrate_applies_once_and_check_names_what_is_missing(postgres: Cl
     down = cli("store", "check", env={"MCPVISOR_STORE": closed})
     assert down.returncode == 1
     assert "the store at postgresql://127.0.0.1:1/operators is unreachable" in down.stderr
-    assert_no_secret(first.stdout, again.stdout, keyless.stdout, down.stdout, down.stderr)
+    serve = run_serve(write_config(tmp_path, {}), "--transport", "http", "--port", "0",
+                      env={"MCPVISOR_STORE": closed})
+    assert serve.returncode == 1
+    assert "mcpvisor: the store at postgresql://127.0.0.1:1/operators is unreachable" in serve.stderr
+    assert_no_secret(first.stdout, again.stdout, keyless.stdout, down.stdout, down.stderr, serve.stderr)
