@@ -458,10 +458,15 @@ async def open_supervisor(
         metrics: count calls, requests upstream, restarts and list changes from the start
             (`mcpvisor.metrics`: what ``/metrics`` exports and the dashboard draws).
 
+    With ``settings.store`` (or ``$MCPVISOR_STORE``) a PostgreSQL URL, the state, the
+    remembered lists, the upstream tokens and the journal are the store's, shared with the
+    other replicas on it, whose changes are applied here as they are made (`mcpvisor.pgstore`).
+
     Raises:
         ConfigError: ``settings.exposure`` / ``$MCPVISOR_EXPOSURE`` is not usable.
         actors.core.toolsets.ToolsetError: ``toolset`` does not exist.
-        (Both before anything is started.)
+        mcpvisor.pgstore.StoreError: the store cannot be reached, or its schema is newer.
+        (All before anything is started.)
 
     Leaving the block stops everything: each server's process group is stopped
     (close stdin, SIGTERM, SIGKILL, bounded) and reaped; no task or process survives.
