@@ -236,9 +236,10 @@ async def state_is(c: Client, state: str) -> bool:
 def test_store_migrate_applies_once_and_check_names_what_is_missing(tmp_path: Path,
                                                                    postgres: Cluster) -> None:
     """``store migrate`` on an empty database applies migration 1 and says so; again, says
-    there is nothing to do; ``store check`` without the key exits 1 naming the variable;
-    a store that cannot be reached is named without its password by ``store check`` and
-    by a ``serve`` that will not start without it (exit 1)."""
+    there is nothing to do; ``toolset create`` saves into the store; ``store check``
+    without the key exits 1 naming the variable; a store that cannot be reached is named
+    without its password by ``store check`` and by a ``serve`` that will not start
+    without it (exit 1)."""
     url = fresh_database(postgres, "operators")
     first = cli("store", "migrate", env={"MCPVISOR_STORE": url})
     assert first.returncode == 0, first.stderr
@@ -246,6 +247,12 @@ def test_store_migrate_applies_once_and_check_names_what_is_missing(tmp_path: Pa
     again = cli("store", "migrate", env={"MCPVISOR_STORE": url})
     assert again.returncode == 0
     assert "nothing to do" in again.stdout
+    made = cli("toolset", "create", "offline", "--tool", "ev.echo", "--no-check", "--config",
+               str(write_config(tmp_path, {"ev": everything()})),
+               env={"MCPVISOR_STORE": url, "MCPVISOR_STATE_DIR": str(tmp_path / "state")})
+    assert made.returncode == 0, made.stderr
+    assert f"in postgresql://127.0.0.1:{postgres.port}/operators" in made.stdout
+    assert "offline" in json.loads(postgres.psql("SELECT doc FROM mcpvisor_state", "operators"))["toolsets"]
     keyless = cli("store", "check", env={"MCPVISOR_STORE": url, "MCPVISOR_STORE_KEY": ""})
     assert keyless.returncode == 1
     assert "$MCPVISOR_STORE_KEY is not set" in keyless.stdout
@@ -257,4 +264,5 @@ def test_store_migrate_applies_once_and_check_names_what_is_missing(tmp_path: Pa
                       env={"MCPVISOR_STORE": closed})
     assert serve.returncode == 1
     assert "mcpvisor: the store at postgresql://127.0.0.1:1/operators is unreachable" in serve.stderr
-    assert_no_secret(first.stdout, again.stdout, keyless.stdout, down.stdout, down.stderr, serve.stderr)
+    assert_no_secret(first.stdout, again.stdout, made.stdout, keyless.stdout, down.stdout, down.stderr,
+                     serve.stderr)
