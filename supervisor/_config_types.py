@@ -244,7 +244,7 @@ class Settings:
     journal: str | None = None
     """The SQLite file every call is recorded in (`mcpvisor.journal`); None: no journal.
     With a PostgreSQL `store` the calls go to the store's table instead (any value turns it on)."""
-    store: str | None = None
+    store: str | None = field(default=None, repr=False)
     """``settings.store`` (``$MCPVISOR_STORE`` wins, `mcpvisor.settings.with_env_overrides`):
     a ``postgresql://`` URL puts the state, tokens and journal in PostgreSQL
     (`mcpvisor.pgstore`); None: files and SQLite in the state directory."""

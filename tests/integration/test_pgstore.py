@@ -24,6 +24,7 @@ from mcpvisor.pgstore import StoreKeyError
 from mcpvisor.pgstore.journal import PgJournalDB
 from mcpvisor.pgstore.schema import LATEST
 from mcpvisor.pgstore.store import PgStore
+from mcpvisor.redact import secret_values
 from mcpvisor.settings import with_env_overrides
 from mcpvisor.tree import open_supervisor
 from tests.pg import PASSWORD, Cluster, fresh_database
@@ -142,4 +143,7 @@ def test_a_store_that_is_not_postgresql_is_a_config_error_naming_the_field() -> 
     assert "hunter2-secret" not in str(caught.value)
     url = "postgresql://u@db:5432/mcpvisor"
     assert with_env_overrides(settings, {"MCPVISOR_STORE": url}).store == url
+    with_password = parse_config({"mcpServers": {}, "settings": {"store": "postgresql://u:pw-Zq81xv0k@db/x"}})
+    assert "pw-Zq81xv0k" in secret_values(with_password)  # what logs and status views are scrubbed of
+    assert "pw-Zq81xv0k" not in repr(with_password.settings)
     assert with_env_overrides(settings, {}).store is None
