@@ -17,6 +17,7 @@ import pytest
 import trio
 from mcp.shared.auth import OAuthToken
 
+from mcpvisor.actors.core.model import Toolset
 from mcpvisor.config import ConfigError, parse_config
 from mcpvisor.journal import _writer
 from mcpvisor.journal._writer import CallRecord, open_journal
@@ -26,6 +27,7 @@ from mcpvisor.pgstore.schema import LATEST
 from mcpvisor.pgstore.store import PgStore
 from mcpvisor.redact import secret_values
 from mcpvisor.settings import with_env_overrides
+from mcpvisor.state import now_iso
 from mcpvisor.tree import open_supervisor
 from tests.pg import PASSWORD, Cluster, fresh_database
 from tests.polling import poll_until
@@ -100,23 +102,32 @@ async def test_tokens_need_the_key_and_are_sealed_at_rest(tmp_path: Path, postgr
         store.close()
 
 
-async def test_store_health_says_when_the_store_is_down_and_recovers(tmp_path: Path,
-                                                                     postgres: Cluster) -> None:
+async def test_store_health_says_when_the_store_is_down_and_replicas_agree_again_after(
+        tmp_path: Path, postgres: Cluster) -> None:
+    """While the store is down `store_health` names it (no password); once it is back the
+    health is good again by itself, and a change made through one replica reaches the
+    other, whose listener reconnected on its own."""
     url = fresh_database(postgres, "health")
     cfg = {"mcpServers": {}, "settings": {"store": url}}
     with trio.fail_after(120):
-        async with open_supervisor(cfg, state_dir=tmp_path, watch=False) as sup:
-            assert await sup.store_health() is None
+        async with open_supervisor(cfg, state_dir=tmp_path / "a", watch=False) as a, \
+                open_supervisor(cfg, state_dir=tmp_path / "b", watch=False) as b:
+            assert await a.store_health() is None
             await trio.to_thread.run_sync(postgres.stop)
             try:
-                await poll_until(lambda: _down(sup))
-                reason = await sup.store_health()
+                await poll_until(lambda: _down(a))
+                reason = await a.store_health()
                 assert reason is not None
                 assert f"the store at postgresql://127.0.0.1:{postgres.port}/health is unreachable" in reason
                 assert PASSWORD not in reason
             finally:
                 await trio.to_thread.run_sync(postgres.start)
-            await poll_until(lambda: _up(sup))
+            await poll_until(lambda: _up(a))
+            now = now_iso()
+            late = Toolset(name="late", tools=(), description=None, created_at=now, updated_at=now)
+            await trio.to_thread.run_sync(a.store.save_toolset, late)
+            await trio.to_thread.run_sync(a.store.set_equipped, "late")
+            await poll_until(lambda: b.toolsets.equipped is not None and b.toolsets.equipped.name == "late")
 
 
 async def _down(sup: object) -> bool:
