@@ -9,9 +9,10 @@ lists its own, and the era it answered in last time).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
@@ -19,9 +20,12 @@ from mcpvisor.actors import telemetry
 from mcpvisor.actors.core.model import SavedState
 from mcpvisor.actors.core.registry import RegistryCore
 from mcpvisor.actors.core.toolsets import ToolsetError
-from mcpvisor.config import Config, ConfigError, load_config, parse_config
+from mcpvisor.config import Config, ConfigError, Settings, load_config, parse_config
 from mcpvisor.remembered import CatalogWriter, Remembered, catalog_fingerprint
 from mcpvisor.state import CorruptState, StateStore
+
+if TYPE_CHECKING:
+    from mcpvisor.pgstore.store import PgStore
 
 logger = logging.getLogger("mcpvisor.tree")
 """The tree's logger: these are the tree's own start-up steps, logged as they were."""
@@ -73,6 +77,36 @@ async def load_state(store: StateStore, config: Config, toolset: str | None) -> 
         logger.warning("the equipped toolset %r no longer exists; starting with none equipped",
                        saved.equipped)
     return saved
+
+
+@asynccontextmanager
+async def open_shared(settings: Settings, directory: Path) -> AsyncIterator[PgStore | None]:
+    """The PostgreSQL store of ``settings.store`` (``$MCPVISOR_STORE`` applied), migrated, for
+    the block; None without one (files and SQLite in ``directory``, as always).
+
+    Raises:
+        ConfigError: a store is set but psycopg is not installed.
+        mcpvisor.pgstore.StoreError: it cannot be reached, or its schema is newer than ours.
+    """
+    if settings.store is None:
+        yield None
+        return
+    try:
+        from mcpvisor.pgstore.store import open_store
+    except ImportError as exc:
+        raise ConfigError(f"settings.store is a PostgreSQL URL, which needs the postgres extra "
+                          f"(pip install 'mcpvisor[postgres]'): {exc}") from None
+    async with open_store(settings.store, state_dir=directory) as shared:
+        logger.info("store: PostgreSQL at %s, shared with the other replicas; this replica is %s",
+                    shared.shown, shared.replica)
+        yield shared
+
+
+def journal_opener(shared: PgStore | None, payloads: bool) -> Callable[[], Any] | None:
+    """Where journal rows go: the shared store's table, or None (the SQLite file)."""
+    if shared is None:
+        return None
+    return lambda: shared.journal_db(payloads=payloads)
 
 
 def trace_config(cfg: Config) -> telemetry.TelemetryConfig | None:

@@ -198,6 +198,7 @@ class SettingsEntry(_Knobs, forbid_unknown_fields=True, rename="camel"):
     discovery_budget: int | UnsetType = UNSET
     journal: str | UnsetType | None = UNSET
     journal_payloads: bool | UnsetType = UNSET
+    store: str | UnsetType | None = UNSET
     telemetry: TelemetryEntry | UnsetType | None = UNSET
     metrics: MetricsEntry | UnsetType = UNSET
 

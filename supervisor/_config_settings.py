@@ -57,6 +57,7 @@ from mcpvisor._config_types import (
 from mcpvisor.actors.core.toolsets import DEFAULT_DISCOVERY_BUDGET
 from mcpvisor.actors.core.vocabulary import EXPOSURES
 from mcpvisor.actors.telemetry import PROTOCOLS
+from mcpvisor.pgstore import is_store_url, scheme_of
 
 
 class SettingsRules(Checker):
@@ -105,6 +106,13 @@ class SettingsRules(Checker):
             values["journal"] = None if entry.journal is None else self.local_path(entry.journal)
         if entry.journal_payloads is not UNSET:
             values["journal_payloads"] = entry.journal_payloads
+        if entry.store is not UNSET and entry.store is not None:
+            if is_store_url(entry.store):
+                values["store"] = entry.store
+            else:  # the value is not shown: a mistyped URL may still hold a password
+                self.problem(where, f'field "store": {scheme_of(entry.store)} is not a PostgreSQL URL '
+                                    "(postgresql://user@host:port/database); leave it out to keep the "
+                                    "state in files")
         if entry.telemetry is not UNSET and entry.telemetry is not None:
             values["telemetry"] = self.telemetry(where, entry.telemetry)
         if entry.metrics is not UNSET:

@@ -242,7 +242,12 @@ class Settings:
     handshake_timeout: float = DEFAULT_HANDSHAKE_S
     discovery_budget: int = DEFAULT_DISCOVERY_BUDGET
     journal: str | None = None
-    """The SQLite file every call is recorded in (`mcpvisor.journal`); None: no journal."""
+    """The SQLite file every call is recorded in (`mcpvisor.journal`); None: no journal.
+    With a PostgreSQL `store` the calls go to the store's table instead (any value turns it on)."""
+    store: str | None = field(default=None, repr=False)
+    """``settings.store`` (``$MCPVISOR_STORE`` wins, `mcpvisor.settings.with_env_overrides`):
+    a ``postgresql://`` URL puts the state, tokens and journal in PostgreSQL
+    (`mcpvisor.pgstore`); None: files and SQLite in the state directory."""
     oauth_open_browser: bool = True
     """``settings.oauth.openBrowser``: a login the running proxy needs opens the browser
     itself (False: it only says ``run mcpvisor mcp login NAME``)."""

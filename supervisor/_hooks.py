@@ -3,7 +3,8 @@
 Each actor reaches the supervisor only through this adapter: an upstream's log messages
 and resource updates go to the front's clients, the calling client of a request is
 looked up on the front, the server's OAuth tokens live in the state directory (shared
-by every proxy of this user), and what a server lists is remembered for the next start.
+by every proxy of this user) or the replicas' shared store, and what a server lists is
+remembered for the next start.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from mcpvisor.actors.core.catalog import CacheHint, UpstreamLists
 from mcpvisor.actors.upstream import Hooks
-from mcpvisor.tokens import FileTokenStore
 
 if TYPE_CHECKING:
     from mcpvisor.actors.link import CallOrigin
+    from mcpvisor.actors.link.oauth import TokenStore
     from mcpvisor.tree import Supervisor
 
 
@@ -38,8 +39,8 @@ class UpstreamHooks(Hooks):
     def log_level(self) -> str | None:
         return self._sup.front.log_level
 
-    def token_store(self, server: str) -> FileTokenStore:
-        return FileTokenStore(self._sup.store.directory, server)
+    def token_store(self, server: str) -> TokenStore:
+        return self._sup.token_store(server)
 
     def open_browser(self) -> bool:
         return self._sup.settings.oauth_open_browser

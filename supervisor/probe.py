@@ -351,7 +351,10 @@ async def _probe_remote(run: _Run) -> None:
 def _stored_login(spec: ServerSpec) -> Any:
     """The OAuth client of an http or sse server over the tokens ``mcpvisor mcp login``
     stored (never a browser: a probe asks no one); None with a static Authorization header."""
+    import os
+
     from mcpvisor.actors.link.oauth import UpstreamAuth
+    from mcpvisor.pgstore import STORE_ENV, is_store_url
     from mcpvisor.settings import state_dir
     from mcpvisor.tokens import FileTokenStore
 
@@ -359,6 +362,11 @@ def _stored_login(spec: ServerSpec) -> Any:
         return None
     if spec.oauth is None and any(k.lower() == "authorization" for k in spec.headers):
         return None
+    shared = os.environ.get(STORE_ENV, "").strip()
+    if is_store_url(shared):  # the replicas' shared store holds the tokens (`mcpvisor.pgstore`)
+        from mcpvisor.pgstore.store import PgStore
+
+        return UpstreamAuth(spec, PgStore(shared, state_dir=state_dir()).tokens(spec.name)).provider
     return UpstreamAuth(spec, FileTokenStore(state_dir(), spec.name)).provider
 
 

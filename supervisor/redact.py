@@ -239,6 +239,9 @@ def secret_values(config: Any, extra: Iterable[str] = ()) -> list[str]:
     """
     found: set[str] = {v for v in extra if v}
     found.update(config.settings.auth_tokens.values())
+    store = getattr(config.settings, "store", None)
+    if store:  # the shared store's URL may carry its password (`mcpvisor.pgstore`)
+        found.update(_url_secrets(store))
     for spec in config.servers.values():
         found.update(server_secrets(spec))
     return sorted((s for s in found if len(s) >= MIN_SECRET_CHARS), key=len, reverse=True)

@@ -102,6 +102,7 @@ RESTART_SETTINGS: Final = {
     "discovery_budget": "discoveryBudget",
     "journal": "journal",
     "journal_payloads": "journalPayloads",
+    "store": "store",
 }
 """Settings whose change needs a proxy restart (attribute -> key in the file): the
 fronts and the exposure were built with them."""

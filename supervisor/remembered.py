@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import trio
 
@@ -225,13 +225,24 @@ class _Seen:
     hints: Mapping[str, CacheHint] | None
 
 
+class CatalogStore(Protocol):
+    """Where remembered lists are kept: `CatalogFile`, or the replicas' shared store
+    (`mcpvisor.pgstore.data.PgCatalog`). Blocking: called from worker threads."""
+
+    path: Any
+
+    def load(self) -> dict[str, Remembered]: ...
+
+    def remember(self, server: str, entry: Remembered) -> bool: ...
+
+
 class CatalogWriter:
     """Writes each server's newest lists to the catalog file, one at a time, off the actors.
 
     `seen` never waits (an upstream calls it after listing); `run` is the writer task.
     """
 
-    def __init__(self, file: CatalogFile) -> None:
+    def __init__(self, file: CatalogStore) -> None:
         self.file = file
         self._pending: dict[str, _Seen] = {}
         self._wake = trio.Event()

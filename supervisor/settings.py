@@ -4,8 +4,8 @@
   else ``settings.stateDir``, else the platform's user state dir
   (``~/.local/state/mcpvisor`` on Linux). The proxy, the ``toolset`` and ``status``
   commands and the control socket all ask here, so they always agree.
-* `with_env_overrides` — ``settings`` with ``$MCPVISOR_EXPOSURE`` applied and the
-  exposure checked.
+* `with_env_overrides` — ``settings`` with ``$MCPVISOR_EXPOSURE`` and ``$MCPVISOR_STORE``
+  applied and checked.
 
 Light to import (no trio, no MCP SDK): the CLI's registry commands use it.
 """
@@ -22,6 +22,7 @@ import platformdirs
 
 from mcpvisor.actors.core.toolsets import MODES
 from mcpvisor.config import ConfigError, Settings
+from mcpvisor.pgstore import STORE_ENV, is_store_url, scheme_of
 
 __all__ = ["APP_NAME", "EXPOSURE_ENV", "STATE_DIR_ENV", "state_dir", "with_env_overrides"]
 
@@ -64,14 +65,25 @@ def state_dir(
 
 
 def with_env_overrides(settings: Settings, env: Mapping[str, str] | None = None) -> Settings:
-    """``settings`` with ``$MCPVISOR_EXPOSURE`` applied and the exposure checked.
+    """``settings`` with ``$MCPVISOR_EXPOSURE`` and ``$MCPVISOR_STORE`` applied (each wins over
+    its setting) and checked.
 
     Raises:
-        ConfigError: the exposure is not one of ``menu``, ``all``, ``discovery``.
+        ConfigError: the exposure is not one of ``menu``, ``all``, ``discovery``, or
+            ``$MCPVISOR_STORE`` is not a PostgreSQL URL.
     """
-    value = (os.environ if env is None else env).get(EXPOSURE_ENV, "").strip()
+    environ = os.environ if env is None else env
+    value = environ.get(EXPOSURE_ENV, "").strip()
     source = f"${EXPOSURE_ENV}" if value else "settings.exposure"
     value = value or settings.exposure
     if value not in MODES:
         raise ConfigError(f"{source} is {value!r}; use one of: {', '.join(MODES)}")
-    return settings if value == settings.exposure else dataclasses.replace(settings, exposure=value)
+    if value != settings.exposure:
+        settings = dataclasses.replace(settings, exposure=value)
+    store = environ.get(STORE_ENV, "").strip()
+    if store and store != settings.store:
+        if not is_store_url(store):  # the value is not shown: a mistyped URL may still hold a password
+            raise ConfigError(f"${STORE_ENV} is {scheme_of(store)}, not a PostgreSQL URL "
+                              "(postgresql://user@host:port/database); unset it to keep the state in files")
+        settings = dataclasses.replace(settings, store=store)
+    return settings

@@ -136,15 +136,28 @@ class FileTokenStore:
             os.chmod(directory, DIR_MODE)
             with locked(self.path):
                 doc = (read_json(self.path) if self.path.exists() else None) or {}
-                doc["server"] = self.server
-                if issuer is not None:
-                    doc["issuer"] = issuer
-                current = str(doc.get("issuer", ""))
-                issuers = doc.setdefault("issuers", {})
-                change(issuers.setdefault(current, {}))
+                edit(doc, self.server, change, issuer=issuer)
                 atomic_write_text(self.path, dump_json(doc), mode=FILE_MODE)
 
         await trio.to_thread.run_sync(write)
+
+
+def edit(doc: dict[str, Any], server: str, change: Callable[[dict[str, Any]], None], *,
+         issuer: str | None = None) -> None:
+    """Apply ``change`` to the current issuer's record of a token document (made if missing);
+    ``issuer``, when given, becomes the current one. The document's shape is the same in a
+    file and in the PostgreSQL store (`mcpvisor.pgstore.data`)."""
+    doc["server"] = server
+    if issuer is not None:
+        doc["issuer"] = issuer
+    current = str(doc.get("issuer", ""))
+    issuers = doc.setdefault("issuers", {})
+    change(issuers.setdefault(current, {}))
+
+
+def login_of(doc: dict[str, Any] | None) -> StoredLogin:
+    """The current issuer's record of a token document (empty when there is none)."""
+    return _login(doc)
 
 
 def _login(doc: dict[str, Any] | None) -> StoredLogin:

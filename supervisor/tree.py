@@ -30,11 +30,19 @@ import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from mcpvisor._boot import coerce_config, instructions, load_state, recall, trace_config
+from mcpvisor._boot import (
+    coerce_config,
+    instructions,
+    journal_opener,
+    load_state,
+    open_shared,
+    recall,
+    trace_config,
+)
 from mcpvisor._hooks import UpstreamHooks
 from mcpvisor._notes import CallNotes
 from mcpvisor.actors import __version__, telemetry
@@ -68,6 +76,11 @@ from mcpvisor.settings import state_dir as resolve_state_dir
 from mcpvisor.settings import with_env_overrides
 from mcpvisor.startup import ListChangeCoalescer, startup_gate
 from mcpvisor.state import StateStore
+from mcpvisor.tokens import FileTokenStore
+
+if TYPE_CHECKING:
+    from mcpvisor.actors.link.oauth import TokenStore
+    from mcpvisor.pgstore.store import PgStore
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +93,8 @@ class Supervisor(CallNotes):
     """A running proxy: its upstreams, its router, what clients see. Use `open_supervisor`."""
 
     def __init__(self, config: Config, *, reaper: Reaper | None, rng: random.Random | None = None,
-                 state_dir: str | os.PathLike[str] | None = None) -> None:
+                 state_dir: str | os.PathLike[str] | None = None,
+                 shared: PgStore | None = None) -> None:
         self.config = config
         self.settings = with_env_overrides(config.settings)
         withhold_values(self.settings.auth_tokens.values())
@@ -90,7 +104,10 @@ class Supervisor(CallNotes):
         self._era_memory: dict[str, str] = {}
         self.front = Front(self, name="mcpvisor", version=__version__,
                            instructions=instructions(self.settings.namespacing))
-        self.store = StateStore(resolve_state_dir(state_dir, configured=self.settings.state_dir))
+        self.shared = shared
+        """The PostgreSQL store shared with other replicas (``settings.store``); None: files."""
+        directory = resolve_state_dir(state_dir, configured=self.settings.state_dir)
+        self.store: StateStore = shared.state if shared is not None else StateStore(directory)
         self.lazy = LazyBook.of({s.name: s.description for s in config.enabled_servers() if s.lazy})
         self.toolsets = ToolsetExposure(
             self.settings.exposure,
@@ -135,7 +152,8 @@ class Supervisor(CallNotes):
         self.metrics: Metrics | None = None
         """What ``/metrics`` and the dashboard's history read (``open_supervisor(metrics=True)``;
         `mcpvisor.metrics`); None: nothing is counted."""
-        self.catalog = CatalogWriter(CatalogFile(self.store.directory))
+        self.catalog = CatalogWriter(shared.catalog if shared is not None
+                                     else CatalogFile(self.store.directory))
         """Remembers what each server lists, for the next start (`mcpvisor.remembered`)."""
         self.remembered: dict[str, Remembered] = {}
         """Servers listed from memory that have not listed in this run yet."""
@@ -275,6 +293,20 @@ class Supervisor(CallNotes):
         args, env, url or headers changed since is not listed from memory. Call before the
         first snapshot clients see."""
         self.remembered.update(await recall(self.catalog, self.config, self.core, self._era_memory))
+
+    async def store_health(self) -> str | None:
+        """None when the store is reachable, else a short reason (no secret in it): what
+        ``/readyz`` reports. Files: always None. PostgreSQL: ``SELECT 1`` bounded to about
+        a second, the answer reused for a second."""
+        if self.shared is None:
+            return None
+        return await self.shared.health()
+
+    def token_store(self, server: str) -> TokenStore:
+        """Where ``server``'s upstream OAuth tokens live: the shared store, else the state directory."""
+        if self.shared is not None:
+            return self.shared.tokens(server)
+        return FileTokenStore(self.store.directory, server)
 
     # --- seams other modules fill ---------------------------------------------------------
     async def login(self, name: str) -> str:
@@ -426,32 +458,42 @@ async def open_supervisor(
         metrics: count calls, requests upstream, restarts and list changes from the start
             (`mcpvisor.metrics`: what ``/metrics`` exports and the dashboard draws).
 
+    With ``settings.store`` (or ``$MCPVISOR_STORE``) a PostgreSQL URL, the state, the
+    remembered lists, the upstream tokens and the journal are the store's, shared with the
+    other replicas on it, whose changes are applied here as they are made (`mcpvisor.pgstore`).
+
     Raises:
         ConfigError: ``settings.exposure`` / ``$MCPVISOR_EXPOSURE`` is not usable.
         actors.core.toolsets.ToolsetError: ``toolset`` does not exist.
-        (Both before anything is started.)
+        mcpvisor.pgstore.StoreError: the store cannot be reached, or its schema is newer.
+        (All before anything is started.)
 
     Leaving the block stops everything: each server's process group is stopped
     (close stdin, SIGTERM, SIGKILL, bounded) and reaped; no task or process survives.
     """
     cfg = coerce_config(config)
     remember(secret_values(cfg))  # what status views, the journal and the log must not show
-    store = StateStore(resolve_state_dir(state_dir, configured=with_env_overrides(cfg.settings).state_dir))
-    saved = await load_state(store, cfg, toolset)
+    settings = with_env_overrides(cfg.settings)
+    directory = resolve_state_dir(state_dir, configured=settings.state_dir)
     journal_path = journal if journal is not None else cfg.settings.journal
     payloads = cfg.settings.journal_payloads if journal_payloads is None else journal_payloads
     traces = trace_config(cfg)
     async with AsyncExitStack() as stack:
+        shared = await stack.enter_async_context(open_shared(settings, directory))
+        store = shared.state if shared is not None else StateStore(directory)
+        saved = await load_state(store, cfg, toolset)
         try:
             await stack.enter_async_context(telemetry.tracing(traces, version=__version__))
         except telemetry.TelemetryError as exc:
             raise ConfigError(str(exc), cfg.path) from None
         # The journal wraps everything else: it closes last, after every call has finished.
-        journal_handle = (await stack.enter_async_context(open_journal(journal_path, payloads=payloads))
+        opener = journal_opener(shared, payloads)
+        journal_handle = (await stack.enter_async_context(open_journal(journal_path, payloads=payloads,
+                                                                       opener=opener))
                           if journal_path is not None else None)
         async with _run_tree(cfg, store, saved, toolset, rng=rng, watch=watch, control=control,
                              control_transport=control_transport, journal=journal_handle,
-                             metrics=Metrics() if metrics else None) as sup:
+                             metrics=Metrics() if metrics else None, shared=shared) as sup:
             yield sup
 
 
@@ -459,10 +501,11 @@ async def open_supervisor(
 async def _run_tree(cfg: Config, store: StateStore, saved: SavedState, toolset: str | None, *,
                     rng: random.Random | None, watch: bool, control: str | os.PathLike[str] | None,
                     control_transport: str, journal: Journal | None,
-                    metrics: Metrics | None = None) -> AsyncIterator[Supervisor]:
+                    metrics: Metrics | None = None,
+                    shared: PgStore | None = None) -> AsyncIterator[Supervisor]:
     """The supervision tree of `open_supervisor` (its nurseries, in their nesting order)."""
     async with open_reaper() as reaper, trio.open_nursery() as root:
-        sup = Supervisor(cfg, reaper=reaper, rng=rng, state_dir=store.directory)
+        sup = Supervisor(cfg, reaper=reaper, rng=rng, state_dir=store.directory, shared=shared)
         sup.journal = journal
         sup.metrics = metrics
         if metrics is not None:  # every request the front serves but tools/call (note_call counts those)
@@ -475,6 +518,10 @@ async def _run_tree(cfg: Config, store: StateStore, saved: SavedState, toolset: 
         await root.start(sup.front.run)
         await root.start(sup.coalescer.run)
         await root.start(sup.catalog.run)
+        if shared is not None:  # other replicas' changes, applied here as they are made
+            from mcpvisor.pgstore.follow import follow
+
+            await root.start(follow, shared, sup.menu)
         if control is not None:
             from mcpvisor.control import serve_control
 

@@ -20,3 +20,9 @@ fi
 if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
   $SUDO apt-get update && $SUDO apt-get install -y --no-install-recommends prometheus=2.42.0+ds-5+deb12u1
 fi
+# A throw-away PostgreSQL cluster per test session (tests/pg.py) for the shared store of
+# several replicas; pinned to bookworm's build (the fixture runs initdb and postgres from
+# /usr/lib/postgresql/15/bin, so nothing is started here).
+if [ ! -x /usr/lib/postgresql/15/bin/postgres ]; then
+  $SUDO apt-get update && $SUDO apt-get install -y --no-install-recommends postgresql-15=15.18-0+deb12u1
+fi

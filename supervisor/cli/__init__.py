@@ -26,7 +26,7 @@ from mcpvisor.cli._base import (
 )
 
 COMMAND_MODULES: Final = ("serve", "status", "dashboard", "mcp", "toolset", "importer", "config_cmd",
-                          "journal_cmd", "bench")
+                          "journal_cmd", "store_cmd", "bench")
 """Subcommand modules, in the order ``--help`` lists them."""
 
 __all__ = ["EXIT_CLOSED_PIPE", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "Formatter",

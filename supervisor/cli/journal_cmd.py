@@ -1,5 +1,8 @@
 """``mcpvisor journal PATH``: what a harness run called, summarised from its journal.
 
+PATH is the SQLite file, or the replicas' shared store (a ``postgresql://`` URL, default
+``$MCPVISOR_STORE``), whose one table holds every replica's calls.
+
 Per server and tool: calls, errors, latency p50/p99; per run (episode label): calls and
 failures; the outcome counts. ``--run LABEL`` narrows it to one run; ``--format json``
 gives the same as one JSON object (`mcpvisor.journal.summarise`). ``--calls N`` lists the
@@ -10,10 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any, Final
 
-from mcpvisor.cli._base import EXIT_FAILED, EXIT_OK, Formatter
+from mcpvisor.cli._base import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Formatter
 
 EPILOG: Final = """\
 examples:
@@ -22,6 +26,7 @@ examples:
   mcpvisor journal runs.db --run episode-7     # one run only
   mcpvisor journal runs.db --calls 20          # the last 20 calls, with their trace ids
   mcpvisor journal runs.db --format json
+  mcpvisor journal "$MCPVISOR_STORE"            # every replica's calls, from the shared store
 
 outcomes: ok, tool_error (a result with isError), timeout, server_down, cancelled, error.
 """
@@ -32,7 +37,9 @@ def register(sub: Any) -> None:
                        description="Summarise the calls recorded in a journal: per server and tool "
                                    "(calls, errors, p50/p99 latency) and per run (calls, failures).",
                        formatter_class=Formatter, epilog=EPILOG)
-    p.add_argument("path", metavar="PATH", help="the journal file")
+    p.add_argument("path", metavar="PATH", nargs="?",
+                   help="the journal file, or the replicas' shared store (a postgresql:// URL; default: "
+                        "$MCPVISOR_STORE): every replica's calls, with how many each served")
     p.add_argument("--format", choices=("table", "json"), default="table",
                    help="output format (default: table)")
     p.add_argument("--run", metavar="LABEL", help="only the calls of this run")
@@ -44,7 +51,14 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from mcpvisor.journal import format_table, summarise
     from mcpvisor.journal._summary import JournalMissing
+    from mcpvisor.pgstore import STORE_ENV
 
+    if args.path is None:
+        args.path = os.environ.get(STORE_ENV, "").strip() or None
+        if args.path is None:
+            print(f"mcpvisor journal: name a journal file (or set ${STORE_ENV} to the shared store)",
+                  file=sys.stderr)
+            return EXIT_USAGE
     try:
         if args.calls > 0:
             from mcpvisor.journal._summary import format_calls, recent_calls

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from mcpvisor.actors.core.vocabulary import EXPOSURES
-from mcpvisor.cli._base import EXIT_OK, EXIT_USAGE, Formatter
+from mcpvisor.cli._base import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Formatter
 from mcpvisor.config import DEFAULT_HOST, DEFAULT_PORT
 from mcpvisor.redact import remember, scrub_known, secret_values
 
@@ -60,7 +60,8 @@ def register(sub: Any) -> None:
     p.add_argument("--log-file", metavar="PATH", help="also write the log to this file")
     p.add_argument("--journal", metavar="PATH",
                    help="record every tool call in this SQLite file (also settings.journal; "
-                        "read it with `mcpvisor journal PATH`)")
+                        "read it with `mcpvisor journal PATH`); with a shared store (settings.store, "
+                        "$MCPVISOR_STORE) the calls go to its one table instead")
     p.add_argument("--metrics-port", type=int, metavar="N",
                    help="serve Prometheus /metrics on this port (for stdio and ws; the http front "
                         "serves /metrics itself; 0: any free port)")
@@ -235,6 +236,7 @@ def run(args: argparse.Namespace) -> int:
     for warning in config.warnings:
         logger.warning("%s", warning)
     from mcpvisor.actors.core.toolsets import ToolsetError
+    from mcpvisor.pgstore import StoreError
 
     try:
         trio.run(_main, args, config)
@@ -244,6 +246,9 @@ def run(args: argparse.Namespace) -> int:
     except ToolsetError as exc:  # --toolset names no toolset
         print(f"mcpvisor: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except StoreError as exc:  # settings.store / $MCPVISOR_STORE unreachable at start (no password shown)
+        print(f"mcpvisor: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     return EXIT_OK
 
 

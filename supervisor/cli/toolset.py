@@ -26,6 +26,7 @@ from mcpvisor.cli.config_cmd import CommandError, config_option, load_lenient, l
 if TYPE_CHECKING:
     from mcpvisor.actors.core.model import SavedState, ToolEntry, Toolset
     from mcpvisor.config import Config
+    from mcpvisor.state import StateStore
     from mcpvisor.toolset_create import Wanted
 
 CONTROL_TIMEOUT_S: Final = 10.0
@@ -189,7 +190,6 @@ class _Context:
 
     def __init__(self, args: argparse.Namespace) -> None:
         from mcpvisor.config import Settings
-        from mcpvisor.state import StateStore
 
         self.config: Config | None = None
         target = locate(args)
@@ -200,7 +200,9 @@ class _Context:
                 out.note(f"warning: {err}; toolsets declared there are not shown")
         settings = self.config.settings if self.config is not None else Settings()
         self.state_dir = _state_dir(getattr(args, "state_dir", None), settings)
-        self.store = StateStore(self.state_dir)
+        self.store, self.shared = _store(settings, self.state_dir)
+        self.where = str(self.store.path) if self.shared else str(self.state_dir)
+        """What messages name: the state directory, or the shared store (no password)."""
 
     def declared(self) -> dict[str, Toolset]:
         from mcpvisor.actors.core.model import ToolEntry, Toolset
@@ -227,6 +229,23 @@ class _Context:
         for name, ts in state.toolsets.items():
             found.setdefault(name, ts)
         return found
+
+
+def _store(settings: Any, directory: Path) -> tuple[StateStore, bool]:
+    """The state the proxy uses, and whether it is shared: the replicas' store
+    (``settings.store``, ``$MCPVISOR_STORE``; they hear of each change), else
+    ``state.json`` in ``directory``."""
+    from mcpvisor.settings import with_env_overrides
+    from mcpvisor.state import StateStore
+
+    url = with_env_overrides(settings).store
+    if url is None:
+        return StateStore(directory), False
+    from mcpvisor.pgstore.store import PgStore
+
+    shared = PgStore(url, state_dir=directory)
+    shared.migrate()  # a store no replica has started on yet
+    return shared.state, True
 
 
 def _state_dir(explicit: str | None, settings: Any) -> Path:
@@ -276,7 +295,7 @@ def run_list(args: argparse.Namespace) -> int:
         return EXIT_OK
     if not rows:
         out.note(
-            f"no toolsets in {ctx.state_dir} (create one: mcpvisor toolset create NAME --tool server.tool)"
+            f"no toolsets in {ctx.where} (create one: mcpvisor toolset create NAME --tool server.tool)"
         )
         return EXIT_OK
     out.table(
@@ -293,7 +312,7 @@ def run_list(args: argparse.Namespace) -> int:
         ],
         styles={"Equipped": lambda cell: "bold green" if cell else None},
     )
-    out.note(f"state directory: {ctx.state_dir}")
+    out.note(f"{'store' if ctx.shared else 'state directory'}: {ctx.where}")
     return EXIT_OK
 
 
@@ -317,7 +336,7 @@ def run_show(args: argparse.Namespace) -> int:
     if args.format == "json":
         out.print_json({**_summary(ts, state.equipped), "tools": tools})
         return EXIT_OK
-    where = "declared in the config file (read-only)" if ts.read_only else f"saved in {ctx.state_dir}"
+    where = "declared in the config file (read-only)" if ts.read_only else f"saved in {ctx.where}"
     out.say(
         f"{ts.name}: {len(ts.tools)} tools, {where}" + ("; equipped" if ts.name == state.equipped else ""),
         style="bold",
@@ -414,14 +433,14 @@ def run_create(args: argparse.Namespace) -> int:
         ctx.store.save_toolset(toolset, replace=args.force)
     except ToolsetExists:
         raise CommandError(
-            f"a toolset named {args.name!r} already exists in {ctx.state_dir}; use --force to replace it"
+            f"a toolset named {args.name!r} already exists in {ctx.where}; use --force to replace it"
         ) from None
     refs = [e.namespaced_name for e in entries]
     if args.format == "json":
         out.print_json({"created": args.name, "stateDir": str(ctx.state_dir), "tools": refs,
                         "checked": checked})
     else:
-        out.say(f"Saved toolset {args.name!r} ({len(refs)} tools) in {ctx.state_dir}", style="green")
+        out.say(f"Saved toolset {args.name!r} ({len(refs)} tools) in {ctx.where}", style="green")
         out.note(f"equip it with: mcpvisor toolset equip {args.name}")
     return EXIT_OK
 
@@ -448,7 +467,7 @@ def run_delete(args: argparse.Namespace) -> int:
     if args.format == "json":
         out.print_json({"deleted": args.name, "stateDir": str(ctx.state_dir)})
     else:
-        out.say(f"Deleted toolset {args.name!r} from {ctx.state_dir}")
+        out.say(f"Deleted toolset {args.name!r} from {ctx.where}")
     return EXIT_OK
 
 

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
+from mcpvisor.pgstore import is_store_url, shown_url
+
 RUNS_SHOWN: Final = 50
 """Runs listed in the table at most (the JSON has them all); a harness runs hundreds."""
 
@@ -71,8 +73,8 @@ def summarise(path: str | Path, *, run: str | None = None) -> dict[str, Any]:
         values.sort()
         tools.append({"server": server, "tool": tool, "calls": len(values), "errors": errors[(server, tool)],
                       "p50_ms": round(percentile(values, 50), 3), "p99_ms": round(percentile(values, 99), 3)})
-    return {
-        "path": str(Path(path)),
+    out = {
+        "path": shown_url(str(path)) if is_store_url(str(path)) else str(Path(path)),
         "run": run,
         "calls": len(rows),
         "outcomes": dict(sorted(outcomes.items())),
@@ -81,6 +83,14 @@ def summarise(path: str | Path, *, run: str | None = None) -> dict[str, Any]:
         "tools": tools,
         "runs": [{"run": label or None, **counts} for label, counts in runs.items()],
     }
+    if is_store_url(str(path)):  # one table for every replica: how many calls each served
+        from mcpvisor.pgstore.journal import replicas
+
+        try:
+            out["replicas"] = replicas(str(path), run)
+        except Exception as exc:  # the summary is already read; this part is extra
+            raise JournalMissing(str(exc)) from None
+    return out
 
 
 def recent_calls(path: str | Path, limit: int, *, run: str | None = None) -> list[dict[str, Any]]:
@@ -109,6 +119,14 @@ def _read(path: str | Path, query: Callable[[sqlite3.Connection], list[Any]]) ->
     Raises:
         JournalMissing: no such file, or not a journal (no ``calls`` table).
     """
+    if is_store_url(str(path)):  # the shared journal of several replicas
+        from mcpvisor.pgstore import StoreError
+        from mcpvisor.pgstore.journal import read_rows
+
+        try:
+            return read_rows(str(path), query)
+        except StoreError as exc:
+            raise JournalMissing(str(exc)) from None
     p = Path(path)
     if not p.is_file():
         raise JournalMissing(f"no journal at {p}")
@@ -137,6 +155,9 @@ def format_table(summary: dict[str, Any]) -> str:
     outcomes = ", ".join(f"{k} {v}" for k, v in summary["outcomes"].items())
     lines = [f"journal {summary['path']}" + (f" (run {summary['run']})" if summary["run"] else ""),
              totals + (f"; {outcomes}" if outcomes else "")]
+    if summary.get("replicas"):
+        shares = ", ".join(f"{name} {calls}" for name, calls in summary["replicas"].items())
+        lines.append(f"replicas: {shares}")
     if summary["tools"]:
         lines.append("")
         header = ("server", "tool", "calls", "errors", "p50 ms", "p99 ms")

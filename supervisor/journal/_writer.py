@@ -23,11 +23,11 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import msgspec
 import trio
@@ -53,6 +53,10 @@ meanwhile waits no longer than that (measured: ~4 us per record)."""
 BATCH_WINDOW_S: Final = 0.05
 """How long the writer gathers records after the first one before writing the batch: the
 most a SIGKILL can lose is this window's records (plus the batch being written)."""
+
+RETRY_FIRST_S: Final = 0.25
+RETRY_MAX_S: Final = 2.0
+"""Backoff of a batch the PostgreSQL store could not take (it is held, and tried again)."""
 
 CLOSE_TIMEOUT_S: Final = 5.0
 """Bound on writing the queued records when the journal closes (docs/style.md rule 16)."""
@@ -204,6 +208,41 @@ def _private(path: Path) -> None:
             os.chmod(side, JOURNAL_MODE)
 
 
+def table_rows(records: Sequence[CallRecord], wall_offset: float, *, payloads: bool) -> list[tuple[Any, ...]]:
+    """The ``calls`` rows of ``records`` (in `_INSERT`'s column order): encoded, sized, hashed,
+    classified; payloads only when ``payloads``."""
+    rows = []
+    for r in records:
+        args = _as_bytes(r.arguments)
+        result = _compact(_as_bytes(r.result))
+        rows.append((
+            r.finished + wall_offset, r.session, _text(r.run), r.server, r.tool,
+            None if args is None else len(args), _digest(args),
+            None if result is None else len(result), _digest(result),
+            _payload(args) if payloads else None,
+            _payload(result) if payloads else None,
+            outcome_of(r.error, result),
+            None if r.error is None else scrub_known(str(r.error) or type(r.error).__name__),
+            r.latency * 1000.0, r.retries, r.restarts, r.list_version, r.trace_id,
+        ))
+    return rows
+
+
+class JournalWriter(Protocol):
+    """Where the writer task puts its batches: `JournalDB` (SQLite) or the PostgreSQL store's
+    table (`mcpvisor.pgstore.journal.PgJournalDB`). Used from one worker thread at a time."""
+
+    path: Any
+    errors: tuple[type[BaseException], ...]
+    retries: tuple[type[BaseException], ...]
+
+    def rows(self, records: Sequence[CallRecord], wall_offset: float) -> list[tuple[Any, ...]]: ...
+
+    def insert(self, rows: Sequence[tuple[Any, ...]]) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class JournalDB:
     """The SQLite side: used from one worker thread at a time (never concurrently)."""
 
@@ -224,23 +263,15 @@ class JournalDB:
             self.conn.execute("ALTER TABLE calls ADD COLUMN trace_id TEXT")
         self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
 
+    errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
+    """What a failed `insert` raises."""
+    retries: tuple[type[BaseException], ...] = ()
+    """The failures after which a batch is held and tried again (a store that comes back)
+    rather than dropped: none for a file."""
+
     def rows(self, records: Sequence[CallRecord], wall_offset: float) -> list[tuple[Any, ...]]:
         """The table rows of ``records``: encoded, sized, hashed, classified."""
-        rows = []
-        for r in records:
-            args = _as_bytes(r.arguments)
-            result = _compact(_as_bytes(r.result))
-            rows.append((
-                r.finished + wall_offset, r.session, _text(r.run), r.server, r.tool,
-                None if args is None else len(args), _digest(args),
-                None if result is None else len(result), _digest(result),
-                _payload(args) if self.payloads else None,
-                _payload(result) if self.payloads else None,
-                outcome_of(r.error, result),
-                None if r.error is None else scrub_known(str(r.error) or type(r.error).__name__),
-                r.latency * 1000.0, r.retries, r.restarts, r.list_version, r.trace_id,
-            ))
-        return rows
+        return table_rows(records, wall_offset, payloads=self.payloads)
 
     def insert(self, rows: Sequence[tuple[Any, ...]]) -> None:
         """Insert ``rows`` in one transaction (SQLite releases the GIL while it works)."""
@@ -272,6 +303,8 @@ class Journal:
         # timestamps a reader understands (docs/style.md rule 15: no behaviour depends on it).
         self._wall_offset = time.time() - trio.current_time()
         self._closing = False
+        self._outage_dropped: int | None = None
+        """`dropped` when a store outage began (None: writing); the log says how many it cost."""
         self._close_requested = trio.Event()
         self._scope = trio.CancelScope(shield=True)
         """The writer's scope: shielded, so records queued before a cancellation are still
@@ -287,14 +320,14 @@ class Journal:
     def statistics(self) -> JournalStatistics:
         return JournalStatistics(self.written, self.dropped, self._send.statistics().current_buffer_used)
 
-    async def run(self, db: JournalDB, *,
+    async def run(self, db: JournalWriter, *,
                   task_status: trio.TaskStatus[Journal] = trio.TASK_STATUS_IGNORED) -> None:
         """Drain the channel in batches until it is closed and empty."""
         task_status.started(self)
         with self._scope:
             await self._loop(db)
 
-    async def _loop(self, db: JournalDB) -> None:
+    async def _loop(self, db: JournalWriter) -> None:
         receive = self._receive
         while True:
             try:
@@ -318,35 +351,61 @@ class Journal:
             if batch:
                 await self._write(db, batch)
 
-    async def _write(self, db: JournalDB, batch: list[CallRecord]) -> None:
+    async def _write(self, db: JournalWriter, batch: list[CallRecord]) -> None:
         # Rows are built here, a slice at a time between checkpoints: a worker thread doing
         # it would hold the GIL for whole switch intervals (5 ms) while calls wait for it.
         rows: list[tuple[Any, ...]] = []
         for start in range(0, len(batch), ROWS_PER_SLICE):
             rows += db.rows(batch[start:start + ROWS_PER_SLICE], self._wall_offset)
             await trio.lowlevel.checkpoint()
-        try:
-            await trio.to_thread.run_sync(db.insert, rows, abandon_on_cancel=False)
-        except sqlite3.Error as exc:
-            self.dropped += len(batch)
-            logger.error("journal %s: could not write %d records: %s", db.path, len(batch), exc)
-            return
+        backoff = RETRY_FIRST_S
+        while True:
+            try:
+                await trio.to_thread.run_sync(db.insert, rows, abandon_on_cancel=False)
+            except db.errors as exc:
+                if not isinstance(exc, db.retries) or self._closing:
+                    self.dropped += len(batch)
+                    logger.error("journal %s: could not write %d records: %s", db.path, len(batch), exc)
+                    return
+                if self._outage_dropped is None:  # said once per outage, not per try
+                    self._outage_dropped = self.dropped
+                    logger.warning("journal %s: could not write (%s); holding %d records and trying again "
+                                   "(calls go on; at most %d more wait, the rest are dropped and counted)",
+                                   db.path, exc, len(batch), QUEUE_RECORDS)
+                # Waits here while the channel fills: the call path never waits on the store.
+                try:
+                    with trio.move_on_after(backoff):
+                        await self._close_requested.wait()
+                except trio.Cancelled:  # the close's bound ran out: the held batch is lost
+                    self.dropped += len(batch)
+                    raise
+                backoff = min(backoff * 2, RETRY_MAX_S)
+                continue
+            break
         self.written += len(batch)
+        if self._outage_dropped is not None:
+            lost, self._outage_dropped = self.dropped - self._outage_dropped, None
+            logger.warning("journal %s: writing again; %d records were dropped meanwhile", db.path, lost)
 
 
 @asynccontextmanager
-async def open_journal(path: str | os.PathLike[str], *, payloads: bool = False) -> AsyncIterator[Journal]:
+async def open_journal(path: str | os.PathLike[str], *, payloads: bool = False,
+                       opener: Callable[[], JournalWriter] | None = None) -> AsyncIterator[Journal]:
     """Record calls into ``path`` for the duration of the block.
 
     The file is created (with its directory) if missing; an existing journal is appended
     to. On exit, also by cancellation or an exception, the queued records are written
     (bounded by `CLOSE_TIMEOUT_S`) and the database closed.
 
+    ``opener``: where the rows go instead of the SQLite file at ``path`` (the PostgreSQL
+    store's table: ``path`` is then only what the log names).
+
     Raises:
         sqlite3.Error, OSError: the file cannot be opened as a journal (before the block).
     """
     journal = Journal(path, payloads=payloads)
-    db = await trio.to_thread.run_sync(lambda: JournalDB(path, payloads=payloads))
+    db: JournalWriter = await trio.to_thread.run_sync(
+        opener if opener is not None else lambda: JournalDB(path, payloads=payloads))
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(journal.run, db)
@@ -362,6 +421,7 @@ async def open_journal(path: str | os.PathLike[str], *, payloads: bool = False) 
     finally:
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(db.close)
+        journal.dropped += journal._receive.statistics().current_buffer_used  # never written
         if journal.dropped:
             logger.warning("journal %s: %d records dropped", path, journal.dropped)
 

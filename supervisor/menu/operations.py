@@ -50,6 +50,7 @@ from mcpvisor.actors.core.toolsets import (
 from mcpvisor.actors.router import ExposureCall
 from mcpvisor.menu.checks import unknown_toolset
 from mcpvisor.menu.definitions import MAX_NOTE_CHARS
+from mcpvisor.pgstore import StoreError
 from mcpvisor.state import CorruptState, StateError, StateStore, ToolsetExists, UnknownToolset
 from mcpvisor.toolset_create import (
     Wanted,
@@ -132,6 +133,8 @@ class MenuOperations:
             return await trio.to_thread.run_sync(self.backend.store.load)
         except CorruptState as exc:
             raise ToolsetError("state_unreadable", str(exc), path=str(exc.path)) from None
+        except StoreError as exc:  # the shared store is down: its message names it, no password
+            raise ToolsetError("store_unreachable", f"{exc}. Nothing changed.") from None
         except OSError as exc:
             raise ToolsetError("state_unreadable", f"cannot read {self.backend.store.path}: {exc}") from None
 
@@ -149,6 +152,8 @@ class MenuOperations:
                 raise ToolsetError("toolset_exists",
                                    f"A toolset named {exc.name!r} already exists; delete it "
                                    "first or choose another name.", toolsets=self._known()) from None
+            except StoreError as exc:
+                raise ToolsetError("store_unreachable", f"{exc}. Nothing changed.") from None
             except (StateError, LockTimeout, OSError) as exc:
                 raise ToolsetError("state_not_saved", f"Could not save to {store.path}: {exc}. Nothing "
                                    "changed.") from None
@@ -180,6 +185,32 @@ class MenuOperations:
                     start_soon(_load_quietly, loader, s.server)
                 else:
                     up.load()
+
+    async def adopt(self) -> None:
+        """The shared state was changed by another replica (`mcpvisor.pgstore.follow`):
+        read it and apply it here as if it had been changed here (toolsets, notes, the
+        equipped toolset), in turn with local changes; clients get one ``list_changed``
+        where what they see changed.
+
+        Raises:
+            ToolsetError: the state cannot be read (nothing changes).
+        """
+        async with self._lock:
+            state = await self._load()
+
+            def apply(ex: ToolsetExposure, core: RegistryCore) -> None:
+                ex.sync(state)
+                wanted = state.equipped
+                if wanted is None:
+                    if ex.equipped is not None:
+                        ex.unequip()
+                    return
+                toolset = ex.declared.get(wanted) or state.toolsets.get(wanted)
+                if toolset is not None and toolset != ex.equipped:
+                    ex.equip(toolset)
+
+            await self.backend.router.ask(ExposureCall(apply))
+        self.load_lazy()
 
     # --- operations (shared with the embedding API) -----------------------------------
     async def equip(self, name: str) -> dict[str, Any]:

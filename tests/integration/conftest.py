@@ -11,6 +11,8 @@ from typing import Any, Final
 
 import pytest
 
+from tests.pg import postgres  # noqa: F401  (one throw-away PostgreSQL per session, for every module)
+
 REPO: Final = Path(__file__).resolve().parents[2]
 PROCESS_TIMEOUT_S: Final = 60.0
 """How long a spawned helper process may take to finish after it was killed."""

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
 
@@ -40,7 +42,8 @@ def register(cmds: Any, parent: argparse.ArgumentParser) -> None:
         parents=[parent],
         formatter_class=Formatter,
         description="Run the OAuth login of an http or sse server and store its tokens in the "
-        "state directory; a running proxy picks them up by itself.",
+        "state directory, or in the shared store (settings.store, $MCPVISOR_STORE; encrypted with "
+        "$MCPVISOR_STORE_KEY) where every replica uses them; a running proxy picks them up by itself.",
         epilog="examples:\n  mcpvisor mcp login linear\n  mcpvisor mcp login linear --no-browser\n",
     )
     login.add_argument("name", metavar="NAME")
@@ -61,8 +64,9 @@ def register(cmds: Any, parent: argparse.ArgumentParser) -> None:
     logout.set_defaults(func=run_logout)
 
 
-def _server(args: argparse.Namespace) -> tuple[Any, Path]:
-    """The server's spec and the state directory its tokens live in."""
+def _server(args: argparse.Namespace) -> tuple[Any, Path, str | None]:
+    """The server's spec, the state directory and the shared store (``settings.store``,
+    ``$MCPVISOR_STORE``; None: the tokens live in the state directory)."""
     from mcpvisor.settings import state_dir, with_env_overrides
 
     target = require(args)
@@ -71,8 +75,24 @@ def _server(args: argparse.Namespace) -> tuple[Any, Path]:
     if spec.transport not in ("http", "sse"):
         raise CommandError(f"server {spec.name} is a {spec.transport} server: "
                            "only http and sse servers log in")
-    directory = state_dir(args.state_dir, configured=with_env_overrides(config.settings).state_dir)
-    return spec, directory
+    settings = with_env_overrides(config.settings)
+    directory = state_dir(args.state_dir, configured=settings.state_dir)
+    return spec, directory, settings.store
+
+
+@asynccontextmanager
+async def _tokens(spec: Any, directory: Path, store: str | None) -> AsyncIterator[Any]:
+    """The server's `TokenStore`: its file in the state directory, or its row in the
+    replicas' shared store (every replica then uses what this command stores)."""
+    from mcpvisor.tokens import FileTokenStore
+
+    if store is None:
+        yield FileTokenStore(directory, spec.name)
+        return
+    from mcpvisor.pgstore.store import open_store
+
+    async with open_store(store, state_dir=directory) as shared:
+        yield shared.tokens(spec.name)
 
 
 @fails
@@ -81,10 +101,10 @@ def run_login(args: argparse.Namespace) -> int:
 
     from mcpvisor import redact
 
-    spec, directory = _server(args)
+    spec, directory, shared = _server(args)
     redact.remember(redact.server_secrets(spec))
     try:
-        where = trio.run(_login, spec, directory, not args.no_browser)
+        where = trio.run(_login, spec, directory, shared, not args.no_browser)
     except Exception as exc:  # the flow's own words, scrubbed of any token
         print(f"mcpvisor: login to {spec.name} failed: {redact.scrub_known(str(exc))}", file=sys.stderr)
         return EXIT_FAILED
@@ -92,13 +112,16 @@ def run_login(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _login(spec: Any, directory: Path, browser: bool) -> Path:
+async def _login(spec: Any, directory: Path, shared: str | None, browser: bool) -> Path:
+    async with _tokens(spec, directory, shared) as store:
+        return await _login_into(spec, store, browser)
+
+
+async def _login_into(spec: Any, store: Any, browser: bool) -> Path:
     import httpx2
 
     from mcpvisor.actors.link.oauth import UpstreamAuth, open_browser, open_callback_listener
-    from mcpvisor.tokens import FileTokenStore
 
-    store = FileTokenStore(directory, spec.name)
     await store.forget_tokens(refresh_token=None)  # a login asks again, whatever is stored
     port = spec.oauth.callback_port if spec.oauth is not None else None
     async with open_callback_listener(spec.name, port, store) as listener:
@@ -125,19 +148,21 @@ async def _login(spec: Any, directory: Path, browser: bool) -> Path:
                     raise RuntimeError(f"the server still refuses the token (HTTP {response.status_code})")
     if (await store.load()).tokens is None:
         raise RuntimeError("the server did not ask for a login (it answers without a token)")
-    return store.path
+    path: Path = store.path
+    return path
 
 
 @fails
 def run_logout(args: argparse.Namespace) -> int:
     import trio
 
-    from mcpvisor.tokens import FileTokenStore, revoke
+    from mcpvisor.tokens import revoke
 
-    spec, directory = _server(args)
+    spec, directory, shared = _server(args)
 
     async def logout() -> tuple[bool, list[str]]:
-        login = await FileTokenStore(directory, spec.name).forget()
+        async with _tokens(spec, directory, shared) as store:
+            login = await store.forget()
         if login.tokens is None:
             return False, []
         return True, await revoke(login)
