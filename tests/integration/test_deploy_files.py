@@ -157,6 +157,12 @@ def healthcheck_command() -> list[str]:
     return exec_form(check[check.index("CMD ") + len("CMD "):])
 
 
+def longest_pod_name() -> str:
+    """The longest name a pod of the Deployment gets, which $MCPVISOR_REPLICA carries: the
+    Deployment's name, the pod template's hash (at most 10 characters), 5 random ones."""
+    return f"{the('Deployment')['metadata']['name']}-{'7' * 10}-{'x' * 5}"
+
+
 def probes() -> dict[str, dict[str, Any]]:
     return {kind: container()[kind]["httpGet"] for kind in ("startupProbe", "livenessProbe", "readinessProbe")
             if kind in container()}
@@ -442,15 +448,16 @@ def test_the_build_context_holds_the_sources_and_nothing_else() -> None:
 
 async def test_a_replica_serves_every_probe_without_a_token(tmp_path: Path) -> None:
     """``mcpvisor serve`` with the image's arguments (on loopback and a free port here),
-    a front token set as the Secret sets it: every path the kubelet probes answers 200
-    with JSON and no Authorization header, /mcp still wants the token, and the image's
-    HEALTHCHECK command succeeds against it."""
+    a front token set as the Secret sets it and the replica named as a pod of the
+    Deployment is (a name the proxy refused would keep every pod from starting): every
+    path the kubelet probes answers 200 with JSON and no Authorization header, /mcp still
+    wants the token, and the image's HEALTHCHECK command succeeds against it."""
     (cmd,) = runtime().values("CMD")
     args = exec_form(cmd)[1:]
     args[args.index("--host") + 1] = "127.0.0.1"
     args[args.index("--port") + 1] = "0"
     config = write_config(tmp_path, {"flaky": flaky()})
-    env: Mapping[str, str] = {"MCPVISOR_TOKEN": "t" * 40, "MCPVISOR_REPLICA": "replica-a",
+    env: Mapping[str, str] = {"MCPVISOR_TOKEN": "t" * 40, "MCPVISOR_REPLICA": longest_pod_name(),
                               "MCPVISOR_STATE_DIR": str(tmp_path / "state")}
     paths = sorted({p["path"] for p in probes().values()} | {"/healthz"})
     with trio.fail_after(REAL_IO_BOUND_S):
