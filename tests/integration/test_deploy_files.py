@@ -252,6 +252,22 @@ def test_the_image_installs_extras_the_package_has() -> None:
     assert asked <= extras, f"deploy/Dockerfile installs extras pyproject.toml lacks: {asked - extras}"
 
 
+def test_the_image_runs_npx_and_uvx_servers() -> None:
+    """Most stdio servers are started with npx or uvx: the image ships both, and the
+    sample config's stdio servers use only what it ships."""
+    (build,) = [s for s in stages() if s.name == "build"]
+    shipped = set()
+    if any(re.search(r'"uv==[0-9.]+"', run) for run in build.values("RUN")):
+        shipped |= {"uv", "uvx"}
+    if any("/usr/local/bin/npx" in run for run in runtime().values("RUN")) and any(
+            v.startswith("--from=node /usr/local/bin/node ") for v in runtime().values("COPY")):
+        shipped |= {"node", "npm", "npx"}
+    assert {"npx", "uvx"} <= shipped
+    commands = {e["command"] for e in sample_config()["mcpServers"].values() if "command" in e}
+    assert commands
+    assert commands <= shipped
+
+
 def test_no_secret_is_baked_into_the_image() -> None:
     for stage in stages():
         for name in envs(stage):
