@@ -262,6 +262,12 @@ class Supervisor(CallNotes):
         return [dataclasses.replace(s, reason=s.reason and scrub_known(s.reason),
                                     last_error=s.last_error and scrub_known(s.last_error)) for s in shown]
 
+    async def store_health(self) -> str | None:
+        """Whether the store that keeps toolsets, pins, the catalog, tokens and the journal
+        answers: None when it does, else a short reason with no secret in it (the HTTP
+        front's ``/readyz`` says it). The files store is this machine's disk: always None."""
+        return None
+
     def _status_of(self, up: Upstream) -> UpstreamStatus:
         status = up.status()
         memory = self.remembered.get(up.name)
