@@ -34,6 +34,7 @@ from msgspec import UNSET
 from mcpvisor.actors import wire
 from mcpvisor.actors.errors import ShuttingDown, error_data
 from mcpvisor.actors.fronts.asgi import Receive, Scope, Send, read_body
+from mcpvisor.actors.fronts.drain import ADMITTED
 from mcpvisor.actors.fronts.frames import Refusal, decode_client_frame
 
 if TYPE_CHECKING:
@@ -90,7 +91,11 @@ class FleetDoor:
             else:
                 await _json(send, SERVICE_UNAVAILABLE, {"status": "not ready", "reason": reason})
             return
-        if not self.drain.draining or not self._ours(path):
+        if not self._ours(path):
+            await self.app(scope, receive, send)
+            return
+        if not self.drain.draining:
+            scope[ADMITTED] = True  # served to the end, whenever the drain begins
             await self.app(scope, receive, send)
             return
         method = scope.get("method")

@@ -1,0 +1,156 @@
+"""Three ``mcpvisor serve --transport http`` replicas behind a real HAProxy and a real nginx,
+configured by the files deploy/ ships: rolling restarts lose no call, a killed replica loses
+only what it held, handshake-era sessions stick to their replica and start over cleanly
+elsewhere when it dies, and stateless calls go anywhere.
+
+Each test starts its own three replicas (subprocesses, each with its own state dir and
+flaky upstream) and its balancer on loopback ports, and stops every one of them at the end.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Final
+
+import httpx2
+import pytest
+import trio
+
+from tests.helpers import REAL_IO_BOUND_S
+from tests.integration.replicas import (
+    Load,
+    Replica,
+    answer_of,
+    haproxy,
+    need,
+    nginx,
+    open_session,
+    replicas,
+    stateless_load,
+)
+from tests.polling import poll_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3 * REAL_IO_BOUND_S + 60)]
+
+CALLS: Final = 20_000
+"""Issue 30's figure: 2026-07-28 calls through HAProxy while one replica is restarted."""
+CONCURRENCY: Final = 32
+TERM_AFTER: Final = CALLS // 4
+"""Calls answered before the SIGTERM: the load is well under way on every replica."""
+KILL_CALLS: Final = 2_000
+SLOW_CALL_S: Final = 0.05
+"""Each call of the SIGKILL round sleeps this long upstream, so the replica killed holds some."""
+
+
+def pool(http_limit: int = CONCURRENCY) -> httpx2.AsyncClient:
+    limits = httpx2.Limits(max_connections=http_limit, max_keepalive_connections=http_limit)
+    return httpx2.AsyncClient(limits=limits, timeout=httpx2.Timeout(60.0))
+
+
+def replica_of(sid: str, fleet: list[Replica]) -> Replica:
+    """The replica whose name begins the session id."""
+    name, dot, _ = sid.partition(".")
+    assert dot, f"the session id {sid!r} does not name its replica"
+    return next(r for r in fleet if r.name == name)
+
+
+async def test_haproxy_restart_loses_no_call_and_sessions_stick_and_start_over(tmp_path: Path) -> None:
+    need("haproxy")
+    with trio.fail_after(3 * REAL_IO_BOUND_S):
+        async with replicas(tmp_path) as fleet, haproxy(tmp_path, [r.port for r in fleet]) as base, \
+                pool() as http:
+            url = f"{base}/mcp"
+            # A handshake-era session sticks: its id names its replica, and every request
+            # of it is served (any other replica would answer 404, which HAProxy does not retry).
+            session = await open_session(http, url)
+            home = replica_of(session.sid, fleet)
+            for i in range(12):
+                r = await session.call("f_echo", {"text": f"s{i}"})
+                assert r.status_code == 200, r.text
+                assert answer_of(r)["result"]["content"][0]["text"] == f"echo: s{i}"
+
+            # A rolling restart: 20,000 stateless calls, 32 in flight; one replica (not
+            # the session's) gets SIGTERM once a quarter are answered. None fails, and the
+            # replica exits 0.
+            leaving = next(r for r in fleet if r is not home)
+            load = Load()
+            started = time.monotonic()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(stateless_load, http, url, CALLS, CONCURRENCY, load)
+                await poll_until(lambda: load.done + load.failed >= TERM_AFTER)
+                leaving.process.send_signal(15)
+                assert await leaving.process.wait() == 0, leaving.proxy.text()[-2000:]
+            elapsed = time.monotonic() - started
+            print(f"\n{CALLS} calls through HAProxy, {CONCURRENCY} in flight, one replica restarted: "
+                  f"{elapsed:.1f}s ({CALLS / elapsed:.0f} calls/s)")
+            assert (load.done, load.failed) == (CALLS, 0), load.failures
+            drained = [line for line in leaving.proxy.log if "shutting down: new requests" in line]
+            assert drained, "the replica did not drain"
+
+            # The session is still served by its own replica.
+            r = await session.call("f_echo", {"text": "still here"})
+            assert r.status_code == 200, r.text
+
+            # SIGKILL the session's replica mid-load (each call sleeps upstream, so it
+            # holds some): at most the calls in flight at that moment fail, every other
+            # is answered by the replica left.
+            killed = Load()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(lambda: stateless_load(http, url, KILL_CALLS, CONCURRENCY, killed,
+                                                          arguments={"seconds": SLOW_CALL_S}, tool="f_sleep"))
+                await poll_until(lambda: killed.done >= KILL_CALLS // 4)
+                in_flight_at_kill = killed.in_flight
+                home.process.kill()
+                await home.process.wait()
+            print(f"SIGKILL with {in_flight_at_kill} calls in flight: {killed.failed} failed")
+            assert killed.done + killed.failed == KILL_CALLS
+            assert killed.failed <= in_flight_at_kill, killed.failures
+
+            # The session's replica is gone: the next request gets 404 through HAProxy,
+            # the client initializes again and lands on a replica that is alive.
+            r = await session.call("f_echo", {"text": "orphan"})
+            assert r.status_code == 404, r.text
+            again = await open_session(http, url)
+            assert replica_of(again.sid, fleet) not in (home, leaving)
+            r = await again.call("f_echo", {"text": "anew"})
+            assert answer_of(r)["result"]["content"][0]["text"] == "echo: anew"
+
+
+async def test_nginx_routes_sessions_on_their_replica_and_spreads_stateless_calls(tmp_path: Path) -> None:
+    need("nginx")
+    with trio.fail_after(2 * REAL_IO_BOUND_S):
+        async with replicas(tmp_path, record=True) as fleet, \
+                nginx(tmp_path, [r.port for r in fleet]) as base, pool() as http:
+            url = f"{base}/mcp"
+            sessions = [await open_session(http, url) for _ in range(3)]
+            homes = {replica_of(s.sid, fleet).name for s in sessions}
+            assert len(homes) == 3, "nginx's round robin should open one session on each replica"
+            for s in sessions:
+                for i in range(5):
+                    r = await s.call("f_echo", {"text": f"{s.sid}-{i}"})
+                    assert r.status_code == 200, r.text  # any other replica would answer 404
+            before = {r.name: r.calls_seen() for r in fleet}
+            assert set(before.values()) == {5}
+
+            load = Load()
+            await stateless_load(http, url, 60, 6, load)
+            assert (load.done, load.failed) == (60, 0), load.failures
+            spread = {r.name: r.calls_seen() - before[r.name] for r in fleet}
+            assert sum(spread.values()) == 60
+            assert all(n > 0 for n in spread.values()), spread
+
+            # A draining replica's 503 is retried on the next one: SIGTERM one replica
+            # during a slow call on it, then calls keep succeeding through nginx.
+            first = fleet[0]
+            async with trio.open_nursery() as nursery:
+                slow = Load()
+                nursery.start_soon(lambda: stateless_load(http, url, 30, 6, slow,
+                                                          arguments={"seconds": 0.2}, tool="f_sleep"))
+                await poll_until(lambda: slow.done >= 6)
+                first.process.send_signal(15)
+            assert slow.failed == 0, slow.failures
+            assert await first.process.wait() == 0
+            after = Load()
+            await stateless_load(http, url, 20, 4, after)
+            assert (after.done, after.failed) == (20, 0), after.failures
