@@ -100,15 +100,15 @@ async def replicas(tmp_path: Path, count: int = 3, *, drain: str = "30s",
         yield started
 
 
-def configured(text: str, ports: Sequence[int], listen: int, replace: Sequence[tuple[str, str]] = ()) -> str:
+def configured(text: str, ports: Sequence[int], replace: Sequence[tuple[str, str]]) -> str:
     """A shipped balancer file with its example addresses replaced by this run's: each
-    ``mcpvisor-N:8848`` by ``127.0.0.1:PORT``, the client port by ``listen``. Every
-    example address must be in the file (a drifted file fails here, not silently)."""
+    ``mcpvisor-N:8848`` by ``127.0.0.1:PORT``, then each of ``replace``. Every example
+    address must be in the file (a drifted file fails here, not silently)."""
     for n, port in enumerate(ports, 1):
         example = f"mcpvisor-{n}:{EXAMPLE_PORT}"
         assert example in text, f"the shipped file no longer names {example}"
         text = text.replace(example, f"127.0.0.1:{port}")
-    for old, new in ((f":{EXAMPLE_BIND}", f"127.0.0.1:{listen}"), *replace):
+    for old, new in replace:
         assert old in text, f"the shipped file no longer has {old!r}"
         text = text.replace(old, new)
     return text
@@ -149,8 +149,9 @@ async def haproxy(tmp_path: Path, ports: Sequence[int]) -> AsyncIterator[str]:
     cfg = tmp_path / "haproxy.cfg"
     # Its log on stderr (kept in the test's directory): which replica took each request,
     # and how each ended.
-    cfg.write_text(configured((DEPLOY / "haproxy.cfg").read_text(), ports, listen,
-                              [("global\n", "global\n    log stderr format raw local0\n"),
+    cfg.write_text(configured((DEPLOY / "haproxy.cfg").read_text(), ports,
+                              [(f"bind :{EXAMPLE_BIND}\n", f"bind 127.0.0.1:{listen}\n"),
+                               ("global\n", "global\n    log stderr format raw local0\n"),
                                ("defaults\n", "defaults\n    log global\n")]))
     url = f"http://127.0.0.1:{listen}"
     async with balancer([need("haproxy"), "-db", "-f", str(cfg)], url, tmp_path / "haproxy.log"):
@@ -164,8 +165,9 @@ async def nginx(tmp_path: Path, ports: Sequence[int]) -> AsyncIterator[str]:
     home = tmp_path / "nginx"
     home.mkdir()
     cfg = home / "nginx.conf"
-    text = configured((DEPLOY / "nginx.conf").read_text(), ports, listen,
-                      [("pid /run/nginx-mcpvisor.pid;", f"pid {home}/nginx.pid;")])
+    text = configured((DEPLOY / "nginx.conf").read_text(), ports,
+                      [(f"listen {EXAMPLE_BIND};", f"listen 127.0.0.1:{listen};"),
+                       ("pid /run/nginx-mcpvisor.pid;", f"pid {home}/nginx.pid;")])
     # Not root: every temp path in this run's directory, and no switch of user.
     temps = "".join(f"    {kind}_temp_path {home}/{kind};\n"
                     for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))

@@ -9,6 +9,7 @@ flaky upstream) and its balancer on loopback ports, and stops every one of them 
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 from typing import Final
@@ -23,6 +24,7 @@ from tests.integration.replicas import (
     Replica,
     answer_of,
     haproxy,
+    modern_call,
     need,
     nginx,
     open_session,
@@ -41,6 +43,8 @@ TERM_AFTER: Final = CALLS // 4
 KILL_CALLS: Final = 2_000
 SLOW_CALL_S: Final = 0.05
 """Each call of the SIGKILL round sleeps this long upstream, so the replica killed holds some."""
+HELD_CALL_S: Final = 2
+"""A call a draining replica holds: long enough to look at the replica while it drains."""
 
 
 def pool(http_limit: int = CONCURRENCY) -> httpx2.AsyncClient:
@@ -79,7 +83,7 @@ async def test_haproxy_restart_loses_no_call_and_sessions_stick_and_start_over(t
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(stateless_load, http, url, CALLS, CONCURRENCY, load)
                 await poll_until(lambda: load.done + load.failed >= TERM_AFTER)
-                leaving.process.send_signal(15)
+                leaving.process.send_signal(signal.SIGTERM)
                 assert await leaving.process.wait() == 0, leaving.proxy.text()[-2000:]
             elapsed = time.monotonic() - started
             print(f"\n{CALLS} calls through HAProxy, {CONCURRENCY} in flight, one replica restarted: "
@@ -140,17 +144,37 @@ async def test_nginx_routes_sessions_on_their_replica_and_spreads_stateless_call
             assert sum(spread.values()) == 60
             assert all(n > 0 for n in spread.values()), spread
 
-            # A draining replica's 503 is retried on the next one: SIGTERM one replica
-            # during a slow call on it, then calls keep succeeding through nginx.
+            # SIGTERM one replica while it holds a call: at once it is not ready and
+            # answers new work 503 + Retry-After (nginx retries that on the next replica,
+            # so no call through nginx fails); the call it holds gets its own answer; then
+            # it exits 0.
             first = fleet[0]
+            direct = f"http://127.0.0.1:{first.port}"
+            assert (await http.get(f"{direct}/healthz")).json() == {"status": "ok"}
+            assert (await http.get(f"{direct}/readyz")).json() == {"status": "ready"}
+            held: list[httpx2.Response] = []
+            seen = first.calls_seen()
+
+            async def hold() -> None:
+                body, headers = modern_call(1, "f_sleep", {"seconds": HELD_CALL_S})
+                held.append(await http.post(f"{direct}/mcp", content=body, headers=headers))
+
             async with trio.open_nursery() as nursery:
-                slow = Load()
-                nursery.start_soon(lambda: stateless_load(http, url, 30, 6, slow,
-                                                          arguments={"seconds": 0.2}, tool="f_sleep"))
-                await poll_until(lambda: slow.done >= 6)
-                first.process.send_signal(15)
-            assert slow.failed == 0, slow.failures
+                nursery.start_soon(hold)
+                await poll_until(lambda: first.calls_seen() > seen)
+                first.process.send_signal(signal.SIGTERM)
+                await first.proxy.wait_log("received SIGTERM")
+                ready = await http.get(f"{direct}/readyz")
+                assert ready.status_code == 503
+                assert "draining" in ready.json()["reason"]
+                assert (await http.get(f"{direct}/healthz")).status_code == 200  # alive all the same
+                body, headers = modern_call(2, "f_echo", {"text": "late"})
+                refused = await http.post(f"{direct}/mcp", content=body, headers=headers)
+                assert refused.status_code == 503
+                assert refused.headers["retry-after"] == "1"
+                through = Load()
+                await stateless_load(http, url, 30, 6, through)
+                assert (through.done, through.failed) == (30, 0), through.failures
+            assert held[0].status_code == 200
+            assert answer_of(held[0])["result"]["content"][0]["text"] == f"slept {HELD_CALL_S}"
             assert await first.process.wait() == 0
-            after = Load()
-            await stateless_load(http, url, 20, 4, after)
-            assert (after.done, after.failed) == (20, 0), after.failures
