@@ -48,6 +48,7 @@ __all__ = [
     "give_each_session",
     "http_session",
     "http_session_transport",
+    "http_transports",
     "maybe_connection_of",
     "missing",
     "prefix_session_ids",
@@ -154,6 +155,11 @@ def http_session(manager: StreamableHTTPSessionManager,
     if transport is None:
         return None
     return transport, manager._session_owners.get(session_id)
+
+
+def http_transports(manager: StreamableHTTPSessionManager) -> list[StreamableHTTPServerTransport]:
+    """The transport of every session ``manager`` holds open now."""
+    return list(manager._server_instances.values())
 
 
 def event_store_of(transport: StreamableHTTPServerTransport) -> Any:

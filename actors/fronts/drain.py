@@ -168,7 +168,7 @@ class Drain:
 
 
 def _admitted(ctx: ServerRequestContext[Any, Any]) -> bool:
-    scope = getattr(ctx.request, "scope", None)
+    scope = getattr(getattr(ctx, "request", None), "scope", None)
     return isinstance(scope, dict) and scope.get(ADMITTED) is True
 
 

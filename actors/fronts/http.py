@@ -179,6 +179,7 @@ async def serve_http_front(
                                       verifier=verifier, required_scopes=scopes, views=views, guard=guard,
                                       nursery=nursery, max_body=limits.max_body, anonymous=ANONYMOUS)
                 front.drain.add_fast_path(fast)  # its calls are answered when the proxy stops
+            nursery.start_soon(_end_streams_when_drained, front, manager)
             door = FleetDoor(app, front.drain, ready=ready, max_body=limits.max_body, mcp_path=HTTP_PATH)
             app = door  # type: ignore[assignment]
             binds: list[str] = await nursery.start(started)
@@ -187,6 +188,18 @@ async def serve_http_front(
     finally:
         if fast is not None:
             front.drain.discard_fast_path(fast)
+
+
+async def _end_streams_when_drained(front: Front, manager: Any) -> None:
+    """Once the drain has answered what was in flight, end each session's notification
+    stream (GET) rather than leave it to be cut when the front closes: it opened with a
+    ``retry:`` hint, so the client comes back after it, through its balancer, to a
+    replica that is alive (which answers 404: the client opens a new session there)."""
+    from mcpvisor.actors.sdk_compat import http_transports
+
+    await front.drain.done.wait()
+    for transport in http_transports(manager):
+        transport.close_standalone_sse_stream()
 
 
 def own_event_stores(manager: Any, budget: ReplayBudget) -> None:

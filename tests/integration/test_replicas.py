@@ -159,8 +159,29 @@ async def test_nginx_routes_sessions_on_their_replica_and_spreads_stateless_call
                 body, headers = modern_call(1, "f_sleep", {"seconds": HELD_CALL_S})
                 held.append(await http.post(f"{direct}/mcp", content=body, headers=headers))
 
+            # A handshake-era client of that replica, with its notification stream open:
+            # once the drain is done the stream is ended, not cut (the client comes back
+            # after the stream's retry hint, through the balancer, to a live replica).
+            mine = await open_session(http, f"{direct}/mcp")
+            listening = trio.Event()
+            stream_end: list[str] = []
+
+            async def listen() -> None:
+                async with http.stream("GET", f"{direct}/mcp",
+                                       headers={**mine.headers, "accept": "text/event-stream"}) as r:
+                    assert r.status_code == 200
+                    listening.set()
+                    try:
+                        async for _ in r.aiter_bytes():
+                            pass
+                        stream_end.append("ended")
+                    except httpx2.HTTPError as exc:
+                        stream_end.append(f"cut: {type(exc).__name__}")
+
             async with trio.open_nursery() as nursery:
+                nursery.start_soon(listen)
                 nursery.start_soon(hold)
+                await listening.wait()
                 await poll_until(lambda: first.calls_seen() > seen)
                 first.process.send_signal(signal.SIGTERM)
                 await first.proxy.wait_log("received SIGTERM")
@@ -176,5 +197,6 @@ async def test_nginx_routes_sessions_on_their_replica_and_spreads_stateless_call
                 await stateless_load(http, url, 30, 6, through)
                 assert (through.done, through.failed) == (30, 0), through.failures
             assert held[0].status_code == 200
+            assert stream_end == ["ended"]
             assert answer_of(held[0])["result"]["content"][0]["text"] == f"slept {HELD_CALL_S}"
             assert await first.process.wait() == 0
