@@ -9,6 +9,7 @@ flaky upstream) and its balancer on loopback ports, and stops every one of them 
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 from pathlib import Path
@@ -43,6 +44,9 @@ TERM_AFTER: Final = CALLS // 4
 KILL_CALLS: Final = 2_000
 SLOW_CALL_S: Final = 0.05
 """Each call of the SIGKILL round sleeps this long upstream, so the replica killed holds some."""
+STOP_AT_ONCE_S: Final = 20.0
+"""A second SIGTERM to the exit: the upstream's stop (2 s + 2 s) on a loaded box, far
+below the 30 s drain the first one began."""
 HELD_CALL_S: Final = 2
 """A call a draining replica holds: long enough to look at the replica while it drains."""
 
@@ -200,3 +204,22 @@ async def test_nginx_routes_sessions_on_their_replica_and_spreads_stateless_call
             assert stream_end == ["ended"]
             assert answer_of(held[0])["result"]["content"][0]["text"] == f"slept {HELD_CALL_S}"
             assert await first.process.wait() == 0
+
+            # A second SIGTERM stops a draining replica at once, whatever it still holds.
+            second = fleet[1]
+            seen = second.calls_seen()
+
+            async def stick() -> None:
+                body, headers = modern_call(3, "f_sleep", {"seconds": 600})
+                with contextlib.suppress(httpx2.HTTPError):  # the replica goes away mid-call
+                    await http.post(f"http://127.0.0.1:{second.port}/mcp", content=body, headers=headers)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(stick)
+                await poll_until(lambda: second.calls_seen() > seen)
+                second.process.send_signal(signal.SIGTERM)
+                await second.proxy.wait_log("received SIGTERM")
+                second.process.send_signal(signal.SIGTERM)
+                with trio.fail_after(STOP_AT_ONCE_S):
+                    await second.process.wait()
+                await second.proxy.wait_log("received SIGTERM again: stopping now")
