@@ -179,8 +179,8 @@ async def serve_http_front(
                                       verifier=verifier, required_scopes=scopes, views=views, guard=guard,
                                       nursery=nursery, max_body=limits.max_body, anonymous=ANONYMOUS)
                 front.drain.add_fast_path(fast)  # its calls are answered when the proxy stops
-            nursery.start_soon(_end_streams_when_drained, front, manager)
             door = FleetDoor(app, front.drain, ready=ready, max_body=limits.max_body, mcp_path=HTTP_PATH)
+            nursery.start_soon(_end_streams_when_drained, front, manager, door)
             app = door  # type: ignore[assignment]
             binds: list[str] = await nursery.start(started)
             door.listening = True
@@ -190,7 +190,7 @@ async def serve_http_front(
             front.drain.discard_fast_path(fast)
 
 
-async def _end_streams_when_drained(front: Front, manager: Any) -> None:
+async def _end_streams_when_drained(front: Front, manager: Any, door: FleetDoor) -> None:
     """Once the drain has answered what was in flight, end each session's notification
     stream (GET) rather than leave it to be cut when the front closes: it opened with a
     ``retry:`` hint, so the client comes back after it, through its balancer, to a
@@ -198,8 +198,11 @@ async def _end_streams_when_drained(front: Front, manager: Any) -> None:
     from mcpvisor.actors.sdk_compat import http_transports
 
     await front.drain.done.wait()
-    for transport in http_transports(manager):
+    transports = http_transports(manager)
+    for transport in transports:
         transport.close_standalone_sse_stream()
+    logger.info("drained: %d new request(s) answered 503 for the balancer to retry; %d session stream(s) "
+                "ended", door.refused, len(transports))
 
 
 def own_event_stores(manager: Any, budget: ReplayBudget) -> None:

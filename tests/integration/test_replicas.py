@@ -93,8 +93,9 @@ async def test_haproxy_restart_loses_no_call_and_sessions_stick_and_start_over(t
             print(f"\n{CALLS} calls through HAProxy, {CONCURRENCY} in flight, one replica restarted: "
                   f"{elapsed:.1f}s ({CALLS / elapsed:.0f} calls/s)")
             assert (load.done, load.failed) == (CALLS, 0), load.failures
-            drained = [line for line in leaving.proxy.log if "shutting down: new requests" in line]
+            drained = [line for line in leaving.proxy.log if "drained:" in line]
             assert drained, "the replica did not drain"
+            print(drained[0].split("mcpvisor@", 1)[-1])
 
             # The session is still served by its own replica.
             r = await session.call("f_echo", {"text": "still here"})
@@ -117,8 +118,10 @@ async def test_haproxy_restart_loses_no_call_and_sessions_stick_and_start_over(t
 
             # The session's replica is gone: the next request gets 404 through HAProxy,
             # the client initializes again and lands on a replica that is alive.
-            r = await session.call("f_echo", {"text": "orphan"})
+            r = await session.call("f_echo", {"text": "orphan"})  # the fast path's candidate
             assert r.status_code == 404, r.text
+            listing = {"jsonrpc": "2.0", "id": 99, "method": "tools/list"}  # the SDK's own path
+            assert (await http.post(url, json=listing, headers=session.headers)).status_code == 404
             again = await open_session(http, url)
             assert replica_of(again.sid, fleet) not in (home, leaving)
             r = await again.call("f_echo", {"text": "anew"})
