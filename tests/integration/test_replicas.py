@@ -208,6 +208,15 @@ async def test_nginx_routes_sessions_on_their_replica_and_spreads_stateless_call
             assert answer_of(held[0])["result"]["content"][0]["text"] == f"slept {HELD_CALL_S}"
             assert await first.process.wait() == 0
 
+            # The session nginx pinned to that replica falls to another (a backup of its
+            # upstream), which answers 404; the client initializes again, on a live replica.
+            orphan = next(x for x in sessions if replica_of(x.sid, fleet) is first)
+            r = await orphan.call("f_echo", {"text": "orphan"})
+            assert r.status_code == 404, r.text
+            again = await open_session(http, url)
+            assert replica_of(again.sid, fleet) is not first
+            assert (await again.call("f_echo", {"text": "anew"})).status_code == 200
+
             # A second SIGTERM stops a draining replica at once, whatever it still holds.
             second = fleet[1]
             seen = second.calls_seen()
