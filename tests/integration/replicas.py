@@ -20,7 +20,9 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
+import h11
 import httpx2
 import pytest
 import trio
@@ -72,6 +74,10 @@ class Replica:
     @property
     def port(self) -> int:
         return self.proxy.port
+
+    def saw(self, text: str) -> bool:
+        """Whether a call the upstream recorded holds ``text`` (its arguments, say)."""
+        return self.record.exists() and text in self.record.read_text()
 
     def calls_seen(self) -> int:
         if not self.record.exists():
@@ -248,32 +254,100 @@ class Load:
             self.failures.append(what)
 
 
-async def stateless_load(http: httpx2.AsyncClient, url: str, calls: int, concurrency: int, load: Load,
+class RawConnection:
+    """One keep-alive HTTP/1.1 connection framed by h11 (the library hypercorn parses with):
+    a fraction of a full client's CPU, which on a 2-core box is what the replicas need."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.stream: trio.SocketStream | None = None
+        self.conn = h11.Connection(h11.CLIENT)
+
+    async def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        """POST ``body``; (status, body). Raises OSError or h11.ProtocolError when the
+        connection fails (the next call opens a new one)."""
+        try:
+            if self.stream is None:
+                self.stream = await trio.open_tcp_stream(self.host, self.port)
+                self.conn = h11.Connection(h11.CLIENT)
+            fields = [("host", f"{self.host}:{self.port}"), ("content-length", str(len(body))),
+                      *headers.items()]
+            out = self.conn.send(h11.Request(method="POST", target=path, headers=fields))
+            out += (self.conn.send(h11.Data(data=body)) or b"") + (self.conn.send(h11.EndOfMessage()) or b"")
+            await self.stream.send_all(out)
+            status, chunks = 0, []
+            while True:
+                event = self.conn.next_event()
+                if event is h11.NEED_DATA:
+                    self.conn.receive_data(await self.stream.receive_some(65536))
+                elif isinstance(event, h11.Response):
+                    status = event.status_code
+                elif isinstance(event, h11.Data):
+                    chunks.append(bytes(event.data))
+                elif isinstance(event, h11.EndOfMessage):
+                    if self.conn.our_state is h11.MUST_CLOSE or self.conn.their_state is h11.MUST_CLOSE:
+                        await self.aclose()
+                    else:
+                        self.conn.start_next_cycle()
+                    return status, b"".join(chunks)
+                elif isinstance(event, h11.ConnectionClosed):
+                    raise OSError("the server closed the connection without an answer")
+        except (OSError, h11.ProtocolError, trio.BrokenResourceError):
+            await self.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        if self.stream is not None:
+            await self.stream.aclose()
+            self.stream = None
+
+
+def _answer_in(body: bytes) -> dict[str, Any]:
+    """The JSON-RPC answer in a JSON or SSE body."""
+    if body.lstrip().startswith(b"{"):
+        decoded: dict[str, Any] = json.loads(body)
+        return decoded
+    for line in body.decode().splitlines():
+        if line.startswith("data:") and line[5:].strip():
+            message: dict[str, Any] = json.loads(line[5:])
+            if "id" in message and ("result" in message or "error" in message):
+                return message
+    raise ValueError(f"no answer in {body[:200]!r}")
+
+
+async def stateless_load(url: str, calls: int, concurrency: int, load: Load,
                          *, arguments: dict[str, Any] | None = None, tool: str = "f_echo") -> None:
-    """``calls`` 2026-07-28 calls of ``tool``, ``concurrency`` in flight, counted in ``load``.
-    A call fails when it gets no HTTP 200 or its answer is an error."""
+    """``calls`` 2026-07-28 calls of ``tool`` to ``url``, ``concurrency`` in flight (each
+    on its own connection), counted in ``load``. A call fails when its connection fails,
+    it gets no HTTP 200, or its answer is an error."""
+    parts = urlsplit(url)
+    host, port, path = parts.hostname or "127.0.0.1", parts.port or 80, parts.path
     ids = iter(range(1, calls + 1))
 
     async def worker() -> None:
-        for rid in ids:
-            args = arguments if arguments is not None else {"text": f"c{rid}"}
-            body, headers = modern_call(rid, tool, args)
-            load.in_flight += 1
-            try:
-                response = await http.post(url, content=body, headers=headers)
-            except httpx2.HTTPError as exc:
-                load.note_failure(f"{type(exc).__name__}: {exc}")
-                continue
-            finally:
-                load.in_flight -= 1
-            if response.status_code != 200:
-                load.note_failure(f"HTTP {response.status_code}: {response.text[:200]}")
-                continue
-            message = answer_of(response)
-            if "error" in message or message["result"].get("isError"):
-                load.note_failure(json.dumps(message)[:300])
-                continue
-            load.done += 1
+        connection = RawConnection(host, port)
+        try:
+            for rid in ids:
+                args = arguments if arguments is not None else {"text": f"c{rid}"}
+                body, headers = modern_call(rid, tool, args)
+                load.in_flight += 1
+                try:
+                    status, answer = await connection.post(path, body, headers)
+                except (OSError, h11.ProtocolError, trio.BrokenResourceError) as exc:
+                    load.note_failure(f"{type(exc).__name__}: {exc}")
+                    continue
+                finally:
+                    load.in_flight -= 1
+                if status != 200:
+                    load.note_failure(f"HTTP {status}: {answer[:200]!r}")
+                    continue
+                message = _answer_in(answer)
+                if "error" in message or message["result"].get("isError"):
+                    load.note_failure(json.dumps(message)[:300])
+                    continue
+                load.done += 1
+        finally:
+            await connection.aclose()
 
     async with trio.open_nursery() as nursery:
         for _ in range(concurrency):

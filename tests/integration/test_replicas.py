@@ -66,8 +66,8 @@ def replica_of(sid: str, fleet: list[Replica]) -> Replica:
 async def test_haproxy_restart_loses_no_call_and_sessions_stick_and_start_over(tmp_path: Path) -> None:
     need("haproxy")
     with trio.fail_after(3 * REAL_IO_BOUND_S):
-        async with replicas(tmp_path) as fleet, haproxy(tmp_path, [r.port for r in fleet]) as base, \
-                pool() as http:
+        async with replicas(tmp_path, record=True) as fleet, \
+                haproxy(tmp_path, [r.port for r in fleet]) as base, pool() as http:
             url = f"{base}/mcp"
             # A handshake-era session sticks: its id names its replica, and every request
             # of it is served (any other replica would answer 404, which HAProxy does not retry).
@@ -81,15 +81,27 @@ async def test_haproxy_restart_loses_no_call_and_sessions_stick_and_start_over(t
             # A rolling restart: 20,000 stateless calls, 32 in flight; one replica (not
             # the session's) gets SIGTERM once a quarter are answered. None fails, and the
             # replica exits 0.
+            # The leaving replica also holds a longer call at the SIGTERM: it finishes with
+            # its own answer while the balancer's traffic goes elsewhere.
             leaving = next(r for r in fleet if r is not home)
             load = Load()
+            held: list[httpx2.Response] = []
+
+            async def hold() -> None:
+                body, headers = modern_call(1, "f_sleep", {"seconds": HELD_CALL_S})
+                held.append(await http.post(f"http://127.0.0.1:{leaving.port}/mcp", content=body,
+                                            headers=headers))
+
             started = time.monotonic()
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(stateless_load, http, url, CALLS, CONCURRENCY, load)
+                nursery.start_soon(stateless_load, url, CALLS, CONCURRENCY, load)
                 await poll_until(lambda: load.done + load.failed >= TERM_AFTER)
+                nursery.start_soon(hold)
+                await poll_until(lambda: leaving.saw(f'"seconds": {HELD_CALL_S}'))
                 leaving.process.send_signal(signal.SIGTERM)
                 assert await leaving.process.wait() == 0, leaving.proxy.text()[-2000:]
             elapsed = time.monotonic() - started
+            assert answer_of(held[0])["result"]["content"][0]["text"] == f"slept {HELD_CALL_S}"
             print(f"\n{CALLS} calls through HAProxy, {CONCURRENCY} in flight, one replica restarted: "
                   f"{elapsed:.1f}s ({CALLS / elapsed:.0f} calls/s)")
             assert (load.done, load.failed) == (CALLS, 0), load.failures
@@ -106,7 +118,7 @@ async def test_haproxy_restart_loses_no_call_and_sessions_stick_and_start_over(t
             # is answered by the replica left.
             killed = Load()
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(lambda: stateless_load(http, url, KILL_CALLS, CONCURRENCY, killed,
+                nursery.start_soon(lambda: stateless_load(url, KILL_CALLS, CONCURRENCY, killed,
                                                           arguments={"seconds": SLOW_CALL_S}, tool="f_sleep"))
                 await poll_until(lambda: killed.done >= KILL_CALLS // 4)
                 in_flight_at_kill = killed.in_flight
@@ -145,7 +157,7 @@ async def test_nginx_routes_sessions_on_their_replica_and_spreads_stateless_call
             assert set(before.values()) == {5}
 
             load = Load()
-            await stateless_load(http, url, 60, 6, load)
+            await stateless_load(url, 60, 6, load)
             assert (load.done, load.failed) == (60, 0), load.failures
             spread = {r.name: r.calls_seen() - before[r.name] for r in fleet}
             assert sum(spread.values()) == 60
@@ -201,7 +213,7 @@ async def test_nginx_routes_sessions_on_their_replica_and_spreads_stateless_call
                 assert refused.status_code == 503
                 assert refused.headers["retry-after"] == "1"
                 through = Load()
-                await stateless_load(http, url, 30, 6, through)
+                await stateless_load(url, 30, 6, through)
                 assert (through.done, through.failed) == (30, 0), through.failures
             assert held[0].status_code == 200
             assert stream_end == ["ended"]
