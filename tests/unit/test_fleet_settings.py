@@ -63,3 +63,13 @@ def test_serve_refuses_a_bad_replica_name_before_it_starts_anything(tmp_path: Pa
     done = run_serve(config, "--transport", "http", "--port", "0", env={REPLICA_ENV: "bad/name"})
     assert done.returncode == 2
     assert "$MCPVISOR_REPLICA: 'bad/name' is not a replica name" in done.stderr
+
+
+def test_a_reload_applies_a_new_drain_timeout_without_a_restart() -> None:
+    """The drain reads it at SIGTERM: an edited file's value is the one the next stop uses."""
+    from mcpvisor.reload import live_settings, plan_reload
+
+    old = parse_config({"mcpServers": {}, "settings": {"drainTimeout": "30s"}}, path=LABEL, env={})
+    new = parse_config({"mcpServers": {}, "settings": {"drainTimeout": "5s"}}, path=LABEL, env={})
+    assert live_settings(old.settings, new.settings).drain_timeout == 5.0
+    assert "drainTimeout" not in plan_reload({}, old.settings, new).needs_restart
