@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Final
@@ -21,9 +22,12 @@ import trio
 
 from tests.helpers import REAL_IO_BOUND_S
 from tests.integration.replicas import (
+    DEPLOY,
     Load,
     Replica,
     answer_of,
+    configured,
+    free_port,
     haproxy,
     modern_call,
     need,
@@ -44,6 +48,8 @@ TERM_AFTER: Final = CALLS // 4
 KILL_CALLS: Final = 2_000
 SLOW_CALL_S: Final = 0.05
 """Each call of the SIGKILL round sleeps this long upstream, so the replica killed holds some."""
+CHECK_BOUND_S: Final = 30.0
+"""A balancer checking its config file (a loaded box)."""
 STOP_AT_ONCE_S: Final = 20.0
 """A second SIGTERM to the exit: the upstream's stop (2 s + 2 s) on a loaded box, far
 below the 30 s drain the first one began."""
@@ -247,3 +253,31 @@ async def test_nginx_routes_sessions_on_their_replica_and_spreads_stateless_call
                 with trio.fail_after(STOP_AT_ONCE_S):
                     await second.process.wait()
                 await second.proxy.wait_log("received SIGTERM again: stopping now")
+
+
+def test_the_shipped_files_pass_each_balancers_own_check_and_the_bench_keeps_its_replicas(
+        tmp_path: Path) -> None:
+    """deploy/haproxy.cfg and deploy/nginx.conf, their example addresses replaced, pass
+    ``haproxy -c`` and ``nginx -t``; the bench's copy of the HAProxy file names exactly
+    the replicas it runs."""
+    from mcpvisor.bench.replicas import haproxy_config
+
+    ports = [free_port() for _ in range(3)]
+    cfg = tmp_path / "haproxy.cfg"
+    cfg.write_text(configured((DEPLOY / "haproxy.cfg").read_text(), ports, [(":8080\n", ":18080\n")]))
+    done = subprocess.run([need("haproxy"), "-c", "-f", str(cfg)], capture_output=True, text=True,
+                          timeout=CHECK_BOUND_S, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    two = haproxy_config(ports[:2], 18081)
+    assert [line.split()[2] for line in two.splitlines() if line.strip().startswith("server ")] == [
+        f"127.0.0.1:{p}" for p in ports[:2]]
+    assert "bind 127.0.0.1:18081" in two
+    home = tmp_path / "nginx"
+    home.mkdir()
+    conf = home / "nginx.conf"
+    conf.write_text(configured((DEPLOY / "nginx.conf").read_text(), ports,
+                               [("listen 8080;", "listen 127.0.0.1:18082;"),
+                                ("pid /run/nginx-mcpvisor.pid;", f"pid {home}/nginx.pid;")]))
+    done = subprocess.run([need("nginx"), "-t", "-e", "stderr", "-p", str(home), "-c", str(conf)],
+                          capture_output=True, text=True, timeout=CHECK_BOUND_S, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
