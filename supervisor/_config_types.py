@@ -86,10 +86,12 @@ what a client on any network needs."""
 HANDSHAKE_MIN_S: Final = 0.1
 DEFAULT_DRAIN_S: Final = 30.0
 """`settings.drainTimeout` (issue 30): after SIGTERM, how long the HTTP front's requests in
-flight may take to finish with their own answer before they get the shutdown error.
-Kubernetes' default ``terminationGracePeriodSeconds`` is 30 s too; a longer drain needs it raised."""
+flight may take to finish with their own answer before they get the shutdown error. The
+stop takes up to about 8 s more (the last answers written, the front closed, each
+upstream's stop sequence), so a pod's ``terminationGracePeriodSeconds`` should be about
+40 s for the default."""
 DRAIN_MIN_S: Final = 0.1
-DRAIN_MAX_S: Final = 1 * 3600.0
+DRAIN_MAX_S: Final = HOUR
 REPLICA_ENV: Final = "MCPVISOR_REPLICA"
 """This replica's name (``serve --replica NAME`` wins): the prefix of its HTTP session ids."""
 REPLICA_RE: Final = re.compile(r"[A-Za-z0-9_-]{1,32}\Z")
