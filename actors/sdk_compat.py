@@ -48,8 +48,10 @@ __all__ = [
     "give_each_session",
     "http_session",
     "http_session_transport",
+    "http_transports",
     "maybe_connection_of",
     "missing",
+    "prefix_session_ids",
     "request_outbound_of",
     "resumed_stream",
     "serve_dual_era_loop",
@@ -155,6 +157,11 @@ def http_session(manager: StreamableHTTPSessionManager,
     return transport, manager._session_owners.get(session_id)
 
 
+def http_transports(manager: StreamableHTTPSessionManager) -> list[StreamableHTTPServerTransport]:
+    """The transport of every session ``manager`` holds open now."""
+    return list(manager._server_instances.values())
+
+
 def event_store_of(transport: StreamableHTTPServerTransport) -> Any:
     """The event store the session's transport numbers its SSE events with (or None)."""
     return transport._event_store
@@ -211,3 +218,27 @@ def give_each_session(manager: StreamableHTTPSessionManager,
         return transport
 
     manager._admit_session = admit_with_own_store  # type: ignore[method-assign]
+
+
+def prefix_session_ids(manager: StreamableHTTPSessionManager, prefix: str) -> None:
+    """Make every session id ``manager`` mints begin with ``prefix``.
+
+    The SDK mints the id in ``_admit_session`` (a random hex string on the session's
+    transport, the key of ``_server_instances`` and ``_session_owners``), before the
+    opening request is served: renaming the session there is what every later lookup,
+    the ``Mcp-Session-Id`` header of each answer and the HTTP fast path see."""
+    admit = manager._admit_session
+
+    def admit_prefixed(requestor: Any) -> Any:
+        transport = admit(requestor)
+        minted = transport.mcp_session_id if transport is not None else None
+        if transport is None or minted is None:
+            return transport
+        named = f"{prefix}{minted}"
+        transport.mcp_session_id = named
+        manager._server_instances[named] = manager._server_instances.pop(minted)
+        if minted in manager._session_owners:
+            manager._session_owners[named] = manager._session_owners.pop(minted)
+        return transport
+
+    manager._admit_session = admit_prefixed  # type: ignore[method-assign]

@@ -195,6 +195,7 @@ class SettingsEntry(_Knobs, forbid_unknown_fields=True, rename="camel"):
     max_sessions: int | UnsetType = UNSET
     session_idle_timeout: Duration | UnsetType = UNSET
     handshake_timeout: Duration | UnsetType = UNSET
+    drain_timeout: Duration | UnsetType = UNSET
     discovery_budget: int | UnsetType = UNSET
     journal: str | UnsetType | None = UNSET
     journal_payloads: bool | UnsetType = UNSET
@@ -243,6 +244,7 @@ DURATION_KEYS: Final = (frozenset(KNOB_KEYS) - {"maxMissedPings", "circuitFailur
     "startupWait",
     "sessionIdleTimeout",
     "handshakeTimeout",
+    "drainTimeout",
 }
 
 

@@ -36,6 +36,8 @@ from mcpvisor._config_types import (
     DISCOVERY_BUDGET_MAX,
     DISCOVERY_BUDGET_MIN,
     DOTENV_NAME,
+    DRAIN_MAX_S,
+    DRAIN_MIN_S,
     HANDSHAKE_MAX_S,
     HANDSHAKE_MIN_S,
     LOG_LEVELS,
@@ -147,6 +149,13 @@ class SettingsRules(Checker):
                 values["handshake_timeout"] = parse_duration(
                     entry.handshake_timeout, field="handshakeTimeout", max_s=HANDSHAKE_MAX_S,
                     min_s=HANDSHAKE_MIN_S,
+                )
+            except ValueError as err:
+                self.problem(where, str(err))
+        if entry.drain_timeout is not UNSET:
+            try:
+                values["drain_timeout"] = parse_duration(
+                    entry.drain_timeout, field="drainTimeout", max_s=DRAIN_MAX_S, min_s=DRAIN_MIN_S,
                 )
             except ValueError as err:
                 self.problem(where, str(err))

@@ -84,6 +84,21 @@ request's headers must arrive within this of the connection opening. The librari
 300 half-open handshakes hold every descriptor of a 256-fd proxy; 10 s is still far beyond
 what a client on any network needs."""
 HANDSHAKE_MIN_S: Final = 0.1
+DEFAULT_DRAIN_S: Final = 30.0
+"""`settings.drainTimeout` (issue 30): after SIGTERM, how long the HTTP front's requests in
+flight may take to finish with their own answer before they get the shutdown error. The
+stop takes up to about 8 s more (the last answers written, the front closed, each
+upstream's stop sequence), so a pod's ``terminationGracePeriodSeconds`` should be about
+40 s for the default."""
+DRAIN_MIN_S: Final = 0.1
+DRAIN_MAX_S: Final = HOUR
+REPLICA_ENV: Final = "MCPVISOR_REPLICA"
+"""This replica's name (``serve --replica NAME`` wins): the prefix of its HTTP session ids."""
+REPLICA_RE: Final = re.compile(r"[A-Za-z0-9_-]{1,32}\Z")
+REPLICA_RULE: Final = (
+    'use 1-32 characters from A-Z, a-z, 0-9, "_" and "-" (no dots: a dot ends the replica '
+    "name in a session id, where a balancer reads it)"
+)
 HANDSHAKE_MAX_S: Final = 10 * MINUTE
 SESSION_IDLE_MAX_S: Final = DAY
 DISCOVERY_BUDGET_MIN: Final = 512
@@ -240,6 +255,8 @@ class Settings:
     max_sessions: int = DEFAULT_MAX_SESSIONS
     session_idle_timeout: float = DEFAULT_SESSION_IDLE_S
     handshake_timeout: float = DEFAULT_HANDSHAKE_S
+    drain_timeout: float = DEFAULT_DRAIN_S
+    """``settings.drainTimeout``: the HTTP front's drain on SIGTERM (`DEFAULT_DRAIN_S`)."""
     discovery_budget: int = DEFAULT_DISCOVERY_BUDGET
     journal: str | None = None
     """The SQLite file every call is recorded in (`mcpvisor.journal`); None: no journal.
@@ -293,3 +310,19 @@ class ConfigError(Exception):
 
     def __str__(self) -> str:
         return "\n".join(self.problems)
+
+
+def replica_name(env: Mapping[str, str], flag: str | None = None) -> str | None:
+    """This replica's name: ``flag`` (``serve --replica``), else ``$MCPVISOR_REPLICA``; None
+    when neither is set (an empty value counts as unset).
+
+    Raises:
+        ConfigError: the name breaks `REPLICA_RULE` (it names where the name came from).
+    """
+    source, value = ("--replica", flag) if flag else (f"${REPLICA_ENV}", env.get(REPLICA_ENV, ""))
+    value = (value or "").strip()
+    if not value:
+        return None
+    if not REPLICA_RE.match(value):
+        raise ConfigError(f"{source}: {value[:40]!r} is not a replica name; {REPLICA_RULE}")
+    return value

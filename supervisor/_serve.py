@@ -24,7 +24,7 @@ from typing import Any, Final
 import trio
 from pydantic import AnyHttpUrl
 
-from mcpvisor._config_types import MIN_TOKEN_CHARS
+from mcpvisor._config_types import MIN_TOKEN_CHARS, replica_name
 from mcpvisor.actors.fronts.auth import (
     ChainVerifier,
     Gate,
@@ -347,7 +347,8 @@ async def serve_http(
             await serve_http_front(sup.front, host, port, limits=limits, rules=guard.rules,
                                    verifier=guard.verifier, auth=guard.auth_settings, routes=dashboard,
                                    certfile=certfile, keyfile=keyfile, views=sup.front.views,
-                                   fast_path=settings.fast_path, task_status=task_status)
+                                   fast_path=settings.fast_path, ready=sup.store_health,
+                                   replica=replica_name(os.environ), task_status=task_status)
             nursery.cancel_scope.cancel(reason="the HTTP front closed")
 
         task_status.started(await nursery.start(front))

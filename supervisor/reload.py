@@ -83,7 +83,7 @@ process to be reaped before the changed one starts."""
 
 LIVE_SETTINGS: Final = (
     "namespacing", "startup_wait", "log_level", "env_mode", "server_defaults", "auth_tokens",
-    "token_toolsets", "metrics_public",
+    "token_toolsets", "metrics_public", "drain_timeout",
 )
 """Settings a reload applies (server knobs through each server's fingerprint)."""
 

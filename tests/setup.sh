@@ -26,3 +26,12 @@ fi
 if [ ! -x /usr/lib/postgresql/15/bin/postgres ]; then
   $SUDO apt-get update && $SUDO apt-get install -y --no-install-recommends postgresql-15=15.18-0+deb12u1
 fi
+# Pinned to bookworm's builds: tests/integration/test_replicas*.py put three replicas behind
+# them (deploy/haproxy.cfg, deploy/nginx.conf). Only the binaries are used: the packages'
+# own services are never started by the tests (each test runs its own on loopback ports).
+if ! command -v haproxy >/dev/null 2>&1; then
+  $SUDO apt-get update && $SUDO apt-get install -y --no-install-recommends haproxy=2.6.12-1+deb12u4
+fi
+if ! command -v nginx >/dev/null 2>&1; then
+  $SUDO apt-get update && $SUDO apt-get install -y --no-install-recommends nginx=1.22.1-9+deb12u11
+fi

@@ -44,6 +44,12 @@ POLL_S: Final = 0.02
 """How often the drain counts what is left in flight. It runs once, at shutdown, and a
 fast-path call has no task that could wake it when it ends."""
 
+ADMITTED: Final = "mcpvisor.admitted"
+"""The ASGI scope key the HTTP front's door (`mcpvisor.actors.fronts.fleet`) sets on a
+request it let in before the drain began: that request is served, never refused here,
+even when the drain begins while it is on its way to the SDK's server (the door alone
+decides, on HTTP, what is new work; what it refused got a 503 a balancer retries)."""
+
 UNWAITED_METHODS: Final = frozenset({"subscriptions/listen"})
 """Requests that stay open for the connection's lifetime by design (a 2026-07-28 client's
 notification stream): never worth the grace, answered with the shutdown error at once."""
@@ -116,7 +122,7 @@ class Drain:
         ``notifications/cancelled`` must still work during the grace)."""
         if ctx.request_id is None:
             return await call_next(ctx)
-        if self.draining:
+        if self.draining and not _admitted(ctx):
             self._refused += 1
             raise _shutting_down()
         with self._tracked(ctx.method not in UNWAITED_METHODS):
@@ -159,6 +165,11 @@ class Drain:
             logger.warning("%d request(s) could not be answered before stopping", left)
         self.done.set()
         return DrainStatistics(at_start, self._refused, forced, left)
+
+
+def _admitted(ctx: ServerRequestContext[Any, Any]) -> bool:
+    scope = getattr(getattr(ctx, "request", None), "scope", None)
+    return isinstance(scope, dict) and scope.get(ADMITTED) is True
 
 
 def _shutting_down() -> MCPError:

@@ -38,6 +38,7 @@ from msgspec import UNSET
 
 from mcpvisor.actors import wire
 from mcpvisor.actors.fronts.asgi import Receive, Scope, Send, read_body
+from mcpvisor.actors.fronts.fleet import FleetDoor, Ready
 from mcpvisor.actors.fronts.frames import (
     MAX_JSON_DEPTH,
     Refusal,
@@ -92,6 +93,8 @@ async def serve_http_front(
     keyfile: str | None = None,
     views: ToolsetViews | None = None,
     fast_path: bool = True,
+    ready: Ready | None = None,
+    replica: str | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``front`` over streamable HTTP at ``http(s)://host:port/mcp`` until cancelled,
@@ -99,6 +102,9 @@ async def serve_http_front(
     routes) are served beside ``/mcp``, and with ``views`` each toolset's fixed view at
     ``/mcp/toolset/NAME`` (`mcpvisor.actors.fronts.views`). With ``fast_path``, ``tools/call``
     requests are served by `mcpvisor.actors.fronts.http_fast` in front of the SDK's app.
+    ``/healthz`` and ``/readyz`` (``ready``: the store's health) and the drain's 503 are
+    answered before all of it (`mcpvisor.actors.fronts.fleet`). With ``replica``, every
+    session id begins with ``replica.`` (a balancer routes on it).
     ``task_status.started`` receives the URL bound."""
     import hypercorn.config
     import hypercorn.trio
@@ -127,6 +133,10 @@ async def serve_http_front(
     )
     manager = front.server.session_manager  # checks frames after the token and Host/Origin ones
     own_event_stores(manager, budget)
+    if replica is not None:
+        from mcpvisor.actors.sdk_compat import prefix_session_ids
+
+        prefix_session_ids(manager, f"{replica}.")
     guard = FrameGuard(manager.asgi_app, limits.max_body)
     manager.asgi_app = guard  # type: ignore[assignment]
     if verifier is not None:
@@ -169,11 +179,30 @@ async def serve_http_front(
                                       verifier=verifier, required_scopes=scopes, views=views, guard=guard,
                                       nursery=nursery, max_body=limits.max_body, anonymous=ANONYMOUS)
                 front.drain.add_fast_path(fast)  # its calls are answered when the proxy stops
+            door = FleetDoor(app, front.drain, ready=ready, max_body=limits.max_body, mcp_path=HTTP_PATH)
+            nursery.start_soon(_end_streams_when_drained, front, manager, door)
+            app = door  # type: ignore[assignment]
             binds: list[str] = await nursery.start(started)
+            door.listening = True
             task_status.started(binds[0].rstrip("/") + HTTP_PATH)
     finally:
         if fast is not None:
             front.drain.discard_fast_path(fast)
+
+
+async def _end_streams_when_drained(front: Front, manager: Any, door: FleetDoor) -> None:
+    """Once the drain has answered what was in flight, end each session's notification
+    stream (GET) rather than leave it to be cut when the front closes: it opened with a
+    ``retry:`` hint, so the client comes back after it, through its balancer, to a
+    replica that is alive (which answers 404: the client opens a new session there)."""
+    from mcpvisor.actors.sdk_compat import http_transports
+
+    await front.drain.done.wait()
+    transports = http_transports(manager)
+    for transport in transports:
+        transport.close_standalone_sse_stream()
+    logger.info("drained: %d new request(s) answered 503 for the balancer to retry; %d session stream(s) "
+                "ended", door.refused, len(transports))
 
 
 def own_event_stores(manager: Any, budget: ReplayBudget) -> None:

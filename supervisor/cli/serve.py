@@ -67,6 +67,9 @@ def register(sub: Any) -> None:
                         "serves /metrics itself; 0: any free port)")
     p.add_argument("--metrics-host", default=DEFAULT_HOST, metavar="ADDR",
                    help=f"address of --metrics-port (default: {DEFAULT_HOST}; elsewhere needs a token)")
+    p.add_argument("--replica", metavar="NAME",
+                   help="this replica's name behind a load balancer: HTTP session ids begin with NAME. "
+                        "and the log names it (default: $MCPVISOR_REPLICA)")
     p.set_defaults(func=run)
 
 
@@ -90,6 +93,10 @@ class _Format(logging.Formatter):
     that adds a server with its own secrets scrubs them from its first line on.
     """
 
+    replica: str | None = None
+    """This replica's name (``--replica``, ``$MCPVISOR_REPLICA``): every line of its log
+    says it, so the logs of several replicas gathered in one place can be told apart."""
+
     def format(self, record: logging.LogRecord) -> str:
         return scrub_known(self._format(record))
 
@@ -98,7 +105,7 @@ class _Format(logging.Formatter):
         if name.startswith("mcpvisor.upstream."):
             who = f"[{name[len('mcpvisor.upstream.'):]}]"
         else:
-            who = "mcpvisor:"
+            who = "mcpvisor:" if self.replica is None else f"mcpvisor@{self.replica}:"
         text = f"{self.formatTime(record, '%H:%M:%S')} {record.levelname:<7} {who} {record.getMessage()}"
         if record.exc_info:
             text += "\n" + self.formatException(record.exc_info)
@@ -169,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
               "server that runs mcpvisor from that proxy's config.", file=sys.stderr)
         return EXIT_USAGE
 
+    from mcpvisor._config_types import REPLICA_ENV, replica_name
     from mcpvisor._serve import (
         PortUnavailable,
         TokenFileError,
@@ -180,6 +188,14 @@ def run(args: argparse.Namespace) -> int:
     )
     from mcpvisor.config import ConfigError, load_config
 
+    try:
+        replica = replica_name(os.environ, getattr(args, "replica", None))
+    except ConfigError as exc:
+        print(f"mcpvisor: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if replica is not None:  # the HTTP front reads it there, as an embedding program's would
+        os.environ[REPLICA_ENV] = replica
+        _Format.replica = replica
     try:
         path, why = resolve_config(args)
         config = load_config(path, isolate_servers=True)  # one bad server stays one bad server
@@ -280,7 +296,10 @@ async def _main(args: argparse.Namespace, config: Any) -> None:
                 trio.open_nursery() as nursery:
 
             async def stop_gracefully() -> None:
-                await sup.front.drain.run()
+                if args.transport == "http":  # behind a balancer: the whole drain the settings give
+                    await sup.front.drain.run(sup.settings.drain_timeout)
+                else:
+                    await sup.front.drain.run()
                 # Each front returns on its own once its last answers are written (and
                 # that cancels this); a wedged client connection cannot hold the exit.
                 await trio.sleep(FRONT_CLOSE_S)

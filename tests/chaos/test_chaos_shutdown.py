@@ -52,7 +52,7 @@ def call(i: int, seconds: float = SLEEP_S) -> dict[str, Any]:
 def config_with_record(tmp_path: Path) -> tuple[Path, Path]:
     record = tmp_path / "calls.jsonl"
     config = write(tmp_path / "mcpvisor.json", {"mcpServers": {"fl": flaky("--record", str(record))},
-                                                "settings": {"exposure": "all"}})
+                                                "settings": {"exposure": "all", "drainTimeout": "2s"}})
     return config, record
 
 

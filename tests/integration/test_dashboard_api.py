@@ -27,7 +27,7 @@ async def test_reading_shows_every_server_and_hides_secrets(tmp_path: Path) -> N
         async with serving(tmp_path, fleet(tmp_path)) as dash, httpx2.AsyncClient() as http:
             assert private(dash.token_file)
             assert f"{dash.base}/login?token={dash.token}" in dash.proxy.text()  # the login URL is printed
-            assert (await http.get(f"{dash.base}/healthz")).json() == {"ok": True}
+            assert (await http.get(f"{dash.base}/healthz")).json() == {"status": "ok"}
             listing = await http.get(f"{dash.base}/api/servers")
             assert listing.status_code == 200
             rows = {row["name"]: row for row in listing.json()["servers"]}

@@ -120,3 +120,33 @@ async def test_a_request_that_ignores_the_cancel_is_counted_unanswered_and_the_d
         assert trio.current_time() == pytest.approx(start + SHUTDOWN_GRACE_S + ANSWER_BOUND_S, abs=0.05)
         assert stats.unanswered == 1
         nursery.cancel_scope.cancel()
+
+
+@dataclass
+class HttpRequest:
+    scope: dict[str, Any]
+
+
+@dataclass
+class HttpCtx(Ctx):
+    """A request the HTTP front carried: its ASGI scope rides on ``ctx.request``."""
+
+    request: HttpRequest | None = None
+
+
+async def test_a_request_the_http_door_let_in_before_the_drain_is_served_not_refused(
+        autojump_clock: trio.abc.Clock) -> None:
+    """On HTTP the door decides what is new work (it answers 503, which a balancer retries);
+    a request it admitted that reaches the SDK after the drain began is served."""
+    from mcpvisor.actors.fronts.drain import ADMITTED
+
+    drain = Drain()
+    outcomes: dict[Any, Any] = {}
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(drain.run)
+        await trio.sleep(0.001)  # the drain has begun
+        assert drain.draining
+        nursery.start_soon(handled, drain, HttpCtx(1, request=HttpRequest({ADMITTED: True})), 0.5, outcomes)
+        nursery.start_soon(handled, drain, HttpCtx(2, request=HttpRequest({})), 0.5, outcomes)
+    assert outcomes[1][0] == "result"
+    assert isinstance(outcomes[2][0], MCPError)
