@@ -196,9 +196,11 @@ async def open_reaper() -> AsyncIterator[Reaper]:
         await reaper._stop()
 
 
-WITHHELD_ENV: Final = ("MCPVISOR_TOKEN",)
+WITHHELD_ENV: Final = ("MCPVISOR_TOKEN", "MCPVISOR_STORE", "MCPVISOR_STORE_KEY")
 """Variables of the proxy's environment no upstream inherits: ``$MCPVISOR_TOKEN`` is the
-bearer token of the proxy's own front, and a server has no business holding it."""
+bearer token of the proxy's own front, ``$MCPVISOR_STORE`` the shared store's URL (its
+password) and ``$MCPVISOR_STORE_KEY`` the key its OAuth tokens are sealed with; a server
+has no business holding any of them."""
 
 _withheld_values: set[str] = set()
 

@@ -94,9 +94,9 @@ DRAIN_MIN_S: Final = 0.1
 DRAIN_MAX_S: Final = HOUR
 REPLICA_ENV: Final = "MCPVISOR_REPLICA"
 """This replica's name (``serve --replica NAME`` wins): the prefix of its HTTP session ids."""
-REPLICA_RE: Final = re.compile(r"[A-Za-z0-9_-]{1,32}\Z")
+REPLICA_RE: Final = re.compile(r"[A-Za-z0-9_-]{1,63}\Z")
 REPLICA_RULE: Final = (
-    'use 1-32 characters from A-Z, a-z, 0-9, "_" and "-" (no dots: a dot ends the replica '
+    'use 1-63 characters (a Kubernetes pod name fits) from A-Z, a-z, 0-9, "_" and "-" (no dots: a dot ends the replica '
     "name in a session id, where a balancer reads it)"
 )
 HANDSHAKE_MAX_S: Final = 10 * MINUTE

@@ -113,7 +113,7 @@ async def test_a_server_added_by_reload_leaks_nothing_into_log_status_or_journal
 
 async def test_a_front_token_reaches_no_upstream_under_the_name_it_came_in(tmp_path: Path) -> None:
     """``"authToken": "${MY_FRONT_TOKEN}"``: the upstream does not inherit ``$MY_FRONT_TOKEN``
-    (nor ``$MCPVISOR_TOKEN``), while an ordinary variable of the proxy's environment still
+    (nor ``$MCPVISOR_TOKEN``, nor the shared store's key), while an ordinary variable of the proxy's environment still
     reaches it; a server given the token on purpose in its ``env`` has it."""
     named_token = "front-token-by-another-name-31337"
     given = {**leaky(), "env": {"LEAKY_KEY": ENV_SECRET, "ON_PURPOSE": "${MY_FRONT_TOKEN}"}}
@@ -124,7 +124,8 @@ async def test_a_front_token_reaches_no_upstream_under_the_name_it_came_in(tmp_p
             "settings": {"exposure": "all", "authToken": "${MY_FRONT_TOKEN}"},
         },
     )
-    env = {"MY_FRONT_TOKEN": named_token, "MCPVISOR_TOKEN": FRONT_TOKEN, "AN_ORDINARY_VAR": "x"}
+    env = {"MY_FRONT_TOKEN": named_token, "MCPVISOR_TOKEN": FRONT_TOKEN, "AN_ORDINARY_VAR": "x",
+           "MCPVISOR_STORE_KEY": "the-shared-store-key-of-the-replicas-0123"}
     seen: dict[str, str] = {}
     with trio.fail_after(REAL_IO_BOUND_S):
         async with (
@@ -137,6 +138,7 @@ async def test_a_front_token_reaches_no_upstream_under_the_name_it_came_in(tmp_p
             for tool, name in (
                 ("leaky_environment", "MY_FRONT_TOKEN"),
                 ("leaky_environment", "MCPVISOR_TOKEN"),
+                ("leaky_environment", "MCPVISOR_STORE_KEY"),
                 ("leaky_environment", "AN_ORDINARY_VAR"),
                 ("given_environment", "ON_PURPOSE"),
             ):
@@ -144,6 +146,7 @@ async def test_a_front_token_reaches_no_upstream_under_the_name_it_came_in(tmp_p
     assert seen == {
         "leaky_environment:MY_FRONT_TOKEN": "unset",
         "leaky_environment:MCPVISOR_TOKEN": "unset",
+        "leaky_environment:MCPVISOR_STORE_KEY": "unset",
         "leaky_environment:AN_ORDINARY_VAR": "set",
         "given_environment:ON_PURPOSE": "set",
     }
