@@ -96,8 +96,8 @@ REPLICA_ENV: Final = "MCPVISOR_REPLICA"
 """This replica's name (``serve --replica NAME`` wins): the prefix of its HTTP session ids."""
 REPLICA_RE: Final = re.compile(r"[A-Za-z0-9_-]{1,63}\Z")
 REPLICA_RULE: Final = (
-    'use 1-63 characters (a Kubernetes pod name fits) from A-Z, a-z, 0-9, "_" and "-" (no dots: a dot ends the replica '
-    "name in a session id, where a balancer reads it)"
+    'use 1-63 characters (a Kubernetes pod name fits) from A-Z, a-z, 0-9, "_" and "-" '
+    "(no dots: a dot ends the replica name in a session id, where a balancer reads it)"
 )
 HANDSHAKE_MAX_S: Final = 10 * MINUTE
 SESSION_IDLE_MAX_S: Final = DAY
