@@ -113,8 +113,8 @@ async def test_a_server_added_by_reload_leaks_nothing_into_log_status_or_journal
 
 async def test_a_front_token_reaches_no_upstream_under_the_name_it_came_in(tmp_path: Path) -> None:
     """``"authToken": "${MY_FRONT_TOKEN}"``: the upstream does not inherit ``$MY_FRONT_TOKEN``
-    (nor ``$MCPVISOR_TOKEN``, nor the shared store's key), while an ordinary variable of the proxy's environment still
-    reaches it; a server given the token on purpose in its ``env`` has it."""
+    (nor ``$MCPVISOR_TOKEN``, nor the shared store's key), while an ordinary variable of the
+    proxy's environment still reaches it; a server given the token on purpose in its ``env`` has it."""
     named_token = "front-token-by-another-name-31337"
     given = {**leaky(), "env": {"LEAKY_KEY": ENV_SECRET, "ON_PURPOSE": "${MY_FRONT_TOKEN}"}}
     config = write(
