@@ -80,8 +80,11 @@ async def open_real_link(up: Upstream, *, events: LinkEvents, protocol: str,
             else:
                 login = UpstreamAuth(spec, store, on_login_needed=up.login_needed)
             auth = login.provider
+        # A dual-era streamable-HTTP server under ``auto`` also serves 2026-07-28 clients in their era.
+        modern = ((lambda: sdk_transport(spec, up.max_message, auth=auth))
+                  if spec.transport == "http" and spec.protocol == "auto" else None)
         sdk_link = await stack.enter_async_context(
             open_sdk_link(up.name, sdk_transport(spec, up.max_message, auth=auth), events=events,
-                          protocol=protocol))
+                          protocol=protocol, modern_transport=modern))
         on_spawn(sdk_link)
         yield sdk_link
