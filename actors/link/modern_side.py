@@ -9,14 +9,19 @@ side needs besides its requests, while it lives (`follow`):
   the SDK session derives them from its own listing of the tool (re-read when the tools
   change);
 * a ``subscriptions/listen`` stream: a dual-era server announces a change made during a
-  2026-07-28 request on its listen streams, which the handshake-era session never hears;
-  each announcement there reaches the upstream as the session's do (`SideEvents`).
+  2026-07-28 request on its listen streams, which the handshake-era session never hears.
+  A server may announce one change on both (the SDK's own announce to the listen streams
+  of every change and to the session of the changes its requests make), and clients must
+  hear it once: `Announcements` takes an announcement on one link that follows one on the
+  other within `ECHO_S` for its echo, and only re-lists for it (clients hear of it only
+  if the list really changed).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections import deque
 from typing import TYPE_CHECKING, Any, Final
 
 import mcp_types as types
@@ -39,16 +44,47 @@ LISTEN_FOR: Final = {"toolsListChanged": True, "promptsListChanged": True, "reso
 followed on the session, where clients subscribe)."""
 
 
-class SideEvents:
-    """A side's events: the upstream's own, and a re-read of the side's tool list when
-    the server says its tools changed (on either link)."""
+ECHO_S: Final = 1.0
+"""How close an announcement on one link must follow one on the other to be taken for its
+echo: a server announcing one change on both sends them together (milliseconds apart on
+loopback); a second change so soon after is not lost, only re-listed (`Announcements`)."""
+
+
+class Announcements:
+    """The list changes a dual-era server announces on its session and on the side's
+    listen stream, passed on once each (see the module's note)."""
 
     def __init__(self, events: LinkEvents) -> None:
         self._events = events
+        self._unpaired: dict[tuple[bool, str], deque[float]] = {}
+
+    def heard(self, kind: str, *, side: bool) -> None:
+        """The server announced a change of ``kind`` on the side (``side``) or its session."""
+        now = trio.current_time()
+        other = self._unpaired.get((not side, kind))
+        while other and other[0] < now - ECHO_S:
+            other.popleft()
+        if other:
+            other.popleft()
+            recheck = getattr(self._events, "list_rechecked", None)
+            if recheck is not None:
+                recheck(kind)
+            return
+        self._unpaired.setdefault((side, kind), deque()).append(now)
+        self._events.list_changed(kind)
+
+
+class SideEvents:
+    """A side's events: the upstream's own (list changes through `Announcements`), and a
+    re-read of the side's tool list when the server says there that its tools changed."""
+
+    def __init__(self, events: LinkEvents) -> None:
+        self._events = events
+        self.announcements = Announcements(events)
         self.tools_changed = trio.Event()
 
     def list_changed(self, kind: str) -> None:
-        self._events.list_changed(kind)
+        self.announcements.heard(kind, side=True)
         if kind == "tools":
             self.tools_changed.set()
 

@@ -31,7 +31,7 @@ from mcp_types.version import LATEST_MODERN_VERSION
 from mcpvisor.actors import wire
 from mcpvisor.actors.errors import UpstreamDied
 from mcpvisor.actors.link.base import Link, LinkEvents, Pending
-from mcpvisor.actors.link.modern_side import SideEvents, follow, list_tools
+from mcpvisor.actors.link.modern_side import Announcements, SideEvents, follow, list_tools
 from mcpvisor.actors.link.session import client_info, handshake, session_callbacks
 from mcpvisor.actors.sdk_compat import dispatcher_of, stamp
 
@@ -45,6 +45,16 @@ link, never delaying its start: until it answers, 2026-07-28 clients' calls are 
 
 class SdkLink(Link):
     """An upstream reached through an SDK client transport (streamable HTTP, SSE, ws)."""
+
+    announcements: Announcements | None = None
+    """With a `modern_side`: the server's list changes heard on both links, passed on once."""
+
+    def list_changed(self, kind: str) -> None:
+        """The server announced on this link that its ``kind`` list changed."""
+        if self.announcements is not None:
+            self.announcements.heard(kind, side=False)
+        else:
+            self.events.list_changed(kind)
 
     async def _abandon(self, pending: Pending) -> None:
         """The SDK dispatcher already sends the courtesy cancel when its request is abandoned."""
@@ -114,11 +124,11 @@ def _message_handler(link: SdkLink) -> MessageHandlerFnT:
         root = getattr(message, "root", message)
         match root:
             case types.ToolListChangedNotification():
-                link.events.list_changed("tools")
+                link.list_changed("tools")
             case types.ResourceListChangedNotification():
-                link.events.list_changed("resources")
+                link.list_changed("resources")
             case types.PromptListChangedNotification():
-                link.events.list_changed("prompts")
+                link.list_changed("prompts")
             case types.ResourceUpdatedNotification():
                 link.events.resource_updated(str(root.params.uri))
             case _:
@@ -190,11 +200,11 @@ async def _keep_modern_side(link: SdkLink, modern_transport: Callable[[], Any]) 
                 logger.debug("%s: serves %s beside its session: 2026-07-28 clients' requests go there",
                              link.server, side.protocol_version)
                 nursery.start_soon(follow, side, events)
-                link.modern_side = side
+                link.modern_side, link.announcements = side, events.announcements
                 try:
                     await side.closed.wait()
                 finally:
-                    link.modern_side = None
+                    link.modern_side = link.announcements = None
                     nursery.cancel_scope.cancel()
         if probe.cancelled_caught:
             logger.debug("%s: no answer to server/discover within %gs; 2026-07-28 clients stay bridged",

@@ -41,6 +41,9 @@ class UpstreamLinkEvents:
     def list_changed(self, kind: str) -> None:
         self._up.mark_dirty(kind)
 
+    def list_rechecked(self, kind: str) -> None:
+        self._up.recheck(kind)
+
     def resource_updated(self, uri: str) -> None:
         self._up.hooks.resource_updated(self._up.name, uri)
 
