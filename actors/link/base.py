@@ -162,6 +162,10 @@ class Link:
         self.modern_side: Link | None = None
         """A dual-era HTTP upstream opened in the handshake era: its session-less 2026-07-28
         link, where 2026-07-28 clients' requests go (`mcpvisor.actors.link.sdk`)."""
+        self.side_probed: trio.Event | None = None
+        """Set once the server has said whether it has a `modern_side` (None: no probe): a
+        2026-07-28 client's request waits for that answer, bounded by the probe's own bound,
+        so where it goes does not depend on how soon after the start it came."""
         self.back_channel_needed = False
         """The upstream refused a 2026-07-28 request for want of a back-channel (it asks its
         questions as a server written the usual way does): its 2026-07-28 clients' requests
@@ -298,6 +302,9 @@ class Link:
             UpstreamDied: the connection ended before the answer (at once, not at the timeout).
             CallTimeout: no answer in time (the upstream was told to cancel).
         """
+        probed = self.side_probed
+        if probed is not None and origin is not None and origin.modern and method in INPUT_REQUIRED_METHODS:
+            await probed.wait()
         side = self.modern_route(method, origin)
         if side is not None:
             try:

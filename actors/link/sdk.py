@@ -175,14 +175,15 @@ async def open_sdk_link(
                 link.adopt(session)
                 await link.apply_log_level()
                 if modern_transport is not None and not link.modern:
-                    nursery.start_soon(_keep_modern_side, link, modern_transport)
+                    link.side_probed = trio.Event()
+                    nursery.start_soon(_keep_modern_side, link, link.side_probed, modern_transport)
                 yield link
         finally:
             link.close(link.close_reason or "stopped by mcpvisor")
             nursery.cancel_scope.cancel()
 
 
-async def _keep_modern_side(link: SdkLink, modern_transport: Callable[[], Any]) -> None:
+async def _keep_modern_side(link: SdkLink, probed: trio.Event, modern_transport: Callable[[], Any]) -> None:
     """Open ``link``'s session-less 2026-07-28 side and keep it while ``link`` lives.
 
     A server that does not answer ``server/discover`` there (a handshake-only server: an
@@ -201,6 +202,7 @@ async def _keep_modern_side(link: SdkLink, modern_transport: Callable[[], Any]) 
                              link.server, side.protocol_version)
                 nursery.start_soon(follow, side, events)
                 link.modern_side, link.announcements = side, events.announcements
+                probed.set()
                 try:
                     await side.closed.wait()
                 finally:
@@ -214,3 +216,5 @@ async def _keep_modern_side(link: SdkLink, modern_transport: Callable[[], Any]) 
         code = f" {exc.error.code}" if isinstance(exc, MCPError) else ""
         logger.debug("%s: no 2026-07-28 side (%s%s); 2026-07-28 clients stay bridged",
                      link.server, type(exc).__name__, code)
+    finally:
+        probed.set()

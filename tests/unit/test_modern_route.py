@@ -131,6 +131,26 @@ async def test_another_error_of_the_modern_side_reaches_the_client_as_it_came() 
     assert not session.back_channel_needed
 
 
+async def test_a_modern_clients_call_made_while_the_server_is_asked_for_its_side_waits_for_the_answer(
+        autojump_clock: trio.testing.MockClock) -> None:
+    session, side = dual_era(lambda method, params: ROUND)
+    session.modern_side = None
+    probed = session.side_probed = trio.Event()
+    results: list[dict[str, Any]] = []
+
+    async def modern_call() -> None:
+        results.append(await call(session, Origin(modern=True)))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(modern_call)
+        assert await call(session, Origin(modern=False)) == DONE  # handshake clients never wait
+        await trio.sleep(1)
+        assert results == []
+        session.modern_side = side
+        probed.set()
+    assert results == [ROUND]
+
+
 async def test_a_closed_side_leaves_modern_clients_on_the_session() -> None:
     session, side = dual_era(lambda method, params: ROUND)
     side.close("stream broken")
