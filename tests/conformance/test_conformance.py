@@ -29,6 +29,7 @@ with start-up and shutdown.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -212,6 +213,52 @@ def test_a_scenario_that_passes_directly_passes_through_the_http_proxy(
     assert not problems, "\n".join(
         [f"lost through mcpvisor ({transport} upstream, protocol {protocol}):", *problems]
     )
+
+
+ENVELOPE: Final = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientInfo": {"name": "probe", "version": "1"},
+    "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+}
+
+
+async def test_a_stdio_server_opened_in_the_handshake_era_refuses_2026_07_28_requests() -> None:
+    """Why ``stdio-auto`` keeps its expected loss: on the one connection a stdio server
+    has, the fixture (the SDK's dual-era ``Server.run``) serves the era ``initialize``
+    opened, and refuses a request carrying the 2026-07-28 envelope (MCP lets a dual-era
+    server serve both on one process, but does not make it). When the SDK serves both,
+    this fails, and ``auto`` could send 2026-07-28 clients' stdio calls in their era too."""
+    frames = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                    "clientInfo": {"name": "probe", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+         "params": {"name": "test_input_required_result_elicitation", "arguments": {}, "_meta": ENVELOPE}},
+    ]
+    proc = await trio.lowlevel.open_process(fixture_argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                            stderr=subprocess.DEVNULL, env=conformance_suite.node_env())
+    answers: dict[int, dict[str, Any]] = {}
+    try:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        with trio.fail_after(TEST_BOUND_S):
+            await proc.stdin.send_all(b"".join(json.dumps(f).encode() + b"\n" for f in frames))
+            buf = b""
+            while 2 not in answers:
+                chunk = await proc.stdout.receive_some(1 << 16)
+                assert chunk, "the fixture exited"
+                *lines, buf = (buf + chunk).split(b"\n")
+                for line in filter(bytes.strip, lines):
+                    message = json.loads(line)
+                    if isinstance(message.get("id"), int):
+                        answers[message["id"]] = message
+    finally:
+        proc.kill()
+        await proc.wait()
+    assert answers[1]["result"]["protocolVersion"] == "2025-11-25"
+    assert answers[2]["error"]["code"] == -32600, answers[2]
+    assert "handshake protocol era" in answers[2]["error"]["message"]
 
 
 DRIVER: Final = HERE / "client_driver.py"
