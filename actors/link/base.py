@@ -293,9 +293,10 @@ class Link:
         A 2026-07-28 client's request that may need its input goes to `modern_side` when
         there is one (`modern_route`): the server asks in its own era and keys, and the
         client answers it directly. The one exception is a server whose tool asks through
-        the back-channel there: the SDK refuses that (`NO_BACK_CHANNEL`), before the tool
-        has answered, so the request is sent again on the session, where that question
-        can be bridged, and so are the server's later ones (`back_channel_needed`).
+        the back-channel there: the SDK ends the tool at that question with its refusal
+        (`NO_BACK_CHANNEL`), so the request is sent again on the session, where the
+        question can be bridged (the tool runs again up to it), and so are the server's
+        later ones (`back_channel_needed`).
 
         Raises:
             UpstreamError: the upstream answered with a JSON-RPC error.

@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 MODERN_SIDE_PROBE_S: Final = 10.0
 """Bound on opening the session-less 2026-07-28 side of a dual-era HTTP upstream (its
 ``server/discover``); the SDK's own discover probe waits as long. It runs beside the
-link, never delaying its start: until it answers, 2026-07-28 clients' calls are bridged."""
+link, never delaying its start; a 2026-07-28 client's request made meanwhile waits for it."""
 
 
 class SdkLink(Link):
