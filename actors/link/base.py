@@ -183,7 +183,12 @@ class Link:
         return self._envelope or {}
 
     def in_flight(self) -> int:
-        return len(self._pending)
+        """Requests waiting for this server's answer, its `modern_side`'s calls included
+        (not that side's own listen stream, which is always open)."""
+        side = self.modern_side
+        if side is None:
+            return len(self._pending)
+        return len(self._pending) + sum(p.method != "subscriptions/listen" for p in side._pending.values())
 
     def has_pending(self, proxy_id: str) -> bool:
         """Whether the request ``proxy_id`` still waits for the upstream's answer."""

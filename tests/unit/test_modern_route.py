@@ -9,6 +9,7 @@ what the test asserts on (which era a request reached, and what came back).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 import pytest
@@ -149,6 +150,25 @@ async def test_a_modern_clients_call_made_while_the_server_is_asked_for_its_side
         session.modern_side = side
         probed.set()
     assert results == [ROUND]
+
+
+async def test_a_call_on_the_modern_side_counts_as_the_servers_call_in_flight(
+        autojump_clock: trio.testing.MockClock) -> None:
+    answered = trio.Event()
+    session, side = dual_era(lambda method, params: ROUND)
+
+    async def wait_then(pending: Pending, params: dict[str, Any]) -> wire.Envelope:
+        await answered.wait()
+        return wire.Envelope(result=wire.encode(ROUND))  # type: ignore[arg-type]
+
+    side._send_and_wait = wait_then  # type: ignore[method-assign]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(call, session, Origin(modern=True))
+        nursery.start_soon(partial(side.request, "subscriptions/listen", {}, timeout=60, max_time=60))
+        await trio.sleep(1)
+        assert session.in_flight() == 1  # the call; the side's listen stream is always open
+        answered.set()
+    assert session.in_flight() == 0
 
 
 async def test_a_closed_side_leaves_modern_clients_on_the_session() -> None:
