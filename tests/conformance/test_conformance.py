@@ -17,11 +17,12 @@ does when the client connects to it directly (issue 14).
 
 A failing check fails its test with the suite's own words (`SuiteFailed`). A scenario lost
 through the proxy fails its pairing unless `EXPECTED_LOSSES` names it with the reason (one
-is left: ``basic-elicitation`` through an upstream held in the handshake era, whose round
-must carry a key the handshake wire never does: ``legacy`` forces that era, and a stdio
-server opened ``auto`` serves one era per process; an HTTP one opened ``auto`` answers a
-2026-07-28 client in its own era beside its session, so it passes), and an expected loss
-that passes again fails too.
+is left: ``basic-elicitation`` where the round is bridged from the handshake era, whose
+elicitation/create carries no key: ``legacy`` forces that era, a stdio server opened
+``auto`` serves one era per process, and the fixture written the usual way asks only
+through the back-channel; an HTTP one opened ``auto`` answers a 2026-07-28 client in its
+own era beside its session, so it passes), and an expected loss that passes again fails
+too.
 
 Times measured on the 2-core machine: a suite run takes 1-3 s; each proxied test ~4-8 s
 with start-up and shutdown.
