@@ -70,6 +70,10 @@ person or a model, so a server with this many open questions is flooding, not wo
 (issue 23: 20,000 forwarded sampling requests grew the proxy by 300 MB); the same
 number as the per-session cap on client requests (`mcpvisor.actors.fronts.limits.MAX_IN_FLIGHT`)."""
 
+NO_BACK_CHANNEL: Final = "no back-channel for server-initiated requests"
+"""The words of the SDK's refusal (`mcp.shared.exceptions.NoBackChannelError`, code -32600)
+when a server's handler sends a request to the client during a 2026-07-28 request."""
+
 CANCEL_WRITE_S: Final = 2.0
 """Bound on the courtesy cancel write when a request is abandoned (docs/style.md rule 16)."""
 
@@ -118,6 +122,12 @@ class Pending:
     """Fast path: when the call was sent; its hard cap (``hard_deadline``) counts from here."""
 
 
+def refused_for_back_channel(exc: UpstreamError) -> bool:
+    """Whether an upstream's error is the SDK's refusal of a server-to-client request
+    during a 2026-07-28 request (a tool that asks through ``ctx.session``)."""
+    return exc.code == wire.INVALID_REQUEST and NO_BACK_CHANNEL in str(exc.message)
+
+
 def decode_result(env: wire.Envelope) -> dict[str, Any]:
     if env.result is not UNSET:
         result = wire.decode_dict(env.result)
@@ -149,6 +159,17 @@ class Link:
         self.closed = trio.Event()
         self.close_reason: str | None = None
         self.nursery: trio.Nursery | None = None
+        self.modern_side: Link | None = None
+        """A dual-era HTTP upstream opened in the handshake era: its session-less 2026-07-28
+        link, where 2026-07-28 clients' requests go (`mcpvisor.actors.link.sdk`)."""
+        self.side_probed: trio.Event | None = None
+        """Set once the server has said whether it has a `modern_side` (None: no probe): a
+        2026-07-28 client's request waits for that answer, bounded by the probe's own bound,
+        so where it goes does not depend on how soon after the start it came."""
+        self.back_channel_needed = False
+        """The upstream refused a 2026-07-28 request for want of a back-channel (it asks its
+        questions as a server written the usual way does): its 2026-07-28 clients' requests
+        stay on the handshake-era session, where the proxy bridges its questions."""
 
     # --- state -----------------------------------------------------------------
     @property
@@ -162,7 +183,12 @@ class Link:
         return self._envelope or {}
 
     def in_flight(self) -> int:
-        return len(self._pending)
+        """Requests waiting for this server's answer, its `modern_side`'s calls included
+        (not that side's own listen stream, which is always open)."""
+        side = self.modern_side
+        if side is None:
+            return len(self._pending)
+        return len(self._pending) + sum(p.method != "subscriptions/listen" for p in side._pending.values())
 
     def has_pending(self, proxy_id: str) -> bool:
         """Whether the request ``proxy_id`` still waits for the upstream's answer."""
@@ -269,17 +295,48 @@ class Link:
         notification, and after ``max_time`` in any case. Cancelling the caller
         abandons the request: the upstream gets ``notifications/cancelled``.
 
+        A 2026-07-28 client's request that may need its input goes to `modern_side` when
+        there is one (`modern_route`): the server asks in its own era and keys, and the
+        client answers it directly. The one exception is a server whose tool asks through
+        the back-channel there: the SDK ends the tool at that question with its refusal
+        (`NO_BACK_CHANNEL`), so the request is sent again on the session, where the
+        question can be bridged (the tool runs again up to it), and so are the server's
+        later ones (`back_channel_needed`).
+
         Raises:
             UpstreamError: the upstream answered with a JSON-RPC error.
             UpstreamDied: the connection ended before the answer (at once, not at the timeout).
             CallTimeout: no answer in time (the upstream was told to cancel).
         """
+        probed = self.side_probed
+        if probed is not None and origin is not None and origin.modern and method in INPUT_REQUIRED_METHODS:
+            await probed.wait()
+        side = self.modern_route(method, origin)
+        if side is not None:
+            try:
+                return await side.request(method, params, origin=origin, timeout=timeout, max_time=max_time)
+            except UpstreamError as exc:
+                if not refused_for_back_channel(exc):
+                    raise
+            self.back_channel_needed = True
+            logger.info("%s: a tool asked through the back-channel, which 2026-07-28 does not have: its "
+                        "2026-07-28 clients' requests now go in the handshake era, bridged", self.server)
         result = await self.request_once(method, params, origin=origin, timeout=timeout, max_time=max_time)
         if result.get("resultType") != "input_required" or method not in INPUT_REQUIRED_METHODS:
             return result
         if origin is not None and origin.modern:
             return result  # a 2026-07-28 client answers and retries itself; we forward both legs
         return await drive_input_required(self, method, params, result, origin, timeout, max_time)
+
+    def modern_route(self, method: str, origin: CallOrigin | None) -> Link | None:
+        """Where a request goes instead of this link: `modern_side`, for a 2026-07-28
+        client's request whose answer may be ``input_required``, unless the server needs
+        its back-channel or the side is gone."""
+        side = self.modern_side
+        if (side is None or origin is None or not origin.modern or method not in INPUT_REQUIRED_METHODS
+                or self.back_channel_needed or side.close_reason is not None):
+            return None
+        return side
 
     async def request_once(self, method: str, params: Mapping[str, Any] | None, *, origin: CallOrigin | None,
                             timeout: float,  # noqa: ASYNC109 - an idle timeout that progress resets, not a deadline

@@ -2,32 +2,59 @@
 
 It sends through the session's own dispatcher (`mcpvisor.actors.sdk_compat`), to send a
 request under our own id and hear its progress.
+
+A streamable-HTTP upstream under ``protocol: auto`` that is opened in the handshake era
+gets a second, session-less link beside its session (`SdkLink.modern_side`), when the
+server also serves 2026-07-28 (it answers ``server/discover`` there). MCP 2026-07-28 lets
+a dual-era server serve both eras on one endpoint: ``initialize`` scopes the old
+semantics to its HTTP session, and a request carrying the 2026-07-28 ``_meta`` envelope
+and no session id is served statelessly in the new era. A 2026-07-28 client's request
+then reaches the server in its own era (`mcpvisor.actors.link.base.Link.request`), so
+the server's own ``input_required`` rounds, with its own keys, reach that client.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
+import math
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Final
 
 import mcp_types as types
 import trio
 from mcp.client.session import ClientSession, IncomingMessage, LoggingFnT, MessageHandlerFnT
 from mcp.shared.exceptions import MCPError
 from mcp_types import CLIENT_CAPABILITIES_META_KEY
+from mcp_types.version import LATEST_MODERN_VERSION
 
 from mcpvisor.actors import wire
 from mcpvisor.actors.errors import UpstreamDied
 from mcpvisor.actors.link.base import Link, LinkEvents, Pending
+from mcpvisor.actors.link.modern_side import Announcements, SideEvents, follow, list_tools
 from mcpvisor.actors.link.session import client_info, handshake, session_callbacks
 from mcpvisor.actors.sdk_compat import dispatcher_of, stamp
 
 logger = logging.getLogger(__name__)
 
+MODERN_SIDE_PROBE_S: Final = 10.0
+"""Bound on opening the session-less 2026-07-28 side of a dual-era HTTP upstream (its
+``server/discover``); the SDK's own discover probe waits as long. It runs beside the
+link, never delaying its start; a 2026-07-28 client's request made meanwhile waits for it."""
+
 
 class SdkLink(Link):
     """An upstream reached through an SDK client transport (streamable HTTP, SSE, ws)."""
+
+    announcements: Announcements | None = None
+    """With a `modern_side`: the server's list changes heard on both links, passed on once."""
+
+    def list_changed(self, kind: str) -> None:
+        """The server announced on this link that its ``kind`` list changed."""
+        if self.announcements is not None:
+            self.announcements.heard(kind, side=False)
+        else:
+            self.events.list_changed(kind)
 
     async def _abandon(self, pending: Pending) -> None:
         """The SDK dispatcher already sends the courtesy cancel when its request is abandoned."""
@@ -97,11 +124,11 @@ def _message_handler(link: SdkLink) -> MessageHandlerFnT:
         root = getattr(message, "root", message)
         match root:
             case types.ToolListChangedNotification():
-                link.events.list_changed("tools")
+                link.list_changed("tools")
             case types.ResourceListChangedNotification():
-                link.events.list_changed("resources")
+                link.list_changed("resources")
             case types.PromptListChangedNotification():
-                link.events.list_changed("prompts")
+                link.list_changed("prompts")
             case types.ResourceUpdatedNotification():
                 link.events.resource_updated(str(root.params.uri))
             case _:
@@ -126,8 +153,15 @@ async def open_sdk_link(
     *,
     events: LinkEvents,
     protocol: str,
+    modern_transport: Callable[[], Any] | None = None,
 ) -> AsyncIterator[SdkLink]:
-    """Connect through an SDK client transport (an async context manager of streams)."""
+    """Connect through an SDK client transport (an async context manager of streams).
+
+    ``modern_transport`` (a streamable-HTTP server under ``protocol: auto``) builds a
+    second transport to the same endpoint: when the link opens in the handshake era, the
+    server is asked ``server/discover`` on it, in the background, and a server that answers
+    gets `SdkLink.modern_side` for as long as the link lives.
+    """
     link = SdkLink(server, events)
     async with transport as streams, trio.open_nursery() as nursery:
         read, write = streams[0], streams[1]
@@ -140,7 +174,47 @@ async def open_sdk_link(
                 await handshake(session, protocol)
                 link.adopt(session)
                 await link.apply_log_level()
+                if modern_transport is not None and not link.modern:
+                    link.side_probed = trio.Event()
+                    nursery.start_soon(_keep_modern_side, link, link.side_probed, modern_transport)
                 yield link
         finally:
             link.close(link.close_reason or "stopped by mcpvisor")
             nursery.cancel_scope.cancel()
+
+
+async def _keep_modern_side(link: SdkLink, probed: trio.Event, modern_transport: Callable[[], Any]) -> None:
+    """Open ``link``'s session-less 2026-07-28 side and keep it while ``link`` lives.
+
+    A server that does not answer ``server/discover`` there (a handshake-only server: an
+    error, an HTTP 400 for the missing session, or silence until `MODERN_SIDE_PROBE_S`)
+    keeps its calls on the session, as before; so does one whose side breaks later.
+    """
+    events = SideEvents(link.events)
+    try:
+        with trio.CancelScope(deadline=trio.current_time() + MODERN_SIDE_PROBE_S) as probe:
+            async with open_sdk_link(link.server, modern_transport(), events=events,
+                                     protocol=LATEST_MODERN_VERSION) as side, trio.open_nursery() as nursery:
+                if side.capabilities is not None and side.capabilities.tools is not None:
+                    await list_tools(side)
+                probe.deadline = math.inf
+                logger.debug("%s: serves %s beside its session: 2026-07-28 clients' requests go there",
+                             link.server, side.protocol_version)
+                nursery.start_soon(follow, side, events)
+                link.modern_side, link.announcements = side, events.announcements
+                probed.set()
+                try:
+                    await side.closed.wait()
+                finally:
+                    link.modern_side = link.announcements = None
+                    nursery.cancel_scope.cancel()
+        if probe.cancelled_caught:
+            logger.debug("%s: no answer to server/discover within %gs; 2026-07-28 clients stay bridged",
+                         link.server, MODERN_SIDE_PROBE_S)
+    except Exception as exc:  # any refusal or transport error: the server stays handshake-only to us
+        # The error's type and code only: a transport error's text may carry the URL's query.
+        code = f" {exc.error.code}" if isinstance(exc, MCPError) else ""
+        logger.debug("%s: no 2026-07-28 side (%s%s); 2026-07-28 clients stay bridged",
+                     link.server, type(exc).__name__, code)
+    finally:
+        probed.set()

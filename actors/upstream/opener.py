@@ -41,6 +41,9 @@ class UpstreamLinkEvents:
     def list_changed(self, kind: str) -> None:
         self._up.mark_dirty(kind)
 
+    def list_rechecked(self, kind: str) -> None:
+        self._up.recheck(kind)
+
     def resource_updated(self, uri: str) -> None:
         self._up.hooks.resource_updated(self._up.name, uri)
 
@@ -80,8 +83,11 @@ async def open_real_link(up: Upstream, *, events: LinkEvents, protocol: str,
             else:
                 login = UpstreamAuth(spec, store, on_login_needed=up.login_needed)
             auth = login.provider
+        # A dual-era streamable-HTTP server under ``auto`` also serves 2026-07-28 clients in their era.
+        modern = ((lambda: sdk_transport(spec, up.max_message, auth=auth))
+                  if spec.transport == "http" and spec.protocol == "auto" else None)
         sdk_link = await stack.enter_async_context(
             open_sdk_link(up.name, sdk_transport(spec, up.max_message, auth=auth), events=events,
-                          protocol=protocol))
+                          protocol=protocol, modern_transport=modern))
         on_spawn(sdk_link)
         yield sdk_link

@@ -78,6 +78,15 @@ class LinkTasks:
             self._dirty.add("templates")
         self._dirty_event.set()
 
+    def recheck(self, kind: str) -> None:
+        """Re-list ``kind`` now, telling clients only of a real change: an announcement
+        that may repeat one already heard (`mcpvisor.actors.link.modern_side.Announcements`)."""
+        now = trio.current_time()
+        for each in (kind, "templates") if kind == "resources" else (kind,):
+            self._fresh_until[each] = now
+        self._fresh_changed.set()
+        self._fresh_changed = trio.Event()
+
     def listen_to(self, uri: str, wanted: bool) -> None:
         """Follow (or stop following) updates of ``uri`` on a 2026-07-28 upstream, where
         ``resources/subscribe`` is gone and updates ride the ``subscriptions/listen`` stream."""

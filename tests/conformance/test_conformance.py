@@ -5,9 +5,10 @@ does when the client connects to it directly (issue 14).
   100 % of the suite's active server suite.
 * Through ``mcpvisor serve --transport http`` (one upstream, ``exposure: all``,
   ``namespacing: none``) with the fixture as a stdio upstream and as an HTTP upstream,
-  each opened in both eras (``protocol: "legacy"`` and ``"2026-07-28"``), and with
-  ``protocol: "auto"`` in front of a fixture written the usual way
-  (``--always-back-channel``: sampling/elicitation through ``ctx.session``): again 100 %.
+  each opened ``auto``, ``legacy`` and ``2026-07-28``, and an HTTP upstream opened
+  ``auto`` in front of the fixture written the usual way (``--always-back-channel``:
+  sampling/elicitation through ``ctx.session`` in both eras), held to what the fixture
+  does directly: again 100 %, but for `EXPECTED_LOSSES`.
 * The suite's client scenarios that need no OAuth, with mcpvisor as the client of the
   suite's server (``client_driver.py``).
 * The suite's ``auth/*`` client scenarios at both wires and its auth extensions, with
@@ -16,8 +17,12 @@ does when the client connects to it directly (issue 14).
 
 A failing check fails its test with the suite's own words (`SuiteFailed`). A scenario lost
 through the proxy fails its pairing unless `EXPECTED_LOSSES` names it with the reason (one
-is left: ``basic-elicitation`` through a handshake-era upstream, whose round must carry a
-key the handshake wire never does), and an expected loss that passes again fails too.
+is left: ``basic-elicitation`` where the round is bridged from the handshake era, whose
+elicitation/create carries no key: ``legacy`` forces that era, a stdio server opened
+``auto`` serves one era per process, and the fixture written the usual way asks only
+through the back-channel; an HTTP one opened ``auto`` answers a 2026-07-28 client in its
+own era beside its session, so it passes), and an expected loss that passes again fails
+too.
 
 Times measured on the 2-core machine: a suite run takes 1-3 s; each proxied test ~4-8 s
 with start-up and shutdown.
@@ -25,6 +30,7 @@ with start-up and shutdown.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -106,37 +112,58 @@ def test_the_fixture_passes_every_server_scenario_directly(direct: dict[str, Sui
     assert len(result.scenarios) >= {"2025-11-25": 33, "2026-07-28": 40}[wire], result.summary()
 
 
+USUAL: Final = ("--always-back-channel",)
+"""The fixture written the usual way: it asks through ``ctx.session`` in both eras."""
 PAIRINGS: Final = [
-    pytest.param(transport, protocol, id=f"{transport}-{protocol}")
-    for transport in ("http", "stdio")
-    for protocol in ("auto", "legacy", "2026-07-28")
+    *(pytest.param(transport, protocol, (), id=f"{transport}-{protocol}")
+      for transport in ("http", "stdio")
+      for protocol in ("auto", "legacy", "2026-07-28")),
+    # ``auto`` sends a 2026-07-28 client's calls to a dual-era HTTP server in that era; a
+    # server written the usual way refuses them there at its first question, and must keep
+    # every scenario through the proxy all the same (its questions bridged, as before).
+    pytest.param("http", "auto", USUAL, id="http-auto-usual"),
 ]
 
-_BRIDGED: Final = (
-    "the upstream is opened in the handshake era, whose elicitation/create carries no key: the "
+_LEGACY: Final = (
+    "protocol: legacy forces the handshake era, whose elicitation/create carries no key: the "
     "scenario's first check is that the input_required round names its question user_name, a "
-    "key only the fixture's 2026-07-28 code knows (mcpvisor names it elicitation-1). Answers "
-    "under guessed keys are taken by fit (ignore-extra-params passes); no bridge can know the "
-    "round's key"
+    "key only the fixture's 2026-07-28 code knows (mcpvisor names it elicitation-1); answers "
+    "under guessed keys are taken by fit (ignore-extra-params passes)"
+)
+_STDIO_AUTO: Final = (
+    "a stdio server has one connection, and initialize scopes the handshake era to the whole "
+    "process (MCP 2026-07-28, versioning); serving a 2026-07-28 request on it as well is a MAY "
+    "the SDK's server does not take (it refuses it with -32600), so the round is bridged from "
+    "elicitation/create, which carries no key, as under legacy. A second process for 2026-07-28 "
+    "clients would split the server's state between the eras' clients"
+)
+_USUAL_WAY: Final = (
+    "the fixture written the usual way asks through elicitation/create in either era (directly, "
+    "a 2026-07-28 client gets the SDK's no-back-channel error instead of any round): its round "
+    "is bridged, and elicitation/create carries no key"
 )
 EXPECTED_LOSSES: Final[dict[tuple[str, str, str], str]] = {
-    (pairing, "2026-07-28", "input-required-result-basic-elicitation"): _BRIDGED
-    for pairing in ("http-auto", "http-legacy", "stdio-auto", "stdio-legacy")
+    ("http-auto-usual", "2026-07-28", "input-required-result-basic-elicitation"): _USUAL_WAY,
+    ("http-legacy", "2026-07-28", "input-required-result-basic-elicitation"): _LEGACY,
+    ("stdio-legacy", "2026-07-28", "input-required-result-basic-elicitation"): _LEGACY,
+    ("stdio-auto", "2026-07-28", "input-required-result-basic-elicitation"): _STDIO_AUTO,
 }
 """(pairing id or ``*``, wire, scenario) -> why the scenario is lost through mcpvisor although
 it passes directly. The rule of the test is that this stays empty: an entry whose scenario
 passes again fails the test until it is removed."""
 
 
-async def _proxied(tmp_path: Path, transport: str, protocol: str) -> dict[str, SuiteResult]:
-    """One ``mcpvisor serve --transport http`` in front of the fixture, measured at each wire."""
+async def _proxied(tmp_path: Path, transport: str, protocol: str,
+                   flags: tuple[str, ...]) -> dict[str, SuiteResult]:
+    """One ``mcpvisor serve --transport http`` in front of the fixture (started with
+    ``flags``), measured at each wire."""
     out = {}
     async with AsyncExitStack() as stack:
         if transport == "stdio":
-            argv = fixture_argv()
+            argv = fixture_argv(*flags)
             upstream: dict[str, Any] = {"command": argv[0], "args": argv[1:], "protocol": protocol}
         else:
-            upstream_url = await stack.enter_async_context(serving_fixture())
+            upstream_url = await stack.enter_async_context(serving_fixture(*flags))
             upstream = {"type": "http", "url": upstream_url, "protocol": protocol}
         url = await stack.enter_async_context(serving_proxy(upstream, tmp_path / "proxy"))
         for wire in WIRES:
@@ -166,25 +193,73 @@ def lost_through_proxy(
     return lost, stale
 
 
-@pytest.mark.parametrize(("transport", "protocol"), PAIRINGS)
+@pytest.mark.parametrize(("transport", "protocol", "flags"), PAIRINGS)
 def test_a_scenario_that_passes_directly_passes_through_the_http_proxy(
-    direct: dict[str, SuiteResult], tmp_path: Path, transport: str, protocol: str
+    direct: dict[str, SuiteResult], tmp_path: Path, transport: str, protocol: str, flags: tuple[str, ...]
 ) -> None:
     """The same fixture, the same suite at both wires, ``mcpvisor serve --transport http`` in
-    between; the upstream over HTTP or stdio, opened ``auto``, ``legacy`` or ``2026-07-28``."""
+    between; the upstream over HTTP or stdio, opened ``auto``, ``legacy`` or ``2026-07-28``
+    (and, under ``auto``, also the fixture written the usual way, held to the same model)."""
 
     async def bounded() -> dict[str, SuiteResult]:
         with trio.fail_after(PAIRING_BOUND_S):
-            return await _proxied(tmp_path, transport, protocol)
+            return await _proxied(tmp_path, transport, protocol, flags)
 
     proxied = trio.run(bounded)
     for wire in WIRES:
         print(f"[{wire}] {proxied[wire].summary()}")
-    lost, stale = lost_through_proxy(f"{transport}-{protocol}", direct, proxied)
+    pairing = f"{transport}-{protocol}" + ("-usual" if flags == USUAL else "")
+    lost, stale = lost_through_proxy(pairing, direct, proxied)
     problems = lost + stale
     assert not problems, "\n".join(
         [f"lost through mcpvisor ({transport} upstream, protocol {protocol}):", *problems]
     )
+
+
+ENVELOPE: Final = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientInfo": {"name": "probe", "version": "1"},
+    "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+}
+
+
+async def test_a_stdio_server_opened_in_the_handshake_era_refuses_2026_07_28_requests() -> None:
+    """Why ``stdio-auto`` keeps its expected loss: on the one connection a stdio server
+    has, the fixture (the SDK's dual-era ``Server.run``) serves the era ``initialize``
+    opened, and refuses a request carrying the 2026-07-28 envelope (MCP lets a dual-era
+    server serve both on one process, but does not make it). When the SDK serves both,
+    this fails, and ``auto`` could send 2026-07-28 clients' stdio calls in their era too."""
+    frames = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                    "clientInfo": {"name": "probe", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+         "params": {"name": "test_input_required_result_elicitation", "arguments": {}, "_meta": ENVELOPE}},
+    ]
+    proc = await trio.lowlevel.open_process(fixture_argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                            stderr=subprocess.DEVNULL, env=conformance_suite.node_env())
+    answers: dict[int, dict[str, Any]] = {}
+    try:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        with trio.fail_after(TEST_BOUND_S):
+            await proc.stdin.send_all(b"".join(json.dumps(f).encode() + b"\n" for f in frames))
+            buf = b""
+            while 2 not in answers:
+                chunk = await proc.stdout.receive_some(1 << 16)
+                assert chunk, "the fixture exited"
+                *lines, buf = (buf + chunk).split(b"\n")
+                for line in filter(bytes.strip, lines):
+                    message = json.loads(line)
+                    if isinstance(message.get("id"), int):
+                        answers[message["id"]] = message
+    finally:
+        proc.kill()
+        await proc.wait()
+    assert answers[1]["result"]["protocolVersion"] == "2025-11-25"
+    assert answers[2]["error"]["code"] == -32600, answers[2]
+    assert "handshake protocol era" in answers[2]["error"]["message"]
 
 
 DRIVER: Final = HERE / "client_driver.py"

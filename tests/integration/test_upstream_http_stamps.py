@@ -10,7 +10,9 @@ HTTP server process that records every request's ``mcp-*`` headers and body:
   schema reaches the client exactly as the server wrote it, its remote ``$ref`` never
   fetched;
 * opened with ``protocol: auto`` (the handshake first), every POST still names its
-  method, ``initialize`` included.
+  method, ``initialize`` included; a 2026-07-28 client's requests reach a server that
+  also answers ``server/discover`` in that era, without the session, with the envelope
+  and the ``Mcp-Param-*`` headers.
 """
 
 from __future__ import annotations
@@ -96,15 +98,26 @@ async def test_a_2026_upstream_gets_the_envelope_and_headers_on_every_request(tm
 
 
 async def test_with_protocol_auto_every_post_names_its_method_initialize_too(tmp_path: Path) -> None:
+    """The session in the handshake era; a 2026-07-28 client's requests beside it, session-less
+    in that era (the server answers ``server/discover``), with the envelope and the headers."""
     record = tmp_path / "record.jsonl"
     with trio.fail_after(REAL_IO_BOUND_S):
         async with recording(record) as url:
             config = write_config(tmp_path, {"rec": {"type": "http", "url": url}})
-            async with proxy_client(config) as client:
+            async with proxy_client(config, mode="2026-07-28") as client:
                 await exercise(client)
     seen = posts(record)
     assert seen[0]["body"]["method"] == "initialize"  # auto opens with the handshake
     for r in seen:
         assert r["headers"].get("mcp-method") == r["body"]["method"], r
+    modern = [r for r in seen if ENVELOPE[0] in ((r["body"].get("params") or {}).get("_meta") or {})]
+    for r in modern:
+        assert r["headers"].get("mcp-protocol-version") == "2026-07-28", r
+        assert "mcp-session-id" not in r["headers"], r
     for r in seen[1:]:
-        assert r["headers"].get("mcp-protocol-version") == "2025-11-25", r
+        if r not in modern:
+            assert r["headers"].get("mcp-protocol-version") == "2025-11-25", r
+            assert r["headers"].get("mcp-session-id") == "recording-session", r
+    by_method = {r["body"]["method"]: r["headers"] for r in modern}
+    assert {"server/discover", "tools/call", "resources/read", "prompts/get"} <= set(by_method)
+    assert by_method["tools/call"]["mcp-param-region"] == "us-west1"  # read from the side's own listing
