@@ -288,6 +288,7 @@ class Link:
         origin: CallOrigin | None = None,
         timeout: float,  # noqa: ASYNC109 - an idle timeout that progress resets, not a deadline
         max_time: float,
+        resend_safe: bool = True,
     ) -> dict[str, Any]:
         """Forward one request and return the upstream's result.
 
@@ -299,9 +300,12 @@ class Link:
         there is one (`modern_route`): the server asks in its own era and keys, and the
         client answers it directly. The one exception is a server whose tool asks through
         the back-channel there: the SDK ends the tool at that question with its refusal
-        (`NO_BACK_CHANNEL`), so the request is sent again on the session, where the
-        question can be bridged (the tool runs again up to it), and so are the server's
-        later ones (`back_channel_needed`).
+        (`NO_BACK_CHANNEL`), so the server's later requests go on the session, where the
+        question can be bridged (`back_channel_needed`), and so does this one when running
+        it again is safe (``resend_safe``: a read, or a tool annotated readOnlyHint or
+        idempotentHint; it runs again up to its question). A tool that is not is never run
+        twice behind the client's back: the client gets the server's refusal, as it would
+        directly, with a word that a new call will be bridged.
 
         Raises:
             UpstreamError: the upstream answered with a JSON-RPC error.
@@ -318,9 +322,15 @@ class Link:
             except UpstreamError as exc:
                 if not refused_for_back_channel(exc):
                     raise
+                refusal = exc
             self.back_channel_needed = True
             logger.info("%s: a tool asked through the back-channel, which 2026-07-28 does not have: its "
                         "2026-07-28 clients' requests now go in the handshake era, bridged", self.server)
+            if not resend_safe:
+                raise UpstreamError(
+                    refusal.code, f"{refusal.message} (server {self.server} asks its questions through the "
+                    "handshake era's back-channel: mcpvisor bridges them from the next call on; this "
+                    "tool is not marked idempotent, so it was not run again)", refusal.data) from refusal
         result = await self.request_once(method, params, origin=origin, timeout=timeout, max_time=max_time)
         if result.get("resultType") != "input_required" or method not in INPUT_REQUIRED_METHODS:
             return result

@@ -104,7 +104,8 @@ class UpstreamCalls:
             link = await self.wait_link()
             try:
                 result = await link.request(method, params, origin=origin, timeout=spec.timeout,
-                                            max_time=spec.max_call_time)
+                                            max_time=spec.max_call_time,
+                                            resend_safe=retry_safe or method != "tools/call")
             except UpstreamError:
                 if useful:
                     self.note_answer(ok=False)

@@ -122,6 +122,24 @@ async def test_a_tool_that_asks_through_the_back_channel_is_sent_again_on_the_se
     assert session.back_channel_needed
 
 
+async def test_a_tool_not_marked_idempotent_is_never_run_twice_and_the_next_call_is_bridged() -> None:
+    """The refused tool ran up to its question once; running it again could repeat what it
+    did before asking. The client gets the server's refusal (as directly) with a word on
+    what happens next, and its next call goes on the session."""
+    refusal = (NO_BACK_CHANNEL.error.code, NO_BACK_CHANNEL.error.message)
+    session, side = dual_era(lambda method, params: refusal)
+    with pytest.raises(UpstreamError, match="not run again") as caught:
+        await session.request("tools/call", {"name": "ask", "arguments": {}}, origin=Origin(modern=True),
+                              timeout=10, max_time=10, resend_safe=False)
+    assert caught.value.code == NO_BACK_CHANNEL.error.code
+    assert "bridges them from the next call on" in caught.value.message
+    assert session.received == []  # not run again behind the client's back
+    assert await session.request("tools/call", {"name": "ask", "arguments": {}}, origin=Origin(modern=True),
+                                 timeout=10, max_time=10, resend_safe=False) == DONE
+    assert len(side.received) == 1
+    assert len(session.received) == 1
+
+
 async def test_another_error_of_the_modern_side_reaches_the_client_as_it_came() -> None:
     session, side = dual_era(lambda method, params: (wire.INVALID_PARAMS, "unknown tool"))
     assert side.modern
