@@ -40,6 +40,7 @@ from mcpvisor.metrics_history import (
     OTHER_TOOL,
     Histogram,
     History,
+    place,
 )
 
 __all__ = [
@@ -133,18 +134,21 @@ SERVED_AND_SENT: Final = 2
 
 
 class _Slot:
-    """The successful calls of one (server, tool) not added up yet: the hot path only
-    appends a duration here."""
+    """The successful calls of one (server, tool) in one minute not added up yet: the hot
+    path only appends a duration here."""
 
-    __slots__ = ("both", "durations", "minute", "server", "tool")
+    __slots__ = ("both", "durations", "minute", "server", "since", "tool", "until")
 
     def __init__(self, server: str, tool: str, both: bool) -> None:
         self.server = server
         self.tool = tool
         self.both = both
         """Counted as a client operation too (the fast path's: its upstream leg is the call)."""
-        self.minute = -1.0
-        """The minute (``now // 60``) the pending durations finished in."""
+        self.minute = -1
+        """The minute (``now // 60``) the pending durations finished in; ``since`` and
+        ``until`` are its bounds, so a call compares its time rather than dividing it."""
+        self.since = 0.0
+        self.until = 0.0
         self.durations: list[float] = []
 
 
@@ -203,24 +207,31 @@ class Metrics:
                 ok = at < 0 or data.find(b"true", at + 10, at + 16) < 0
             else:
                 ok = type(result) is not dict or result.get("isError") is not True
-        else:
-            ok = False
-        if ok:
-            slot = self._slots.get((server, tool, upstream_too))
-            if slot is None:
-                slot = self._slots[server, tool, upstream_too] = _Slot(server, tool, upstream_too)
-            minute = now // MINUTE_S
-            if minute != slot.minute:
-                if slot.durations:
+            if ok:
+                slot = self._slots.get((server, tool, upstream_too))
+                if slot is None or not slot.since <= now < slot.until:
+                    slot = self._slot_for(server, tool, upstream_too, now)
+                durations = slot.durations
+                durations.append(now - started)
+                if len(durations) >= BATCH:
                     self._add_up(slot)
-                slot.minute = minute
-            durations = slot.durations
-            durations.append(now - started)
-            if len(durations) >= BATCH:
-                self._add_up(slot)
-            return
+                return
         self._one(SERVED_AND_SENT if upstream_too else SERVED, "tools/call", tool, server, now, now - started,
                   outcome(error, result), error)
+
+    def _slot_for(self, server: str, tool: str, both: bool, now: float) -> _Slot:
+        """The slot of (``server``, ``tool``) for the minute of ``now``, the durations it
+        held for an earlier minute added up first."""
+        slot = self._slots.get((server, tool, both))
+        if slot is None:
+            slot = self._slots[server, tool, both] = _Slot(server, tool, both)
+        elif slot.durations:
+            self._add_up(slot)
+        minute = int(now // MINUTE_S)
+        slot.minute = minute
+        slot.since = minute * MINUTE_S
+        slot.until = (minute + 1) * MINUTE_S
+        return slot
 
     def request_served(self, method: str, started: float, now: float, error: BaseException | None) -> None:
         """A request other than ``tools/call`` the proxy served (`ServedTimer`): no tool,
@@ -239,12 +250,12 @@ class Metrics:
                 self._add_up(slot)
 
     def _add_up(self, slot: _Slot) -> None:
-        durations = slot.durations
+        placed = place(slot.durations)
         key = ("tools/call", slot.tool, slot.server, "ok", "")
-        indices = _series(self._server_ops, key).observe_many(durations)
+        _series(self._server_ops, key).add_placed(placed)
         if slot.both:
-            _series(self._client_ops, key).add(indices, sum(durations))
-        self._history.calls(slot.server, slot.tool, int(slot.minute), durations, False)
+            _series(self._client_ops, key).add_placed(placed)
+        self._history.calls(slot.server, slot.tool, slot.minute, placed, False)
         slot.durations = []
 
     def _one(self, side: int, method: str, tool: str, server: str, now: float, duration: float, kind: str,
@@ -257,7 +268,7 @@ class Metrics:
         if side != SENT:
             _series(self._server_ops, key).observe(duration)
             if method == "tools/call":  # the dashboard's figures are of tool calls
-                self._history.calls(server, tool, int(now // MINUTE_S), (duration,), kind != "ok")
+                self._history.calls(server, tool, int(now // MINUTE_S), place((duration,)), kind != "ok")
         if side != SERVED:
             _series(self._client_ops, key).observe(duration)
 
