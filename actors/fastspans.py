@@ -236,6 +236,16 @@ def sampler_choice(sample_ratio: float | None, environ: Mapping[str, str]) -> Sa
 
 
 # --- what the fast path's spans need, set when tracing is switched on --------------------------
+@dataclass(frozen=True, slots=True)
+class Made:
+    """What the SDK spans of a `FastTrace` are made with (in the proxy, or the export process)."""
+
+    resource: Any
+    scope: Any
+    server_kind: Any
+    client_kind: Any
+
+
 class _On:
     """The pieces of the running provider a `FastTrace` uses (one object: one global read)."""
 
@@ -415,7 +425,36 @@ class FastTrace:
         if on is not None:
             on.processor.on_end(self)
 
-    def spans(self, on: _On) -> tuple[Any, Any]:
+    def packed(self) -> tuple[Any, ...]:
+        """This call's spans as plain values (msgpack: the 128-bit trace id as bytes)."""
+        parent = None
+        if self.parent is not None:
+            parent = (self.parent[0].to_bytes(16, "big"), self.parent[1], self.parent[2])
+        state = self.trace_state.to_header() if self.trace_state is not None else None
+        return (self.trace_int.to_bytes(16, "big"), self.server_id, self.client_id, parent, state,
+                self.start_ns, self.end_ns, self.method, self.tool, self.upstream_tool, self.server,
+                None if self.request_id is None else str(self.request_id), self.protocol_version,
+                self.toolset, self.transport, self.session_id, self.attributes, self.events, self.error,
+                self.message)
+
+    @classmethod
+    def unpacked(cls, values: Any) -> FastTrace:
+        """A finished call as `packed` gave it (in the export process)."""
+        from opentelemetry.trace import TraceState
+
+        self = cls.__new__(cls)
+        (trace, self.server_id, self.client_id, parent, state, self.start_ns, self.end_ns, self.method,
+         self.tool, self.upstream_tool, self.server, self.request_id, self.protocol_version, self.toolset,
+         self.transport, self.session_id, self.attributes, events, self.error, self.message) = values
+        self.trace_int = int.from_bytes(trace, "big")
+        self.parent = (int.from_bytes(parent[0], "big"), parent[1], parent[2]) if parent is not None else None
+        self.trace_state = TraceState.from_header([state]) if state is not None else None
+        self.events = [tuple(event) for event in events] if events else None
+        self.parent_ctx = None
+        self.sampled = self.ended = True
+        return self
+
+    def spans(self, on: Made | _On) -> tuple[Any, Any]:
         """The two SDK spans (made on the export thread)."""
         from opentelemetry.sdk.trace import Event, ReadableSpan
         from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
@@ -499,33 +538,44 @@ def _call_span(trace: FastTrace) -> Any:
     return _span_class(trace)
 
 
-def expanding(exporter: Any) -> Any:
+def expanding(exporter: Any, process: Any = None) -> Any:
     """``exporter`` behind a wrapper that turns each queued `FastTrace` into its two SDK
-    spans as a batch is exported (on the batch processor's thread, off the call path)."""
-    from opentelemetry.sdk.trace.export import SpanExporter
+    spans as a batch is exported (on the batch processor's thread, off the call path);
+    with ``process`` (`mcpvisor.actors.span_export.ExportProcess`) they are sent there to be
+    made and exported instead, and made here only if it is gone."""
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
     class Expanding(SpanExporter):
-        def __init__(self, inner: Any) -> None:
+        def __init__(self, inner: Any, process: Any) -> None:
             self.inner = inner
+            self.process = process
 
         def export(self, spans: Sequence[Any]) -> Any:
+            calls = [item for item in spans if type(item) is FastTrace]
+            out = [item for item in spans if type(item) is not FastTrace]
+            if calls and self.process is not None:
+                try:
+                    self.process.send(calls)
+                    calls = []
+                except OSError as exc:
+                    logger.warning("the span export process is gone (%s); exporting from the proxy", exc)
+                    gone, self.process = self.process, None
+                    gone.close()
             on = _on
-            out: list[Any] = []
-            for item in spans:
-                if type(item) is FastTrace:
-                    if on is not None:
-                        out.extend(item.spans(on))
-                else:
-                    out.append(item)
-            return self.inner.export(out)
+            if on is not None:
+                for call in calls:
+                    out.extend(call.spans(on))
+            return self.inner.export(out) if out else SpanExportResult.SUCCESS
 
         def shutdown(self) -> None:
+            if self.process is not None:
+                self.process.close()
             self.inner.shutdown()
 
         def force_flush(self, timeout_millis: int = 30000) -> bool:
             return bool(self.inner.force_flush(timeout_millis))
 
-    return Expanding(exporter)
+    return Expanding(exporter, process)
 
 
 def stable_resource(resource: Any) -> Any:

@@ -44,7 +44,7 @@ from typing import Any, Final
 import msgspec
 import trio
 
-from mcpvisor.actors import fastspans
+from mcpvisor.actors import fastspans, span_export
 from mcpvisor.actors.errors import UpstreamDied
 from mcpvisor.actors.fastspans import (
     TRACE_KEYS,
@@ -149,13 +149,11 @@ def configure(config: TelemetryConfig | None, *, version: str = "", exporter: An
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-        if grpc:
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-        else:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[assignment]
-                OTLPSpanExporter,
-            )
+        own_exporter = exporter is None
+        if own_exporter:
+            exporter = span_export.otlp_exporter(config.endpoint, config.protocol)
     except ImportError as exc:
         package = f"opentelemetry-exporter-otlp-proto-{'grpc' if grpc else 'http'}"
         raise TelemetryError(
@@ -167,15 +165,14 @@ def configure(config: TelemetryConfig | None, *, version: str = "", exporter: An
         attributes["service.version"] = version
     resource = fastspans.stable_resource(Resource.create(attributes))
     provider = TracerProvider(resource=resource, sampler=choice.sampler())
-    if exporter is None:
-        endpoint = config.endpoint
-        if endpoint is not None and not grpc and not endpoint.rstrip("/").endswith("/v1/traces"):
-            # A base URL, as OTEL_EXPORTER_OTLP_ENDPOINT is: the traces path goes after it.
-            endpoint = endpoint.rstrip("/") + "/v1/traces"
-        exporter = OTLPSpanExporter(endpoint=endpoint) if endpoint is not None else OTLPSpanExporter()
-    # The fast paths queue their calls' spans as data; the exporter's wrapper makes them
-    # SDK spans on the processor's thread (`mcpvisor.actors.fastspans`).
-    processor = BatchSpanProcessor(fastspans.expanding(exporter))
+    # The fast paths queue their calls' spans as data. With the OTLP exporter they are made
+    # and exported by a process of its own (`mcpvisor.actors.span_export`: encoding them is
+    # most of their cost); otherwise the exporter's wrapper makes them on the processor's thread.
+    process = None
+    if own_exporter:
+        process = span_export.ExportProcess(config.endpoint, config.protocol, resource,
+                                            InstrumentationScope("mcpvisor", version or None))
+    processor = BatchSpanProcessor(fastspans.expanding(exporter, process))
     provider.add_span_processor(processor)
     fastspans.install(provider, processor, choice, version)
     _provider = provider
