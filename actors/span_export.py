@@ -67,12 +67,22 @@ class ExportProcess:
     """The proxy's side of the export process."""
 
     def __init__(self, endpoint: str | None, protocol: str, resource: Any, scope: Any) -> None:
+        """Start the process and send it its setup.
+
+        Raises:
+            OSError: it could not be started.
+        """
         self._proc = subprocess.Popen([sys.executable, "-m", MODULE], stdin=subprocess.PIPE,
                                       stdout=subprocess.DEVNULL, close_fds=True)
         self._encoder = msgspec.msgpack.Encoder()
-        self.send_frame({"endpoint": endpoint, "protocol": protocol,
-                         "resource": dict(resource.attributes), "schema_url": resource.schema_url,
-                         "scope": [scope.name, scope.version]})
+        try:
+            self.send_frame({"endpoint": endpoint, "protocol": protocol,
+                             "resource": dict(resource.attributes), "schema_url": resource.schema_url,
+                             "scope": [scope.name, scope.version]})
+        except OSError:
+            self._proc.kill()
+            self.close()
+            raise
 
     @property
     def pid(self) -> int:

@@ -170,8 +170,11 @@ def configure(config: TelemetryConfig | None, *, version: str = "", exporter: An
     # most of their cost); otherwise the exporter's wrapper makes them on the processor's thread.
     process = None
     if own_exporter:
-        process = span_export.ExportProcess(config.endpoint, config.protocol, resource,
-                                            InstrumentationScope("mcpvisor", version or None))
+        try:
+            process = span_export.ExportProcess(config.endpoint, config.protocol, resource,
+                                                InstrumentationScope("mcpvisor", version or None))
+        except OSError as exc:
+            logger.warning("cannot start the span export process (%s); the proxy exports its spans", exc)
     processor = BatchSpanProcessor(fastspans.expanding(exporter, process))
     provider.add_span_processor(processor)
     fastspans.install(provider, processor, choice, version)

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from mcpvisor.actors import fastspans, telemetry
+from mcpvisor.actors import fastspans, span_export, telemetry
 from mcpvisor.actors.errors import UpstreamDied
 from tests.otlp import OtlpReceiver
 
@@ -91,3 +91,18 @@ def test_if_the_export_process_dies_the_proxy_exports_the_spans_itself(
     assert len(receiver.named("tools/call fl_echo", "server")) == 3  # posted by the proxy: none lost
     assert len(receiver.named("tools/call echo", "client")) == 3
     assert any("span export process is gone" in r.getMessage() for r in caplog.records)
+
+
+def test_if_the_export_process_cannot_start_the_proxy_exports_the_spans_itself(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(span_export.sys, "executable", "/nonexistent/python3")
+    with OtlpReceiver().running() as running:
+        with caplog.at_level(logging.WARNING, logger="mcpvisor.actors.telemetry"):
+            telemetry.configure(telemetry.TelemetryConfig(running.url), environ={})
+        try:
+            calls(2)
+            telemetry._provider.force_flush()
+            assert len(running.named("tools/call fl_echo", "server")) == 2
+        finally:
+            telemetry.shutdown_now()
+    assert any("cannot start the span export process" in r.getMessage() for r in caplog.records)
