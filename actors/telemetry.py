@@ -46,18 +46,19 @@ import trio
 
 from mcpvisor.actors import fastspans, span_export
 from mcpvisor.actors.errors import UpstreamDied
-from mcpvisor.actors.fastspans import (
+from mcpvisor.actors.spans import (
     TRACE_KEYS,
     carrier_of,
     error_type,
     parent_context,
     request_attributes,
+    sampler_choice,
     span_name,
     trace_id_of,
 )
-from mcpvisor.actors.fastspans import current as _current
-from mcpvisor.actors.fastspans import error_message as _message
-from mcpvisor.actors.fastspans import is_error_result as _is_error_result
+from mcpvisor.actors.spans import current as _current
+from mcpvisor.actors.spans import error_message as _message
+from mcpvisor.actors.spans import is_error_result as _is_error_result
 
 logger = logging.getLogger(__name__)
 
@@ -134,7 +135,7 @@ def configure(config: TelemetryConfig | None, *, version: str = "", exporter: An
 
     The provider is the proxy's own, not the process-wide one: an embedding program's
     global provider is left alone, and the SDK's own client spans stay off (ours replace them).
-    Its sampler is built here from `fastspans.sampler_choice` (``settings.telemetry.sampleRatio``,
+    Its sampler is built here from `mcpvisor.actors.spans.sampler_choice` (``settings.telemetry.sampleRatio``,
     else ``OTEL_TRACES_SAMPLER`` from ``environ``, the process's by default), the very choice
     the fast paths decide by. ``exporter``: a span exporter to use instead of OTLP's (tests).
 
@@ -159,7 +160,7 @@ def configure(config: TelemetryConfig | None, *, version: str = "", exporter: An
         raise TelemetryError(
             f"tracing is switched on by {config.source} (protocol {config.protocol}), but "
             f"{exc.name or package} is not installed: {INSTALL_HINT} (or pip install {package})") from None
-    choice = fastspans.sampler_choice(config.sample_ratio, os.environ if environ is None else environ)
+    choice = sampler_choice(config.sample_ratio, os.environ if environ is None else environ)
     attributes = {"service.name": config.service_name}
     if version:
         attributes["service.version"] = version
