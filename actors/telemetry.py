@@ -17,7 +17,8 @@ Owns:
   - `traced_request`: one CLIENT span per request sent upstream, the child of the current
     span, its context injected into the request's ``_meta`` (and, to HTTP upstreams, into
     the headers: `inject_headers`), so a traced upstream continues the trace;
-  - `FastTrace`: both spans of a stdio fast-path call, which no task waits on;
+  - `FastTrace` (`mcpvisor.actors.fastspans`): both spans of a fast-path call (stdio and
+    HTTP), which no task waits on, kept as data until the export batch;
   - `api_span`: the embedding API's call (``Supervisor.call_tool``);
   - `lifecycle`: restarts, breaker trips, equips and lazy loads, as an event of the span
     they happen under, or a short span of their own.
@@ -43,7 +44,21 @@ from typing import Any, Final
 import msgspec
 import trio
 
+from mcpvisor.actors import fastspans, span_export
 from mcpvisor.actors.errors import UpstreamDied
+from mcpvisor.actors.spans import (
+    TRACE_KEYS,
+    carrier_of,
+    error_type,
+    parent_context,
+    request_attributes,
+    sampler_choice,
+    span_name,
+    trace_id_of,
+)
+from mcpvisor.actors.spans import current as _current
+from mcpvisor.actors.spans import error_message as _message
+from mcpvisor.actors.spans import is_error_result as _is_error_result
 
 logger = logging.getLogger(__name__)
 
@@ -57,15 +72,12 @@ PROTOCOLS: Final = ("http/protobuf", "grpc")
 """The OTLP protocols the exporter speaks (``OTEL_EXPORTER_OTLP_PROTOCOL``)."""
 
 DEFAULT_SERVICE: Final = "mcpvisor"
-TRACE_KEYS: Final = ("traceparent", "tracestate", "baggage")
-"""The W3C trace-context keys a request's ``_meta`` (and an HTTP request's headers) carry."""
 
 INSTALL_HINT: Final = "pip install 'mcpvisor[otel]'"
 SHUTDOWN_S: Final = 3.0
 """Bound on flushing the spans still queued when the proxy stops (an unreachable collector
 must not hold the exit)."""
 
-TOOL_METHODS: Final = frozenset({"tools/call"})
 
 
 class TelemetryError(ValueError):
@@ -117,11 +129,15 @@ def config_from(environ: Mapping[str, str] | None = None, *, endpoint: str | Non
     return TelemetryConfig(None if env_endpoint else endpoint, chosen, service, sample_ratio, source)
 
 
-def configure(config: TelemetryConfig | None, *, version: str = "") -> None:
+def configure(config: TelemetryConfig | None, *, version: str = "", exporter: Any = None,
+              environ: Mapping[str, str] | None = None) -> None:
     """Switch tracing on as ``config`` says (None: leave it off). Imports the SDK and exporter.
 
     The provider is the proxy's own, not the process-wide one: an embedding program's
     global provider is left alone, and the SDK's own client spans stay off (ours replace them).
+    Its sampler is built here from `mcpvisor.actors.spans.sampler_choice` (``settings.telemetry.sampleRatio``,
+    else ``OTEL_TRACES_SAMPLER`` from ``environ``, the process's by default), the very choice
+    the fast paths decide by. ``exporter``: a span exporter to use instead of OTLP's (tests).
 
     Raises:
         TelemetryError: the exporter ``config`` names is not installed (says how to install it).
@@ -134,30 +150,35 @@ def configure(config: TelemetryConfig | None, *, version: str = "") -> None:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
-        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-        if grpc:
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-        else:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[assignment]
-                OTLPSpanExporter,
-            )
+        own_exporter = exporter is None
+        if own_exporter:
+            exporter = span_export.otlp_exporter(config.endpoint, config.protocol)
     except ImportError as exc:
         package = f"opentelemetry-exporter-otlp-proto-{'grpc' if grpc else 'http'}"
         raise TelemetryError(
             f"tracing is switched on by {config.source} (protocol {config.protocol}), but "
             f"{exc.name or package} is not installed: {INSTALL_HINT} (or pip install {package})") from None
-    sampler = ParentBased(TraceIdRatioBased(config.sample_ratio)) if config.sample_ratio is not None else None
+    choice = sampler_choice(config.sample_ratio, os.environ if environ is None else environ)
     attributes = {"service.name": config.service_name}
     if version:
         attributes["service.version"] = version
-    provider = TracerProvider(resource=Resource.create(attributes), sampler=sampler)
-    endpoint = config.endpoint
-    if endpoint is not None and not grpc and not endpoint.rstrip("/").endswith("/v1/traces"):
-        # A base URL, as OTEL_EXPORTER_OTLP_ENDPOINT is: the traces path goes after it.
-        endpoint = endpoint.rstrip("/") + "/v1/traces"
-    exporter = OTLPSpanExporter(endpoint=endpoint) if endpoint is not None else OTLPSpanExporter()
-    provider.add_span_processor(BatchSpanProcessor(exporter))
+    resource = fastspans.stable_resource(Resource.create(attributes))
+    provider = TracerProvider(resource=resource, sampler=choice.sampler())
+    # The fast paths queue their calls' spans as data. With the OTLP exporter they are made
+    # and exported by a process of its own (`mcpvisor.actors.span_export`: encoding them is
+    # most of their cost); otherwise the exporter's wrapper makes them on the processor's thread.
+    process = None
+    if own_exporter:
+        try:
+            process = span_export.ExportProcess(config.endpoint, config.protocol, resource,
+                                                InstrumentationScope("mcpvisor", version or None))
+        except OSError as exc:
+            logger.warning("cannot start the span export process (%s); the proxy exports its spans", exc)
+    processor = BatchSpanProcessor(fastspans.expanding(exporter, process))
+    provider.add_span_processor(processor)
+    fastspans.install(provider, processor, choice, version)
     _provider = provider
     tracer = provider.get_tracer("mcpvisor", version or None)
     logger.info("tracing on: spans to %s (%s), service %s", config.source, config.protocol,
@@ -169,7 +190,8 @@ def shutdown_now() -> None:
     global tracer, _provider
     provider, _provider, tracer = _provider, None, None
     if provider is not None:
-        provider.shutdown()
+        provider.shutdown()  # the fast paths' queued spans are made on the way out: uninstall after
+        fastspans.uninstall()
 
 
 async def shutdown() -> None:
@@ -199,87 +221,6 @@ async def tracing(config: TelemetryConfig | None, *, version: str = "") -> Async
 
 
 # --- spans -------------------------------------------------------------------------------
-def _kinds() -> Any:
-    from opentelemetry.trace import SpanKind
-
-    return SpanKind
-
-
-def parent_context(meta: Any, headers: Any = None) -> Any:
-    """The trace context a request names: its ``_meta`` keys, else its HTTP headers (None: a root)."""
-    from opentelemetry import propagate, trace
-
-    carrier: dict[str, str] = {}
-    if isinstance(meta, Mapping):
-        carrier = {k: v for k in TRACE_KEYS if isinstance(v := meta.get(k), str)}
-    if "traceparent" not in carrier and headers is not None:
-        carrier = {k: v for k in TRACE_KEYS if isinstance(v := headers.get(k), str)}
-    if "traceparent" not in carrier:
-        return None
-    try:
-        context = propagate.extract(carrier)
-    except (ValueError, TypeError):
-        return None
-    if not trace.get_current_span(context).get_span_context().is_valid:
-        return None
-    return context
-
-
-def span_name(method: str, target: str | None) -> str:
-    return f"{method} {target}" if target else method
-
-
-def request_attributes(method: str, target: str | None, *, request_id: Any = None,
-                       protocol_version: str | None = None, session_id: str | None = None,
-                       transport: str | None = None, toolset: str | None = None) -> dict[str, Any]:
-    """The semantic-convention attributes of a request (no argument or result travels here)."""
-    attrs: dict[str, Any] = {"mcp.method.name": method}
-    if method in TOOL_METHODS:
-        attrs["gen_ai.operation.name"] = "execute_tool"
-        if target:
-            attrs["gen_ai.tool.name"] = target
-    elif method == "prompts/get" and target:
-        attrs["gen_ai.prompt.name"] = target
-    if request_id is not None:
-        attrs["jsonrpc.request.id"] = str(request_id)
-    if protocol_version:
-        attrs["mcp.protocol.version"] = protocol_version
-    if session_id:
-        attrs["mcp.session.id"] = session_id
-    if transport == "http":
-        attrs["network.transport"] = "tcp"
-        attrs["network.protocol.name"] = "http"
-    elif transport == "ws":
-        attrs["network.transport"] = "tcp"
-        attrs["network.protocol.name"] = "websocket"
-    elif transport == "stdio":
-        attrs["network.transport"] = "pipe"
-    if toolset:
-        attrs["mcpvisor.toolset"] = toolset
-    return attrs
-
-
-def error_type(error: BaseException) -> str:
-    """``error.type``: the JSON-RPC code the client is answered with (as the conventions
-    say for an error answer), ``cancelled``, else the exception's type. Why the code came
-    (the upstream died, a timeout) is the span's status message and events."""
-    code = getattr(error, "code", None)
-    if code is None:  # the SDK's MCPError keeps it on .error
-        code = getattr(getattr(error, "error", None), "code", None)
-    if isinstance(error, trio.Cancelled) or type(error).__name__ == "CancelledByClient":
-        return "cancelled"
-    if isinstance(code, int):
-        return str(code)
-    return type(error).__qualname__
-
-
-def _message(error: BaseException) -> str:
-    message = getattr(error, "message", None)
-    if message is None:
-        message = getattr(getattr(error, "error", None), "message", None)
-    return str(message if message is not None else error)[:300]
-
-
 def finish(span: Any, error: BaseException | None = None, result: Any = None) -> None:
     """End ``span`` with its outcome: ``error.type`` and an error status for an error
     answer or a tool result with ``isError`` (a tool's failure is an answer, but a failure)."""
@@ -294,29 +235,6 @@ def finish(span: Any, error: BaseException | None = None, result: Any = None) ->
     span.end()
 
 
-def _is_error_result(result: Any) -> bool:
-    if isinstance(result, Mapping):
-        return result.get("isError") is True
-    if isinstance(result, bytes | bytearray | memoryview):
-        return b'"isError":true' in bytes(result)
-    return False
-
-
-def carrier_of(span: Any, parent: Any = None) -> dict[str, str]:
-    """``span``'s context as the W3C keys (``traceparent``, ``tracestate``, ``baggage``)."""
-    from opentelemetry import propagate, trace
-
-    carrier: dict[str, str] = {}
-    propagate.inject(carrier, context=trace.set_span_in_context(span, parent))
-    return carrier
-
-
-def trace_id_of(span: Any) -> str | None:
-    """The 32-hex trace id of ``span`` (None when it is not sampled or not valid)."""
-    ctx = span.get_span_context()
-    return format(ctx.trace_id, "032x") if ctx.is_valid and ctx.trace_flags.sampled else None
-
-
 def current_trace_id() -> str | None:
     """The trace id of the span current in this task (None: tracing off or no span)."""
     if tracer is None:
@@ -324,17 +242,6 @@ def current_trace_id() -> str | None:
     from opentelemetry import trace
 
     return trace_id_of(trace.get_current_span())
-
-
-@contextmanager
-def _current(span: Any, parent: Any = None) -> Iterator[None]:
-    from opentelemetry import context, trace
-
-    token = context.attach(trace.set_span_in_context(span, parent))
-    try:
-        yield
-    finally:
-        context.detach(token)
 
 
 # --- the SDK front ---------------------------------------------------------------------------
@@ -486,57 +393,6 @@ class _Body(msgspec.Struct):
 
 
 _meta_decoder = msgspec.json.Decoder(_Body)
-
-
-# --- the stdio fast path ------------------------------------------------------------------------
-class FastTrace:
-    """The SERVER and CLIENT spans of one fast-path call (no task waits on the call, so
-    nothing is current: the call's own `end` closes both)."""
-
-    __slots__ = ("client", "parent", "server")
-
-    def __init__(self, method: str, tool: str, upstream_tool: str, server: str, *, meta: Mapping[str, Any],
-                 request_id: Any, protocol_version: str | None, toolset: str | None,
-                 headers: Mapping[str, str] | None = None, transport: str = "stdio",
-                 session_id: str | None = None) -> None:
-        from opentelemetry import trace
-        from opentelemetry.trace import SpanKind
-
-        self.parent = parent_context(meta, headers)
-        attrs = request_attributes(method, tool, request_id=request_id, protocol_version=protocol_version,
-                                   transport=transport, session_id=session_id, toolset=toolset)
-        attrs["mcpvisor.server"] = server
-        self.server = tracer.start_span(span_name(method, tool), context=self.parent, kind=SpanKind.SERVER,
-                                        attributes=attrs)
-        up_attrs = request_attributes(method, upstream_tool)
-        up_attrs["mcpvisor.server"] = server
-        self.client = tracer.start_span(span_name(method, upstream_tool),
-                                        context=trace.set_span_in_context(self.server, self.parent),
-                                        kind=SpanKind.CLIENT, attributes=up_attrs)
-
-    def carrier(self) -> dict[str, str]:
-        """The CLIENT span's context, for the upstream request's ``_meta``."""
-        return carrier_of(self.client, self.parent)
-
-    @property
-    def trace_id(self) -> str | None:
-        return trace_id_of(self.server)
-
-    def event(self, name: str, attributes: Mapping[str, Any]) -> None:
-        self.server.add_event(name, dict(attributes))
-
-    @contextmanager
-    def current(self) -> Iterator[None]:
-        """The call's SERVER span as the current one (its slow-way retry's requests nest under it)."""
-        with _current(self.server, self.parent):
-            yield
-
-    def end(self, error: BaseException | None, result: Any = None) -> None:
-        """The call finished (idempotent: a span ends once)."""
-        if self.client.is_recording():
-            finish(self.client, error, result)
-        if self.server.is_recording():
-            finish(self.server, error, result)
 
 
 # --- lifecycle ---------------------------------------------------------------------------------------

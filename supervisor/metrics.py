@@ -5,9 +5,11 @@ Owns `Metrics`, the one recorder the call paths and the upstream actors report t
 small hook each; with metrics off the hook is one attribute check and nothing is
 recorded), and `ServedTimer`, the SDK middleware that times the other requests the
 front serves. The recorder is plain synchronous code with no clock reads and no
-Prometheus import (times are passed in, on the Trio clock): a successful call appends its duration to its
-tool's slot, added up in batches (`BATCH`), so the fast path keeps its speed. `mcpvisor.metrics_export` turns
-these figures into Prometheus families only when something scrapes them.
+Prometheus import (times are passed in, on the Trio clock). A finished call is queued as
+it came (a small raw result is read for ``isError`` later, with the batch); `BATCH`
+calls at a time are counted, mostly in C loops, so the fast path keeps its speed.
+`mcpvisor.metrics_export` turns these figures into Prometheus families only when
+something scrapes them.
 
 Recorded from the proxy's start:
 
@@ -26,6 +28,8 @@ Recorded from the proxy's start:
 
 from __future__ import annotations
 
+import re
+from operator import sub
 from typing import Any, Final
 
 import msgspec
@@ -40,6 +44,7 @@ from mcpvisor.metrics_history import (
     OTHER_TOOL,
     Histogram,
     History,
+    place,
 )
 
 __all__ = [
@@ -59,10 +64,15 @@ __all__ = [
 ]
 
 BATCH: Final = 512
-"""Successful calls of one tool kept as bare durations before they are added up. Adding
-up call by call, between the proxy's own work, cost ~9 us a call (measured in-process,
-`mcpvisor.bench.metrics_cost`, c=32, on a ~45 us call); appending a duration and adding
-up 512 at a time costs about a tenth of that."""
+"""Calls queued by `Metrics.served` before they are counted, and successful calls of one
+tool kept as bare durations before they are added up. Adding up call by call, between
+the proxy's own work, cost ~9 us a call (measured in-process, `mcpvisor.bench.metrics_cost`,
+c=32, on a ~45 us call); a batch is read in C loops (one search of its joined results,
+its durations sorted once into the buckets: `mcpvisor.metrics_history.place`)."""
+
+DEFER_BYTES: Final = 1024
+"""A raw result up to this size is kept with its call until the batch reads whether it
+says ``isError`` (a larger one is read at once: a batch must not hold megabytes)."""
 
 MAX_SERIES: Final = 10_000
 """Label sets kept per histogram family; further ones are counted under tool `OTHER_TOOL`
@@ -108,13 +118,16 @@ def outcome(error: BaseException | None, result: Any) -> str:
 
 
 def _is_error(data: bytes) -> bool:
-    """Whether a raw result says ``"isError": true`` (many servers send ``false``): one
-    search for the key, one for the value right after it (every fast-path call asks)."""
-    at = data.find(b'"isError"')
-    return at >= 0 and data.find(b"true", at + 10, at + 16) >= 0
+    """Whether a raw result says ``"isError": true`` (many servers send ``false``)."""
+    return _TOOL_ERROR.search(data) is not None
 
 
 _RAW: Final = msgspec.Raw
+_TOOL_ERROR: Final = re.compile(rb'"isError"\s*:\s*true')
+"""A raw result's ``"isError": true`` (JSON allows space around the colon)."""
+_OK: Final = b""
+_FAILED: Final = b'"isError":true'
+"""What a call whose result was read at once is queued with (see `Metrics.served`)."""
 
 
 
@@ -133,18 +146,21 @@ SERVED_AND_SENT: Final = 2
 
 
 class _Slot:
-    """The successful calls of one (server, tool) not added up yet: the hot path only
-    appends a duration here."""
+    """The successful calls of one (server, tool) in one minute not added up yet: the hot
+    path only appends a duration here."""
 
-    __slots__ = ("both", "durations", "minute", "server", "tool")
+    __slots__ = ("both", "durations", "minute", "server", "since", "tool", "until")
 
     def __init__(self, server: str, tool: str, both: bool) -> None:
         self.server = server
         self.tool = tool
         self.both = both
         """Counted as a client operation too (the fast path's: its upstream leg is the call)."""
-        self.minute = -1.0
-        """The minute (``now // 60``) the pending durations finished in."""
+        self.minute = -1
+        """The minute (``now // 60``) the pending durations finished in; ``since`` and
+        ``until`` are its bounds, so a call compares its time rather than dividing it."""
+        self.since = 0.0
+        self.until = 0.0
         self.durations: list[float] = []
 
 
@@ -159,9 +175,10 @@ class Metrics:
     * `state_changed`: an upstream's lifecycle moved (`Upstream._feed`);
     * `list_changed`: clients were told a list changed (`Supervisor._announce`).
 
-    A successful call, nearly every call, only appends its duration to its tool's slot;
-    slots are added up `BATCH` durations at a time, when their minute ends, and before
-    any read (a scrape, the dashboard). Errors are rare and added up at once.
+    A call that did not raise, nearly every call, is only queued (`served`); the queue
+    is counted `BATCH` calls at a time and before any read (a scrape, the dashboard).
+    A successful call's duration goes to its tool's slot, added up `BATCH` durations at
+    a time, when its minute ends, and before any read. Errors are rare and added up at once.
     """
 
     def __init__(self) -> None:
@@ -169,6 +186,7 @@ class Metrics:
         self._client_ops: dict[OpKey, Histogram] = {}
         self._history = History()
         self._slots: dict[tuple[str, str, bool], _Slot] = {}
+        self._pending: list[tuple[str, str, bool, float, float, Any]] = []
         self.restarts: dict[tuple[str, str], int] = {}
         self.breaker_opens: dict[tuple[str, str], int] = {}
         self.list_changes: dict[str, int] = {}
@@ -197,30 +215,60 @@ class Metrics:
         ``upstream_too``: its request upstream began and ended with it (the fast path's),
         so it is counted as a client operation as well."""
         if error is None:
-            if type(result) is _RAW:  # the fast path's: `_is_error`, inlined (every call asks)
-                data = bytes(result)
-                at = data.find(b'"isError"')
-                ok = at < 0 or data.find(b"true", at + 10, at + 16) < 0
-            else:
-                ok = type(result) is not dict or result.get("isError") is not True
-        else:
-            ok = False
-        if ok:
-            slot = self._slots.get((server, tool, upstream_too))
-            if slot is None:
-                slot = self._slots[server, tool, upstream_too] = _Slot(server, tool, upstream_too)
-            minute = now // MINUTE_S
-            if minute != slot.minute:
-                if slot.durations:
+            if type(result) is not _RAW or len(result) > DEFER_BYTES:
+                result = _OK if outcome(None, result) == "ok" else _FAILED
+            pending = self._pending
+            pending.append((server, tool, upstream_too, started, now, result))
+            if len(pending) >= BATCH:
+                self._drain()
+            return
+        self._one(SERVED_AND_SENT if upstream_too else SERVED, "tools/call", tool, server, now, now - started,
+                  outcome(error, result), error)
+
+    def _drain(self) -> None:
+        """Count the calls `served` queued. The common batch, every call of one tool and
+        none failed, within one minute, is read in whole (C loops: one search of the
+        joined results, durations by `map`); any other goes call by call."""
+        pending, self._pending = self._pending, []
+        servers, tools, boths, starts, nows, results = zip(*pending, strict=True)
+        failed = _TOOL_ERROR.search(b"".join(results)) is not None
+        if not failed and len(keys := set(zip(servers, tools, boths, strict=True))) == 1:
+            ((server, tool, both),) = keys
+            first, last = min(nows), max(nows)
+            slot = self._slots.get((server, tool, both))
+            if slot is None or not slot.since <= first < slot.until:
+                slot = self._slot_for(server, tool, both, first)
+            if last < slot.until:
+                slot.durations.extend(map(sub, nows, starts))
+                if len(slot.durations) >= BATCH:
                     self._add_up(slot)
-                slot.minute = minute
+                return
+        for server, tool, both, started, now, result in pending:
+            if failed and _TOOL_ERROR.search(result) is not None:
+                self._one(SERVED_AND_SENT if both else SERVED, "tools/call", tool, server, now, now - started,
+                          "tool_error", None)
+                continue
+            slot = self._slots.get((server, tool, both))
+            if slot is None or not slot.since <= now < slot.until:
+                slot = self._slot_for(server, tool, both, now)
             durations = slot.durations
             durations.append(now - started)
             if len(durations) >= BATCH:
                 self._add_up(slot)
-            return
-        self._one(SERVED_AND_SENT if upstream_too else SERVED, "tools/call", tool, server, now, now - started,
-                  outcome(error, result), error)
+
+    def _slot_for(self, server: str, tool: str, both: bool, now: float) -> _Slot:
+        """The slot of (``server``, ``tool``) for the minute of ``now``, the durations it
+        held for an earlier minute added up first."""
+        slot = self._slots.get((server, tool, both))
+        if slot is None:
+            slot = self._slots[server, tool, both] = _Slot(server, tool, both)
+        elif slot.durations:
+            self._add_up(slot)
+        minute = int(now // MINUTE_S)
+        slot.minute = minute
+        slot.since = minute * MINUTE_S
+        slot.until = (minute + 1) * MINUTE_S
+        return slot
 
     def request_served(self, method: str, started: float, now: float, error: BaseException | None) -> None:
         """A request other than ``tools/call`` the proxy served (`ServedTimer`): no tool,
@@ -234,17 +282,19 @@ class Metrics:
 
     def flush(self) -> None:
         """Add up the durations every slot holds."""
+        if self._pending:
+            self._drain()
         for slot in self._slots.values():
             if slot.durations:
                 self._add_up(slot)
 
     def _add_up(self, slot: _Slot) -> None:
-        durations = slot.durations
+        placed = place(slot.durations)
         key = ("tools/call", slot.tool, slot.server, "ok", "")
-        indices = _series(self._server_ops, key).observe_many(durations)
+        _series(self._server_ops, key).add_placed(placed)
         if slot.both:
-            _series(self._client_ops, key).add(indices, sum(durations))
-        self._history.calls(slot.server, slot.tool, int(slot.minute), durations, False)
+            _series(self._client_ops, key).add_placed(placed)
+        self._history.calls(slot.server, slot.tool, slot.minute, placed, False)
         slot.durations = []
 
     def _one(self, side: int, method: str, tool: str, server: str, now: float, duration: float, kind: str,
@@ -257,7 +307,7 @@ class Metrics:
         if side != SENT:
             _series(self._server_ops, key).observe(duration)
             if method == "tools/call":  # the dashboard's figures are of tool calls
-                self._history.calls(server, tool, int(now // MINUTE_S), (duration,), kind != "ok")
+                self._history.calls(server, tool, int(now // MINUTE_S), place((duration,)), kind != "ok")
         if side != SERVED:
             _series(self._client_ops, key).observe(duration)
 

@@ -38,10 +38,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from mcpvisor.actors.core.catalog import ToolRoute
+    from mcpvisor.actors.fastspans import FastTrace
     from mcpvisor.actors.fronts.sdk import Backend
     from mcpvisor.actors.harness import ClientSession
     from mcpvisor.actors.link.stdio import StdioLink
-    from mcpvisor.actors.telemetry import FastTrace
     from mcpvisor.actors.upstream import Upstream
 
 logger = logging.getLogger(__name__)
@@ -132,7 +132,7 @@ class FastCall:
         self.started = trio.current_time()
         self.run: Raw | None = None
         self.trace: FastTrace | None = None
-        """The call's spans while tracing is on (`mcpvisor.actors.telemetry`)."""
+        """The call's spans while tracing is on (`mcpvisor.actors.fastspans`)."""
 
     @property
     def progress_token(self) -> int | str | None:

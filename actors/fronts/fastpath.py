@@ -48,6 +48,7 @@ from mcpvisor.actors.core.catalog import ToolRoute
 from mcpvisor.actors.core.plan import CallRoute, plan_call
 from mcpvisor.actors.eras import ENVELOPE_KEYS, fit_capabilities, is_modern_version, verbose_of
 from mcpvisor.actors.errors import ProxyError, UpstreamError, error_data
+from mcpvisor.actors.fastspans import FastTrace
 from mcpvisor.actors.framing import FrameWriter, StreamBroken
 from mcpvisor.actors.fronts.fastcall import FastCall
 from mcpvisor.actors.harness import RUN_META_KEY, CancelledByClient, ClientSession
@@ -291,13 +292,12 @@ class FastPath:
             version = _str.decode(meta[PROTOCOL_VERSION_META_KEY])
         equipped = getattr(getattr(self.backend.router.core, "exposure", None), "equipped", None)
         headers, transport, session_id = self.trace_origin()
-        trace = telemetry.FastTrace("tools/call", name, call.route.original, call.route.server, meta=carrier,
-                                    request_id=request_id, protocol_version=version,
-                                    toolset=getattr(equipped, "name", None), headers=headers,
-                                    transport=transport, session_id=session_id)
+        trace = FastTrace("tools/call", name, call.route.original, call.route.server, meta=carrier,
+                          request_id=request_id, protocol_version=version,
+                          toolset=getattr(equipped, "name", None), headers=headers,
+                          transport=transport, session_id=session_id)
         call.trace = trace
-        for key, value in trace.carrier().items():
-            meta[key] = Raw(wire.encode(value))
+        meta.update(trace.carrier_raw())
 
     def trace_origin(self) -> tuple[Mapping[str, str] | None, str, str | None]:
         """Where this connection's calls come from, for their spans: the request's trace

@@ -295,6 +295,20 @@ async def test_the_bench_measures_what_metrics_cost_and_counts_every_call() -> N
     assert b"metrics cost at concurrency 32" in done.stderr
 
 
+async def test_the_bench_measures_what_tracing_costs_with_a_real_otlp_export() -> None:
+    """``metrics_cost --traces``: the same batches with tracing toggled, exporting over
+    OTLP/HTTP to a sink process that the bench stops on its way out."""
+    with trio.fail_after(REAL_IO_BOUND_S):
+        argv = [PY, "-m", "mcpvisor.bench.metrics_cost", "--traces", "--pairs", "1", "--calls", "64"]
+        done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    result = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    assert result["scenario"] == "tracing_cost"
+    assert result["calls_per_batch"] == 64
+    assert result["cpu_us_per_call_on"] > 0
+    assert b"tracing cost at concurrency 32" in done.stderr
+
+
 def serve_refused(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], Path]:
     """``serve --config`` a server that leaves a file the moment it is spawned, expecting a refusal."""
     mark = tmp_path / "spawned"

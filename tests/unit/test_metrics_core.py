@@ -8,10 +8,14 @@ counted by a bounded reason, never by its text; a flood of tool names stays boun
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
+import msgspec
 import trio
 
 from mcpvisor.actors.errors import CallTimeout
 from mcpvisor.metrics import (
+    BATCH,
     DURATION_BUCKETS_S,
     HISTORY_MINUTES,
     MAX_SERIES,
@@ -113,3 +117,47 @@ def test_a_tool_added_up_late_lands_in_its_own_minute() -> None:
     m.served("alpha", "fast", 0.0, 122.0, None, ok)
     series = m.history.series("alpha", 125.0)  # adds up fast's minute 2, then slow's minute 1
     assert series["calls"][-3:] == [1, 1, 2]
+
+
+def test_queued_batches_count_exactly_what_each_call_was() -> None:
+    """Calls are queued and counted a batch at a time (whole batches of one tool in C
+    loops, mixed ones call by call): whatever the mix, each call lands in its series,
+    bucket and minute, and a raw result is a tool error exactly when it says
+    ``"isError": true`` (small ones read with the batch, large ones at once)."""
+    m = Metrics()
+    expected_ok: dict[tuple[str, int], int] = {}
+    expected_failed: dict[tuple[str, int], int] = {}
+    by_bucket: dict[int, int] = {}
+    ok_raw = msgspec.Raw(b'{"content":[],"isError": false}')
+    failed_raw = msgspec.Raw(b'{"content":[],"isError" : true}')
+    large_failed = msgspec.Raw(b'{"content":[{"type":"text","text":"' + b"x" * 4096 + b'"}],"isError":true}')
+    n = 3 * BATCH + 7
+    for i in range(n):
+        # One tool for the first batch (the whole-batch path), then two interleaved, across minutes.
+        tool = "echo" if i < BATCH or i % 3 else "slow"
+        now = 50.0 + i * 0.05  # minute 0 into minute 1 and 2
+        duration = 0.0003 * (1 + i % 40)
+        failed = i % 97 == 5
+        result = (large_failed if i % 2 else failed_raw) if failed else ok_raw
+        m.served("alpha", tool, now - duration, now, None, result, upstream_too=True)
+        key = (tool, int(now // 60))
+        into = expected_failed if failed else expected_ok
+        into[key] = into.get(key, 0) + 1
+        if not failed and tool == "echo":
+            bucket = bisect_left(DURATION_BUCKETS_S, duration)
+            by_bucket[bucket] = by_bucket.get(bucket, 0) + 1
+    ops = m.server_ops
+    for tool in ("echo", "slow"):
+        n_ok = sum(v for (t, _), v in expected_ok.items() if t == tool)
+        n_failed = sum(v for (t, _), v in expected_failed.items() if t == tool)
+        assert ops["tools/call", tool, "alpha", "ok", ""].count == n_ok
+        assert m.client_ops["tools/call", tool, "alpha", "ok", ""].count == n_ok
+        tool_errors = ops.get(("tools/call", tool, "alpha", "tool_error", "tool_error"), Histogram())
+        assert tool_errors.count == n_failed
+    assert {i: c for i, c in enumerate(ops["tools/call", "echo", "alpha", "ok", ""].counts) if c} == by_bucket
+    calls = m.history.series("alpha", 50.0 + n * 0.05)["calls"][-3:]
+    errors = m.history.series("alpha", 50.0 + n * 0.05)["errors"][-3:]
+    for minute in range(3):
+        assert calls[minute] == sum(v for (_, mi), v in (*expected_ok.items(), *expected_failed.items())
+                                    if mi == minute)
+        assert errors[minute] == sum(v for (_, mi), v in expected_failed.items() if mi == minute)
