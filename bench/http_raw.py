@@ -50,7 +50,7 @@ def _argv(subject: str, port: int, workdir: Path) -> list[str]:
             "--host", "127.0.0.1", "--port", str(port)]
 
 
-class _Conn:
+class H11Connection:
     """One keep-alive HTTP/1.1 connection, its requests framed by h11 (the library hypercorn
     itself parses with): far cheaper per request than a full HTTP client, so the client's
     CPU does not set the figures."""
@@ -63,12 +63,11 @@ class _Conn:
         self.host = host.encode()
         self.conn = h11.Connection(h11.CLIENT)
 
-    async def post(self, path: str, body: dict[str, Any],
-                   headers: dict[str, str]) -> tuple[int, dict[str, str], str]:
+    async def send(self, path: str, data: bytes,
+                   headers: Sequence[tuple[bytes, bytes]]) -> tuple[int, dict[str, str], bytes]:
+        """POST ``data``: (status, response headers, body)."""
         h11 = self._h11
-        data = json.dumps(body).encode()
-        fields = [(b"host", self.host), (b"content-length", str(len(data)).encode()),
-                  *((k.encode(), v.encode()) for k, v in headers.items())]
+        fields = [(b"host", self.host), (b"content-length", str(len(data)).encode()), *headers]
         out = self.conn.send(h11.Request(method="POST", target=path, headers=fields))
         out += self.conn.send(h11.Data(data=data)) + self.conn.send(h11.EndOfMessage())
         await self.stream.send_all(out)
@@ -86,10 +85,19 @@ class _Conn:
                 chunks.append(bytes(event.data))
             elif isinstance(event, h11.EndOfMessage):
                 self.conn.start_next_cycle()
-                return status, got, b"".join(chunks).decode()
+                return status, got, b"".join(chunks)
+            elif isinstance(event, h11.ConnectionClosed):
+                raise RuntimeError("the server closed the connection")
+
+    async def post(self, path: str, body: dict[str, Any],
+                   headers: dict[str, str]) -> tuple[int, dict[str, str], str]:
+        """POST ``body`` as JSON: (status, response headers, body text)."""
+        status, got, data = await self.send(path, json.dumps(body).encode(),
+                                            [(k.encode(), v.encode()) for k, v in headers.items()])
+        return status, got, data.decode()
 
 
-async def _session(http: _Conn, path: str) -> dict[str, str]:
+async def _session(http: H11Connection, path: str) -> dict[str, str]:
     status, got, text = await http.post(path, INIT, HEADERS)
     if status != 200:
         raise RuntimeError(f"initialize: HTTP {status}: {text[:200]}")
@@ -101,7 +109,7 @@ async def _session(http: _Conn, path: str) -> dict[str, str]:
     return headers
 
 
-async def _tool(http: _Conn, path: str, headers: dict[str, str]) -> str:
+async def _tool(http: H11Connection, path: str, headers: dict[str, str]) -> str:
     """The exposed name of the upstream's ``echo`` (a proxy may prefix it)."""
     _, _, text = await http.post(path, {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, headers)
     names = [t["name"] for t in _answer(text)["result"]["tools"]]
@@ -125,7 +133,7 @@ async def _client(url: str, calls: int, latencies: list[float], tag: int) -> Non
     parts = urlsplit(url)
     stream = await trio.open_tcp_stream(parts.hostname or "127.0.0.1", parts.port or 80)
     async with stream:
-        http = _Conn(stream, parts.netloc)
+        http = H11Connection(stream, parts.netloc)
         headers = await _session(http, parts.path)
         tool = await _tool(http, parts.path, headers)
         for i in range(calls):

@@ -35,6 +35,7 @@ import trio
 
 from mcpvisor.bench import procs
 from mcpvisor.bench.drivers import PYTHON, ServerDef, mcpvisor_config
+from mcpvisor.bench.http_raw import H11Connection
 
 DEPLOY: Final = Path(__file__).resolve().parents[1] / "deploy"
 """deploy/ of the checkout this file is in (the bench runs from a checkout)."""
@@ -46,40 +47,6 @@ META: Final = {"io.modelcontextprotocol/protocolVersion": MODERN,
 COUNTS: Final = (1, 2, 3)
 
 
-class _Conn:
-    """One keep-alive HTTP/1.1 connection, its requests framed by h11."""
-
-    def __init__(self, stream: trio.SocketStream, host: str) -> None:
-        import h11
-
-        self._h11 = h11
-        self.stream = stream
-        self.host = host.encode()
-        self.conn = h11.Connection(h11.CLIENT)
-
-    async def post(self, path: str, data: bytes, headers: Sequence[tuple[bytes, bytes]]) -> tuple[int, bytes]:
-        h11 = self._h11
-        fields = [(b"host", self.host), (b"content-length", str(len(data)).encode()), *headers]
-        out = self.conn.send(h11.Request(method="POST", target=path, headers=fields))
-        out += self.conn.send(h11.Data(data=data)) + self.conn.send(h11.EndOfMessage())
-        await self.stream.send_all(out)
-        status = 0
-        chunks: list[bytes] = []
-        while True:
-            event = self.conn.next_event()
-            if event is h11.NEED_DATA:
-                self.conn.receive_data(await self.stream.receive_some(65536))
-            elif isinstance(event, h11.Response):
-                status = event.status_code
-            elif isinstance(event, h11.Data):
-                chunks.append(bytes(event.data))
-            elif isinstance(event, h11.EndOfMessage):
-                self.conn.start_next_cycle()
-                return status, b"".join(chunks)
-            elif isinstance(event, h11.ConnectionClosed):
-                raise RuntimeError("the server closed the connection")
-
-
 def _headers(method: str, name: str | None = None) -> list[tuple[bytes, bytes]]:
     fields = [(b"content-type", b"application/json"), (b"accept", b"application/json, text/event-stream"),
               (b"mcp-protocol-version", MODERN.encode()), (b"mcp-method", method.encode())]
@@ -88,9 +55,9 @@ def _headers(method: str, name: str | None = None) -> list[tuple[bytes, bytes]]:
     return fields
 
 
-async def _echo_tool(http: _Conn) -> str:
+async def _echo_tool(http: H11Connection) -> str:
     frame = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": META}}
-    status, body = await http.post("/mcp", json.dumps(frame).encode(), _headers("tools/list"))
+    status, _, body = await http.send("/mcp", json.dumps(frame).encode(), _headers("tools/list"))
     if status != 200:
         raise RuntimeError(f"tools/list: HTTP {status}: {body[:200]!r}")
     names = [t["name"] for t in json.loads(body)["result"]["tools"]]
@@ -100,16 +67,16 @@ async def _echo_tool(http: _Conn) -> str:
 async def _measure(port: int, calls: int, concurrency: int) -> float:
     """Calls per second: ``calls`` echo calls, ``concurrency`` connections each sending in turn."""
     streams = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(concurrency)]
-    conns = [_Conn(s, f"127.0.0.1:{port}") for s in streams]
+    conns = [H11Connection(s, f"127.0.0.1:{port}") for s in streams]
     tool = await _echo_tool(conns[0])
     ids = iter(range(calls))
     headers = _headers("tools/call", tool)
 
-    async def client(http: _Conn) -> None:
+    async def client(http: H11Connection) -> None:
         for i in ids:
             frame = {"jsonrpc": "2.0", "id": i + 2, "method": "tools/call",
                      "params": {"name": tool, "arguments": {"text": f"c{i}"}, "_meta": META}}
-            status, body = await http.post("/mcp", json.dumps(frame).encode(), headers)
+            status, _, body = await http.send("/mcp", json.dumps(frame).encode(), headers)
             if status != 200 or b'"result"' not in body:
                 raise RuntimeError(f"call failed: HTTP {status}: {body[:200]!r}")
 
