@@ -1,12 +1,16 @@
-"""Tool-call cost with tracing off and on: ``python -m mcpvisor.bench.scenarios_tracing``.
+"""Tool-call cost with telemetry off, with metrics only and with tracing:
+``python -m mcpvisor.bench.scenarios_tracing``.
 
-Two ``mcpvisor serve`` subjects (stdio, fast path on) over the same benchmark upstream:
-``off`` (no ``OTEL_*``, no ``settings.telemetry``: today's proxy) and ``traced``
-(``settings.telemetry.endpoint`` pointing at a local OTLP/HTTP sink on 127.0.0.1, every
-trace sampled: a SERVER and a CLIENT span per call, exported in batches). Each round
-measures both, alternating the order, at concurrency 32 (calls/s, p50) and sequentially
-(p50); the ratios are medians of per-round ratios to ``off``. The sink only counts what
-it is sent, so the figure is the proxy's cost of making and exporting spans.
+Three ``mcpvisor serve`` subjects (stdio, fast path on) over the same benchmark upstream:
+``off`` (no ``OTEL_*``, no ``settings.telemetry``, no metrics port: today's proxy),
+``metrics`` (``--metrics-port 0``: every call recorded for ``/metrics`` and the dashboard's
+history) and ``traced`` (``settings.telemetry.endpoint`` pointing at a local OTLP/HTTP sink
+on 127.0.0.1, every trace sampled: a SERVER and a CLIENT span per call, exported in
+batches). Each round measures all three, rotating the order, at concurrency 32 (calls/s,
+p50) and sequentially (p50); the ratios are medians of per-round ratios to ``off``. The
+sink only counts what it is sent, so the figure is the proxy's cost of making and
+exporting spans. (``mcpvisor.bench.metrics_cost`` measures the proxy's own CPU per call,
+a stricter figure than the client's view measured here.)
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ class Sink:
 async def run(rounds: int, calls: int, concurrency: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp, Sink().running() as sink:
         workdir = Path(tmp)
-        subjects = [mcpvisor_subject("off"),
+        subjects = [mcpvisor_subject("off"), mcpvisor_subject("metrics", metrics=True),
                     mcpvisor_subject("traced", telemetry={"endpoint": sink.url, "sampleRatio": 1.0})]
         async with AsyncExitStack() as stack:
             sessions: list[Session] = []
@@ -81,31 +85,33 @@ async def run(rounds: int, calls: int, concurrency: int) -> dict[str, Any]:
                 sessions.append(session)
             per_round: dict[str, list[dict[str, float]]] = {s.subject.name: [] for s in sessions}
             for r in range(rounds):
-                for session in sessions if r % 2 == 0 else list(reversed(sessions)):
+                shift = r % len(sessions)
+                for session in sessions[shift:] + sessions[:shift]:
                     rate, p50_c, _ = await throughput(session, "echo", ECHO_ARGS, calls, concurrency)
                     seq = await latency(session, "echo", ECHO_ARGS, calls // 4)
                     per_round[session.subject.name].append(
                         {"cN_calls_s": rate, "cN_p50_ms": p50_c, "p50_ms": seq["p50_ms"]})
-    off, traced = per_round["off"], per_round["traced"]
+    off = per_round["off"]
 
-    def ratio(key: str, invert: bool = False) -> float:
-        pairs = zip(off, traced, strict=True)
+    def ratio(name: str, key: str, invert: bool = False) -> float:
+        pairs = zip(off, per_round[name], strict=True)
         values = [(o[key] / t[key]) if invert else (t[key] / o[key]) for o, t in pairs]
         return round(statistics.median(values), 3)
 
     def median(rows: list[dict[str, float]], key: str) -> float:
         return round(statistics.median(r[key] for r in rows), 3)
 
-    return {
-        "rounds": rounds, "calls": calls, "concurrency": concurrency,
-        "off": {k: median(off, k) for k in off[0]},
-        "traced": {k: median(traced, k) for k in traced[0]},
-        # Cost of tracing as a ratio to off: > 1 is slower (throughput: off's rate / traced's).
-        "cost_cN_throughput": ratio("cN_calls_s", invert=True),
-        "cost_cN_p50": ratio("cN_p50_ms"),
-        "cost_sequential_p50": ratio("p50_ms"),
-        "exports": sink.exports, "export_bytes": sink.bytes,
-    }
+    out: dict[str, Any] = {"rounds": rounds, "calls": calls, "concurrency": concurrency}
+    for name, rows in per_round.items():
+        out[name] = {k: median(rows, k) for k in rows[0]}
+    for name in ("metrics", "traced"):
+        # Cost as a ratio to off: > 1 is slower (throughput: off's rate / this one's).
+        prefix = "cost" if name == "traced" else f"cost_{name}"
+        out[f"{prefix}_cN_throughput"] = ratio(name, "cN_calls_s", invert=True)
+        out[f"{prefix}_cN_p50"] = ratio(name, "cN_p50_ms")
+        out[f"{prefix}_sequential_p50"] = ratio(name, "p50_ms")
+    out["exports"], out["export_bytes"] = sink.exports, sink.bytes
+    return out
 
 
 def main() -> None:
