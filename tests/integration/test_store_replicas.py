@@ -8,7 +8,8 @@ their calls land in one journal table naming each replica, a login stored once (
 ``mcpvisor mcp login``) is used by all, and the store restarted mid-run costs no call:
 a state change during the outage fails with an error naming the store (never its
 password) and works again once it is back. ``mcpvisor store migrate|check`` run against
-the same cluster.
+the same cluster. And the whole set-up of issue 30 once: three replicas over the store
+behind the shipped HAProxy file.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from tests.helpers import (
     text_of,
     write_config,
 )
+from tests.integration.replicas import Load, haproxy, need, stateless_load
 from tests.pg import PASSWORD, Cluster, fresh_database
 from tests.polling import poll_until
 from tests.security.proxy import Proxy, run_serve, running_proxy
@@ -266,3 +268,57 @@ def test_store_migrate_applies_once_and_check_names_what_is_missing(tmp_path: Pa
     assert "mcpvisor: the store at postgresql://127.0.0.1:1/operators is unreachable" in serve.stderr
     assert_no_secret(first.stdout, again.stdout, made.stdout, keyless.stdout, down.stdout, down.stderr,
                      serve.stderr)
+
+
+async def test_three_replicas_over_one_store_behind_haproxy_agree_and_share_one_journal(
+        tmp_path: Path, postgres: Cluster) -> None:
+    """Issue 30's set-up whole: one PostgreSQL, three replicas, the shipped HAProxy file in
+    front. A handshake-era client through HAProxy sticks to one replica; a toolset built
+    and equipped on another replica (directly, as an operator would) reaches it: it hears
+    ``list_changed`` and its list narrows. 2026-07-28 calls through HAProxy go round the
+    three, and the store's one journal table names every replica with its calls."""
+    need("haproxy")
+    url = fresh_database(postgres, "fleet")
+    config = write_config(tmp_path, {"ev": everything()}, namespacing="prefix",
+                          journal=str(tmp_path / "calls.db"))
+    sessions: list[str] = []
+
+    async def remember_session(response: httpx2.Response) -> None:
+        sid = response.headers.get("mcp-session-id")
+        if sid and sid not in sessions:
+            sessions.append(sid)
+
+    rec = Recorder()
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with AsyncExitStack() as stack:
+            fleet = [await stack.enter_async_context(replica(config, url, f"mcpvisor-{n}", tmp_path))
+                     for n in (1, 2, 3)]
+            base = await stack.enter_async_context(haproxy(tmp_path, [r.port for r in fleet]))
+            http = await stack.enter_async_context(httpx2.AsyncClient(
+                timeout=60, event_hooks={"response": [remember_session]}))
+            through = await stack.enter_async_context(Client(
+                streamable_http_client(f"{base}/mcp", http_client=http), mode="legacy", cache=None,
+                **rec.kwargs()))
+            assert {"ev_echo", "ev_add"} <= await names(through)
+            (sid,) = sessions  # one session, every request of it on one replica
+            home = sid.partition(".")[0]
+            other = next(r for n, r in enumerate(fleet, 1) if f"mcpvisor-{n}" != home)
+            async with client(other.url) as direct:
+                await call(direct, "build-toolset", {"name": "team",
+                                                     "tools": [{"namespacedName": "ev.echo"}]})
+                changed = rec.changed
+                await call(direct, "equip-toolset", {"name": "team"})
+            await changed.wait()  # told through HAProxy, by its own replica
+            seen = await names(through)
+            assert "ev_echo" in seen
+            assert "ev_add" not in seen
+            load = Load()
+            await stateless_load(f"{base}/mcp", 60, 6, load, tool="ev_echo")
+            assert (load.done, load.failed) == (60, 0), load.failures
+            logs = "".join(r.text() for r in fleet)
+    rows = postgres.psql("SELECT replica || '=' || count(*) FROM mcpvisor_calls WHERE tool = 'echo' "
+                         "GROUP BY replica ORDER BY replica", "fleet").split()
+    counts = dict(row.split("=") for row in rows)
+    assert set(counts) == {"mcpvisor-1", "mcpvisor-2", "mcpvisor-3"}, counts  # round robin: every one served
+    assert sum(int(n) for n in counts.values()) == 60
+    assert_no_secret(logs)
