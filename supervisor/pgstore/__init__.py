@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import Final
 from urllib.parse import urlsplit
 
+from mcpvisor._config_types import REPLICA_ENV
 from mcpvisor.state import StateError
 
 __all__ = [
@@ -46,8 +47,6 @@ STORE_ENV: Final = "MCPVISOR_STORE"
 """The store URL; wins over ``settings.store``."""
 KEY_ENV: Final = "MCPVISOR_STORE_KEY"
 """The secret the upstream OAuth tokens are encrypted with in PostgreSQL (every replica the same)."""
-REPLICA_ENV: Final = "MCPVISOR_REPLICA"
-"""This replica's name (``serve --replica``); default: the host name."""
 SCHEMES: Final = ("postgresql", "postgres")
 
 
