@@ -101,9 +101,9 @@ async def serve_http_front(
     requests are served by `mcpvisor.actors.fronts.http_fast` in front of the SDK's app.
     ``task_status.started`` receives the URL bound."""
     import hypercorn.config
-    import hypercorn.trio
     from mcp.server.transport_security import TransportSecuritySettings
 
+    from mcpvisor.actors.fronts.http_server import serve
     from mcpvisor.actors.fronts.limits import install
     from mcpvisor.actors.fronts.replay import RETRY_MS, ReplayBudget
 
@@ -154,8 +154,7 @@ async def serve_http_front(
     async def started(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
         # Once the drain has answered every request (SIGTERM, SIGINT), hypercorn stops
         # accepting, lets the open responses finish (graceful_timeout) and returns.
-        await hypercorn.trio.serve(app, config, shutdown_trigger=front.drain.done.wait,  # type: ignore[arg-type]
-                                   task_status=task_status)
+        await serve(app, config, shutdown_trigger=front.drain.done.wait, task_status=task_status)
         nursery.cancel_scope.cancel(reason="the HTTP front closed")
 
     fast = None

@@ -25,6 +25,7 @@ from mcpvisor.actors.bridge import CAPABILITY_OF
 from mcpvisor.actors.errors import UpstreamError
 from mcpvisor.actors.fronts.asgi import Receive, Send
 from mcpvisor.actors.fronts.fastpath import SERVER_REQUEST_PREFIX, FastPath
+from mcpvisor.actors.fronts.http_server import held_writes
 from mcpvisor.actors.fronts.outbox import CLIENT_OUTBOX, CLIENT_STALL_S
 from mcpvisor.actors.harness import ClientSession
 from mcpvisor.actors.messages import Reply
@@ -219,23 +220,32 @@ class HttpExchange(FastPath):
         """Write the call's frames until its answer; a client that disconnects first has the
         call cancelled upstream (unless its stream can be resumed: the call then runs on for
         the resume), one that takes no frame for `CLIENT_STALL_S` is disconnected."""
+        # A quick answer is written without watching for a disconnect (a client gone by
+        # then has its answer dropped, as one that leaves just after it), and a
+        # handshake-era one leaves with the headers' priming event in one write.
+        if not self._queue and not self.finished:
+            with trio.move_on_after(HEADERS_GRACE_S):
+                await self._wake.wait()
+        if self.finished:
+            await self._write_all()
+            return
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._watch, receive, nursery.cancel_scope)
-            answered = False
-            if not self._modern:
-                # A quick answer goes out with the headers' priming event in one write.
-                if not self._queue and not self.finished:
-                    with trio.move_on_after(HEADERS_GRACE_S):
-                        await self._wake.wait()
-                try:
-                    answered = await self._open_sse(self._queue.popleft() if self._queue else None)
-                except Exception:  # the connection closed under the write: as a disconnect
-                    logger.debug("HTTP fast path: the client left before its stream opened", exc_info=True)
-                    await self._gone()
-                    answered = True
-            if not answered:
-                await self._deliver_all()
+            await self._write_all()
             nursery.cancel_scope.cancel()
+
+    async def _write_all(self) -> None:
+        answered = False
+        if not self._modern:
+            try:
+                async with held_writes():  # the head, priming event and a quick answer: one write
+                    answered = await self._open_sse(self._queue.popleft() if self._queue else None)
+            except Exception:  # the connection closed under the write: as a disconnect
+                logger.debug("HTTP fast path: the client left before its stream opened", exc_info=True)
+                await self._gone()
+                answered = True
+        if not answered:
+            await self._deliver_all()
 
     async def _deliver_all(self) -> None:
         while not self.detached:
@@ -247,7 +257,8 @@ class HttpExchange(FastPath):
                 continue
             data, final = self._queue.popleft()
             try:
-                await self._deliver(data, final)
+                async with held_writes():  # an event, and the end of the stream after the answer
+                    await self._deliver(data, final)
             except Exception:  # the connection closed under the write: as a disconnect
                 logger.debug("HTTP fast path: the client left mid-stream", exc_info=True)
                 if final:
@@ -401,6 +412,7 @@ class HttpExchange(FastPath):
 
 
 async def accepted(send: Send) -> None:
-    await send({"type": "http.response.start", "status": _ACCEPTED,
-                "headers": [(b"content-length", b"0"), (PATH_HEADER, b"fast")]})
-    await send({"type": "http.response.body", "body": b""})
+    async with held_writes():
+        await send({"type": "http.response.start", "status": _ACCEPTED,
+                          "headers": [(b"content-length", b"0"), (PATH_HEADER, b"fast")]})
+        await send({"type": "http.response.body", "body": b""})
