@@ -292,7 +292,6 @@ class HttpExchange(FastPath):
         headers = list(_SSE_HEADERS)
         if self.sess is not None:
             headers.append((SESSION_HEADER, self.sess.session_id.encode("latin-1")))
-        await self._send({"type": "http.response.start", "status": _OK, "headers": headers})
         body = b""
         if self._events is not None:
             from mcpvisor.actors.fronts.replay import RETRY_MS
@@ -303,6 +302,9 @@ class HttpExchange(FastPath):
         if first is not None:
             body += self._event(first[0])
             final = first[1]
+        if final:  # the whole stream is known: its length frames it (no chunks to encode or end)
+            headers.append((b"content-length", b"%d" % len(body)))
+        await self._send({"type": "http.response.start", "status": _OK, "headers": headers})
         if body:
             await self._write(body, more=not final)
         if first is not None:

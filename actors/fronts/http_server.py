@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -120,6 +121,16 @@ class _Server:
         self.idle: set[trio.CancelScope] = set()
         """The scopes of connections waiting for a request's head (closed on shutdown)."""
         self.closing = False
+        self._headers_at = -1
+        self._headers: list[tuple[bytes, bytes]] = []
+
+    def response_headers(self) -> list[tuple[bytes, bytes]]:
+        """The headers the server adds to every response (``date``, ``server``), made once a second."""
+        now = int(time.time())
+        if now != self._headers_at:
+            self._headers_at = now
+            self._headers = self.config.response_headers("h11")
+        return self._headers
 
     async def handle(self, stream: trio.SocketStream) -> None:
         await _Connection(self, stream).run()
@@ -286,7 +297,7 @@ class _Connection:
                         ConnectionState(server.state.copy()), stream).run()  # type: ignore[arg-type]  # a plain stream, as hypercorn serves too
 
     async def _error(self, status: int) -> None:
-        headers = [(b"content-length", b"0"), (b"connection", b"close"), *self.config.response_headers("h11")]
+        headers = [(b"content-length", b"0"), (b"connection", b"close"), *self.server.response_headers()]
         try:
             data = self.h11.send(h11.Response(status_code=status, headers=headers))
             data += self.h11.send(h11.EndOfMessage())
@@ -300,7 +311,7 @@ class _Connection:
             h = self.h11
             if h.they_are_waiting_for_100_continue:
                 await self.write(h.send(h11.InformationalResponse(
-                    status_code=100, headers=self.config.response_headers("h11"))))
+                    status_code=100, headers=self.server.response_headers())))
             chunks: list[bytes] = []
             while True:
                 try:
@@ -378,7 +389,7 @@ class _Connection:
             status = int(message["status"])
             self.suppress = self.method == "HEAD" or status < 200 or status in _NO_BODY_STATUS
             headers = [(bytes(n).strip(), bytes(v).strip()) for n, v in message.get("headers") or ()]
-            headers.extend(self.config.response_headers("h11"))
+            headers.extend(self.server.response_headers())
             if self.requests >= self.config.keep_alive_max_requests:
                 headers.append((b"connection", b"close"))
             await self._out(h.send(h11.Response(status_code=status, headers=headers)))
