@@ -237,6 +237,9 @@ class HttpExchange(FastPath):
     async def _write_all(self) -> None:
         answered = False
         if not self._modern:
+            if self._queue and self._queue[0][1] and not self.started:
+                await self._quick_json(self._queue.popleft()[0])
+                return
             try:
                 async with held_writes():  # the head, priming event and a quick answer: one write
                     answered = await self._open_sse(self._queue.popleft() if self._queue else None)
@@ -317,6 +320,21 @@ class HttpExchange(FastPath):
             number = self._events.store_raw(self._stream_id, data)
             return b"id: %s\r\nevent: message\r\ndata: %s\r\n\r\n" % (number.encode(), data)
         return b"event: message\r\ndata: %s\r\n\r\n" % data
+
+    async def _quick_json(self, data: bytes) -> None:
+        """A handshake-era call answered before its headers went out: the answer as JSON
+        (which the client's ``Accept`` admits), one write, nothing kept to resume."""
+        self.started = self.closed = True
+        headers = [*_JSON_HEADERS, (b"content-length", b"%d" % len(data))]
+        if self.sess is not None:
+            headers.append((SESSION_HEADER, self.sess.session_id.encode("latin-1")))
+        try:
+            async with held_writes():
+                await self._send({"type": "http.response.start", "status": _OK, "headers": headers})
+                await self._send({"type": "http.response.body", "body": data})
+        except Exception:  # the connection closed under the write: as a disconnect
+            logger.debug("HTTP fast path: the client left before its answer", exc_info=True)
+        self._written += 1
 
     async def _json(self, data: bytes) -> None:
         status = _OK
