@@ -20,8 +20,9 @@ at once; a read waits for the fd only when nothing is there, and yields once whe
 it did not wait, so a peer that never pauses cannot starve the other tasks.
 
 A reader's pump that handles several frames from one read (`hold_writes`) holds
-what it writes meanwhile and writes each writer's share with one ``write`` at the
-end (`flush_writes`): 32 calls in flight then cost a few writes a batch, not 64.
+what it writes meanwhile and writes each writer's share with one ``write`` every
+`HELD_FRAMES` frames and at the end (`flush_writes`): 32 calls in flight then cost a few
+writes a batch, not 64, and the peer starts on the first frames before the last are handled.
 """
 
 from __future__ import annotations
@@ -75,6 +76,14 @@ courtesy writes the same way, `_ABANDON_WRITE_TIMEOUT`)."""
 
 CLOSE_TIMEOUT_S: Final = 1.0
 """Bound on closing the stream (shielded, docs/style.md rule 16): a pipe closes at once or never."""
+
+HELD_FRAMES: Final = 8
+"""A pump holding its writes (`hold_writes`) writes what it holds after every this many
+frames of a read, not only at the end: with 32 calls in flight the peer (an upstream, the
+client) starts on the first eight while the pump handles the rest, on the other core.
+Measured with the raw client at 32 in flight (bench ``raw``, quiet 2-core machine): calls/s
+0.32-0.37x direct holding all of a read, 0.42-0.52x flushing every 8 (every 4 alike, every
+16 0.36-0.41x, every frame 0.39-0.41x)."""
 
 MAX_BUFFERED_BYTES: Final = 8 * 1024 * 1024
 """Bytes queued behind an in-progress write before further writers wait."""

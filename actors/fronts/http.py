@@ -1,4 +1,5 @@
-"""The streamable HTTP front: MCP at ``/mcp`` on hypercorn's trio worker, the SDK's
+"""The streamable HTTP front: MCP at ``/mcp`` on the front's own HTTP/1.1 server
+(`mcpvisor.actors.fronts.http_server`; hypercorn for TLS and websocket upgrades), the SDK's
 session manager behind our guards.
 
 Owns `serve_http_front`, which builds the SDK's streamable-HTTP app for the shared front
@@ -64,7 +65,7 @@ HTTP_PATH: Final = "/mcp"
 ANONYMOUS: Final = "anonymous"
 """Who a request on an open front (no token configured now) is, to the SDK's session checks."""
 GRACEFUL_CLOSE_S: Final = 2.0
-"""After the drain, how long hypercorn lets open responses finish (its ``graceful_timeout``)."""
+"""After the drain, how long the server lets open responses finish (hypercorn's ``graceful_timeout``)."""
 
 
 @dataclass(frozen=True)
@@ -107,9 +108,9 @@ async def serve_http_front(
     session id begins with ``replica.`` (a balancer routes on it).
     ``task_status.started`` receives the URL bound."""
     import hypercorn.config
-    import hypercorn.trio
     from mcp.server.transport_security import TransportSecuritySettings
 
+    from mcpvisor.actors.fronts.http_server import serve
     from mcpvisor.actors.fronts.limits import install
     from mcpvisor.actors.fronts.replay import RETRY_MS, ReplayBudget
 
@@ -151,7 +152,7 @@ async def serve_http_front(
     config.accesslog = None
     config.errorlog = logging.getLogger("hypercorn.error")
     config.graceful_timeout = GRACEFUL_CLOSE_S
-    # Bounds on a connection that has not sent a whole request: hypercorn's idle timer runs
+    # Bounds on a connection that has not sent a whole request: the keep-alive timer runs
     # from the accept until a request's headers are complete (slowloris), and TLS has its own
     # handshake timer (60 s by default). read_timeout stays unset: it bounds every read, so it
     # would also cut an SSE stream or a long call whose client rightly sends nothing.
@@ -162,10 +163,9 @@ async def serve_http_front(
         config.keyfile = keyfile
 
     async def started(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
-        # Once the drain has answered every request (SIGTERM, SIGINT), hypercorn stops
+        # Once the drain has answered every request (SIGTERM, SIGINT), the server stops
         # accepting, lets the open responses finish (graceful_timeout) and returns.
-        await hypercorn.trio.serve(app, config, shutdown_trigger=front.drain.done.wait,  # type: ignore[arg-type]
-                                   task_status=task_status)
+        await serve(app, config, shutdown_trigger=front.drain.done.wait, task_status=task_status)
         nursery.cancel_scope.cancel(reason="the HTTP front closed")
 
     fast = None

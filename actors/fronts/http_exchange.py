@@ -25,6 +25,7 @@ from mcpvisor.actors.bridge import CAPABILITY_OF
 from mcpvisor.actors.errors import UpstreamError
 from mcpvisor.actors.fronts.asgi import Receive, Send
 from mcpvisor.actors.fronts.fastpath import SERVER_REQUEST_PREFIX, FastPath
+from mcpvisor.actors.fronts.http_server import held_writes
 from mcpvisor.actors.fronts.outbox import CLIENT_OUTBOX, CLIENT_STALL_S
 from mcpvisor.actors.harness import ClientSession
 from mcpvisor.actors.messages import Reply
@@ -219,23 +220,35 @@ class HttpExchange(FastPath):
         """Write the call's frames until its answer; a client that disconnects first has the
         call cancelled upstream (unless its stream can be resumed: the call then runs on for
         the resume), one that takes no frame for `CLIENT_STALL_S` is disconnected."""
+        # A quick answer is written without watching for a disconnect (a client gone by
+        # then has its answer dropped, as one that leaves just after it), and a
+        # handshake-era one leaves with the headers' priming event in one write.
+        if not self._queue and not self.finished:
+            with trio.move_on_after(HEADERS_GRACE_S):
+                await self._wake.wait()
+        if self.finished:
+            await self._write_all()
+            return
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._watch, receive, nursery.cancel_scope)
-            answered = False
-            if not self._modern:
-                # A quick answer goes out with the headers' priming event in one write.
-                if not self._queue and not self.finished:
-                    with trio.move_on_after(HEADERS_GRACE_S):
-                        await self._wake.wait()
-                try:
-                    answered = await self._open_sse(self._queue.popleft() if self._queue else None)
-                except Exception:  # the connection closed under the write: as a disconnect
-                    logger.debug("HTTP fast path: the client left before its stream opened", exc_info=True)
-                    await self._gone()
-                    answered = True
-            if not answered:
-                await self._deliver_all()
+            await self._write_all()
             nursery.cancel_scope.cancel()
+
+    async def _write_all(self) -> None:
+        answered = False
+        if not self._modern:
+            if self._queue and self._queue[0][1] and not self.started:
+                await self._quick_json(self._queue.popleft()[0])
+                return
+            try:
+                async with held_writes():  # the head, priming event and a quick answer: one write
+                    answered = await self._open_sse(self._queue.popleft() if self._queue else None)
+            except Exception:  # the connection closed under the write: as a disconnect
+                logger.debug("HTTP fast path: the client left before its stream opened", exc_info=True)
+                await self._gone()
+                answered = True
+        if not answered:
+            await self._deliver_all()
 
     async def _deliver_all(self) -> None:
         while not self.detached:
@@ -247,7 +260,8 @@ class HttpExchange(FastPath):
                 continue
             data, final = self._queue.popleft()
             try:
-                await self._deliver(data, final)
+                async with held_writes():  # an event, and the end of the stream after the answer
+                    await self._deliver(data, final)
             except Exception:  # the connection closed under the write: as a disconnect
                 logger.debug("HTTP fast path: the client left mid-stream", exc_info=True)
                 if final:
@@ -281,7 +295,6 @@ class HttpExchange(FastPath):
         headers = list(_SSE_HEADERS)
         if self.sess is not None:
             headers.append((SESSION_HEADER, self.sess.session_id.encode("latin-1")))
-        await self._send({"type": "http.response.start", "status": _OK, "headers": headers})
         body = b""
         if self._events is not None:
             from mcpvisor.actors.fronts.replay import RETRY_MS
@@ -292,6 +305,9 @@ class HttpExchange(FastPath):
         if first is not None:
             body += self._event(first[0])
             final = first[1]
+        if final:  # the whole stream is known: its length frames it (no chunks to encode or end)
+            headers.append((b"content-length", b"%d" % len(body)))
+        await self._send({"type": "http.response.start", "status": _OK, "headers": headers})
         if body:
             await self._write(body, more=not final)
         if first is not None:
@@ -304,6 +320,21 @@ class HttpExchange(FastPath):
             number = self._events.store_raw(self._stream_id, data)
             return b"id: %s\r\nevent: message\r\ndata: %s\r\n\r\n" % (number.encode(), data)
         return b"event: message\r\ndata: %s\r\n\r\n" % data
+
+    async def _quick_json(self, data: bytes) -> None:
+        """A handshake-era call answered before its headers went out: the answer as JSON
+        (which the client's ``Accept`` admits), one write, nothing kept to resume."""
+        self.started = self.closed = True
+        headers = [*_JSON_HEADERS, (b"content-length", b"%d" % len(data))]
+        if self.sess is not None:
+            headers.append((SESSION_HEADER, self.sess.session_id.encode("latin-1")))
+        try:
+            async with held_writes():
+                await self._send({"type": "http.response.start", "status": _OK, "headers": headers})
+                await self._send({"type": "http.response.body", "body": data})
+        except Exception:  # the connection closed under the write: as a disconnect
+            logger.debug("HTTP fast path: the client left before its answer", exc_info=True)
+        self._written += 1
 
     async def _json(self, data: bytes) -> None:
         status = _OK
@@ -401,6 +432,7 @@ class HttpExchange(FastPath):
 
 
 async def accepted(send: Send) -> None:
-    await send({"type": "http.response.start", "status": _ACCEPTED,
-                "headers": [(b"content-length", b"0"), (PATH_HEADER, b"fast")]})
-    await send({"type": "http.response.body", "body": b""})
+    async with held_writes():
+        await send({"type": "http.response.start", "status": _ACCEPTED,
+                          "headers": [(b"content-length", b"0"), (PATH_HEADER, b"fast")]})
+        await send({"type": "http.response.body", "body": b""})

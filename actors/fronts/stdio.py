@@ -36,6 +36,7 @@ from msgspec import UNSET
 
 from mcpvisor.actors import wire
 from mcpvisor.actors.framing import (
+    HELD_FRAMES,
     FrameWriter,
     LineReader,
     OversizedLine,
@@ -139,7 +140,9 @@ class StdioFront:
                 # Several frames in one read: what they write leaves in one write per pipe.
                 held = hold_writes() if len(batch) > 1 else None
                 try:
-                    for line in batch:
+                    for n, line in enumerate(batch):
+                        if held is not None and n and n % HELD_FRAMES == 0:
+                            await flush_held_writes()  # the peer starts on these meanwhile
                         if isinstance(line, OversizedLine):
                             await self._reply(wire.error_frame(
                                 None, wire.INVALID_REQUEST,

@@ -27,6 +27,7 @@ from msgspec import UNSET
 from mcpvisor.actors import wire
 from mcpvisor.actors.errors import CallTimeout, ProxyError, UpstreamDied
 from mcpvisor.actors.framing import (
+    HELD_FRAMES,
     FrameWriter,
     LineReader,
     OversizedLine,
@@ -176,7 +177,9 @@ class StdioLink(Link):
                 # Several answers in one read: what they write leaves in one write per pipe.
                 held = hold_writes() if len(batch) > 1 else None
                 try:
-                    for line in batch:
+                    for n, line in enumerate(batch):
+                        if held is not None and n and n % HELD_FRAMES == 0:
+                            await flush_held_writes()  # the peer starts on these meanwhile
                         if isinstance(line, OversizedLine):
                             reason = (f"sent a message larger than {self.max_message} bytes "
                                       f"({line.size}+ bytes)")

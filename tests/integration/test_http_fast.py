@@ -90,6 +90,9 @@ async def until(events: AsyncGenerator[Event, None], stop: Callable[[Event], boo
 
 
 def messages(body: str) -> list[dict[str, Any]]:
+    """The JSON-RPC messages of an SSE body, or the one of a JSON body (a quick answer)."""
+    if body.lstrip().startswith("{"):
+        return [json.loads(body)]
     return [json.loads(line[5:]) for line in body.splitlines()
             if line.startswith("data:") and line[5:].strip()]
 
