@@ -28,7 +28,7 @@ import pytest
 import trio
 
 from tests.helpers import PY
-from tests.integration.real_servers import LineClient, real_config, serve, servers_or_skip, slow
+from tests.integration.real_servers import COLD_WAIT, LineClient, real_config, serve, servers_or_skip, slow
 
 pytestmark = pytest.mark.slow
 
@@ -69,7 +69,8 @@ async def status_json(state: Path) -> list[dict[str, Any]]:
 async def test_cold_then_warm_start_with_nine_real_servers(tmp_path: Path) -> None:
     servers_or_skip()
     state = tmp_path / "state"
-    config = real_config(tmp_path, slow_servers={"slow": slow("slow"), "slow2": slow("slow2")})
+    config = real_config(tmp_path, slow_servers={"slow": slow("slow"), "slow2": slow("slow2")},
+                         startupWait=COLD_WAIT)
     figures: dict[str, float] = {}
     with trio.fail_after(BOUND_S):
         # --- cold: nothing remembered --------------------------------------------------------
@@ -96,6 +97,7 @@ async def test_cold_then_warm_start_with_nine_real_servers(tmp_path: Path) -> No
             read = await c.answer(early["read"])
             assert read["result"]["contents"][0]["uri"] == EVERYTHING_DOC
             template = await c.answer(early["template"])
+            assert "result" in template, template
             assert template["result"]["contents"][0]["uri"] == "demo://resource/dynamic/text/1"
             prompt = await c.answer(early["prompt"])
             assert prompt["result"]["messages"], prompt
