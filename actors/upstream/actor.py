@@ -342,6 +342,7 @@ class Upstream(UpstreamCalls, UpstreamLogin, LinkTasks):
                                         f"{self.last_error}")
             else:
                 self._feed(cause, why)
+            self.note_life_start()
             failure = await self._one_life()
             self.login_interactive = self._login_asked is not None  # asked during this life: next one
             if self._login_needed and self._outcome is None:

@@ -64,6 +64,14 @@ class UpstreamLogin:
         self.login_url: str | None = None
         self._login_running = False
         """A start waits for the browser's redirect: calls wait (bounded) rather than fail."""
+        self._life_stamp: int | None = None
+        """The token store's stamp when the current life began (`note_life_start`)."""
+
+    def note_life_start(self) -> None:
+        """A life begins: remember the token stamp, so tokens another process stores while
+        this life fails for want of them still wake the ``needs_login`` that follows."""
+        store = self.token_store()
+        self._life_stamp = store.stamp() if store is not None else None
 
     def token_store(self) -> TokenStore | None:
         """Where this server's OAuth tokens live; None: it logs in to nothing (stdio, ws,
@@ -141,6 +149,8 @@ class UpstreamLogin:
             return
         store = self.token_store()
         stamp = store.stamp() if store is not None else 0
+        if self._life_stamp is not None and store is not None and store.stamp() != self._life_stamp:
+            return  # tokens were stored while the life that needed them ran: try them now
         while not self._interrupted() and self._login_asked is None:
             await self._sleep_until(trio.current_time() + LOGIN_POLL_S)
             if store is not None and store.stamp() != stamp:
