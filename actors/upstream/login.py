@@ -149,7 +149,7 @@ class UpstreamLogin:
             return
         store = self.token_store()
         stamp = store.stamp() if store is not None else 0
-        if self._life_stamp is not None and store is not None and store.stamp() != self._life_stamp:
+        if store is not None and self._life_stamp is not None and stamp != self._life_stamp:
             return  # tokens were stored while the life that needed them ran: try them now
         while not self._interrupted() and self._login_asked is None:
             await self._sleep_until(trio.current_time() + LOGIN_POLL_S)
