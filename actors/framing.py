@@ -289,6 +289,33 @@ class FrameWriter:
                 return
         await self._write(frame)
 
+    def try_write(self, frame: bytes | memoryview) -> bytes | memoryview | None:
+        """`send` without a checkpoint when it needs none: None if ``frame`` is written
+        (or held by an open batch), else what is left of it for ``await send(rest)`` before
+        anything else runs (the hot paths save a coroutine per frame this way)."""
+        if self._broken is not None:
+            return frame  # send raises
+        if self._held:
+            self._held.append(frame)
+            return None
+        if self._busy:
+            return frame
+        batch = _batch.get()
+        if batch is not None and batch.open:
+            self._held.append(frame)
+            batch.writers.append(self)
+            return None
+        pipe = self._pipe
+        if pipe is None or (fd := pipe.fileno()) < 0:
+            return frame
+        try:
+            sent = os.write(fd, frame)
+        except OSError:  # BlockingIOError included: send writes it, or fails it, the usual way
+            return frame
+        if sent == len(frame):
+            return None
+        return memoryview(frame)[sent:]
+
     async def _write(self, frame: bytes | memoryview) -> None:
         """Write ``frame`` now, or queue it behind the write in progress."""
         pipe = self._pipe

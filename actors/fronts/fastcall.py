@@ -94,6 +94,10 @@ class CallHost(Protocol):
 
     async def send(self, frame: bytes) -> None: ...
 
+    def try_send(self, frame: bytes) -> bytes | memoryview | None:
+        """Write ``frame`` now if that needs no wait: None when done, else what ``send`` must write."""
+        ...
+
     def client_capable(self, method: str) -> bool: ...
 
     async def ask_client(self, method: str, params: dict[str, Any] | None,
@@ -173,7 +177,9 @@ class FastCall:
                     return
             frame = wire.encode_line({"jsonrpc": "2.0", "id": self.front_id, "result": result})
             self.note(None, result)
-        await fast.send(frame)
+        rest = fast.try_send(frame)
+        if rest is not None:
+            await fast.send(rest)  # type: ignore[arg-type]
 
     def note(self, error: BaseException | None, result: Any = None) -> None:
         """Tell the backend the call finished (the journal encodes and hashes off this path)."""

@@ -272,8 +272,10 @@ class FastPath:
         call.params = params
         call.run = meta.get(RUN_META_KEY) if meta else None
         self.calls[env.id] = call  # type: ignore[index]
-        await link.send_fast(wire.encode_line({"jsonrpc": "2.0", "id": proxy_id, "method": "tools/call",
-                                               "params": params}))
+        frame = wire.encode_line({"jsonrpc": "2.0", "id": proxy_id, "method": "tools/call", "params": params})
+        rest = link.writer.try_write(frame)
+        if rest is not None:
+            await link.send_fast(rest)  # type: ignore[arg-type]
         return True
 
     def _trace(self, call: FastCall, meta: dict[str, Raw], name: str, request_id: Any, modern: bool) -> None:
@@ -390,6 +392,9 @@ class FastPath:
             await self.writer.send(frame)
         except StreamBroken:
             pass
+
+    def try_send(self, frame: bytes) -> bytes | memoryview | None:
+        return self.writer.try_write(frame)
 
     def in_flight(self) -> int:
         """Calls waiting for their upstream's answer (parked ones wait for the client)."""

@@ -184,6 +184,9 @@ class HttpExchange(FastPath):
     async def send(self, frame: bytes) -> None:
         self._emit(frame, final=frame.startswith(_RESPONSE_PREFIX))
 
+    def try_send(self, frame: bytes) -> None:
+        self._emit(frame, final=frame.startswith(_RESPONSE_PREFIX))
+
     def _emit(self, frame: bytes, *, final: bool) -> None:
         if self.finished:
             return

@@ -149,25 +149,25 @@ class StdioFront:
                                 f"message of {line.size}+ bytes is larger than the limit of "
                                 f"{self.max_message} bytes"))
                             continue
-                        await self._frame_in(line)
+                        # Crash barrier: whatever goes wrong with one frame ends that frame,
+                        # answered (when it was a request) and logged, never the connection.
+                        try:
+                            await self._frame(line)
+                        except Exception:
+                            await self._frame_failed(line)
                 finally:
                     if held is not None:
                         await flush_writes(held)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 
-    async def _frame_in(self, line: bytes) -> None:
-        # Crash barrier: whatever goes wrong with one frame ends that frame, answered
-        # (when it was a request) and logged, never the connection.
-        try:
-            await self._frame(line)
-        except Exception:
-            logger.exception("stdio front: failed to handle a frame")
-            rid = _id_of(line)
-            if rid is not None:
-                self._in_flight.discard(rid)
-                await self._reply(wire.error_frame(rid, wire.INTERNAL_ERROR,
-                                                   "internal error while handling this request"))
+    async def _frame_failed(self, line: bytes) -> None:
+        logger.exception("stdio front: failed to handle a frame")
+        rid = _id_of(line)
+        if rid is not None:
+            self._in_flight.discard(rid)
+            await self._reply(wire.error_frame(rid, wire.INTERNAL_ERROR,
+                                               "internal error while handling this request"))
 
     async def _frame(self, line: bytes) -> None:
         env = decode_client_frame(line)

@@ -93,6 +93,9 @@ class StdioLink(Link):
         self._garbage = 0
         self._garbage_window: list[float] = []
         self._wheel_scope: trio.CancelScope | None = None
+        self._wheel_at = math.inf
+        """The wheel scope's deadline, kept here: reading `CancelScope.deadline` per call costs
+        more than the comparison it serves."""
         self._stdout_ended = trio.Event()
 
     async def notify(self, method: str, params: Mapping[str, Any] | None) -> None:
@@ -125,8 +128,8 @@ class StdioLink(Link):
         hard = now + max_time
         self._pending[proxy_id] = Pending(proxy_id, "tools/call", sink, hard, timeout, None, sink=sink,
                                            deadline=min(now + timeout, hard), started=now)
-        if self._wheel_scope is not None and self._wheel_scope.deadline > now + timeout:
-            self._wheel_scope.deadline = now + timeout
+        if self._wheel_at > now + timeout and self._wheel_scope is not None:
+            self._wheel_at = self._wheel_scope.deadline = now + timeout
         return proxy_id
 
     async def send_fast(self, frame: bytes) -> None:
@@ -153,8 +156,10 @@ class StdioLink(Link):
                 fast = [p for p in self._pending.values() if p.sink is not None]
                 if fast:
                     scope.deadline = min(p.deadline for p in fast)
+                self._wheel_at = scope.deadline
                 await trio.sleep_forever()
             self._wheel_scope = None
+            self._wheel_at = math.inf
             now = trio.current_time()
             for p in [p for p in self._pending.values() if p.sink is not None and p.deadline <= now]:
                 del self._pending[p.proxy_id]
@@ -184,7 +189,20 @@ class StdioLink(Link):
                             reason = (f"sent a message larger than {self.max_message} bytes "
                                       f"({line.size}+ bytes)")
                             return
-                        await self._dispatch(line)
+                        # An answer to a fast-path call is delivered here, one coroutine
+                        # fewer than the general dispatch (the proxy's busiest frame).
+                        try:
+                            env: wire.Envelope | None = wire.decode_envelope(line)
+                        except (wire.DecodeError, wire.ValidationError, RecursionError):
+                            env = None
+                        pending = None
+                        if env is not None and env.method is UNSET and type(rid := env.id) is str:
+                            pending = self._pending.get(rid)
+                        if pending is not None and pending.sink is not None:
+                            del self._pending[pending.proxy_id]
+                            await pending.sink.deliver(env, line)  # type: ignore[arg-type]
+                        else:
+                            await self._dispatch(line, env)
                         if self.close_reason is not None:
                             return
                 finally:
@@ -227,15 +245,11 @@ class StdioLink(Link):
             tail = self.stderr.tail()
             self.close(f"{reason}: {tail}" if tail else reason)
 
-    async def _dispatch(self, line: bytes) -> None:
-        try:
-            env = wire.decode_envelope(line)
-        except (wire.DecodeError, wire.ValidationError):
-            self._on_garbage(line)
-            return
-        except RecursionError:
-            # Nested too deeply for msgspec (it recurses up to Python's limit): this one
-            # message is dropped like garbage; the link and the proxy live on.
+    async def _dispatch(self, line: bytes, env: wire.Envelope | None) -> None:
+        """``line`` as ``env`` decoded it; None: not a message (malformed, or nested too deeply
+        for msgspec, which recurses up to Python's limit): dropped as garbage, the link and
+        the proxy live on."""
+        if env is None:
             self._on_garbage(line)
             return
         method = env.method

@@ -156,3 +156,35 @@ async def test_a_pump_about_to_wait_writes_what_its_open_batch_held_so_far() -> 
         assert os.read(receive.fileno(), 100) == b"after the wait\n"
     await receive.aclose()
     await send.aclose()
+
+
+async def test_try_write_writes_holds_or_leaves_the_rest_and_frames_keep_their_order() -> None:
+    """The hot paths' checkpoint-free write: what it cannot finish, ``send`` finishes, in order."""
+    receive, send = pipe()
+    writer = FrameWriter(send)
+    with trio.fail_after(10):
+        assert writer.try_write(b"now\n") is None  # an idle pipe takes it at once
+        assert os.read(receive.fileno(), 100) == b"now\n"
+        token = hold_writes()
+        assert writer.try_write(b"held\n") is None  # an open batch holds it
+        with pytest.raises(BlockingIOError):
+            os.read(receive.fileno(), 100)
+        await flush_writes(token)
+        assert os.read(receive.fileno(), 100) == b"held\n"
+        # Larger than the pipe: the part it took is gone, the rest is for send, ahead of the next.
+        big = b'"' + b"y" * (3 * 65536) + b'"\n'
+        rest = writer.try_write(big)
+        assert rest is not None
+        assert 0 < len(rest) < len(big)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer.send, rest)
+            await trio.testing.wait_all_tasks_blocked()
+            assert writer.try_write(b"after\n") == b"after\n"  # a write is in progress: send queues it
+            nursery.start_soon(writer.send, b"after\n")
+            assert await read_lines(receive, 2) == [big[:-1], b"after"]
+    await receive.aclose()
+    with trio.fail_after(10):
+        assert writer.try_write(b"lost\n") == b"lost\n"  # the reader is gone: send raises
+        with pytest.raises(StreamBroken):
+            await writer.send(b"lost\n")
+    await send.aclose()
