@@ -24,7 +24,8 @@ import re
 import subprocess
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -145,8 +146,24 @@ def _size(log: Path) -> int:
 
 
 def _tail(log: Path) -> str:
-    """The end of a launch's log, for an error (a local file, read once)."""
+    """The end of a ``python -c`` launch's log, for an error (a local file, read once). Never a
+    ``serve`` log's: over HTTP it holds the dashboard's login token."""
     return log.read_text(errors="replace")[-300:]
+
+
+READY: Final = {"initialize": "answered initialize", "port": "printed the port it bound and answered on it",
+                "exit": "exited"}
+
+
+@contextmanager
+def _ready_within(seconds: float, command: Command) -> Iterator[None]:
+    """`trio.fail_after` whose error says which command did not get ready, and how."""
+    try:
+        with trio.fail_after(seconds):
+            yield
+    except trio.TooSlowError:
+        raise RuntimeError(f"{command.subject} had not {READY[command.ready]} within {seconds:g} s "
+                           "(its stderr: imports.log, kept with --keep)") from None
 
 
 async def _bound_port(log: Path, proc: trio.Process) -> int:
@@ -169,7 +186,7 @@ async def launch(command: Command, env: dict[str, str], log: Path, *, profile: b
         proc = await trio.lowlevel.open_process(argv, env=env, cwd=str(log.parent), stdin=subprocess.PIPE,
                                                 stdout=subprocess.PIPE, stderr=err, start_new_session=True)
     try:
-        with trio.fail_after(READY_TIMEOUT_S):
+        with _ready_within(READY_TIMEOUT_S, command):
             if command.ready == "initialize":
                 lines = _Lines(proc)
                 await lines.send(INITIALIZE)
