@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any, Final
 
 SCENARIOS: Final = ("latency", "latency_work", "throughput", "payload", "peers", "raw", "http_latency",
-                    "http_throughput", "http_peers", "startup", "first_list", "rss", "tools_list_size",
-                    "list_changed", "recovery", "harness")
+                    "http_throughput", "http_peers", "imports", "startup", "first_list", "rss",
+                    "tools_list_size", "list_changed", "recovery", "harness")
 EXIT_OK: Final = 0
 EXIT_REGRESSION: Final = 1
 EXIT_USAGE: Final = 2
@@ -342,6 +342,16 @@ async def _main(wanted: Sequence[str], params: Any, workdir: Path, core: list[An
         err(f"bench: {', '.join(http)} ...")
         variants = [s for s in nofast if "http" in s.transports]  # the HTTP front always records metrics
         done(await run_call_group("http", http, [*core, *variants, *peers], params, workdir))
+    if "imports" in wanted:
+        from mcpvisor.bench.scenarios_imports import run_imports
+
+        err("bench: imports (python -X importtime) ...")
+        t0 = time.perf_counter()
+        r = await run_imports(params, workdir)
+        r.seconds = time.perf_counter() - t0
+        for p in peers:
+            r.skip(p.name, "measures mcpvisor's own start-up imports (no equivalent command)")
+        done([r])
     if "startup" in wanted:
         err("bench: startup ...")
         t0 = time.perf_counter()

@@ -48,7 +48,8 @@ class Params:
     measure_s: float = 8.0
     """A latency or throughput measurement stops after this many seconds even if it made fewer
     calls than asked (the calls made are reported): a slow subject cannot stretch the run."""
-    """How long a subject may take to list every tool of the fleet before it is skipped."""
+    import_runs: int = 7
+    """Launches per command in the imports scenario (the median is reported)."""
     workdir: Path | None = None
 
     @classmethod
@@ -56,7 +57,7 @@ class Params:
         return cls(quick=True, rounds=2, calls=150, throughput_calls=300, payload_calls=5,
                    payload_bytes=1 << 20, startup_rounds=1, fleet=20, fleet_tools=10, toolset_size=5,
                    menu_rounds=3, recovery_rounds=1, recovery_timeout_s=5.0, work_ms=1.0, concurrency=32,
-                   fleet_timeout_s=45.0, measure_s=3.0)
+                   fleet_timeout_s=45.0, measure_s=3.0, import_runs=3)
 
     @classmethod
     def full_run(cls) -> Params:
@@ -114,6 +115,9 @@ METRICS: Final[dict[str, Metric]] = {
     "peak_tree_rss_mb": Metric("MB", True, False, "peak RSS with upstreams MB"),
     "processes_left": Metric("", True, True, "processes left"),
     "journal_ratio": Metric("x", True, True, "journal on/off p50"),
+    "import_ms": Metric("ms", True, False, "import ms"),
+    "modules": Metric("", True, True, "modules imported"),
+    "start_ms": Metric("ms", True, False, "exec -> ready ms"),
 }
 
 

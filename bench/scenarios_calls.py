@@ -180,10 +180,12 @@ def rows_from(result: Result, sessions: Sequence[Session], table: dict[str, dict
                             "transport": session.transport, **row})
 
 
-def beats_peers(result: Result, metric: str, lower_is_better: bool) -> None:
-    """Target: mcpvisor's ``metric`` is better than every peer's in this run."""
-    ours = result.row("mcpvisor")
-    peers = [r for r in result.rows if r["kind"] == "peer" and r.get(metric) is not None]
+def beats_peers(result: Result, metric: str, lower_is_better: bool, subject: str = "mcpvisor") -> None:
+    """Target: mcpvisor's ``metric`` (its row ``subject``) is better than every peer's in this run
+    (a row with ``upstreams`` is compared with the peers' rows of as many upstreams)."""
+    ours = result.row(subject)
+    peers = [r for r in result.rows if r["kind"] == "peer" and r.get(metric) is not None
+             and (ours is None or r.get("upstreams") == ours.get("upstreams"))]
     if ours is None or ours.get(metric) is None or not peers:
         return
     value = ours[metric]
@@ -193,7 +195,7 @@ def beats_peers(result: Result, metric: str, lower_is_better: bool) -> None:
     else:
         met = all(value > p[metric] for p in peers)
         best = max(p[metric] for p in peers)
-    result.targets.append({"subject": "mcpvisor", "metric": metric, "target": "better than every peer",
+    result.targets.append({"subject": subject, "metric": metric, "target": "better than every peer",
                            "value": value, "best_peer": best, "met": met, "what": f"{metric} vs peers"})
 
 
