@@ -24,7 +24,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -59,31 +58,38 @@ STDERR_KEEP_LINES: Final = 20
 STDERR_MAX_LINE: Final = 16 * 1024
 """Longer stderr lines are cut (a flood must not cost memory)."""
 
-_REAPER_SCRIPT: Final = r"""
-import os, signal, sys
-signal.signal(signal.SIGINT, signal.SIG_IGN)
-groups = set()
-for line in sys.stdin.buffer:
-    line = line.strip()
-    try:
-        if line[:1] == b"+":
-            groups.add(int(line[1:]))
-        elif line[:1] == b"-":
-            groups.discard(int(line[1:]))
-    except ValueError:
-        pass
-# A member forking while the signal lands can escape one killpg: repeat until each
-# group is empty (bounded: 2 s).
-import time
-deadline = time.monotonic() + 2.0
-while groups and time.monotonic() < deadline:
-    for g in list(groups):
-        try:
-            os.killpg(g, signal.SIGKILL)
-        except OSError:
-            groups.discard(g)
-    time.sleep(0.02)
+_REAPER_SCRIPT: Final = r"""# mcpvisor process watchdog: kills the proxy's upstream groups when the proxy dies
+trap '' INT
+groups=' '
+while IFS= read -r line; do
+  case $line in
+    +*) g=${line#+}
+        case $g in ''|*[!0-9]*|0) ;; *) groups="$groups$g " ;; esac ;;
+    -*) g=${line#-}
+        case $g in
+          ''|*[!0-9]*) ;;
+          *) kept=' '
+             for h in $groups; do [ "$h" = "$g" ] || kept="$kept$h "; done
+             groups=$kept ;;
+        esac ;;
+  esac
+done
+# A member forking while the signal lands can escape one kill: repeat until each group
+# is empty (bounded: 100 rounds of 20 ms, 2 s).
+round=0
+while [ -n "${groups# }" ] && [ "$round" -lt 100 ]; do
+  alive=' '
+  for g in $groups; do
+    kill -s KILL -- "-$g" 2>/dev/null && alive="$alive$g "
+  done
+  groups=$alive
+  round=$((round + 1))
+  sleep 0.02
+done
 """
+"""The watchdog, in the POSIX shell: a Python one would hold ~9 MB for the proxy's whole
+life to do this. ``+PGID`` registers a group, ``-PGID`` forgets it; at EOF (the proxy
+is gone, however it died) every group still registered is killed."""
 
 
 class Reaper:
@@ -115,7 +121,7 @@ class Reaper:
     async def _start(self) -> None:
         try:
             self._proc = await trio.lowlevel.open_process(
-                [sys.executable, "-S", "-c", _REAPER_SCRIPT],
+                ["/bin/sh", "-c", _REAPER_SCRIPT],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

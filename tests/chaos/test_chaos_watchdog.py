@@ -51,7 +51,7 @@ def alive(p: psutil.Process) -> bool:
 
 
 def watchdogs(pid: int) -> list[psutil.Process]:
-    return [p for p in descendants(pid) if "killpg" in command(p) and alive(p)]
+    return [p for p in descendants(pid) if "mcpvisor process watchdog" in command(p) and alive(p)]
 
 
 async def wait_for(predicate: Callable[[], bool], what: str) -> None:
