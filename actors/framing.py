@@ -154,6 +154,16 @@ class LineReader:
                 if buf or self._skipping:
                     logger.debug("dropped a partial line of %d bytes at EOF", len(buf) + self._skipping)
                 return
+            if not buf and not self._skipping and type(chunk) is bytes and chunk[-1] == 0x0A:
+                # The common case, whole lines only: split in C rather than line by line.
+                lines = chunk.split(b"\n")
+                lines.pop()
+                if 0x0D in chunk:
+                    lines = [ln[:-1] if ln[-1:] == b"\r" else ln for ln in lines]
+                whole = [ln if len(ln) <= cap else OversizedLine(len(ln)) for ln in lines if ln]
+                if whole:
+                    yield whole
+                continue
             out: list[bytes | OversizedLine] = []
             start = 0
             if self._skipping:

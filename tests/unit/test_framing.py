@@ -188,3 +188,32 @@ async def test_try_write_writes_holds_or_leaves_the_rest_and_frames_keep_their_o
         with pytest.raises(StreamBroken):
             await writer.send(b"lost\n")
     await send.aclose()
+
+
+async def test_whole_lines_in_one_read_and_lines_cut_across_reads_frame_alike() -> None:
+    """Carriage returns and empty lines dropped, a line over the limit reported by its size,
+    whether a read holds whole lines only or cuts one in two."""
+    from mcpvisor.actors.framing import OversizedLine
+
+    limit = 16
+    long = b"x" * (limit + 1)
+    stream = b"a\r\n\r\n\n" + long + b"\nb\n"
+    # One read of whole lines; a cut inside "a\r\n", inside the long line, before the last newline.
+    for cut in (len(stream), 1, 10, len(stream) - 1):
+        receive, send = pipe()
+        frames: list[bytes | OversizedLine] = []
+
+        async def write_in_two(send: trio.lowlevel.FdStream = send, cut: int = cut) -> None:
+            os.write(send.fileno(), stream[:cut])
+            await trio.testing.wait_all_tasks_blocked()  # the reader has read the first part
+            os.write(send.fileno(), stream[cut:])
+            await send.aclose()
+
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(write_in_two)
+                async for batch in LineReader(receive, limit):
+                    frames += batch
+        await receive.aclose()
+        assert [f if isinstance(f, bytes) else ("oversized", f.size) for f in frames] == [
+            b"a", ("oversized", limit + 1), b"b"], f"cut at {cut}"
