@@ -45,6 +45,7 @@ from msgspec import UNSET, Raw
 from mcpvisor.actors import telemetry, wire
 from mcpvisor.actors.bridge import CAPABILITY_OF, STATE_PREFIX
 from mcpvisor.actors.core.catalog import ToolRoute
+from mcpvisor.actors.core.lifecycle import State
 from mcpvisor.actors.core.plan import CallRoute, plan_call
 from mcpvisor.actors.eras import ENVELOPE_KEYS, fit_capabilities, is_modern_version, verbose_of
 from mcpvisor.actors.errors import ProxyError, UpstreamError, error_data
@@ -226,7 +227,7 @@ class FastPath:
             if up is None:
                 return False
         link = up.link
-        if not isinstance(link, StdioLink) or up.state.value != "ready" or link.close_reason:
+        if not isinstance(link, StdioLink) or up.state is not State.READY or link.close_reason:
             return False
         try:
             meta = wire.decode_raw_map(params["_meta"]) if "_meta" in params else {}
