@@ -45,6 +45,7 @@ import msgspec
 import trio
 
 from mcpvisor.actors import fastspans, span_export
+from mcpvisor.actors.core.vocabulary import OTLP_PROTOCOLS
 from mcpvisor.actors.errors import UpstreamDied
 from mcpvisor.actors.spans import (
     TRACE_KEYS,
@@ -68,7 +69,7 @@ this one attribute before anything else."""
 
 _provider: Any = None
 
-PROTOCOLS: Final = ("http/protobuf", "grpc")
+PROTOCOLS: Final = OTLP_PROTOCOLS
 """The OTLP protocols the exporter speaks (``OTEL_EXPORTER_OTLP_PROTOCOL``)."""
 
 DEFAULT_SERVICE: Final = "mcpvisor"

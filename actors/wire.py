@@ -9,21 +9,22 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-import mcp_types
 import msgspec
-from mcp_types import PROTOCOL_VERSION_META_KEY
 from msgspec import UNSET, Raw, UnsetType
 
-# JSON-RPC 2.0 / MCP error codes: the SDK's own (``mcp_types``), re-exported so that the
-# byte paths name them in one place; CONNECTION_CLOSED is the SDK's code for a transport
-# that closed under a pending request, REQUEST_TIMEOUT for one that timed out locally.
-PARSE_ERROR: Final = mcp_types.PARSE_ERROR
-INVALID_REQUEST: Final = mcp_types.INVALID_REQUEST
-METHOD_NOT_FOUND: Final = mcp_types.METHOD_NOT_FOUND
-INVALID_PARAMS: Final = mcp_types.INVALID_PARAMS
-INTERNAL_ERROR: Final = mcp_types.INTERNAL_ERROR
-CONNECTION_CLOSED: Final = mcp_types.CONNECTION_CLOSED
-REQUEST_TIMEOUT: Final = mcp_types.REQUEST_TIMEOUT
+# JSON-RPC 2.0 / MCP error codes, the same as the SDK's (``mcp_types``; a unit test holds
+# them equal), written out so that what imports this module (the config, every CLI
+# command) does not load the SDK's types, ~120 ms: CONNECTION_CLOSED is the SDK's code for
+# a transport that closed under a pending request, REQUEST_TIMEOUT for one that timed out
+# locally.
+PARSE_ERROR: Final = -32700
+INVALID_REQUEST: Final = -32600
+METHOD_NOT_FOUND: Final = -32601
+INVALID_PARAMS: Final = -32602
+INTERNAL_ERROR: Final = -32603
+CONNECTION_CLOSED: Final = -32000
+REQUEST_TIMEOUT: Final = -32001
+PROTOCOL_VERSION_META_KEY: Final = "io.modelcontextprotocol/protocolVersion"
 UPSTREAM_UNAVAILABLE: Final = -32002
 """Ours: the upstream that owns the target is down, restarting or its circuit is open."""
 TOO_MANY_IN_FLIGHT: Final = -32003

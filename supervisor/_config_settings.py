@@ -58,7 +58,7 @@ from mcpvisor._config_types import (
 )
 from mcpvisor.actors.core.toolsets import DEFAULT_DISCOVERY_BUDGET
 from mcpvisor.actors.core.vocabulary import EXPOSURES
-from mcpvisor.actors.telemetry import PROTOCOLS
+from mcpvisor.actors.core.vocabulary import OTLP_PROTOCOLS as PROTOCOLS
 from mcpvisor.pgstore import is_store_url, scheme_of
 
 

@@ -21,6 +21,10 @@ HTTP_ALIASES: Final = frozenset({"streamable-http", "streamableHttp", "streamabl
 WS_ALIASES: Final = frozenset({"websocket"})
 """Other clients' names for a websocket server, accepted as "ws" when importing them."""
 
+OTLP_PROTOCOLS: Final = ("http/protobuf", "grpc")
+"""The OTLP protocols the trace exporter speaks (``OTEL_EXPORTER_OTLP_PROTOCOL``,
+``settings.telemetry.protocol``)."""
+
 EXPOSURES: Final = ("menu", "all", "discovery")
 """How the catalog reaches a client: the toolset menu, every tool, or discovery tools."""
 

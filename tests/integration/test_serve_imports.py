@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
+import pytest
 import trio
 
 from mcpvisor.actors.framing import LineReader
@@ -108,3 +109,23 @@ async def test_stdio_serve_loads_no_module_it_does_not_need(tmp_path: Path) -> N
     loaded: list[str] = json.loads((tmp_path / "modules.json").read_text())
     crept_in = sorted(m for m in loaded if any(m == f or m.startswith(f + ".") for f in FORBIDDEN))
     assert crept_in == []
+
+
+SDK_AND_RUNTIME: Final = ("mcp", "mcp_types", "pydantic", "trio", "anyio", "httpx2")
+"""What serving (and probing a server: ``mcp list``, ``toolset list``) needs and a command
+that only reads or edits the config does not: ~350 ms and ~40 MB before it could print a line."""
+
+
+@pytest.mark.parametrize("command", [["--help"], ["config", "validate"],
+                                     ["mcp", "add", "demo", "--", "echo", "hi"],
+                                     ["mcp", "disable", "up"], ["mcp", "remove", "up"]], ids=" ".join)
+def test_a_command_that_does_not_serve_does_not_load_the_sdk(tmp_path: Path, command: list[str]) -> None:
+    config = tmp_path / "mcpvisor.json"
+    config.write_text(json.dumps({"mcpServers": {"up": {"command": PY, "args": ["-c", "pass"]}}}))
+    env = _env(tmp_path) | {"MCPVISOR_CONFIG": str(config)}
+    done = subprocess.run([PY, "-c", WRAPPER, str(tmp_path / "modules.json"), *command], env=env,
+                          capture_output=True, text=True, timeout=BOUND_S, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout  # it did its work: help, the list, the confirmation
+    loaded: list[str] = json.loads((tmp_path / "modules.json").read_text())
+    assert sorted({m.split(".")[0] for m in loaded} & set(SDK_AND_RUNTIME)) == []
