@@ -219,7 +219,8 @@ class Handler(BaseHTTPRequestHandler):
                 "full": f'Bearer resource_metadata="{self.base}/.well-known/oauth-protected-resource/mcp"',
                 "as": "Bearer", "none": "Bearer"}.get(self.discovery)
             self._body()
-            self._send(401, {"error": "invalid_token"}, {"www-authenticate": challenge} if challenge else None)
+            headers = {"www-authenticate": challenge} if challenge else None
+            self._send(401, {"error": "invalid_token"}, headers)
         return live
 
     def _authorize(self) -> None:
