@@ -264,8 +264,7 @@ class _Provider:
 
     async def _auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
         ctx = self.context
-        challenge: str | None = None
-        """The ``WWW-Authenticate`` of the server's refusal of ``request``."""
+        challenge: str | None = None  # the ``WWW-Authenticate`` of the server's refusal of ``request``
         if self._initialized and ctx.current_tokens is not None and not ctx.is_token_valid():
             await self._adopt_stored()
         untouched = ctx.current_tokens is None and not self._challenged
@@ -287,8 +286,7 @@ class _Provider:
                 # take the flow's lock does; the others then find the new token valid).
                 ctx.token_expiry_time = 0.0
         flow = super()._auth_flow(request)  # type: ignore[misc]
-        tried: list[str] = []
-        """The metadata look-ups of this flow and their answers (for `NoLoginFound`)."""
+        tried: list[str] = []  # the metadata look-ups of this flow and their answers (`NoLoginFound`)
         try:
             outgoing = await flow.__anext__()
             while True:
