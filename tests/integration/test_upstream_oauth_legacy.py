@@ -25,6 +25,7 @@ from tests.helpers import PY, REAL_IO_BOUND_S, text_of
 from tests.integration.test_upstream_oauth import (
     LOGIN_MESSAGE,
     admin,
+    assert_no_token_in,
     cli,
     config,
     env,
@@ -76,13 +77,17 @@ async def login_without_browser(tmp_path: Path) -> tuple[int, str]:
 @pytest.mark.parametrize("discovery", ["as", "none"])
 async def test_a_server_without_resource_metadata_logs_in_and_serves(tmp_path: Path, discovery: str) -> None:
     """A server of the 2025-03-26 spec (metadata at its origin only, or none at all) is
-    ``needs_login`` in a proxy that may not open a browser; ``mcp login --no-browser``
+    ``needs_login`` to ``mcp test`` and in a proxy that may not open a browser; ``mcp login --no-browser``
     completes against it (registration, authorization and token at the endpoints its
     metadata names or at the defaults); the running proxy then calls its tools, and keeps
-    doing so when its access token dies (a refresh at the same token endpoint)."""
+    doing so when its access token dies (a refresh at the same token endpoint); no token
+    reaches the proxy's debug log."""
     with trio.fail_after(REAL_IO_BOUND_S):
         async with protected("--discovery", discovery) as url:
             config(tmp_path, url, open_browser=False)
+            probe = await trio.to_thread.run_sync(cli, tmp_path, "test", "prot")
+            assert probe.returncode == 1
+            assert LOGIN_MESSAGE in probe.stdout
             async with serving(tmp_path, no_browser(tmp_path)[0], tmp_path / "serve.log") as client:
                 await poll_until(lambda: state_is(client, "needs_login"))
                 assert (await status_of(client))["reason"] == LOGIN_MESSAGE
@@ -94,13 +99,14 @@ async def test_a_server_without_resource_metadata_logs_in_and_serves(tmp_path: P
                 assert text_of(await client.call_tool("whoami", {})) == "logged in"
             stats = await admin(url, "stats")
             assert (stats["register"], stats["authorization_code"], stats["refresh_token"]) == (1, 1, 1)
+            assert_no_token_in(tmp_path / "serve.log", set(stats["access"]) | set(stats["refresh"]))
 
 
 async def test_a_401_with_no_way_to_log_in_says_what_was_tried(tmp_path: Path) -> None:
     """A server that answers 401 with no challenge and no metadata is not ``needs_login``
-    (nothing says a login would help): its status names the server, the metadata URLs
-    tried and what to do; ``mcp login`` fails with the default registration endpoint it
-    tried, in one plain line."""
+    (nothing says a login would help): its status and ``mcp test`` name the server, the
+    metadata URLs tried and what to do; ``mcp login`` fails with the default registration
+    endpoint it tried, in one plain line."""
     with trio.fail_after(REAL_IO_BOUND_S):
         async with protected("--discovery", "closed") as url:
             base = url.removesuffix("/mcp")
@@ -115,6 +121,10 @@ async def test_a_401_with_no_way_to_log_in_says_what_was_tried(tmp_path: Path) -
                 assert f"{base}/.well-known/oauth-protected-resource/mcp: 404" in reason
                 assert f"{base}/.well-known/oauth-authorization-server: 404" in reason
                 assert "run mcpvisor mcp login prot" in reason
+            probe = await trio.to_thread.run_sync(cli, tmp_path, "test", "prot")
+            assert probe.returncode == 1
+            assert "server prot answered HTTP 401 and offers no way to log in" in probe.stdout
+            assert "HTTP 404" not in probe.stdout  # not the last answer of the discovery
             login = await trio.to_thread.run_sync(cli, tmp_path, "login", "prot")
             assert login.returncode == 1
             assert login.stderr.strip().splitlines() == [
