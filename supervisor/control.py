@@ -164,6 +164,7 @@ def status_dict(status: UpstreamStatus, *, now: float | None = None,
         "toolCount": status.tool_count,
         "pid": status.pid,
         "protocolVersion": status.protocol_version,
+        "protocolVersions": list(status.protocol_versions),
         "inFlight": status.in_flight,
         "description": status.description,
     }

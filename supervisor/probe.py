@@ -446,11 +446,14 @@ def _classify(exc: BaseException, run: _Run) -> Failure:
     if returncode is not None and (step != "done"):
         text = describe_exit(returncode)
         return Failure("exited", f"the process {text} during {step}", step, status=returncode, stderr=stderr)
-    from mcpvisor.actors.link.oauth import NeedsLogin, login_message
+    from mcpvisor.actors.link.oauth import NeedsLogin, NoLoginFound, login_message
 
     if any(isinstance(leaf, NeedsLogin) for leaf in leaves):
         return Failure("needs_login", login_message(run.spec.name), step,
                        hint=f"run mcpvisor mcp login {run.spec.name}")
+    for leaf in leaves:
+        if isinstance(leaf, NoLoginFound):  # its words name what was tried (the last status would not)
+            return Failure("http", leaf.message, step, http_status=401, hint=HTTP_HINTS.get(401))
     status = _http_status(leaves, run)
     if status is not None:
         hint = HTTP_HINTS.get(status)

@@ -13,6 +13,12 @@ is. What this module adds:
   directory already rotated them), and the authorization server's metadata remembered so
   a refresh after a restart reaches the right token endpoint;
 * `NeedsLogin`: what a start or a call raises when only a person can go on;
+* the servers written to the 2025-03-26 authorization spec: the SDK's discovery already
+  falls back to the authorization server metadata at the server's origin and, without
+  any, to the default endpoints (``/authorize``, ``/token``, ``/register``); what a proxy
+  that cannot ask a person decides then (a login is needed when the 401 asks for a
+  Bearer token or the config has an ``oauth`` entry), and `NoLoginFound`, the plain
+  error when a server refuses and nothing to log in with is found;
 * the browser step: `open_callback_listener` (a loopback redirect listener on
   127.0.0.1) and `open_browser` (Python's `webbrowser`, so ``$BROWSER`` is honoured).
 """
@@ -45,6 +51,7 @@ from mcp.shared.auth import (
 from pydantic import AnyUrl
 
 from mcpvisor.actors.core.spec import OAuthSpec, ServerSpec
+from mcpvisor.actors.errors import ProxyError
 
 __all__ = [
     "CALLBACK_PATH",
@@ -52,6 +59,7 @@ __all__ = [
     "REFRESH_AT",
     "CallbackListener",
     "NeedsLogin",
+    "NoLoginFound",
     "StoredLogin",
     "TokenStore",
     "UpstreamAuth",
@@ -87,6 +95,36 @@ class NeedsLogin(Exception):
         self.server = server
         self.why = why
         super().__init__(login_message(server) + (f" ({why})" if why else ""))
+
+
+class NoLoginFound(ProxyError):
+    """A server refused a request (HTTP 401) and no way to log in to it was found: no OAuth
+    metadata, and no challenge or client registration to log in with. The message names
+    the server and every URL tried with its answer (never a token: none exists yet)."""
+
+    def __init__(self, server: str, tried: list[str], why: str) -> None:
+        self.server = server
+        where = f" (tried {', '.join(tried)})" if tried else ""
+        super().__init__(f"server {server} answered HTTP 401 and offers no way to log in: "
+                         f"no OAuth metadata{where}, {why}")
+
+
+def _shown(url: httpx2.URL) -> str:
+    """``url`` for an error message: no user info, no query."""
+    port = f":{url.port}" if url.port else ""
+    return f"{url.scheme}://{url.host}{port}{url.path}"
+
+
+def _discovers(request: httpx2.Request) -> bool:
+    """``request`` is one of the flow's metadata look-ups (RFC 9728, RFC 8414, OIDC)."""
+    return request.method == "GET" and "/.well-known/" in request.url.path
+
+
+def _asks_bearer(challenge: str | None) -> bool:
+    """A ``WWW-Authenticate`` naming the ``Bearer`` scheme (RFC 6750 §3): the server wants an
+    OAuth access token, even when it publishes no metadata to find its endpoints by."""
+    return challenge is not None and any(
+        part.strip().lower().split(" ", 1)[0] == "bearer" for part in challenge.split(","))
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +225,7 @@ class _Provider:
     _on_login_needed: Callable[[], None]
 
     def _setup(self, server: str, store: TokenStore, clock: Callable[[], float],
-               on_login_needed: Callable[[], None], *, person: bool) -> None:
+               on_login_needed: Callable[[], None], *, person: bool, declared: bool = False) -> None:
         ctx = self.context
         values = {f.name: getattr(ctx, f.name) for f in dataclasses.fields(ctx)}
         self.context = _Context(**values, clock=clock)
@@ -195,6 +233,7 @@ class _Provider:
         self._store = store
         self._on_login_needed = on_login_needed
         self._person = person
+        self._declared = declared
 
     async def _initialize(self) -> None:
         await super()._initialize()  # type: ignore[misc]
@@ -225,6 +264,7 @@ class _Provider:
 
     async def _auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
         ctx = self.context
+        challenge: str | None = None  # the ``WWW-Authenticate`` of the server's refusal of ``request``
         if self._initialized and ctx.current_tokens is not None and not ctx.is_token_valid():
             await self._adopt_stored()
         untouched = ctx.current_tokens is None and not self._challenged
@@ -238,6 +278,7 @@ class _Provider:
             response = yield request
             if not _refused(response):
                 return
+            challenge = response.headers.get("www-authenticate")
             self._challenged = True
             if (response.status_code == 401 and sent is not None and ctx.current_tokens is sent
                     and ctx.can_refresh_token()):
@@ -245,28 +286,42 @@ class _Provider:
                 # take the flow's lock does; the others then find the new token valid).
                 ctx.token_expiry_time = 0.0
         flow = super()._auth_flow(request)  # type: ignore[misc]
+        tried: list[str] = []  # the metadata look-ups of this flow and their answers (`NoLoginFound`)
         try:
             outgoing = await flow.__anext__()
             while True:
-                if not self._person and self._registers(outgoing):
-                    ctx = self.context
-                    if ctx.oauth_metadata is None and ctx.protected_resource_metadata is None:
-                        # No OAuth metadata anywhere: a server wanting some other credential
-                        # (a static header). Its own 401 answers, as without OAuth.
+                registers = self._registers(outgoing)
+                ctx = self.context
+                bare = ctx.oauth_metadata is None and ctx.protected_resource_metadata is None
+                if registers and not self._person:
+                    if bare and not (self._declared or _asks_bearer(challenge)):
+                        # No metadata, no Bearer challenge, no ``oauth`` entry: nothing says
+                        # this 401 is OAuth's (a server may want another credential).
                         await flow.aclose()
-                        yield request
-                        return
+                        raise NoLoginFound(self._server, tried, _NOT_BEARER.format(server=self._server))
                     # Nobody can log in on this link: register when someone can (the
-                    # registration names the redirect listener's port).
+                    # registration names the redirect listener's port). Without metadata
+                    # the login uses the 2025-03-26 default endpoints at the origin.
                     self._on_login_needed()
                     raise NeedsLogin(self._server)
                 response = yield outgoing
+                if outgoing is request and _refused(response):
+                    challenge = response.headers.get("www-authenticate")
+                elif _discovers(outgoing):
+                    tried.append(f"{_shown(outgoing.url)}: {response.status_code}")
+                elif registers and bare and response.status_code not in (200, 201):
+                    # The 2025-03-26 default registration endpoint is not there either.
+                    await flow.aclose()
+                    raise NoLoginFound(self._server, tried, f"and no client registration at "
+                                       f"{_shown(outgoing.url)}: {response.status_code}")
                 outgoing = await flow.asend(response)
         except StopAsyncIteration:
             return
         finally:
             await flow.aclose()
 
+    _declared: bool = False
+    """The config gives the server an ``oauth`` entry: a 401 is OAuth's even without metadata."""
     _person: bool = False
     """A person can be asked (a browser and a redirect listener): only then a client is
     registered and an authorization asked for."""
@@ -308,6 +363,12 @@ class _Provider:
         await super()._handle_token_response(response)  # type: ignore[misc]
         if self.context.oauth_metadata is not None:
             await self._store.save_metadata(self.context.oauth_metadata)
+
+
+_NOT_BEARER: Final = (
+    "and its 401 asks for no Bearer token. If it wants another credential, set it in the "
+    "server's headers; if it uses OAuth at the default endpoints (/authorize, /token, "
+    "/register at its origin), run mcpvisor mcp login {server}")
 
 
 def _error_code(body: bytes) -> str | None:
@@ -467,7 +528,7 @@ class UpstreamAuth:
             self.provider = provider
         self.provider._setup(spec.name, store, clock, needed,  # type: ignore[attr-defined]
                              person=(redirect is not None and callback is not None)
-                             or oauth.grant == "client_credentials")
+                             or oauth.grant == "client_credentials", declared=spec.oauth is not None)
 
 
 def _method(oauth: OAuthSpec) -> Any:

@@ -65,7 +65,7 @@ from mcpvisor.actors.upstream.status import (
     UpstreamMeter,
     UpstreamStatus,
 )
-from mcpvisor.actors.upstream.tasks import LinkTasks
+from mcpvisor.actors.upstream.tasks import LinkTasks, era_of, spoken_versions
 
 logger = logging.getLogger(__name__)
 
@@ -171,6 +171,7 @@ class Upstream(UpstreamCalls, UpstreamLogin, LinkTasks):
             tool_count=len(self.lists.tools),
             pid=getattr(link, "pid", None) if live else None,
             protocol_version=(link.protocol_version or None) if live and link is not None else None,
+            protocol_versions=spoken_versions(link) if live and link is not None else (),
             in_flight=link.in_flight() if link is not None else 0,
             description=self.spec.description,
             starts=self.starts,
@@ -456,7 +457,7 @@ class Upstream(UpstreamCalls, UpstreamLogin, LinkTasks):
                         self.policy.on_ready(trio.current_time())
                         self._withdrawn = False
                         await self.router.submit(UpstreamUp(self.name, lists))
-                        self.hooks.lists_seen(self.spec, lists, self._era_of(link), dict(self.hints))
+                        self.hooks.lists_seen(self.spec, lists, era_of(link), dict(self.hints))
                         self._browser_tried = False
                         self._feed(Event.READY, f"started in {trio.current_time() - started:.2f}s, "
                                                 f"{len(lists.tools)} tools")
@@ -488,9 +489,4 @@ class Upstream(UpstreamCalls, UpstreamLogin, LinkTasks):
 
     def _remember_era(self, link: Link) -> None:
         if self.spec.protocol == "auto" and link.protocol_version:
-            self._era_memory[self.spec.fingerprint()] = self._era_of(link)
-
-    @staticmethod
-    def _era_of(link: Link) -> str:
-        """The era a link speaks, as the era memory keeps it (``legacy`` or the 2026-07-28-era version)."""
-        return "legacy" if not link.modern else str(link.protocol_version)
+            self._era_memory[self.spec.fingerprint()] = era_of(link)

@@ -51,6 +51,7 @@ class UpstreamStatus:
     tool_count: int
     pid: int | None
     protocol_version: str | None
+    """The version the server's link was opened in (its session's, for a dual-era one)."""
     in_flight: int
     description: str | None
     starts: int = 0
@@ -61,6 +62,9 @@ class UpstreamStatus:
     calls: int = 0
     answered: int = 0
     availability: float | None = None
+    protocol_versions: tuple[str, ...] = ()
+    """Every version the proxy reaches it in: ``protocol_version``, then, for a dual-era HTTP
+    server under ``auto``, 2026-07-28 (its session-less side); empty while not connected."""
     remembered: str | None = None
     """While a starting server has not listed in this run: when the lists clients are shown
     from memory were seen (UTC, ISO 8601); None otherwise."""

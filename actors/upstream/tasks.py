@@ -52,6 +52,28 @@ EXIT_STATUS_WAIT_S: Final = 1.0
 """After a failed write, how long to wait for the exit status to explain it."""
 
 
+def era_of(link: Link) -> str:
+    """The era to open the server in next time, as the era memory and the remembered catalog
+    keep it: ``legacy`` for a link opened with the handshake, else its 2026-07-28-era version.
+    A dual-era HTTP server under ``auto`` is ``legacy`` here although it is reached in both
+    eras: its 2026-07-28 side is found anew in each life, so it is no era to open in (what
+    it speaks is `spoken_versions`)."""
+    return "legacy" if not link.modern else str(link.protocol_version)
+
+
+def spoken_versions(link: Link) -> tuple[str, ...]:
+    """Every protocol version the proxy reaches the server in, for the status views: the
+    link's, then, for a dual-era HTTP server under ``auto``, its session-less 2026-07-28
+    side's while 2026-07-28 clients' calls go there (not once the server refused one for
+    want of its back-channel: they stay on the session then)."""
+    versions = [link.protocol_version] if link.protocol_version else []
+    side = link.modern_side
+    if (side is not None and side.close_reason is None and not link.back_channel_needed
+            and side.protocol_version and side.protocol_version not in versions):
+        versions.append(side.protocol_version)
+    return tuple(versions)
+
+
 class LinkTasks:
     """The listing and per-link tasks of an upstream actor (mixed into `Upstream`)."""
 
@@ -249,8 +271,7 @@ class LinkTasks:
         # server's announcement, so clients hear one resources list_changed, not two.
         announced = not polled and kind != "templates"
         await self.router.send(UpstreamListed(self.name, kind, items, announced=announced))
-        era = "legacy" if not link.modern else str(link.protocol_version)
-        self.hooks.lists_seen(self.spec, self.lists, era, dict(self.hints))
+        self.hooks.lists_seen(self.spec, self.lists, era_of(link), dict(self.hints))
 
     async def list_all(self, link: Link) -> UpstreamLists:
         lists = UpstreamLists()

@@ -194,3 +194,13 @@ def era(protocol_version: str | None) -> str:
     if protocol_version >= FIRST_MODERN_VERSION:
         return protocol_version
     return f"{protocol_version} (handshake era)"
+
+
+def spoken(protocol_versions: Sequence[str] | None, protocol_version: str | None) -> str:
+    """What a status view says a server speaks: `era` of its one version, or every version
+    of a server reached in both eras (a dual-era HTTP server under ``auto``):
+    ``2025-11-25 + 2026-07-28 (both eras)``."""
+    versions = list(protocol_versions or ())
+    if len(versions) < 2:
+        return era(protocol_version or (versions[0] if versions else None))
+    return f"{' + '.join(versions)} (both eras)"

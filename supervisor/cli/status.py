@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from mcpvisor.cli._base import EXIT_FAILED, EXIT_OK, Formatter
-from mcpvisor.cli._output import era
+from mcpvisor.cli._output import spoken
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -247,7 +247,7 @@ def render(report: dict[str, Any], width: int | None = None) -> Any:
             Text(circuit, style="red" if circuit == "open" else ("yellow" if circuit == "half_open" else "")),
             fmt_retry(s, countdown=wide),
             str(s.get("toolCount", 0)),
-            *([era(s.get("protocolVersion"))] if wide else []),
+            *([spoken(s.get("protocolVersions"), s.get("protocolVersion"))] if wide else []),
         )
     if not report.get("servers"):
         table.add_row("(no servers)", *[""] * (len(table.columns) - 1))

@@ -349,6 +349,9 @@ _AUTH_BOTH_WIRES: Final = (
     "auth/pre-registration",
 )
 AUTH_SCENARIOS: Final[dict[str | None, tuple[str, ...]]] = {
+    # Servers of the 2025-03-26 authorization spec: no Protected Resource Metadata, the
+    # authorization server metadata at the origin or only the default endpoints.
+    "2025-03-26": ("auth/2025-03-26-oauth-metadata-backcompat", "auth/2025-03-26-oauth-endpoint-fallback"),
     "2025-11-25": _AUTH_BOTH_WIRES,
     "2026-07-28": (
         *_AUTH_BOTH_WIRES, "auth/resource-mismatch", "auth/offline-access-scope",

@@ -162,3 +162,28 @@ async def test_an_80_column_terminal_still_shows_every_server_and_state(
     assert "restarts" in out
     assert "2 (2/min)" in out
     assert "(in " not in out  # the countdown after "retry at" is a detail too
+
+
+async def test_the_protocol_column_names_both_versions_of_a_dual_era_server(tmp_path: Path) -> None:
+    """A dual-era HTTP server under ``auto`` (its session in the handshake era, 2026-07-28
+    clients' calls on its session-less side) shows both versions it is reached in; a
+    handshake-only server keeps its one version and era, in the table and the JSON."""
+    fleet = StubSupervisor([
+        a_status("dual", transport="http", protocol_version="2025-11-25",
+                 protocol_versions=("2025-11-25", "2026-07-28")),
+        a_status("old", protocol_version="2025-11-25", protocol_versions=("2025-11-25",)),
+    ])
+    with trio.fail_after(BOUND_S):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(serve_control, fleet, tmp_path)
+            code, out, err = await run_cli("--state-dir", str(tmp_path))
+            _, raw, _ = await run_cli("--state-dir", str(tmp_path), "--format", "json")
+            nursery.cancel_scope.cancel()
+    assert code == 0, err
+    rows = {cells[0]: cells[-1] for line in out.splitlines()
+            if len(cells := [c.strip() for c in line.split("│") if c.strip()]) > 1}
+    assert rows["dual"] == "2025-11-25 + 2026-07-28 (both eras)"
+    assert rows["old"] == "2025-11-25 (handshake era)"
+    [report] = json.loads(raw)
+    assert [(s["protocolVersion"], s["protocolVersions"]) for s in report["servers"]] == [
+        ("2025-11-25", ["2025-11-25", "2026-07-28"]), ("2025-11-25", ["2025-11-25"])]

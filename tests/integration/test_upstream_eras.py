@@ -10,6 +10,7 @@ upstream's SDK), a modern-only server that never comes up, or a restart that pro
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ import trio
 from mcpvisor import open_supervisor
 from mcpvisor.actors.errors import ProxyError
 from mcpvisor.actors.upstream import State
-from tests.helpers import REAL_IO_BOUND_S, everything, read_record, write_config
+from tests.helpers import REAL_IO_BOUND_S, everything, http_fixture, read_record, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -59,3 +60,28 @@ def text_of_result(result: dict[str, object]) -> str:
     content = result.get("content")
     assert isinstance(content, list)
     return "".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
+
+
+async def test_a_dual_era_http_server_is_shown_speaking_both_versions_and_reopened_with_the_handshake(
+    tmp_path: Path,
+) -> None:
+    """A streamable-HTTP server that also answers ``server/discover`` without its session
+    is reached in both eras under ``auto``: its status names both versions (its session's
+    first); a server reached in one era names that one. The era remembered for its next
+    start stays the handshake era it was opened in."""
+    record, dual_stdio = tmp_path / "rec.jsonl", tmp_path / "dual.jsonl"
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with http_fixture("recording_http.py", "--record", str(record)) as (_, url):
+            config = write_config(tmp_path, {"rec": {"type": "http", "url": url},
+                                             "dual": everything("--record", str(dual_stdio))})
+            async with open_supervisor(config, state_dir=tmp_path / "state", watch=False) as sup:
+                assert await sup.wait_ready() == []
+                link = sup.upstreams["rec"].link
+                assert link is not None
+                assert link.side_probed is not None  # under auto, HTTP: the side is looked for
+                await link.side_probed.wait()
+                shown = {s.name: (s.protocol_version, s.protocol_versions) for s in sup.status()}
+                assert shown == {"rec": ("2025-11-25", ("2025-11-25", "2026-07-28")),
+                                 "dual": ("2025-11-25", ("2025-11-25",))}
+    remembered = json.loads((tmp_path / "state" / "catalog.json").read_text())
+    assert remembered["servers"]["rec"]["era"] == "legacy"

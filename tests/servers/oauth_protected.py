@@ -15,6 +15,14 @@ One HTTP server on 127.0.0.1 plays both parts of the MCP authorization spec:
 
 Tokens are random; access tokens live ``--expires-in`` seconds (default 3600).
 
+``--discovery`` picks how much of that a client can discover (a server written to an
+older authorization spec): ``full`` (default, the above); ``as`` (2025-03-26 with
+metadata: the 401 is a bare ``WWW-Authenticate: Bearer``, no Protected Resource
+Metadata, the authorization server metadata at the origin); ``none`` (2025-03-26
+without metadata: only the default endpoints ``/register``, ``/authorize``, ``/token``
+at the origin, and no ``iss`` in the redirect, as nothing advertises one); ``closed``
+(a 401 without a challenge and no way to log in at all: every OAuth path is 404).
+
 For tests, ``GET /admin/stats`` answers what happened (grants by type, registrations,
 revocations, 401s, the live tokens) and two POSTs change the world:
 ``/admin/expire`` (every access token dies: the next call is refused with a token the
@@ -70,9 +78,13 @@ class World:
 WORLD = World(3600)
 
 
+DISCOVERY = ("full", "as", "none", "closed")
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     base = ""
+    discovery = "full"
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -108,9 +120,21 @@ class Handler(BaseHTTPRequestHandler):
         return client
 
     # -- routes -----------------------------------------------------------------------
+    def _serves(self, path: str) -> bool:
+        """``path`` exists in this ``--discovery`` mode."""
+        if path == "/.well-known/oauth-protected-resource/mcp":
+            return self.discovery == "full"
+        if path == "/.well-known/oauth-authorization-server":
+            return self.discovery in ("full", "as")
+        if path in ("/register", "/authorize", "/token", "/revoke"):
+            return self.discovery != "closed"
+        return True
+
     def do_GET(self) -> None:
         path = urlsplit(self.path).path
-        if path == "/.well-known/oauth-protected-resource/mcp":
+        if not self._serves(path):
+            self._send(404, {"error": "not_found"})
+        elif path == "/.well-known/oauth-protected-resource/mcp":
             self._send(200, {"resource": f"{self.base}/mcp", "authorization_servers": [self.base]})
         elif path == "/.well-known/oauth-authorization-server":
             self._send(200, {
@@ -140,7 +164,10 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = urlsplit(self.path).path
-        if path == "/register":
+        if not self._serves(path):
+            self._body()
+            self._send(404, {"error": "not_found"})
+        elif path == "/register":
             meta = json.loads(self._body() or b"{}")
             with WORLD.lock:
                 WORLD.stats["register"] += 1
@@ -188,9 +215,12 @@ class Handler(BaseHTTPRequestHandler):
             if not live:
                 WORLD.stats["unauthorized"] += 1
         if not live:
-            challenge = f'Bearer resource_metadata="{self.base}/.well-known/oauth-protected-resource/mcp"'
+            challenge = {
+                "full": f'Bearer resource_metadata="{self.base}/.well-known/oauth-protected-resource/mcp"',
+                "as": "Bearer", "none": "Bearer"}.get(self.discovery)
             self._body()
-            self._send(401, {"error": "invalid_token"}, {"www-authenticate": challenge})
+            headers = {"www-authenticate": challenge} if challenge else None
+            self._send(401, {"error": "invalid_token"}, headers)
         return live
 
     def _authorize(self) -> None:
@@ -203,7 +233,10 @@ class Handler(BaseHTTPRequestHandler):
         with WORLD.lock:
             WORLD.codes[code] = {"client_id": client["client_id"], "challenge": q["code_challenge"],
                                  "redirect_uri": q.get("redirect_uri")}
-        query = urlencode({"code": code, "state": q.get("state", ""), "iss": self.base})
+        issued = {"code": code, "state": q.get("state", "")}
+        if self.discovery in ("full", "as"):  # RFC 9207: the issuer its metadata names
+            issued["iss"] = self.base
+        query = urlencode(issued)
         target = f"{q['redirect_uri']}?{query}"
         self._send(302, None, {"location": target})
 
@@ -273,8 +306,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--expires-in", type=int, default=3600, help="access token lifetime in seconds")
+    p.add_argument("--discovery", choices=DISCOVERY, default="full",
+                   help="what a client can discover (see the module's docstring)")
     opts = p.parse_args()
     WORLD.expires_in = opts.expires_in
+    Handler.discovery = opts.discovery
     server = ThreadingHTTPServer(("127.0.0.1", opts.port), Handler)
     Handler.base = f"http://127.0.0.1:{server.server_address[1]}"
     sys.stdout.write(f"oauth ready {Handler.base}/mcp\n")

@@ -105,8 +105,11 @@ def run_login(args: argparse.Namespace) -> int:
     redact.remember(redact.server_secrets(spec))
     try:
         where = trio.run(_login, spec, directory, shared, not args.no_browser)
-    except Exception as exc:  # the flow's own words, scrubbed of any token
-        print(f"mcpvisor: login to {spec.name} failed: {redact.scrub_known(str(exc))}", file=sys.stderr)
+    except Exception as exc:  # the flow's own words (not its task group's), scrubbed of any token
+        from mcpvisor.actors.upstream.failures import first_leaf
+
+        why = redact.scrub_known(str(first_leaf(exc)))
+        print(f"mcpvisor: login to {spec.name} failed: {why}", file=sys.stderr)
         return EXIT_FAILED
     out.say(f"Logged in to {spec.name}; tokens stored in {where}", style="green")
     return EXIT_OK
