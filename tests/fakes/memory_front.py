@@ -36,6 +36,7 @@ import trio.testing
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
 
 from mcpvisor.actors.core.catalog import Snapshot, ToolRoute
+from mcpvisor.actors.core.lifecycle import State
 from mcpvisor.actors.fronts.sdk import Front
 from mcpvisor.actors.fronts.stdio import StdioFront
 from mcpvisor.actors.link import StdioLink
@@ -136,7 +137,7 @@ class MemoryUpstream:
     link: StdioLink
     spec: Any = field(default_factory=lambda: SimpleNamespace(timeout=CALL_TIMEOUT_S,
                                                               max_call_time=MAX_CALL_TIME_S))
-    state: Any = field(default_factory=lambda: SimpleNamespace(value="ready"))
+    state: Any = State.READY
     relinked: trio.Event = field(default_factory=trio.Event)
     calls: int = 0
     answers: list[bool] = field(default_factory=list)

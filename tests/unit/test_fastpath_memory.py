@@ -10,7 +10,6 @@ result in the wrong protocol era.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -23,6 +22,7 @@ from mcp_types import (
     SERVER_INFO_META_KEY,
 )
 
+from mcpvisor.actors.core.lifecycle import State
 from tests.fakes.memory_front import CALL_TIMEOUT_S, MAX_CALL_TIME_S, connect_client, open_memory_proxy
 
 Clock = trio.testing.MockClock
@@ -620,7 +620,7 @@ async def test_a_session_scoped_servers_calls_reach_the_connections_own_instance
     with trio.fail_after(BOUND_S):
         async with open_memory_proxy(instances=2) as p:
             (mine, my_server), (theirs, their_server) = p.instances
-            mine.state = SimpleNamespace(value="starting")
+            mine.state = State.STARTING
             await p.client.handshake()
             await p.client.send(call(1, "s_echo", {"text": "first"}))
             request = await my_server.receive_method("tools/call")
@@ -628,7 +628,7 @@ async def test_a_session_scoped_servers_calls_reach_the_connections_own_instance
             await my_server.answer(request, result("first"))
             assert text(await p.client.receive_id(1)) == "first"
 
-            mine.state = SimpleNamespace(value="ready")
+            mine.state = State.READY
             await p.client.send(call(2, "s_echo", {"text": "second"}))
             request = await my_server.receive()
             assert p.stdio.fast_path is not None
