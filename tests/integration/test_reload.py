@@ -36,7 +36,7 @@ from mcpvisor.actors.core.registration import UpstreamState
 from mcpvisor.actors.messages import ListChanged
 from mcpvisor.actors.upstream import State
 from mcpvisor.config import Settings, parse_config
-from mcpvisor.reload import plan_reload
+from mcpvisor.reload_plan import plan_reload
 from mcpvisor.tree import Supervisor, open_supervisor
 from tests.helpers import REAL_IO_BOUND_S, Recorder, flaky, proxy_client, write_config
 
