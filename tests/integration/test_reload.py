@@ -36,8 +36,9 @@ from mcpvisor.actors.core.registration import UpstreamState
 from mcpvisor.actors.messages import ListChanged
 from mcpvisor.actors.upstream import State
 from mcpvisor.config import Settings, parse_config
+from mcpvisor.proxy import Supervisor
 from mcpvisor.reload_plan import plan_reload
-from mcpvisor.tree import Supervisor, open_supervisor
+from mcpvisor.tree import open_supervisor
 from tests.helpers import REAL_IO_BOUND_S, Recorder, flaky, proxy_client, write_config
 
 pytestmark = pytest.mark.timeout(REAL_IO_BOUND_S * 2.5)  # real processes on a loaded 2-core machine
