@@ -85,7 +85,6 @@ class MenuReports:
             reason = f"{reason + '; ' if reason else ''}next try in {wait:.0f}s"
         return up.state.value, reason
 
-
     # --- reports -------------------------------------------------------------------------
     def _mode(self) -> dict[str, Any]:
         ex = self.exposure
