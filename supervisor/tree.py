@@ -14,7 +14,7 @@ embedding program, or the CLI, holds) for the duration of a block:
   of start-up are gathered into a few notifications (`mcpvisor.startup`) until every
   eager server made its first start attempt, at most ``settings.startupWait``;
 * the toolsets saved in the state directory are restored before the router starts;
-  the config file watcher (`mcpvisor.reload`) and the control socket run in the tree;
+  the config file watcher (`mcpvisor.reload_watch`) and the control socket run in the tree;
 * the journal wraps everything else, so it closes last;
 * beside it: `mcpvisor._boot` (what is read before it runs).
 """
@@ -161,7 +161,7 @@ async def _run_tree(cfg: Config, store: StateStore, saved: SavedState, toolset: 
                 sup.scoped.fill_pools()
                 root.start_soon(sup._startup_gate)
                 if watch and cfg.path is not None:
-                    from mcpvisor.reload import watch_config
+                    from mcpvisor.reload_watch import watch_config
 
                     await tree.start(watch_config, sup)
                 try:
