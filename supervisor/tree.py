@@ -69,8 +69,8 @@ async def open_supervisor(
             ``settings.stateDir``, the user state dir). The toolset equipped there
             is equipped again, in normal mode.
         toolset: equip this toolset at start (``serve --toolset``) instead.
-        watch: follow the config file (when ``config`` came from one): each valid edit is
-            applied by `Supervisor.reload` (supervisor/reload.py); a bad edit is logged.
+        watch: follow the config file (when ``config`` came from one; `mcpvisor.reload_watch`):
+            each valid edit is applied by `Supervisor.reload`; a bad edit is logged.
         control: a state directory to register this proxy's control socket in
             (`mcpvisor.control`, what ``mcpvisor status`` reads) for the block's lifetime;
             None: no control channel. A socket that cannot be created is only logged.

@@ -9,7 +9,7 @@ Owns `MenuReports`, the base of `mcpvisor.menu.operations.MenuOperations`:
   listed tools cost a client (`active_report`), the tools each server offers
   (`available`), a compound tool and its subtools (`compound_report`).
 
-Nothing here changes state or waits: the changes are `mcpvisor.menu.operations`'.
+Nothing here changes state or waits; the changes are in `mcpvisor.menu.operations`.
 """
 
 from __future__ import annotations

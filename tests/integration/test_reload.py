@@ -1,4 +1,5 @@
-"""Hot reload: a running proxy follows its config file (supervisor/reload.py).
+"""Hot reload: a running proxy follows its config file (mcpvisor.reload: the
+plan in reload_plan, the file watcher in reload_watch).
 
 Three layers:
 
