@@ -2,7 +2,7 @@
 
 `plan_reload` diffs the servers that run against a new `Config`, by server name and
 `ServerSpec.fingerprint()`: servers to start, to stop (removed or disabled), to restart
-(changed), to leave alone; and the settings that cannot apply live. `live_settings` is
+(changed), to leave alone; and the settings that cannot apply live. `live_settings` gives
 the settings a reload puts in force. `mcpvisor.reload` applies the plan; this module
 only decides it, so it can be read and tested without a running tree.
 """
