@@ -29,7 +29,7 @@ _EXPORTS = {
     "ConfigError": "mcpvisor.config",
     "load_config": "mcpvisor.config",
     "parse_config": "mcpvisor.config",
-    "Supervisor": "mcpvisor.tree",
+    "Supervisor": "mcpvisor.proxy",
     "open_supervisor": "mcpvisor.tree",
     "serve": "mcpvisor._serve",
     "serve_http": "mcpvisor._serve",
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from mcpvisor.config import ConfigError as ConfigError
     from mcpvisor.config import load_config as load_config
     from mcpvisor.config import parse_config as parse_config
-    from mcpvisor.tree import Supervisor as Supervisor
+    from mcpvisor.proxy import Supervisor as Supervisor
     from mcpvisor.tree import open_supervisor as open_supervisor
 
 

@@ -18,7 +18,7 @@ from mcpvisor.actors.upstream import Hooks
 if TYPE_CHECKING:
     from mcpvisor.actors.link import CallOrigin
     from mcpvisor.actors.link.oauth import TokenStore
-    from mcpvisor.tree import Supervisor
+    from mcpvisor.proxy import Supervisor
 
 
 class UpstreamHooks(Hooks):

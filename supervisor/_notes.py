@@ -1,6 +1,6 @@
 """What the tree does when a call finishes or a list changes: count it, tell, journal it.
 
-`CallNotes` is a part of `mcpvisor.tree.Supervisor` (a base class): `note_call`, which
+`CallNotes` is a part of `mcpvisor.proxy.Supervisor` (a base class): `note_call`, which
 every call path runs once per finished call (the metrics, the ``events()`` subscribers,
 the journal's queue), and `_announce`, where the list changes of the router (gathered
 during start-up) reach the front's clients, the event bus and the metrics. Neither waits.

@@ -36,7 +36,7 @@ from mcpvisor.actors.fronts.auth import (
 )
 from mcpvisor.actors.fronts.http import HTTP_PATH
 from mcpvisor.config import DEFAULT_HOST, DEFAULT_PORT, Settings
-from mcpvisor.tree import Supervisor
+from mcpvisor.proxy import Supervisor
 
 logger = logging.getLogger(__name__)
 

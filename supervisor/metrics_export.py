@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from starlette.routing import BaseRoute
 
     from mcpvisor.dashboard import DashboardGuard
-    from mcpvisor.tree import Supervisor
+    from mcpvisor.proxy import Supervisor
 
 logger = logging.getLogger(__name__)
 

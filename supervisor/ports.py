@@ -1,6 +1,6 @@
 """What the supervisor's helpers need of the `Supervisor`, as narrow protocols.
 
-The supervisor tree (`mcpvisor.tree`) builds its session views (`mcpvisor.sessions`),
+The supervisor (`mcpvisor.proxy.Supervisor`) builds its session views (`mcpvisor.sessions`),
 applies reloads (`mcpvisor.reload`) and serves its control socket (`mcpvisor.control`);
 those helpers in turn call back into the tree. Typing
 them against these ports instead of the tree's class keeps the arrows one way (the tree

@@ -1,20 +1,14 @@
-"""Hot reload: a running supervisor follows its config file.
+"""Hot reload: a running supervisor applies a new config.
 
-Owns:
-
-* `plan_reload` (sans-IO): the diff between what runs and a new `Config`, by server name
-  and `ServerSpec.fingerprint()`: servers to start, to stop (removed or disabled), to
-  restart (changed), to leave alone; settings that cannot apply live;
-* `reload_supervisor`: applies a plan to a running `Supervisor` (what
-  `Supervisor.reload` and SIGHUP do). Clients see the whole reload as **one** router
-  step, so they get one ``list_changed``: new and restarted servers are started first
-  with their messages to the router held back; then a single message run inside the
-  router applies the new server order, filters and naming, the held messages, and
-  withdraws the tools of removed servers; removed servers are stopped afterwards
-  (their tools are already gone, so their going is invisible);
-* `watch_config`: the task that polls the config file (mtime, size, inode) every
-  second, debounced, compares the content hash, validates, and reloads. A bad edit is
-  logged with every problem and ignored: the running setup stays.
+Owns `reload_supervisor` (what `Supervisor.reload`, SIGHUP, the control socket and the
+config file watcher, `mcpvisor.reload_watch`, call) and `apply_config`: a plan
+(`mcpvisor.reload_plan`: what the new config starts, stops, restarts, keeps) applied to
+the running tree. Clients see the whole reload as **one** router step, so they get one
+``list_changed``: new and restarted servers are started first with their messages to the
+router held back; then a single message run inside the router applies the new server
+order, filters and naming, the held messages, and withdraws the tools of removed
+servers; removed servers are stopped afterwards (their tools are already gone, so their
+going is invisible).
 
 Reloads are serialized per supervisor, and each one runs as a task of the supervisor's
 own tree, so a caller that gives up waiting (a control-socket client, say) never leaves
@@ -24,13 +18,9 @@ a reload half applied.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
-import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import trio
@@ -43,147 +33,24 @@ from mcpvisor.config import (
     Config,
     ConfigError,
     ServerSpec,
-    Settings,
     load_config,
-    parse_config,
     server_filter,
 )
 from mcpvisor.redact import remember, secret_values
+from mcpvisor.reload_plan import ReloadPlan, auth_change, live_settings, plan_reload
 from mcpvisor.settings import with_env_overrides
 
 if TYPE_CHECKING:
     from mcpvisor.actors.upstream import Upstream
     from mcpvisor.ports import ReloadHost
 
-__all__ = [
-    "DEBOUNCE_S",
-    "WATCH_INTERVAL_S",
-    "ReloadPlan",
-    "plan_reload",
-    "reload_supervisor",
-    "watch_config",
-]
+__all__ = ["apply_config", "reload_supervisor"]
 
 logger = logging.getLogger(__name__)
-
-WATCH_INTERVAL_S: Final = 1.0
-"""How often the config file's mtime, size and inode are checked (the decision of the
-issue: polling, no extra dependency; one `stat` a second costs nothing)."""
-
-DEBOUNCE_S: Final = 0.2
-"""After a change is seen, the file must hold still this long before it is read: an
-editor's save (truncate + write, or write temp + rename) is over well within it."""
-
-DEBOUNCE_MAX_S: Final = 5.0
-"""A file that keeps changing for this long is read anyway (a log appended to it?)."""
 
 STOP_MARGIN_S: Final = 1.0
 """Extra wait, beyond a server's own stop sequence (3 x shutdownGrace), for its old
 process to be reaped before the changed one starts."""
-
-LIVE_SETTINGS: Final = (
-    "namespacing", "startup_wait", "log_level", "env_mode", "server_defaults", "auth_tokens",
-    "token_toolsets", "metrics_public", "drain_timeout",
-)
-"""Settings a reload applies (server knobs through each server's fingerprint)."""
-
-RESTART_SETTINGS: Final = {
-    "exposure": "exposure",
-    "fast_path": "fastPath",
-    "max_message_bytes": "maxMessageBytes",
-    "state_dir": "stateDir",
-    "pin_schemas": "pinSchemas",
-    "auth": "auth",
-    "allowed_hosts": "allowedHosts",
-    "allowed_origins": "allowedOrigins",
-    "max_sessions": "maxSessions",
-    "session_idle_timeout": "sessionIdleTimeout",
-    "handshake_timeout": "handshakeTimeout",
-    "discovery_budget": "discoveryBudget",
-    "journal": "journal",
-    "journal_payloads": "journalPayloads",
-    "store": "store",
-}
-"""Settings whose change needs a proxy restart (attribute -> key in the file): the
-fronts and the exposure were built with them."""
-
-
-@dataclass(frozen=True, slots=True)
-class ReloadPlan:
-    """What a reload does. Names are in the new file's order where they are in it."""
-
-    order: tuple[str, ...]
-    """The servers to run after the reload (enabled ones, file order)."""
-    added: tuple[str, ...]
-    """Start: new in the file, or enabled now."""
-    removed: tuple[str, ...]
-    """Stop: gone from the file, or disabled now."""
-    changed: tuple[str, ...]
-    """Restart: their fingerprint changed."""
-    unchanged: tuple[str, ...]
-    namespacing_changed: bool
-    needs_restart: tuple[str, ...]
-    """Keys of settings that changed but only apply when the proxy restarts."""
-
-    @property
-    def touches_servers(self) -> bool:
-        return bool(self.added or self.removed or self.changed)
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "added": list(self.added),
-            "removed": list(self.removed),
-            "restarted": list(self.changed),
-            "unchanged": list(self.unchanged),
-            "needsRestart": list(self.needs_restart),
-        }
-
-
-def plan_reload(running: Mapping[str, ServerSpec], settings: Settings, new: Config) -> ReloadPlan:
-    """Diff the servers that run (with the specs they run with) against a new config.
-
-    Args:
-        running: server name -> the spec its actor runs now.
-        settings: the settings in force.
-        new: the validated new config.
-    """
-    order = tuple(spec.name for spec in new.enabled_servers())
-    added = tuple(name for name in order if name not in running)
-    removed = tuple(name for name in running if name not in order)
-    changed = tuple(
-        name
-        for name in order
-        if name in running and running[name].fingerprint() != new.servers[name].fingerprint()
-    )
-    unchanged = tuple(name for name in order if name in running and name not in changed)
-    needs_restart = tuple(
-        key
-        for attr, key in RESTART_SETTINGS.items()
-        if getattr(settings, attr) != getattr(new.settings, attr)
-    )
-    return ReloadPlan(
-        order=order,
-        added=added,
-        removed=removed,
-        changed=changed,
-        unchanged=unchanged,
-        namespacing_changed=settings.namespacing != new.settings.namespacing,
-        needs_restart=needs_restart,
-    )
-
-
-def _auth_change(old: Settings, new: Settings) -> str:
-    """The reload log line's note on the bearer tokens (names only, never values), or ""."""
-    same_bindings = dict(old.token_toolsets) == dict(new.token_toolsets)
-    if dict(old.auth_tokens) == dict(new.auth_tokens) and same_bindings:
-        return ""
-    names = ", ".join(new.auth_tokens) or "none"
-    return f"; auth settings changed: configured tokens now {names} (applied to new requests and handshakes)"
-
-
-def live_settings(current: Settings, new: Settings) -> Settings:
-    """The new settings where they apply live, the current ones where a restart is needed."""
-    return dataclasses.replace(current, **{attr: getattr(new, attr) for attr in LIVE_SETTINGS})
 
 
 # --- applying a plan ----------------------------------------------------------------------
@@ -373,7 +240,7 @@ async def apply_config(sup: ReloadHost, config: Config) -> dict[str, Any]:
     settings = live_settings(sup.settings, config.settings)
     if settings.log_level != sup.settings.log_level:
         logging.getLogger().setLevel(settings.log_level.upper())
-    auth = _auth_change(sup.settings, settings)
+    auth = auth_change(sup.settings, settings)
     applied = dataclasses.replace(config, settings=settings)
     if not plan.touches_servers and not plan.namespacing_changed:
         if dict(config.compound_tools) != dict(sup.config.compound_tools):
@@ -456,112 +323,3 @@ async def _replace(
     await sup.start_actor(up)
     with trio.move_on_at(deadline):
         await up.first_attempt_done.wait()
-
-
-# --- watching the file ----------------------------------------------------------------------
-
-_Signature = tuple[int, int, int]
-
-
-def _signature(path: Path) -> _Signature | None:
-    """(mtime_ns, size, inode), or None when the file is missing."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_mtime_ns, st.st_size, st.st_ino
-
-
-def _read(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except OSError:
-        return None
-
-
-async def watch_config(
-    sup: ReloadHost,
-    path: Path | None = None,
-    *,
-    interval: float = WATCH_INTERVAL_S,
-    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Reload ``sup`` whenever its config file changes, until cancelled.
-
-    The file is polled every ``interval`` seconds (mtime, size, inode, so an editor that
-    saves by renaming a new file over the old one is seen). A change is acted on once
-    the file has held still for `DEBOUNCE_S` and its content hash differs from the last
-    one read. The new content is validated first: a bad edit is logged with every
-    problem and ignored (the running setup stays) until the next change.
-
-    Args:
-        sup: the running supervisor.
-        path: the file (default: ``sup.config.path``; nothing to watch without one).
-        interval: seconds between checks.
-    """
-    target = path if path is not None else sup.config.path
-    task_status.started()
-    if target is None:
-        return
-    target = Path(target)
-    last_sig = await trio.to_thread.run_sync(_signature, target)
-    data = await trio.to_thread.run_sync(_read, target)
-    last_hash = hashlib.sha256(data).hexdigest() if data is not None else None
-    if data is not None and _document(data) != dict(sup.config.raw):
-        last_hash = None  # edited between the load and now: apply it
-        last_sig = None
-    missing_logged = False
-    while True:
-        sig = await trio.to_thread.run_sync(_signature, target)
-        if sig == last_sig:
-            await trio.sleep(interval)
-            continue
-        sig = await _settle(target, sig)
-        last_sig = sig
-        if sig is None:
-            if not missing_logged:
-                logger.warning("config file %s is gone; the running setup stays", target)
-                missing_logged = True
-            continue
-        missing_logged = False
-        data = await trio.to_thread.run_sync(_read, target)
-        if data is None:
-            continue
-        digest = hashlib.sha256(data).hexdigest()
-        if digest == last_hash:
-            continue
-        last_hash = digest
-        try:
-            config = parse_config(data, path=target, isolate_servers=True)
-        except ConfigError as err:
-            logger.error(
-                "config change in %s ignored, the running setup stays; %d problem(s):\n%s",
-                target,
-                len(err.problems),
-                err,
-            )
-            continue
-        logger.info("config file %s changed: reloading", target)
-        await sup.reload(config)
-
-
-async def _settle(path: Path, sig: _Signature | None) -> _Signature | None:
-    """Wait until the file's signature holds still for `DEBOUNCE_S` (at most `DEBOUNCE_MAX_S`)."""
-    with trio.move_on_after(DEBOUNCE_MAX_S):
-        while True:
-            await trio.sleep(DEBOUNCE_S)
-            again = await trio.to_thread.run_sync(_signature, path)
-            if again == sig:
-                return sig
-            sig = again
-    return sig
-
-
-def _document(data: bytes) -> Any:
-    """The decoded JSON document (None when it does not decode), for comparing with `Config.raw`."""
-    import msgspec
-
-    try:
-        return msgspec.json.decode(data.removeprefix(b"\xef\xbb\xbf"))
-    except msgspec.DecodeError:
-        return None

@@ -3,8 +3,10 @@
 * `mcpvisor.menu.definitions` — the tools as clients list them (`DEFINITIONS`) and
   their limits;
 * `mcpvisor.menu.checks` — answers (`ok`, `failed`) and argument checks;
-* `mcpvisor.menu.operations` — `MenuOperations`: each change written to the state
-  directory, then applied in the router (both or neither), and the reports;
+* `mcpvisor.menu.reports` — `MenuReports`: the reports (the equipped toolset, the
+  tools available, the mode) over what the router holds;
+* `mcpvisor.menu.operations` — `MenuOperations` (on `MenuReports`): each change
+  written to the state directory, then applied in the router (both or neither);
 * `mcpvisor.menu.handlers` — `Menu`: one handler per tool over those operations;
 * `mcpvisor.menu.render` — the text of the answers.
 """
@@ -15,6 +17,6 @@ from mcpvisor.actors.core.toolsets import CONFIG_TOOLS
 from mcpvisor.menu.checks import failed, ok
 from mcpvisor.menu.definitions import DEFINITIONS
 from mcpvisor.menu.handlers import Menu
-from mcpvisor.menu.operations import MenuBackend
+from mcpvisor.menu.reports import MenuBackend
 
 __all__ = ["CONFIG_TOOLS", "DEFINITIONS", "Menu", "MenuBackend", "failed", "ok"]

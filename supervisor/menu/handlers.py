@@ -25,8 +25,9 @@ from mcpvisor.actors.core.toolsets import (
     ToolsetError,
 )
 from mcpvisor.menu.checks import check_args, failed, ok, string_arg
-from mcpvisor.menu.operations import MenuBackend, MenuOperations, compound_report
+from mcpvisor.menu.operations import MenuOperations
 from mcpvisor.menu.render import render_active, render_compounds, render_mode, status_dict
+from mcpvisor.menu.reports import MenuBackend, compound_report
 
 
 class Menu(MenuOperations):

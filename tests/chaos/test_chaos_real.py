@@ -26,7 +26,8 @@ import trio
 from mcpvisor.actors.errors import CallTimeout, UpstreamDied, UpstreamUnavailable
 from mcpvisor.actors.link import stdio as link_module
 from mcpvisor.actors.messages import Event, ListChanged, StateChanged
-from mcpvisor.tree import Supervisor, open_supervisor
+from mcpvisor.proxy import Supervisor
+from mcpvisor.tree import open_supervisor
 from tests.helpers import REAL_IO_BOUND_S, flaky, read_record
 from tests.polling import poll_until
 

@@ -1,4 +1,4 @@
-"""A stand-in for `mcpvisor.tree.Supervisor` with what the control channel and the
+"""A stand-in for `mcpvisor.proxy.Supervisor` with what the control channel and the
 status CLI read of it: ``config.path``, ``settings.exposure``, ``toolsets.equipped``,
 ``status()``, and ``equip`` / ``unequip`` / ``reload``."""
 

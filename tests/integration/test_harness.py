@@ -27,7 +27,8 @@ from mcpvisor.actors.errors import CallTimeout, UpstreamDied
 from mcpvisor.actors.upstream import State
 from mcpvisor.journal import summarise
 from mcpvisor.journal._writer import outcome_of
-from mcpvisor.tree import Supervisor, open_supervisor
+from mcpvisor.proxy import Supervisor
+from mcpvisor.tree import open_supervisor
 from tests.helpers import (
     PY,
     REAL_IO_BOUND_S,

@@ -1,4 +1,5 @@
-"""Hot reload: a running proxy follows its config file (supervisor/reload.py).
+"""Hot reload: a running proxy follows its config file (mcpvisor.reload: the
+plan in reload_plan, the file watcher in reload_watch).
 
 Three layers:
 
@@ -36,8 +37,9 @@ from mcpvisor.actors.core.registration import UpstreamState
 from mcpvisor.actors.messages import ListChanged
 from mcpvisor.actors.upstream import State
 from mcpvisor.config import Settings, parse_config
-from mcpvisor.reload import plan_reload
-from mcpvisor.tree import Supervisor, open_supervisor
+from mcpvisor.proxy import Supervisor
+from mcpvisor.reload_plan import plan_reload
+from mcpvisor.tree import open_supervisor
 from tests.helpers import REAL_IO_BOUND_S, Recorder, flaky, proxy_client, write_config
 
 pytestmark = pytest.mark.timeout(REAL_IO_BOUND_S * 2.5)  # real processes on a loaded 2-core machine

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from mcpvisor.config import ConfigError, parse_config
-from mcpvisor.reload import live_settings
+from mcpvisor.reload_plan import live_settings
 
 CI_TOKEN = "c" * 40
 PLAIN_TOKEN = "p" * 40

@@ -68,7 +68,7 @@ def test_serve_refuses_a_bad_replica_name_before_it_starts_anything(tmp_path: Pa
 
 def test_a_reload_applies_a_new_drain_timeout_without_a_restart() -> None:
     """The drain reads it at SIGTERM: an edited file's value is the one the next stop uses."""
-    from mcpvisor.reload import live_settings, plan_reload
+    from mcpvisor.reload_plan import live_settings, plan_reload
 
     old = parse_config({"mcpServers": {}, "settings": {"drainTimeout": "30s"}}, path=LABEL, env={})
     new = parse_config({"mcpServers": {}, "settings": {"drainTimeout": "5s"}}, path=LABEL, env={})

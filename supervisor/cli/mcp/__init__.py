@@ -6,7 +6,7 @@ Owns the commands a user builds their setup with, the way they already do with
 ``add-from-claude-desktop`` (``mcpvisor import claude-desktop``). Every write goes
 through `mcpvisor.store.ConfigStore` (locked, atomic, keeps what mcpvisor does not own,
 validates before writing); a running proxy watching the file picks each change up by
-itself (supervisor/reload.py).
+itself (`mcpvisor.reload_watch`).
 
 Exit codes: 0 ok, 1 a failed check (``mcp test`` of a server that fails), 2 bad usage
 or a bad config.

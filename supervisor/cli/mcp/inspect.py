@@ -272,7 +272,7 @@ def _within_startup_timeout(result: ProbeResult, spec: ServerSpec, *, given: boo
     probe cut off at ``startupTimeout`` says which setting to raise."""
     import dataclasses
 
-    from mcpvisor.probe import Failure
+    from mcpvisor.probe_failures import Failure
 
     setting = (f'raise "startupTimeout" in its entry (now {spec.startup_timeout:g}s) '
                'if it is just slow to start')
