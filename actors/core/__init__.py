@@ -4,6 +4,7 @@
 * `mcpvisor.actors.core.registry` — `RegistryCore`, the router's registration state.
 * `mcpvisor.actors.core.registration` — the messages an upstream sends the router.
 * `mcpvisor.actors.core.toolsets` — the toolset exposure and configuration mode.
+* `mcpvisor.actors.core.pins` — refIds, schema pins and what changed, a tools list's token estimate.
 * `mcpvisor.actors.core.model` — the records of toolsets and notes (`Toolset`, `ToolEntry`, ...).
 * `mcpvisor.actors.core.policy` — the restart policy of one upstream (backoff, circuit breaker).
 * `mcpvisor.actors.core.policy_config` — the numbers of that policy: their defaults and checks.

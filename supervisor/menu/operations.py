@@ -33,6 +33,7 @@ from mcpvisor.actors import telemetry
 from mcpvisor.actors.core.catalog import assign_names
 from mcpvisor.actors.core.compound import CompoundTool
 from mcpvisor.actors.core.model import Note, SavedState, ToolEntry, Toolset
+from mcpvisor.actors.core.pins import estimate_tokens, one_line, pin_of
 from mcpvisor.actors.core.toolsets import (
     EXPOSED,
     MISSING,
@@ -42,10 +43,7 @@ from mcpvisor.actors.core.toolsets import (
     Catalog,
     ToolsetError,
     ToolsetExposure,
-    estimate_tokens,
     full_list,
-    one_line,
-    pin_of,
 )
 from mcpvisor.actors.router import ExposureCall
 from mcpvisor.menu.checks import unknown_toolset
