@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
 from mcpvisor._config_schema import KNOB_KEYS, ServerEntry, field_names
-from mcpvisor.actors.core import policy
+from mcpvisor.actors.core import policy_config
 from mcpvisor.actors.core.spec import (
     DEFAULT_HEALTH_CHECK_INTERVAL_S,
     DEFAULT_HEALTH_CHECK_TIMEOUT_S,
@@ -133,17 +133,18 @@ KNOBS: Final = (
     Knob("health_check_timeout", "healthCheckTimeout", DEFAULT_HEALTH_CHECK_TIMEOUT_S, MIN_TIMEOUT_S,
          5 * MINUTE),
     Knob("max_missed_pings", "maxMissedPings", DEFAULT_MAX_MISSED_PINGS, 1, MAX_COUNT, count=True),
-    Knob("restart_delay", "restartDelay", policy.DEFAULT_RESTART_DELAY_S, 0.0, 5 * MINUTE),
-    Knob("restart_delay_max", "restartDelayMax", policy.DEFAULT_RESTART_DELAY_MAX_S, 0.0, HOUR),
-    Knob("restart_reset_after", "restartResetAfter", policy.DEFAULT_RESTART_RESET_AFTER_S, 0.0, DAY),
-    Knob("circuit_failures", "circuitFailures", policy.DEFAULT_CIRCUIT_FAILURES, 1, MAX_COUNT, count=True),
+    Knob("restart_delay", "restartDelay", policy_config.DEFAULT_RESTART_DELAY_S, 0.0, 5 * MINUTE),
+    Knob("restart_delay_max", "restartDelayMax", policy_config.DEFAULT_RESTART_DELAY_MAX_S, 0.0, HOUR),
+    Knob("restart_reset_after", "restartResetAfter", policy_config.DEFAULT_RESTART_RESET_AFTER_S, 0.0, DAY),
+    Knob("circuit_failures", "circuitFailures", policy_config.DEFAULT_CIRCUIT_FAILURES, 1, MAX_COUNT,
+         count=True),
     # 0 would start trials back to back
-    Knob("circuit_open_for", "circuitOpenFor", policy.DEFAULT_CIRCUIT_OPEN_FOR_S, MIN_TIMEOUT_S, HOUR),
-    Knob("circuit_open_max", "circuitOpenMax", policy.DEFAULT_CIRCUIT_OPEN_MAX_S, MIN_TIMEOUT_S, DAY),
+    Knob("circuit_open_for", "circuitOpenFor", policy_config.DEFAULT_CIRCUIT_OPEN_FOR_S, MIN_TIMEOUT_S, HOUR),
+    Knob("circuit_open_max", "circuitOpenMax", policy_config.DEFAULT_CIRCUIT_OPEN_MAX_S, MIN_TIMEOUT_S, DAY),
     Knob("restart_wait", "restartWait", DEFAULT_RESTART_WAIT_S, 0.0, 10 * MINUTE),
     Knob("shutdown_grace", "shutdownGrace", DEFAULT_SHUTDOWN_GRACE_S, 0.0, 5 * MINUTE),
-    Knob("restart_intensity", "restartIntensity", policy.DEFAULT_INTENSITY, 1, MAX_COUNT, count=True),
-    Knob("restart_period", "restartPeriod", policy.DEFAULT_PERIOD_S, MIN_TIMEOUT_S, HOUR),
+    Knob("restart_intensity", "restartIntensity", policy_config.DEFAULT_INTENSITY, 1, MAX_COUNT, count=True),
+    Knob("restart_period", "restartPeriod", policy_config.DEFAULT_PERIOD_S, MIN_TIMEOUT_S, HOUR),
     # Default: the health-check interval (ServerSpec.relist_every); 0 turns re-listing off.
     Knob("relist_interval", "relistInterval", DEFAULT_RELIST_INTERVAL_S, 0.0, HOUR),
 )

@@ -17,7 +17,7 @@ from mcpvisor.actors.upstream import Hooks
 
 if TYPE_CHECKING:
     from mcpvisor.actors.link import CallOrigin
-    from mcpvisor.actors.link.oauth import TokenStore
+    from mcpvisor.actors.link.oauth_store import TokenStore
     from mcpvisor.proxy import Supervisor
 
 

@@ -64,7 +64,7 @@ from mcpvisor.state import StateStore
 from mcpvisor.tokens import FileTokenStore
 
 if TYPE_CHECKING:
-    from mcpvisor.actors.link.oauth import TokenStore
+    from mcpvisor.actors.link.oauth_store import TokenStore
     from mcpvisor.pgstore.store import PgStore
 
 

@@ -1,6 +1,6 @@
 """The OAuth tokens mcpvisor holds for its upstreams, on disk in the state directory.
 
-Owns `FileTokenStore` (the `mcpvisor.actors.link.oauth.TokenStore` of one server) and
+Owns `FileTokenStore` (the `mcpvisor.actors.link.oauth_store.TokenStore` of one server) and
 `revoke` (``mcpvisor mcp logout``).
 
 One file per server, ``<state dir>/oauth/<server>.json``, mode 0600 in a 0700
@@ -30,7 +30,7 @@ from pydantic import ValidationError
 
 from mcpvisor import redact
 from mcpvisor._atomic import atomic_write_text, dump_json, locked, read_json
-from mcpvisor.actors.link.oauth import StoredLogin
+from mcpvisor.actors.link.oauth_store import StoredLogin
 
 __all__ = ["DIR_MODE", "FILE_MODE", "FileTokenStore", "revoke", "tokens_dir"]
 

@@ -6,15 +6,17 @@ drives every timer, and a seeded :class:`random.Random` makes the jitter reprodu
 
 This module owns:
 
-* :class:`PolicyConfig`: the per-server numbers (docs/design.md "Behaviour under failure").
 * :class:`RestartPolicy`: what an upstream actor does next after a start, a crash or a
   clean stop: start now, back off for a delay, or wait for the circuit to allow a trial.
   It owns the failure streak, the backoff attempt counter, the circuit state (closed,
   open, half open, and closed on probation after a trial) and the open period.
 * The decisions it hands back (:class:`StartNow`, :class:`WaitUntil`, :class:`Backoff`,
   :class:`OpenCircuit`) and its frozen :class:`PolicyStatistics` record.
-* :class:`IntensityWindow`: OTP's "at most MaxR restarts in MaxT seconds": a storm of
-  restarts of servers that do work between crashes still backs off.
+
+It runs with a :class:`~mcpvisor.actors.core.policy_config.PolicyConfig` (the per-server
+numbers, docs/design.md "Behaviour under failure") and bounds restart storms with an
+:class:`~mcpvisor.actors.core.intensity.IntensityWindow` (OTP's "at most MaxR restarts in
+MaxT seconds": a storm of restarts of servers that do work between crashes still backs off).
 
 The actor's loop::
 
@@ -35,47 +37,24 @@ not go backwards between calls.
 from __future__ import annotations
 
 import enum
-import math
 import random
-from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeAlias, cast
 
 import tenacity
 
+from mcpvisor.actors.core.intensity import IntensityWindow
+from mcpvisor.actors.core.policy_config import DEFAULT_POLICY_CONFIG, PolicyConfig
+
 if TYPE_CHECKING:
     from tenacity import RetryCallState
 
-    from mcpvisor.actors.core.spec import ServerSpec
-
-DEFAULT_RESTART_DELAY_S: Final = 0.25
-"""First backoff delay. docs/design.md "restart backoff": 0.25 s doubling (systemd's
-RestartSec is 100 ms, the kubelet's first delay 10 s)."""
-DEFAULT_RESTART_DELAY_MAX_S: Final = 30.0
-"""Backoff cap. docs/design.md: "doubling to 30 s"; docs/reliability.md's tenacity ``max=30``."""
-DEFAULT_JITTER_S: Final = 0.25
-"""Most random seconds added to a delay. docs/reliability.md pairs ``jitter=1`` with a 1 s
-first delay; docs/design.md starts at 0.25 s, so the jitter is one first delay, as there."""
-DEFAULT_RESTART_RESET_AFTER_S: Final = 60.0
-"""Healthy uptime that forgives past failures. docs/design.md: "reset after 60 s of healthy
-uptime" (the kubelet waits 10 min)."""
-DEFAULT_CIRCUIT_FAILURES: Final = 5
-"""Consecutive failures that open the circuit. docs/design.md; pybreaker's ``fail_max=5``."""
-DEFAULT_CIRCUIT_OPEN_FOR_S: Final = 30.0
-"""First open period. docs/design.md "circuit open for 30 s" (pybreaker 60 s, Hystrix 5 s)."""
-DEFAULT_CIRCUIT_OPEN_MAX_S: Final = 300.0
-"""Longest open period. docs/design.md "at most 5 min"; the kubelet's 5 min backoff cap."""
 BACKOFF_EXP_BASE: Final = 2
 """Backoff growth per consecutive failure. docs/design.md "doubling"; tenacity's default."""
 CIRCUIT_OPEN_GROWTH: Final = 2
 """Open-period growth per failed trial. docs/design.md "doubling per failed trial"."""
 HALF_OPEN_MAX_TRIALS: Final = 1
 """Starts allowed while half open. docs/reliability.md: "Half-open allows 1 probe"."""
-DEFAULT_INTENSITY: Final = 10
-"""Restarts of healthy lives allowed per :data:`DEFAULT_PERIOD_S` before the backoff
-grows anyway (OTP's MaxR; issue 18: "more than 10 in 60 s" is a storm)."""
-DEFAULT_PERIOD_S: Final = 60.0
-"""Window of :data:`DEFAULT_INTENSITY` (OTP's MaxT)."""
 HEALTHY_RESTART_DELAY_S: Final = 0.0
 """Wait before restarting a server whose life did useful work: none (OTP's supervisor
 restarts a child at once; issue 18: "the restart happens at once"). Repeated failures of
@@ -84,79 +63,6 @@ STATUS_WINDOW_S: Final = 60.0
 """The span of "restarts in the last minute" in status views."""
 
 
-@dataclass(frozen=True, slots=True)
-class PolicyConfig:
-    """The numbers of one server's restart policy; all in seconds except counts.
-
-    Raises:
-        ValueError: on construction, for a negative, infinite or NaN duration, a
-            ``restart_delay_max`` below ``restart_delay``, a ``circuit_open_max`` below
-            ``circuit_open_for``, a zero ``circuit_open_for`` or ``circuit_failures < 1``.
-    """
-
-    restart_delay: float = DEFAULT_RESTART_DELAY_S
-    restart_delay_max: float = DEFAULT_RESTART_DELAY_MAX_S
-    jitter: float = DEFAULT_JITTER_S
-    restart_reset_after: float = DEFAULT_RESTART_RESET_AFTER_S
-    circuit_failures: int = DEFAULT_CIRCUIT_FAILURES
-    circuit_open_for: float = DEFAULT_CIRCUIT_OPEN_FOR_S
-    circuit_open_max: float = DEFAULT_CIRCUIT_OPEN_MAX_S
-    restart_intensity: int = DEFAULT_INTENSITY
-    restart_period: float = DEFAULT_PERIOD_S
-
-    def __post_init__(self) -> None:
-        for name in ("restart_delay", "restart_delay_max", "jitter", "restart_reset_after",
-                     "circuit_open_for", "circuit_open_max", "restart_period"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
-        if self.restart_delay_max < self.restart_delay:
-            raise ValueError(f"restart_delay_max ({self.restart_delay_max}) is below "
-                             f"restart_delay ({self.restart_delay})")
-        if self.circuit_open_for <= 0:
-            # A zero open period would let trials run back to back: the hammering we prevent.
-            raise ValueError("circuit_open_for must be > 0")
-        if self.circuit_open_max < self.circuit_open_for:
-            raise ValueError(f"circuit_open_max ({self.circuit_open_max}) is below "
-                             f"circuit_open_for ({self.circuit_open_for})")
-        if self.circuit_failures < 1:
-            raise ValueError(f"circuit_failures must be >= 1, got {self.circuit_failures!r}")
-        if self.restart_intensity < 1:
-            raise ValueError(f"restart_intensity must be >= 1, got {self.restart_intensity!r}")
-        if self.restart_period <= 0:
-            raise ValueError("restart_period must be > 0")
-
-    @classmethod
-    def from_spec(cls, spec: ServerSpec, *, jitter: float = DEFAULT_JITTER_S) -> PolicyConfig:
-        """The restart policy numbers of one configured server.
-
-        Args:
-            spec: the server; its restart knobs (``restartDelay``, ``circuitFailures``, ...)
-                are read as they are.
-            jitter: the most random seconds added to a delay (no config key sets it; a
-                test passes 0 to make backoff times exact).
-
-        Returns:
-            The validated config.
-
-        Raises:
-            ValueError: as for the constructor.
-        """
-        return cls(
-            restart_delay=float(spec.restart_delay),
-            restart_delay_max=float(spec.restart_delay_max),
-            jitter=float(jitter),
-            restart_reset_after=float(spec.restart_reset_after),
-            circuit_failures=int(spec.circuit_failures),
-            circuit_open_for=float(spec.circuit_open_for),
-            circuit_open_max=float(spec.circuit_open_max),
-            restart_intensity=int(spec.restart_intensity),
-            restart_period=float(spec.restart_period),
-        )
-
-
-DEFAULT_POLICY_CONFIG: Final = PolicyConfig()
-"""The docs/design.md defaults."""
 
 
 class CircuitState(enum.Enum):
@@ -536,60 +442,3 @@ class RestartPolicy:
         self._retry_at = now + open_for
         self._open_reason = f"circuit open until retry at t={self._retry_at:.1f}: {reason}"
         return OpenCircuit(self._retry_at, open_for, reason)
-
-
-class IntensityWindow:
-    """OTP's restart intensity: at most ``max_restarts`` restarts within ``period`` seconds.
-
-    A restart exactly ``period`` seconds old still counts, as in OTP's
-    ``supervisor:add_restart/3`` (keeps restarts with ``R >= Now - Period``).
-    """
-
-    def __init__(self, max_restarts: int, period: float) -> None:
-        """Create an empty window.
-
-        Args:
-            max_restarts: OTP's MaxR (intensity); 0 allows no restart at all.
-            period: OTP's MaxT, in seconds.
-
-        Raises:
-            ValueError: for ``max_restarts < 0`` or a period that is not a finite
-                number > 0.
-        """
-        if max_restarts < 0:
-            raise ValueError(f"max_restarts must be >= 0, got {max_restarts!r}")
-        if not (math.isfinite(period) and period > 0):
-            raise ValueError(f"period must be a finite number of seconds > 0, got {period!r}")
-        self.max_restarts: Final = max_restarts
-        self.period: Final = period
-        self._restarts: deque[float] = deque()
-
-    def record(self, now: float) -> bool:
-        """Record a restart at ``now``.
-
-        Args:
-            now: the Trio clock.
-
-        Returns:
-            True while the restarts in the window, this one included, are at most
-            ``max_restarts``; False when the limit is exceeded (OTP: the supervisor
-            gives up). The restart is recorded either way.
-        """
-        self._prune(now)
-        self._restarts.append(now)
-        return len(self._restarts) <= self.max_restarts
-
-    def __len__(self) -> int:
-        """The restarts recorded and not yet pruned (as of the last call that passed a time)."""
-        return len(self._restarts)
-
-    def count(self, now: float) -> int:
-        """Return the number of restarts within ``period`` seconds before ``now``."""
-        self._prune(now)
-        return len(self._restarts)
-
-    def _prune(self, now: float) -> None:
-        """Drop restarts older than the window."""
-        threshold = now - self.period
-        while self._restarts and self._restarts[0] < threshold:
-            self._restarts.popleft()

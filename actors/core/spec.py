@@ -8,7 +8,7 @@ Owns:
 
 * `ServerSpec` and the records it holds (`ExposedTool`);
 * the default of each per-server knob that is not a restart-policy number (those come
-  from `mcpvisor.actors.core.policy`, so each default is written once);
+  from `mcpvisor.actors.core.policy_config`, so each default is written once);
 * `server_filter`: which of a server's tools the registry exposes, and under which names.
 """
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Final
 
-from mcpvisor.actors.core import policy
+from mcpvisor.actors.core import policy_config
 from mcpvisor.actors.core.registry import ServerFilter
 from mcpvisor.actors.core.vocabulary import DEFAULT_MAX_CALL_TIME_S, DEFAULT_TIMEOUT_S
 
@@ -138,16 +138,16 @@ class ServerSpec:
     health_check_interval: float = DEFAULT_HEALTH_CHECK_INTERVAL_S
     health_check_timeout: float = DEFAULT_HEALTH_CHECK_TIMEOUT_S
     max_missed_pings: int = DEFAULT_MAX_MISSED_PINGS
-    restart_delay: float = policy.DEFAULT_RESTART_DELAY_S
-    restart_delay_max: float = policy.DEFAULT_RESTART_DELAY_MAX_S
-    restart_reset_after: float = policy.DEFAULT_RESTART_RESET_AFTER_S
-    circuit_failures: int = policy.DEFAULT_CIRCUIT_FAILURES
-    circuit_open_for: float = policy.DEFAULT_CIRCUIT_OPEN_FOR_S
-    circuit_open_max: float = policy.DEFAULT_CIRCUIT_OPEN_MAX_S
+    restart_delay: float = policy_config.DEFAULT_RESTART_DELAY_S
+    restart_delay_max: float = policy_config.DEFAULT_RESTART_DELAY_MAX_S
+    restart_reset_after: float = policy_config.DEFAULT_RESTART_RESET_AFTER_S
+    circuit_failures: int = policy_config.DEFAULT_CIRCUIT_FAILURES
+    circuit_open_for: float = policy_config.DEFAULT_CIRCUIT_OPEN_FOR_S
+    circuit_open_max: float = policy_config.DEFAULT_CIRCUIT_OPEN_MAX_S
     restart_wait: float = DEFAULT_RESTART_WAIT_S
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE_S
-    restart_intensity: int = policy.DEFAULT_INTENSITY
-    restart_period: float = policy.DEFAULT_PERIOD_S
+    restart_intensity: int = policy_config.DEFAULT_INTENSITY
+    restart_period: float = policy_config.DEFAULT_PERIOD_S
     oauth: OAuthSpec | None = None
     """``oauth``: log in to this (http or sse) server as an OAuth client with these settings.
     A server answering 401 with no such entry is logged in to with the defaults."""

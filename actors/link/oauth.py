@@ -7,7 +7,8 @@ is. What this module adds:
 
 * `UpstreamAuth`: that provider (or the SDK's client-credentials ones) over a `TokenStore`
   port, the tokens on disk (`mcpvisor.tokens`), with refresh at `REFRESH_AT` of a token's
-  lifetime instead of at its end, one refresh at a time per server when ten calls get a
+  lifetime instead of at its end (the port and that bookkeeping are
+  `mcpvisor.actors.link.oauth_store`'s), one refresh at a time per server when ten calls get a
   401 together (the calls that carried a valid token skip the flow's lock entirely),
   tokens deleted only on ``invalid_grant`` (and not when another proxy sharing the state
   directory already rotated them), and the authorization server's metadata remembered so
@@ -19,8 +20,8 @@ is. What this module adds:
   that cannot ask a person decides then (a login is needed when the 401 asks for a
   Bearer token or the config has an ``oauth`` entry), and `NoLoginFound`, the plain
   error when a server refuses and nothing to log in with is found;
-* the browser step: `open_callback_listener` (a loopback redirect listener on
-  127.0.0.1) and `open_browser` (Python's `webbrowser`, so ``$BROWSER`` is honoured).
+* the redirect URI it registers for a person's login (`CALLBACK_PATH` on 127.0.0.1);
+  the browser step that serves it is `mcpvisor.actors.link.oauth_redirect`.
 """
 
 from __future__ import annotations
@@ -30,55 +31,30 @@ import json
 import logging
 import time
 import warnings
-import webbrowser
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import Any, Final, Protocol
-from urllib.parse import parse_qs, urlsplit
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Any, Final
 
 import httpx2
-import trio
 from mcp.client.auth import OAuthClientProvider, OAuthTokenError
-from mcp.client.auth.oauth2 import OAuthContext
-from mcp.shared.auth import (
-    AuthorizationCodeResult,
-    OAuthClientInformationFull,
-    OAuthClientMetadata,
-    OAuthMetadata,
-    OAuthToken,
-)
+from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata
 from pydantic import AnyUrl
 
 from mcpvisor.actors.core.spec import OAuthSpec, ServerSpec
 from mcpvisor.actors.errors import ProxyError
+from mcpvisor.actors.link.oauth_store import RefreshContext, SdkTokenStorage, TokenStore, refresh_due
 
 __all__ = [
     "CALLBACK_PATH",
-    "LOGIN_WAIT_S",
-    "REFRESH_AT",
-    "CallbackListener",
     "NeedsLogin",
     "NoLoginFound",
-    "StoredLogin",
-    "TokenStore",
     "UpstreamAuth",
     "login_message",
-    "open_browser",
-    "open_callback_listener",
 ]
 
 logger = logging.getLogger(__name__)
 
-REFRESH_AT: Final = 0.8
-"""A token is refreshed once this fraction of its lifetime has passed, so a call never
-goes out with a token about to expire (clocks drift; a long call outlives a short token)."""
-LOGIN_WAIT_S: Final = 300.0
-"""How long a login waits for the browser's redirect: a person has to read and click."""
 CALLBACK_PATH: Final = "/callback"
 """The loopback redirect URI's path (RFC 8252 §7.3: ``http://127.0.0.1:PORT/callback``)."""
-MAX_CALLBACK_REQUEST: Final = 16 * 1024
-"""The largest redirect request the listener reads (a URL with a code and a state)."""
 CLIENT_NAME: Final = "mcpvisor"
 
 
@@ -127,86 +103,6 @@ def _asks_bearer(challenge: str | None) -> bool:
         part.strip().lower().split(" ", 1)[0] == "bearer" for part in challenge.split(","))
 
 
-@dataclass(frozen=True, slots=True)
-class StoredLogin:
-    """What a `TokenStore` holds for one server under its current issuer."""
-
-    tokens: OAuthToken | None = None
-    obtained_at: float | None = None
-    """Wall-clock seconds when ``tokens`` were issued (their expiry survives a restart)."""
-    client: OAuthClientInformationFull | None = None
-    metadata: OAuthMetadata | None = None
-
-
-class TokenStore(Protocol):
-    """Where one server's tokens live (`mcpvisor.tokens.FileTokenStore` in production).
-
-    Every method may block on a file lock shared with other proxies; none raises for a
-    missing file (an empty `StoredLogin`).
-    """
-
-    async def load(self) -> StoredLogin: ...
-
-    async def save_tokens(self, tokens: OAuthToken, obtained_at: float) -> None: ...
-
-    async def save_client(self, client: OAuthClientInformationFull) -> None: ...
-
-    async def save_metadata(self, metadata: OAuthMetadata) -> None: ...
-
-    async def forget_tokens(self, *, refresh_token: str | None) -> bool:
-        """Delete the tokens, unless the stored refresh token is no longer ``refresh_token``
-        (another proxy replaced them meanwhile). Returns whether they were deleted."""
-        ...
-
-    def stamp(self) -> int:
-        """Changes whenever anything is stored (a login elsewhere wakes a waiting server)."""
-        ...
-
-
-class _Storage:
-    """The SDK's `TokenStorage` over a `TokenStore`, stamping when tokens were obtained."""
-
-    def __init__(self, store: TokenStore, clock: Callable[[], float]) -> None:
-        self.store = store
-        self.clock = clock
-
-    async def get_tokens(self) -> OAuthToken | None:
-        return (await self.store.load()).tokens
-
-    async def set_tokens(self, tokens: OAuthToken) -> None:
-        await self.store.save_tokens(tokens, self.clock())
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        return (await self.store.load()).client
-
-    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        await self.store.save_client(client_info)
-
-
-@dataclass
-class _Context(OAuthContext):
-    """The SDK's flow context with expiry at `REFRESH_AT` of a token's life, on our clock."""
-
-    clock: Callable[[], float] = time.time
-    obtained_at: float | None = None
-    """When `current_tokens` were issued (wall clock): stored tokens are taken only if newer."""
-
-    def update_token_expiry(self, token: OAuthToken) -> None:
-        self.obtained_at = self.clock()
-        self.token_expiry_time = refresh_due(token, self.obtained_at)
-
-    def is_token_valid(self) -> bool:
-        return bool(self.current_tokens and self.current_tokens.access_token
-                    and (self.token_expiry_time is None or self.clock() <= self.token_expiry_time))
-
-
-def refresh_due(token: OAuthToken | None, obtained_at: float | None) -> float | None:
-    """When ``token`` should be refreshed (None: it does not say when it expires)."""
-    if token is None or token.expires_in is None or obtained_at is None:
-        return None
-    return obtained_at + REFRESH_AT * token.expires_in
-
-
 def _refused(response: httpx2.Response) -> bool:
     """A 401, or a 403 asking for more scope: the SDK's flow takes over."""
     if response.status_code == 401:
@@ -218,7 +114,7 @@ def _refused(response: httpx2.Response) -> bool:
 class _Provider:
     """What mcpvisor adds to each of the SDK's providers (mixed in before it)."""
 
-    context: Any  # a `_Context` (`_setup`); `Any` as each SDK base declares its own type
+    context: Any  # a `RefreshContext` (`_setup`); `Any` as each SDK base declares its own type
     _initialized: bool
     _server: str
     _store: TokenStore
@@ -228,7 +124,7 @@ class _Provider:
                on_login_needed: Callable[[], None], *, person: bool, declared: bool = False) -> None:
         ctx = self.context
         values = {f.name: getattr(ctx, f.name) for f in dataclasses.fields(ctx)}
-        self.context = _Context(**values, clock=clock)
+        self.context = RefreshContext(**values, clock=clock)
         self._server = server
         self._store = store
         self._on_login_needed = on_login_needed
@@ -404,7 +300,7 @@ class _CodeProvider(_Provider, OAuthClientProvider):
             ctx.client_info = None
 
 
-def _client_credentials(spec: OAuthSpec, server_url: str, storage: _Storage) -> OAuthClientProvider:
+def _client_credentials(spec: OAuthSpec, server_url: str, storage: SdkTokenStorage) -> OAuthClientProvider:
     """The SDK's machine-to-machine provider the config asks for, with our additions."""
     from mcp.client.auth.extensions.client_credentials import (
         ClientCredentialsOAuthProvider,
@@ -500,7 +396,7 @@ class UpstreamAuth:
         async def no_callback() -> AuthorizationCodeResult:
             raise NeedsLogin(spec.name)
 
-        storage = _Storage(store, clock)
+        storage = SdkTokenStorage(store, clock)
         self.provider: OAuthClientProvider
         if oauth.grant == "client_credentials":
             self.provider = _client_credentials(oauth, url, storage)
@@ -537,122 +433,3 @@ def _method(oauth: OAuthSpec) -> Any:
     if method is None and oauth.client_id:
         return "client_secret_basic" if oauth.client_secret else "none"
     return method
-
-
-# -- the browser step ----------------------------------------------------------------
-
-
-async def open_browser(url: str) -> bool:
-    """Open ``url`` with Python's `webbrowser` (``$BROWSER`` first), in a worker thread:
-    a command-line browser runs until it exits. Returns whether one was found."""
-    try:
-        return await trio.to_thread.run_sync(webbrowser.open, url, abandon_on_cancel=True)
-    except webbrowser.Error:
-        return False
-
-
-class CallbackListener:
-    """A loopback HTTP listener for the authorization redirect (RFC 8252 §7.3)."""
-
-    def __init__(self, listener: trio.SocketListener, server: str) -> None:
-        self._listener = listener
-        self.server = server
-        self.port: int = listener.socket.getsockname()[1]
-        self.redirect_uri = f"http://127.0.0.1:{self.port}{CALLBACK_PATH}"
-        self._send, self._receive = trio.open_memory_channel[AuthorizationCodeResult | str](1)
-
-    async def wait(self) -> AuthorizationCodeResult:
-        """The redirect's code, state and ``iss``; `NeedsLogin` after `LOGIN_WAIT_S` or an
-        ``error`` redirect (the person declined, or the server refused)."""
-        with trio.move_on_after(LOGIN_WAIT_S):
-            got = await self._receive.receive()
-            if isinstance(got, str):
-                raise NeedsLogin(self.server, f"the authorization server answered {got}")
-            return got
-        raise NeedsLogin(self.server, f"no login within {LOGIN_WAIT_S:g}s")
-
-    async def serve(self) -> None:
-        async with trio.open_nursery() as nursery:
-            while True:
-                stream = await self._listener.accept()
-                nursery.start_soon(self._answer, stream)
-
-    async def _answer(self, stream: trio.SocketStream) -> None:
-        async with stream:
-            head = b""
-            with trio.move_on_after(LOGIN_WAIT_S):
-                while b"\r\n\r\n" not in head and len(head) < MAX_CALLBACK_REQUEST:
-                    chunk = await stream.receive_some(4096)
-                    if not chunk:
-                        break
-                    head += chunk
-            line = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
-            target = urlsplit(line[1]) if len(line) >= 2 else None
-            if target is None or target.path != CALLBACK_PATH:
-                await _reply(stream, 404, "not the login callback")
-                return
-            query = {k: v[0] for k, v in parse_qs(target.query).items()}
-            if "code" in query:
-                result: AuthorizationCodeResult | str = AuthorizationCodeResult(
-                    code=query["code"], state=query.get("state"), iss=query.get("iss"))
-                text = f"mcpvisor: logged in to {self.server}. You can close this tab."
-            else:
-                result = query.get("error", "no code")
-                text = f"mcpvisor: the login to {self.server} did not complete ({result})."
-            await _reply(stream, 200, text)
-            try:
-                self._send.send_nowait(result)
-            except trio.WouldBlock:
-                pass  # a second redirect (a reload of the page): the first one counts
-
-
-async def _reply(stream: trio.SocketStream, status: int, text: str) -> None:
-    body = text.encode()
-    head = (f"HTTP/1.1 {status} {'OK' if status == 200 else 'Not Found'}\r\n"
-            f"Content-Type: text/plain; charset=utf-8\r\nContent-Length: {len(body)}\r\n"
-            "Connection: close\r\n\r\n").encode()
-    try:
-        await stream.send_all(head + body)
-    except trio.BrokenResourceError:
-        pass
-
-
-async def _registered_port(store: TokenStore | None) -> int | None:
-    """The loopback port the stored client was registered with (reusing it reuses the
-    registration; RFC 8252 lets the port vary, but not every server does)."""
-    client = (await store.load()).client if store is not None else None
-    for uri in (client.redirect_uris or []) if client is not None else []:
-        if uri.host in ("127.0.0.1", "localhost") and uri.port:
-            return int(uri.port)
-    return None
-
-
-@asynccontextmanager
-async def open_callback_listener(server: str, port: int | None,
-                                 store: TokenStore | None = None) -> AsyncIterator[CallbackListener]:
-    """Listen on 127.0.0.1 for the login redirect while open: on ``port``
-    (``oauth.callbackPort``), else on the port the stored client was registered with if
-    it is free, else on a free port.
-
-    Raises:
-        OSError: ``port`` is taken (the message names it).
-    """
-    candidates: list[int] = [port] if port else [p for p in (await _registered_port(store),) if p] + [0]
-    listeners: list[trio.SocketListener] = []
-    for i, candidate in enumerate(candidates):
-        try:
-            listeners = await trio.open_tcp_listeners(candidate, host="127.0.0.1")
-            break
-        except OSError as exc:
-            if i + 1 == len(candidates):
-                raise OSError(exc.errno, f"server {server}: cannot listen for the login redirect on "
-                                         f"127.0.0.1:{candidate} ({exc.strerror})") from exc
-    listener = listeners[0]
-    async with listener, trio.open_nursery() as nursery:
-        callback = CallbackListener(listener, server)
-        nursery.start_soon(callback.serve)
-        try:
-            yield callback
-        finally:
-            nursery.cancel_scope.cancel(reason="login listener closed")
-

@@ -38,15 +38,8 @@ import trio
 from mcpvisor.actors import telemetry
 from mcpvisor.actors.core.catalog import UpstreamLists
 from mcpvisor.actors.core.lifecycle import WARNS, WITHDRAWS, Event, shown, transition
-from mcpvisor.actors.core.policy import (
-    DEFAULT_JITTER_S,
-    Backoff,
-    CircuitState,
-    OpenCircuit,
-    PolicyConfig,
-    RestartPolicy,
-    WaitUntil,
-)
+from mcpvisor.actors.core.policy import Backoff, CircuitState, OpenCircuit, RestartPolicy, WaitUntil
+from mcpvisor.actors.core.policy_config import DEFAULT_JITTER_S, PolicyConfig
 from mcpvisor.actors.core.registration import UpstreamDown, UpstreamUp
 from mcpvisor.actors.core.spec import ServerSpec
 from mcpvisor.actors.link import Link

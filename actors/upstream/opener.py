@@ -12,7 +12,8 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mcpvisor.actors.link import CallOrigin, Link, LinkEvents, open_sdk_link, open_stdio_link
-from mcpvisor.actors.link.oauth import UpstreamAuth, open_callback_listener
+from mcpvisor.actors.link.oauth import UpstreamAuth
+from mcpvisor.actors.link.oauth_redirect import open_callback_listener
 from mcpvisor.actors.transports import sdk_transport, stdio_argv
 
 if TYPE_CHECKING:

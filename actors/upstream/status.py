@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from mcpvisor.actors.core.catalog import CacheHint, UpstreamLists
     from mcpvisor.actors.core.spec import ServerSpec
     from mcpvisor.actors.link import CallOrigin
-    from mcpvisor.actors.link.oauth import TokenStore
+    from mcpvisor.actors.link.oauth_store import TokenStore
 
 
 USEFUL_METHODS: Final = frozenset({"tools/call", "resources/read", "prompts/get", "completion/complete"})

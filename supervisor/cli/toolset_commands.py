@@ -256,7 +256,7 @@ def _entry(wanted: Wanted, config: Config | None, found: Mapping[str, Mapping[st
     """One ``--tool``: its server in the config, and (unless ``found`` is None: not checked)
     the tool on that server, pinned."""
     from mcpvisor.actors.core.model import ToolEntry
-    from mcpvisor.actors.core.toolsets import pin_of, ref_id
+    from mcpvisor.actors.core.pins import pin_of, ref_id
     from mcpvisor.toolset_create import require_namespaced, unknown_server, unknown_tool
 
     nn, server = wanted.namespaced_name, require_namespaced(wanted)  # the CLI names server.tool only

@@ -29,13 +29,13 @@ import trio
 from mcpvisor._atomic import LockTimeout
 from mcpvisor.actors import telemetry
 from mcpvisor.actors.core.model import Note, SavedState, ToolEntry
+from mcpvisor.actors.core.pins import pin_of
 from mcpvisor.actors.core.toolsets import (
     PENDING,
     REFUSED,
     Catalog,
     ToolsetError,
     ToolsetExposure,
-    pin_of,
 )
 from mcpvisor.actors.router import ExposureCall
 from mcpvisor.menu.checks import unknown_toolset

@@ -22,6 +22,7 @@ import trio
 from mcpvisor.actors.core.catalog import assign_names
 from mcpvisor.actors.core.compound import CompoundTool
 from mcpvisor.actors.core.model import Toolset
+from mcpvisor.actors.core.pins import estimate_tokens, one_line
 from mcpvisor.actors.core.toolsets import (
     EXPOSED,
     MISSING,
@@ -31,9 +32,7 @@ from mcpvisor.actors.core.toolsets import (
     Catalog,
     ToolsetError,
     ToolsetExposure,
-    estimate_tokens,
     full_list,
-    one_line,
 )
 from mcpvisor.state import StateStore
 

@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from mcpvisor import redact
 from mcpvisor._atomic import dump_json
 from mcpvisor.actors.core.model import SavedState
-from mcpvisor.actors.link.oauth import StoredLogin
+from mcpvisor.actors.link.oauth_store import StoredLogin
 from mcpvisor.pgstore import KEY_ENV, StoreKeyError
 from mcpvisor.remembered import CATALOG_VERSION, Remembered
 from mcpvisor.state import StateStore, _decode_state, _encode_state

@@ -29,7 +29,8 @@ from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
 from mcpvisor.actors.core.spec import ServerSpec
-from mcpvisor.actors.link.oauth import REFRESH_AT, UpstreamAuth
+from mcpvisor.actors.link.oauth import UpstreamAuth
+from mcpvisor.actors.link.oauth_store import REFRESH_AT
 from mcpvisor.tokens import FileTokenStore
 from tests.helpers import PY, REAL_IO_BOUND_S, SERVERS_DIR, http_fixture, proxy_params, text_of
 from tests.integration.dashboard import server_state

@@ -1,4 +1,5 @@
-"""The restart policy of one upstream (actors/core/policy.py), driven with a fake clock.
+"""The restart policy of one upstream, driven with a fake clock: actors/core/policy.py with
+its numbers (policy_config.py) and its intensity window (intensity.py).
 
 The policy is sans-IO, so these are plain synchronous tests: time is a number we pass
 in, jitter comes from a seeded ``random.Random``. No sleeps, no real time. Scenario ids
@@ -16,17 +17,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from mcpvisor.actors.core.intensity import IntensityWindow
 from mcpvisor.actors.core.policy import (
     Backoff,
     CircuitState,
-    IntensityWindow,
     OpenCircuit,
-    PolicyConfig,
     PolicyStatistics,
     RestartPolicy,
     StartNow,
     WaitUntil,
 )
+from mcpvisor.actors.core.policy_config import PolicyConfig
 from mcpvisor.actors.core.spec import ServerSpec
 
 NO_JITTER = PolicyConfig(jitter=0.0)

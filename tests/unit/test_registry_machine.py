@@ -29,6 +29,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from mcpvisor.actors.core.catalog import UpstreamLists
 from mcpvisor.actors.core.model import Note, SavedState, ToolEntry, Toolset
+from mcpvisor.actors.core.pins import pin_of, ref_id
 from mcpvisor.actors.core.registration import UpstreamDown, UpstreamListed, UpstreamUp
 from mcpvisor.actors.core.registry import RegistryCore
 from mcpvisor.actors.core.toolsets import (
@@ -37,8 +38,6 @@ from mcpvisor.actors.core.toolsets import (
     EXIT_CONFIG,
     ToolsetError,
     ToolsetExposure,
-    pin_of,
-    ref_id,
 )
 from mcpvisor.actors.router import ExposureCall
 

@@ -15,6 +15,7 @@ import pytest
 
 from mcpvisor.actors.core.catalog import MAX_NAME, UpstreamLists
 from mcpvisor.actors.core.model import Note, SavedState, ToolEntry, Toolset
+from mcpvisor.actors.core.pins import describe_changes, estimate_tokens, pin_of, ref_id
 from mcpvisor.actors.core.registration import UpstreamDown, UpstreamListed, UpstreamUp
 from mcpvisor.actors.core.registry import RegistryCore
 from mcpvisor.actors.core.toolsets import (
@@ -28,10 +29,6 @@ from mcpvisor.actors.core.toolsets import (
     SCHEMA_CHANGED,
     ToolsetError,
     ToolsetExposure,
-    describe_changes,
-    estimate_tokens,
-    pin_of,
-    ref_id,
 )
 from mcpvisor.actors.router import ExposureCall
 from mcpvisor.config import ToolRef, ToolsetDecl, declared_toolset

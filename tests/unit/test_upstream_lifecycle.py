@@ -19,7 +19,8 @@ import trio
 import trio.lowlevel
 import trio.testing
 
-from mcpvisor.actors.core.policy import PolicyConfig, RestartPolicy
+from mcpvisor.actors.core.policy import RestartPolicy
+from mcpvisor.actors.core.policy_config import PolicyConfig
 from mcpvisor.actors.errors import UpstreamUnavailable, wall_clock
 from mcpvisor.actors.messages import StateChanged
 from tests.fakes.harness import open_harness

@@ -123,7 +123,8 @@ async def _login(spec: Any, directory: Path, shared: str | None, browser: bool) 
 async def _login_into(spec: Any, store: Any, browser: bool) -> Path:
     import httpx2
 
-    from mcpvisor.actors.link.oauth import UpstreamAuth, open_browser, open_callback_listener
+    from mcpvisor.actors.link.oauth import UpstreamAuth
+    from mcpvisor.actors.link.oauth_redirect import open_browser, open_callback_listener
 
     await store.forget_tokens(refresh_token=None)  # a login asks again, whatever is stored
     port = spec.oauth.callback_port if spec.oauth is not None else None
