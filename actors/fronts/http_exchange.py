@@ -5,9 +5,10 @@ it serves them in.
 request as the stdio fast path's connection (`mcpvisor.actors.fronts.fastpath.FastPath`):
 it hosts the call (`mcpvisor.actors.fronts.fastcall.CallHost`), asks the client on an
 upstream's behalf, and writes what the call sends to this request's response: JSON, or an
-SSE stream with a priming event and numbered events kept for a resume; a client that takes
-nothing for `CLIENT_STALL_S` is disconnected, and one that goes away has its call
-cancelled upstream unless its stream can be resumed.
+SSE stream with a priming event and numbered events kept for a resume, and a keep-alive
+comment while the stream is silent (`KEEP_ALIVE_S`); a client that takes nothing for
+`CLIENT_STALL_S` is disconnected, and one that goes away has its call cancelled upstream
+unless its stream can be resumed.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import deque
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -41,7 +43,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("mcpvisor.actors.fronts.http_fast")
 
-__all__ = ["PATH_HEADER", "SESSION_HEADER", "HttpExchange", "HttpSession", "ModernSession", "accepted"]
+__all__ = ["KEEP_ALIVE_S", "PATH_HEADER", "SESSION_HEADER", "HttpExchange", "HttpSession", "ModernSession",
+           "accepted"]
 
 PATH_HEADER: Final = b"mcpvisor-path"
 """Response header of a call the fast path served (value ``fast``): which path answered."""
@@ -52,6 +55,14 @@ _ERROR_AT: Final = b',"error":{'
 HEADERS_GRACE_S: Final = 0.005
 """How long a handshake-era call's SSE headers wait for its answer, so that a quick answer
 leaves with them in one write (a slow call's headers go out then, as the SDK's would)."""
+KEEP_ALIVE_S: Final = 15.0
+"""How long an open SSE answer stays silent before a keep-alive comment (``: ping - <UTC
+time>``) is written: what the SDK's own SSE answers send and how often (sse_starlette's
+``EventSourceResponse`` default, which the SDK keeps), so a client or a load balancer with
+an idle timeout (nginx's ``proxy_read_timeout`` is 60 s) does not cut a long silent call
+served here that it would not cut on the SDK's path. A comment is not an event: clients
+skip it and nothing of it is kept for a resume. A JSON answer gets none (it cannot carry
+one). The clock restarts with every write, so a stream that talks is not pinged."""
 _SSE_HEADERS: Final = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform"),
                        (b"connection", b"keep-alive"), (b"x-accel-buffering", b"no"), (PATH_HEADER, b"fast")]
 _JSON_HEADERS: Final = [(b"content-type", b"application/json"), (PATH_HEADER, b"fast")]
@@ -258,7 +269,15 @@ class HttpExchange(FastPath):
             if not self._queue:
                 if self.finished:
                     break
-                await self._wake.wait()
+                if self.started and not self.closed:  # an SSE stream is open: kept alive while silent
+                    with trio.move_on_after(KEEP_ALIVE_S):
+                        await self._wake.wait()
+                    if not self._wake.is_set():
+                        if not await self._keep_alive():
+                            return
+                        continue
+                else:
+                    await self._wake.wait()
                 self._wake = trio.Event()
                 continue
             data, final = self._queue.popleft()
@@ -276,6 +295,17 @@ class HttpExchange(FastPath):
                 return
         if self.started and not self.closed and not self.detached:
             await self._write(b"", more=False)  # cancelled by the client: no answer, the stream ends
+
+    async def _keep_alive(self) -> bool:
+        """Write the SDK's keep-alive comment on the silent stream; False: the client left."""
+        comment = b": ping - %s\r\n\r\n" % str(datetime.now(UTC)).encode()
+        try:
+            await self._write(comment, more=True)
+        except Exception:  # the connection closed under the write: as a disconnect
+            logger.debug("HTTP fast path: the client left during a silent call", exc_info=True)
+            await self._gone()
+            return False
+        return True
 
     async def _deliver(self, data: bytes, final: bool) -> None:
         if not self.started:
