@@ -43,8 +43,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("mcpvisor.actors.fronts.http_fast")
 
-__all__ = ["KEEP_ALIVE_S", "PATH_HEADER", "SESSION_HEADER", "HttpExchange", "HttpSession", "ModernSession",
-           "accepted"]
+__all__ = ["KEEP_ALIVE_S", "KEEP_ALIVE_TICK_S", "PATH_HEADER", "SESSION_HEADER", "HttpExchange",
+           "HttpSession", "KeepAlive", "ModernSession", "accepted"]
 
 PATH_HEADER: Final = b"mcpvisor-path"
 """Response header of a call the fast path served (value ``fast``): which path answered."""
@@ -62,7 +62,11 @@ time>``) is written: what the SDK's own SSE answers send and how often (sse_star
 an idle timeout (nginx's ``proxy_read_timeout`` is 60 s) does not cut a long silent call
 served here that it would not cut on the SDK's path. A comment is not an event: clients
 skip it and nothing of it is kept for a resume. A JSON answer gets none (it cannot carry
-one). The clock restarts with every write, so a stream that talks is not pinged."""
+one). The count restarts with every write, so a stream that talks is not pinged."""
+KEEP_ALIVE_TICK_S: Final = 1.0
+"""The keep-alive timer's step (`KeepAlive`): a stream is pinged once it has been silent for
+more than `KEEP_ALIVE_S` and at most this more, then every `KEEP_ALIVE_S` while it stays so."""
+_QUIET_TICKS: Final = round(KEEP_ALIVE_S / KEEP_ALIVE_TICK_S)
 _SSE_HEADERS: Final = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform"),
                        (b"connection", b"keep-alive"), (b"x-accel-buffering", b"no"), (PATH_HEADER, b"fast")]
 _JSON_HEADERS: Final = [(b"content-type", b"application/json"), (PATH_HEADER, b"fast")]
@@ -80,6 +84,43 @@ class ModernSession(ClientSession):
     def __init__(self) -> None:
         super().__init__()
         self.label = None  # type: ignore[assignment]
+
+
+class KeepAlive:
+    """The fast path's one keep-alive timer for all its open SSE answers.
+
+    A call's own task only counts the frames it writes (as it did for the stall watchdog);
+    once a second this timer looks at every open stream (`HttpExchange.keep_alive_step`),
+    and one that wrote nothing for `KEEP_ALIVE_S` is asked for a comment. No timer or task
+    per call, and no task at all while no SSE answer is open.
+    """
+
+    __slots__ = ("_nursery", "_running", "open")
+
+    def __init__(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+        self._running = False
+        self.open: set[HttpExchange] = set()
+
+    def watch(self, exchange: HttpExchange) -> None:
+        """``exchange``'s SSE answer is open: keep it alive until `forget` (or its end)."""
+        self.open.add(exchange)
+        if not self._running:
+            self._running = True
+            self._nursery.start_soon(self._run)
+
+    def forget(self, exchange: HttpExchange) -> None:
+        self.open.discard(exchange)
+
+    async def _run(self) -> None:
+        try:
+            while self.open:
+                await trio.sleep(KEEP_ALIVE_TICK_S)
+                for exchange in list(self.open):
+                    if not exchange.keep_alive_step():
+                        self.open.discard(exchange)  # its stream is over (a refusal ends without `forget`)
+        finally:
+            self._running = False
 
 
 class HttpSession:
@@ -149,6 +190,13 @@ class HttpExchange(FastPath):
         self._queue: deque[tuple[bytes, bool]] = deque()
         self._wake = trio.Event()
         self._written = 0
+        self._timer = fast.keep_alive
+        self._ping = False
+        self._heard = -1
+        """`_written` when the keep-alive timer last looked (-1: not yet; its first step
+        starts the count, as a write does)."""
+        self._quiet = 0
+        """The keep-alive timer's steps since this answer last wrote."""
         self._watching = False
         self.dropped = 0
         self.trace_headers: dict[str, str] | None = None
@@ -240,13 +288,16 @@ class HttpExchange(FastPath):
         if not self._queue and not self.finished:
             with trio.move_on_after(HEADERS_GRACE_S):
                 await self._wake.wait()
-        if self.finished:
-            await self._write_all()
-            return
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._watch, receive, nursery.cancel_scope)
-            await self._write_all()
-            nursery.cancel_scope.cancel()
+        try:
+            if self.finished:
+                await self._write_all()
+                return
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._watch, receive, nursery.cancel_scope)
+                await self._write_all()
+                nursery.cancel_scope.cancel()
+        finally:
+            self._timer.forget(self)
 
     async def _write_all(self) -> None:
         answered = False
@@ -269,16 +320,12 @@ class HttpExchange(FastPath):
             if not self._queue:
                 if self.finished:
                     break
-                if self.started and not self.closed:  # an SSE stream is open: kept alive while silent
-                    with trio.move_on_after(KEEP_ALIVE_S):
-                        await self._wake.wait()
-                    if not self._wake.is_set():
-                        if not await self._keep_alive():
-                            return
-                        continue
-                else:
-                    await self._wake.wait()
+                await self._wake.wait()
                 self._wake = trio.Event()
+                if self._ping:
+                    self._ping = False
+                    if not self._queue and not self.finished and not await self._write_ping():
+                        return
                 continue
             data, final = self._queue.popleft()
             try:
@@ -296,7 +343,23 @@ class HttpExchange(FastPath):
         if self.started and not self.closed and not self.detached:
             await self._write(b"", more=False)  # cancelled by the client: no answer, the stream ends
 
-    async def _keep_alive(self) -> bool:
+    def keep_alive_step(self) -> bool:
+        """One step of the keep-alive timer (`KeepAlive`): after `KEEP_ALIVE_S` without a
+        write, have this request's task write a comment. False: the stream is over."""
+        if self.closed or self.detached or (self.finished and not self._queue):
+            return False
+        if self._written != self._heard:
+            self._heard = self._written
+            self._quiet = 0
+            return True
+        self._quiet += 1
+        if self._quiet >= _QUIET_TICKS:
+            self._quiet = 0
+            self._ping = True
+            self._wake.set()
+        return True
+
+    async def _write_ping(self) -> bool:
         """Write the SDK's keep-alive comment on the silent stream; False: the client left."""
         comment = b": ping - %s\r\n\r\n" % str(datetime.now(UTC)).encode()
         try:
@@ -316,6 +379,7 @@ class HttpExchange(FastPath):
                 return
             else:
                 self.started = True
+                self._timer.watch(self)
                 await self._send({"type": "http.response.start", "status": _OK, "headers": _SSE_HEADERS})
         await self._write(self._event(data), more=not final)
 
@@ -340,6 +404,8 @@ class HttpExchange(FastPath):
             final = first[1]
         if final:  # the whole stream is known: its length frames it (no chunks to encode or end)
             headers.append((b"content-length", b"%d" % len(body)))
+        else:
+            self._timer.watch(self)
         await self._send({"type": "http.response.start", "status": _OK, "headers": headers})
         if body:
             await self._write(body, more=not final)
