@@ -27,7 +27,7 @@ from mcpvisor.actors.bridge import CAPABILITY_OF
 from mcpvisor.actors.errors import UpstreamError
 from mcpvisor.actors.fronts.asgi import Receive, Send
 from mcpvisor.actors.fronts.fastpath import SERVER_REQUEST_PREFIX, FastPath
-from mcpvisor.actors.fronts.http_server import held_writes
+from mcpvisor.actors.fronts.http_connection import held_writes
 from mcpvisor.actors.fronts.outbox import CLIENT_OUTBOX, CLIENT_STALL_S
 from mcpvisor.actors.harness import ClientSession
 from mcpvisor.actors.messages import Reply
