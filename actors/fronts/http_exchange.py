@@ -5,10 +5,10 @@ it serves them in.
 request as the stdio fast path's connection (`mcpvisor.actors.fronts.fastpath.FastPath`):
 it hosts the call (`mcpvisor.actors.fronts.fastcall.CallHost`), asks the client on an
 upstream's behalf, and writes what the call sends to this request's response: JSON, or an
-SSE stream with a priming event and numbered events kept for a resume, and a keep-alive
-comment while the stream is silent (`KEEP_ALIVE_S`); a client that takes nothing for
-`CLIENT_STALL_S` is disconnected, and one that goes away has its call cancelled upstream
-unless its stream can be resumed.
+SSE stream with a priming event and numbered events kept for a resume, and the SDK's
+keep-alive comment while it is silent (`mcpvisor.actors.fronts.http_keep_alive`); a client
+that takes nothing for `CLIENT_STALL_S` is disconnected, and one that goes away has its
+call cancelled upstream unless its stream can be resumed.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import deque
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -28,6 +27,7 @@ from mcpvisor.actors.errors import UpstreamError
 from mcpvisor.actors.fronts.asgi import Receive, Send
 from mcpvisor.actors.fronts.fastpath import SERVER_REQUEST_PREFIX, FastPath
 from mcpvisor.actors.fronts.http_connection import held_writes
+from mcpvisor.actors.fronts.http_keep_alive import QUIET_TICKS, ping_comment
 from mcpvisor.actors.fronts.outbox import CLIENT_OUTBOX, CLIENT_STALL_S
 from mcpvisor.actors.harness import ClientSession
 from mcpvisor.actors.messages import Reply
@@ -43,8 +43,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("mcpvisor.actors.fronts.http_fast")
 
-__all__ = ["KEEP_ALIVE_S", "KEEP_ALIVE_TICK_S", "PATH_HEADER", "SESSION_HEADER", "HttpExchange",
-           "HttpSession", "KeepAlive", "ModernSession", "accepted"]
+__all__ = ["PATH_HEADER", "SESSION_HEADER", "HttpExchange", "HttpSession", "ModernSession", "accepted"]
 
 PATH_HEADER: Final = b"mcpvisor-path"
 """Response header of a call the fast path served (value ``fast``): which path answered."""
@@ -55,18 +54,6 @@ _ERROR_AT: Final = b',"error":{'
 HEADERS_GRACE_S: Final = 0.005
 """How long a handshake-era call's SSE headers wait for its answer, so that a quick answer
 leaves with them in one write (a slow call's headers go out then, as the SDK's would)."""
-KEEP_ALIVE_S: Final = 15.0
-"""How long an open SSE answer stays silent before a keep-alive comment (``: ping - <UTC
-time>``) is written: what the SDK's own SSE answers send and how often (sse_starlette's
-``EventSourceResponse`` default, which the SDK keeps), so a client or a load balancer with
-an idle timeout (nginx's ``proxy_read_timeout`` is 60 s) does not cut a long silent call
-served here that it would not cut on the SDK's path. A comment is not an event: clients
-skip it and nothing of it is kept for a resume. A JSON answer gets none (it cannot carry
-one). The count restarts with every write, so a stream that talks is not pinged."""
-KEEP_ALIVE_TICK_S: Final = 1.0
-"""The keep-alive timer's step (`KeepAlive`): a stream is pinged once it has been silent for
-more than `KEEP_ALIVE_S` and at most this more, then every `KEEP_ALIVE_S` while it stays so."""
-_QUIET_TICKS: Final = round(KEEP_ALIVE_S / KEEP_ALIVE_TICK_S)
 _SSE_HEADERS: Final = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform"),
                        (b"connection", b"keep-alive"), (b"x-accel-buffering", b"no"), (PATH_HEADER, b"fast")]
 _JSON_HEADERS: Final = [(b"content-type", b"application/json"), (PATH_HEADER, b"fast")]
@@ -84,43 +71,6 @@ class ModernSession(ClientSession):
     def __init__(self) -> None:
         super().__init__()
         self.label = None  # type: ignore[assignment]
-
-
-class KeepAlive:
-    """The fast path's one keep-alive timer for all its open SSE answers.
-
-    A call's own task only counts the frames it writes (as it did for the stall watchdog);
-    once a second this timer looks at every open stream (`HttpExchange.keep_alive_step`),
-    and one that wrote nothing for `KEEP_ALIVE_S` is asked for a comment. No timer or task
-    per call, and no task at all while no SSE answer is open.
-    """
-
-    __slots__ = ("_nursery", "_running", "open")
-
-    def __init__(self, nursery: trio.Nursery) -> None:
-        self._nursery = nursery
-        self._running = False
-        self.open: set[HttpExchange] = set()
-
-    def watch(self, exchange: HttpExchange) -> None:
-        """``exchange``'s SSE answer is open: keep it alive until `forget` (or its end)."""
-        self.open.add(exchange)
-        if not self._running:
-            self._running = True
-            self._nursery.start_soon(self._run)
-
-    def forget(self, exchange: HttpExchange) -> None:
-        self.open.discard(exchange)
-
-    async def _run(self) -> None:
-        try:
-            while self.open:
-                await trio.sleep(KEEP_ALIVE_TICK_S)
-                for exchange in list(self.open):
-                    if not exchange.keep_alive_step():
-                        self.open.discard(exchange)  # its stream is over (a refusal ends without `forget`)
-        finally:
-            self._running = False
 
 
 class HttpSession:
@@ -344,8 +294,9 @@ class HttpExchange(FastPath):
             await self._write(b"", more=False)  # cancelled by the client: no answer, the stream ends
 
     def keep_alive_step(self) -> bool:
-        """One step of the keep-alive timer (`KeepAlive`): after `KEEP_ALIVE_S` without a
-        write, have this request's task write a comment. False: the stream is over."""
+        """One step of the keep-alive timer (`mcpvisor.actors.fronts.http_keep_alive`): after
+        `QUIET_TICKS` without a write, this request's task writes a comment. False: the
+        stream is over."""
         if self.closed or self.detached or (self.finished and not self._queue):
             return False
         if self._written != self._heard:
@@ -353,7 +304,7 @@ class HttpExchange(FastPath):
             self._quiet = 0
             return True
         self._quiet += 1
-        if self._quiet >= _QUIET_TICKS:
+        if self._quiet >= QUIET_TICKS:
             self._quiet = 0
             self._ping = True
             self._wake.set()
@@ -361,9 +312,8 @@ class HttpExchange(FastPath):
 
     async def _write_ping(self) -> bool:
         """Write the SDK's keep-alive comment on the silent stream; False: the client left."""
-        comment = b": ping - %s\r\n\r\n" % str(datetime.now(UTC)).encode()
         try:
-            await self._write(comment, more=True)
+            await self._write(ping_comment(), more=True)
         except Exception:  # the connection closed under the write: as a disconnect
             logger.debug("HTTP fast path: the client left during a silent call", exc_info=True)
             await self._gone()

@@ -56,10 +56,10 @@ from mcpvisor.actors.fronts.http_exchange import (
     SESSION_HEADER,
     HttpExchange,
     HttpSession,
-    KeepAlive,
     ModernSession,
     accepted,
 )
+from mcpvisor.actors.fronts.http_keep_alive import KeepAlive
 from mcpvisor.actors.fronts.limits import MAX_IN_FLIGHT
 from mcpvisor.actors.fronts.views import HTTP_TOOLSET_PREFIX, ViewRefused
 

@@ -28,8 +28,9 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from mcpvisor.actors import wire
 from mcpvisor.actors.fronts.asgi import Message
 from mcpvisor.actors.fronts.frames import decode_client_frame
-from mcpvisor.actors.fronts.http_exchange import KEEP_ALIVE_S, KEEP_ALIVE_TICK_S, HttpExchange, HttpSession
+from mcpvisor.actors.fronts.http_exchange import HttpExchange, HttpSession
 from mcpvisor.actors.fronts.http_fast import HttpFast
+from mcpvisor.actors.fronts.http_keep_alive import KEEP_ALIVE_S, KEEP_ALIVE_TICK_S
 from tests.fakes.memory_front import MemoryProxy, ScriptedServer, open_memory_proxy
 
 Clock = trio.testing.MockClock
