@@ -48,10 +48,15 @@ PING: Final = re.compile(rb": ping - (\S+ \S+\+00:00)\r\n\r\n")
 class Response:
     """The ASGI messages one request's answer is written as, with their virtual times."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, gone_by_ping: bool = False) -> None:
         self._in, self._out = trio.open_memory_channel[tuple[float, Message]](64)
+        self.gone_by_ping = gone_by_ping
+        """The client has gone by the first ping: writing it fails (as a server's send does
+        on a closed connection)."""
 
     async def send(self, message: Message) -> None:
+        if self.gone_by_ping and is_ping(message):
+            raise trio.BrokenResourceError("the client closed the connection")
         await self._in.send((trio.current_time(), message))
 
     async def next(self) -> tuple[float, Message]:
@@ -76,13 +81,14 @@ def fast_layer(p: MemoryProxy) -> HttpFast:
 
 
 @asynccontextmanager
-async def posted(p: MemoryProxy, frame: dict[str, Any], *, modern: bool) -> AsyncIterator[Response]:
+async def posted(p: MemoryProxy, frame: dict[str, Any], *, modern: bool,
+                 response: Response | None = None) -> AsyncIterator[Response]:
     """``frame`` POSTed to the fast path; its answer as written, until the request ends."""
     body = json.dumps(frame).encode()
     env = decode_client_frame(body)
     assert isinstance(env, wire.Envelope)
     session = None if modern else HttpSession("session-1", {})
-    response = Response()
+    response = response or Response()
     exchange = HttpExchange(fast_layer(p), response.send, session, modern, None, None, None, "1")
     assert await exchange.client_request(env, body)
     never = trio.Event()  # the client stays connected
@@ -224,3 +230,20 @@ async def test_a_2026_call_that_streams_first_is_kept_alive_once_its_sse_is_open
                 _, message = await response.next()
                 assert sse_data(message)["id"] == 1
                 assert message["more_body"] is False
+
+
+async def test_a_client_found_gone_by_the_ping_has_its_call_cancelled_upstream(autojump_clock: Clock) -> None:
+    """The ping is also how a silent call learns that its client has gone: the write fails,
+    the upstream gets ``notifications/cancelled`` for the call then (not at the call's own
+    end), and the request ends."""
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy() as p:
+            p.upstream.spec.timeout = CALL_TIMEOUT_S
+            gone = Response(gone_by_ping=True)
+            async with posted(p, call(1, modern=False), modern=False, response=gone):
+                request = await p.server.receive()
+                opened_at, _ = await gone.next()
+                cancel = await p.server.receive_method("notifications/cancelled")
+                assert cancel["params"]["requestId"] == request["id"]
+                assert after_silence(trio.current_time(), opened_at)
+            assert gone.written_since() == []
