@@ -5,9 +5,10 @@ it serves them in.
 request as the stdio fast path's connection (`mcpvisor.actors.fronts.fastpath.FastPath`):
 it hosts the call (`mcpvisor.actors.fronts.fastcall.CallHost`), asks the client on an
 upstream's behalf, and writes what the call sends to this request's response: JSON, or an
-SSE stream with a priming event and numbered events kept for a resume; a client that takes
-nothing for `CLIENT_STALL_S` is disconnected, and one that goes away has its call
-cancelled upstream unless its stream can be resumed.
+SSE stream with a priming event and numbered events kept for a resume, and the SDK's
+keep-alive comment while it is silent (`mcpvisor.actors.fronts.http_keep_alive`); a client
+that takes nothing for `CLIENT_STALL_S` is disconnected, and one that goes away has its
+call cancelled upstream unless its stream can be resumed.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from mcpvisor.actors.bridge import CAPABILITY_OF
 from mcpvisor.actors.errors import UpstreamError
 from mcpvisor.actors.fronts.asgi import Receive, Send
 from mcpvisor.actors.fronts.fastpath import SERVER_REQUEST_PREFIX, FastPath
-from mcpvisor.actors.fronts.http_server import held_writes
+from mcpvisor.actors.fronts.http_connection import held_writes
+from mcpvisor.actors.fronts.http_keep_alive import QUIET_TICKS, ping_comment
 from mcpvisor.actors.fronts.outbox import CLIENT_OUTBOX, CLIENT_STALL_S
 from mcpvisor.actors.harness import ClientSession
 from mcpvisor.actors.messages import Reply
@@ -138,6 +140,13 @@ class HttpExchange(FastPath):
         self._queue: deque[tuple[bytes, bool]] = deque()
         self._wake = trio.Event()
         self._written = 0
+        self._timer = fast.keep_alive
+        self._ping = False
+        self._heard = -1
+        """`_written` when the keep-alive timer last looked (-1: not yet; its first step
+        starts the count, as a write does)."""
+        self._quiet = 0
+        """The keep-alive timer's steps since this answer last wrote."""
         self._watching = False
         self.dropped = 0
         self.trace_headers: dict[str, str] | None = None
@@ -229,13 +238,16 @@ class HttpExchange(FastPath):
         if not self._queue and not self.finished:
             with trio.move_on_after(HEADERS_GRACE_S):
                 await self._wake.wait()
-        if self.finished:
-            await self._write_all()
-            return
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._watch, receive, nursery.cancel_scope)
-            await self._write_all()
-            nursery.cancel_scope.cancel()
+        try:
+            if self.finished:
+                await self._write_all()
+                return
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._watch, receive, nursery.cancel_scope)
+                await self._write_all()
+                nursery.cancel_scope.cancel()
+        finally:
+            self._timer.forget(self)
 
     async def _write_all(self) -> None:
         answered = False
@@ -260,6 +272,10 @@ class HttpExchange(FastPath):
                     break
                 await self._wake.wait()
                 self._wake = trio.Event()
+                if self._ping:
+                    self._ping = False
+                    if not self._queue and not self.finished and not await self._write_ping():
+                        return
                 continue
             data, final = self._queue.popleft()
             try:
@@ -277,6 +293,33 @@ class HttpExchange(FastPath):
         if self.started and not self.closed and not self.detached:
             await self._write(b"", more=False)  # cancelled by the client: no answer, the stream ends
 
+    def keep_alive_step(self) -> bool:
+        """One step of the keep-alive timer (`mcpvisor.actors.fronts.http_keep_alive`): after
+        `QUIET_TICKS` without a write, this request's task writes a comment. False: the
+        stream is over."""
+        if self.closed or self.detached or (self.finished and not self._queue):
+            return False
+        if self._written != self._heard:
+            self._heard = self._written
+            self._quiet = 0
+            return True
+        self._quiet += 1
+        if self._quiet >= QUIET_TICKS:
+            self._quiet = 0
+            self._ping = True
+            self._wake.set()
+        return True
+
+    async def _write_ping(self) -> bool:
+        """Write the SDK's keep-alive comment on the silent stream; False: the client left."""
+        try:
+            await self._write(ping_comment(), more=True)
+        except Exception:  # the connection closed under the write: as a disconnect
+            logger.debug("HTTP fast path: the client left during a silent call", exc_info=True)
+            await self._gone()
+            return False
+        return True
+
     async def _deliver(self, data: bytes, final: bool) -> None:
         if not self.started:
             if not self._modern:
@@ -286,6 +329,7 @@ class HttpExchange(FastPath):
                 return
             else:
                 self.started = True
+                self._timer.watch(self)
                 await self._send({"type": "http.response.start", "status": _OK, "headers": _SSE_HEADERS})
         await self._write(self._event(data), more=not final)
 
@@ -310,6 +354,8 @@ class HttpExchange(FastPath):
             final = first[1]
         if final:  # the whole stream is known: its length frames it (no chunks to encode or end)
             headers.append((b"content-length", b"%d" % len(body)))
+        else:
+            self._timer.watch(self)
         await self._send({"type": "http.response.start", "status": _OK, "headers": headers})
         if body:
             await self._write(body, more=not final)

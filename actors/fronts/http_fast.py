@@ -59,6 +59,7 @@ from mcpvisor.actors.fronts.http_exchange import (
     ModernSession,
     accepted,
 )
+from mcpvisor.actors.fronts.http_keep_alive import KeepAlive
 from mcpvisor.actors.fronts.limits import MAX_IN_FLIGHT
 from mcpvisor.actors.fronts.views import HTTP_TOOLSET_PREFIX, ViewRefused
 
@@ -140,6 +141,8 @@ class HttpFast:
         self.fast_calls = 0
         self.passed_calls = 0
         self.modern_session = ModernSession()
+        self.keep_alive = KeepAlive(nursery)
+        """The one timer that keeps every silent SSE answer of this path alive."""
         self._header_cache: tuple[Snapshot, frozenset[str]] | None = None
         self._anonymous_token: Any = None
         self._matched: tuple[Any, Any] | None = None
