@@ -14,12 +14,14 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import psutil
 import pytest
 import trio
 import trio.testing
 
+from mcpvisor.actors import process
 from mcpvisor.actors.process import (
     SpawnError,
     StderrLog,
@@ -161,3 +163,21 @@ async def test_stderr_is_drained_and_its_tail_kept() -> None:
         await send.aclose()
     assert log.tail(2) == "line 28 | line 29"
     assert len(log.lines) == 20
+
+
+async def test_with_no_shell_the_watchdog_is_a_python_one_and_still_kills(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A system without /bin/sh (a distroless image) keeps the guarantee: the watchdog
+    starts as a Python process and kills a registered group when the proxy's end closes."""
+    monkeypatch.setattr(process, "SHELL", str(tmp_path / "no-shell-here"))
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with open_reaper() as reaper:
+            assert reaper.active
+            assert reaper._proc is not None
+            assert psutil.Process(reaper._proc.pid).cmdline()[0] == sys.executable
+            doomed = await spawn([sys.executable, FLAKY], env={}, cwd=None, reaper=reaper)
+            assert reaper._writer is not None
+            await reaper._writer.aclose()  # what the kernel does when the proxy dies
+            await reaper._proc.wait()
+            await doomed.wait()
+            assert doomed.returncode == -signal.SIGKILL
