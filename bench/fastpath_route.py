@@ -46,8 +46,9 @@ class _Link(StdioLink):
         self.protocol_version = "2025-11-25"
         self._envelope = None
         self._n = 0
+        self.writer = SimpleNamespace(try_write=lambda frame: None)  # type: ignore[assignment]
 
-    def reserve_fast(self, sink: Any, *, timeout: float, max_time: float) -> str:
+    def reserve_fast(self, sink: Any, *, timeout: float, max_time: float, now: float | None = None) -> str:
         self._n += 1
         return f"mv-{self._n}"
 

@@ -67,6 +67,9 @@ logger = logging.getLogger(__name__)
 SERVER_REQUEST_PREFIX: Final = "mvs-"
 """Ids of requests the proxy sends the client on an upstream's behalf (sampling, elicitation, roots)."""
 
+MAX_RAW_NAMES: Final = 4096
+_RAW_NAMES: dict[str, Raw] = {}
+"""Upstream tool names as the JSON strings a forwarded call carries, encoded once (every front)."""
 CLIENT_GONE_CANCEL_S: Final = 1.0
 """Bound on each courtesy cancel sent upstream when a client disconnects mid-call
 (docs/style.md rule 16: every shielded wait is bounded)."""
@@ -244,14 +247,20 @@ class FastPath:
         if modern:
             call.capabilities = meta.get(CLIENT_CAPABILITIES_META_KEY)  # decoded only when needed
         try:
-            proxy_id = link.reserve_fast(call, timeout=up.spec.timeout, max_time=up.spec.max_call_time)
+            proxy_id = link.reserve_fast(call, timeout=up.spec.timeout, max_time=up.spec.max_call_time,
+                                         now=call.started)
         except ProxyError:
             return False
         call.proxy_id = proxy_id
         up.note_call()
         if modern:
             self.era = "modern"
-        params["name"] = Raw(wire.encode(route.original))
+        original = _RAW_NAMES.get(route.original)
+        if original is None:
+            if len(_RAW_NAMES) >= MAX_RAW_NAMES:
+                _RAW_NAMES.clear()  # catalogs changed many times over: start again
+            original = _RAW_NAMES[route.original] = Raw(wire.encode(route.original))
+        params["name"] = original
         if modern or link.modern:
             for key in ENVELOPE_KEYS:
                 meta.pop(key, None)

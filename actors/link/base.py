@@ -148,7 +148,8 @@ class Link:
         self.server = server
         self.events = events
         self.session: ClientSession | None = None
-        self.protocol_version: str = ""
+        self._protocol_version = ""
+        self._modern = False
         self.server_info: types.Implementation | None = None
         self.capabilities: types.ServerCapabilities | None = None
         self.instructions: str | None = None
@@ -173,8 +174,18 @@ class Link:
 
     # --- state -----------------------------------------------------------------
     @property
+    def protocol_version(self) -> str:
+        """The version the handshake (or ``server/discover``) settled on; "" before."""
+        return self._protocol_version
+
+    @protocol_version.setter
+    def protocol_version(self, version: str) -> None:
+        self._protocol_version = version
+        self._modern = is_modern_version(version)  # asked on every fast-path call, both ways
+
+    @property
     def modern(self) -> bool:
-        return is_modern_version(self.protocol_version)
+        return self._modern
 
     @property
     def envelope_meta(self) -> Mapping[str, Any]:

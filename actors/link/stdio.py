@@ -116,15 +116,18 @@ class StdioLink(Link):
         return await self._wait(pending)
 
     # --- the fast path -------------------------------------------------------------
-    def reserve_fast(self, sink: FastSink, *, timeout: float, max_time: float) -> str:
-        """Register a fast-path call and return the id to send it under.
+    def reserve_fast(self, sink: FastSink, *, timeout: float, max_time: float,
+                     now: float | None = None) -> str:
+        """Register a fast-path call and return the id to send it under (``now``: the
+        call's start, if the caller already read the clock).
 
         Raises:
             UpstreamDied: the connection is closing.
             TooManyRequests: the pending table is full.
         """
         proxy_id = self._mint_id()
-        now = trio.current_time()
+        if now is None:
+            now = trio.current_time()
         hard = now + max_time
         self._pending[proxy_id] = Pending(proxy_id, "tools/call", sink, hard, timeout, None, sink=sink,
                                            deadline=min(now + timeout, hard), started=now)
