@@ -80,6 +80,7 @@ METRICS: Final[dict[str, Metric]] = {
     "p99_ms": Metric("ms", True, False, "p99 ms"),
     "ratio_p50": Metric("x", True, True, "p50 ratio"),
     "ratio_p99": Metric("x", True, True, "p99 ratio"),
+    "added_p50_ms": Metric("ms", True, False, "p50 added ms"),
     "c1_calls_s": Metric("calls/s", False, False, "c=1 calls/s"),
     "cN_calls_s": Metric("calls/s", False, False, "c=32 calls/s"),
     "ratio_c1": Metric("x", False, True, "c=1 ratio"),
@@ -178,13 +179,16 @@ def rnd(value: float | None, digits: int = 3) -> float | None:
 
 
 def aggregate(per_round: Mapping[str, list[dict[str, float]]], metrics: Sequence[str],
-              ratios: Mapping[str, str], baseline: str = "direct") -> dict[str, dict[str, Any]]:
+              ratios: Mapping[str, str], baseline: str = "direct",
+              differences: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
     """Medians over rounds per subject, and per-round ratios against ``baseline``.
 
     Args:
         per_round: subject -> one dict of metric values per round (rounds aligned by index).
         metrics: the metrics to report as medians.
         ratios: ratio metric name -> the metric it divides (subject / baseline, same round).
+        differences: difference metric name -> the metric it subtracts (subject - baseline,
+            same round): what a subject adds, e.g. milliseconds per call.
     """
     base = per_round.get(baseline, [])
     out: dict[str, dict[str, Any]] = {}
@@ -196,6 +200,10 @@ def aggregate(per_round: Mapping[str, list[dict[str, float]]], metrics: Sequence
                 if i < len(base) and r.get(metric) and base[i].get(metric):
                     values.append(r[metric] / base[i][metric])
             row[ratio_name] = rnd(median(values))
+        for diff_name, metric in (differences or {}).items():
+            deltas = [r[metric] - base[i][metric] for i, r in enumerate(rounds)
+                      if i < len(base) and metric in r and metric in base[i]]
+            row[diff_name] = rnd(median(deltas))
         row["rounds"] = len(rounds)
         out[subject] = row
     return out

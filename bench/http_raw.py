@@ -197,6 +197,12 @@ async def run(clients: int, calls: int, rounds: int) -> dict[str, list[dict[str,
     return out
 
 
+THROUGHPUT_TARGET: Final = 3.0
+"""Issue 29: mcpvisor's streamable HTTP throughput at ``--clients`` over the SDK's own server's."""
+P50_TARGET_MS: Final = 0.7
+"""Issue 29: one client's p50 through mcpvisor's HTTP front, trivial upstream."""
+
+
 def report(results: dict[str, list[dict[str, float]]], clients: int) -> str:
     base = results["sdk-http"]
     lines = ["| subject | clients | p50 ms | p99 ms | calls/s | throughput vs SDK's HTTP server |",
@@ -205,6 +211,14 @@ def report(results: dict[str, list[dict[str, float]]], clients: int) -> str:
         for row, n, ref in zip(rows, (1, clients), base, strict=True):
             lines.append(f"| {subject} | {n} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} | "
                          f"{row['calls_per_s']:.0f} | {row['calls_per_s'] / ref['calls_per_s']:.2f}x |")
+    ours = results.get("mcpvisor")
+    if ours is not None:
+        ratio = ours[1]["calls_per_s"] / base[1]["calls_per_s"]
+        p50 = ours[0]["p50_ms"]
+        lines += ["", f"target: at {clients} clients, at least {THROUGHPUT_TARGET:g}x the SDK's HTTP server: "
+                      f"{ratio:.2f}x, {'met' if ratio >= THROUGHPUT_TARGET else 'missed'}",
+                  f"target: one client's p50 at most {P50_TARGET_MS:g} ms: {p50:.2f} ms, "
+                  f"{'met' if p50 <= P50_TARGET_MS else 'missed'}"]
     return "\n".join(lines)
 
 

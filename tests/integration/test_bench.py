@@ -68,6 +68,12 @@ async def test_tiny_latency_run_prints_a_table_json_and_compares(tmp_path: Path)
         assert {"p50_ms", "p99_ms", "ratio_p50", "ratio_p99"} <= row.keys()
         assert row["p50_ms"] > 0
     assert subjects["direct"]["ratio_p50"] == 1.0
+    # With one round, what the proxy adds is the difference of the two p50s (up to rounding).
+    added = subjects["mcpvisor"]["added_p50_ms"]
+    assert added == pytest.approx(subjects["mcpvisor"]["p50_ms"] - subjects["direct"]["p50_ms"], abs=2e-3)
+    # The stdio call targets it judges are the speed issue's: p50 ratio, added ms, proxy CPU.
+    targets = {(t["metric"], t["target"]) for t in scenario["targets"] if t["subject"] == "mcpvisor"}
+    assert targets == {("ratio_p50", "<= 1.5"), ("added_p50_ms", "<= 0.15"), ("cpu_ms_per_call", "<= 0.12")}
 
     doc = json.loads(out.read_text())
     assert {"cpu", "cores", "python", "mcp", "trio"} <= doc["machine"].keys()
