@@ -58,8 +58,7 @@ from mcpvisor._config_types import (
     is_store_url,
     scheme_of,
 )
-from mcpvisor.actors.core.toolsets import DEFAULT_DISCOVERY_BUDGET
-from mcpvisor.actors.core.vocabulary import EXPOSURES
+from mcpvisor.actors.core.vocabulary import DEFAULT_DISCOVERY_BUDGET, EXPOSURES
 from mcpvisor.actors.core.vocabulary import OTLP_PROTOCOLS as PROTOCOLS
 
 

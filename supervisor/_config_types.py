@@ -30,7 +30,7 @@ from mcpvisor.actors.core.spec import (
     DEFAULT_TIMEOUT_S,
     ServerSpec,
 )
-from mcpvisor.actors.core.toolsets import DEFAULT_DISCOVERY_BUDGET
+from mcpvisor.actors.core.vocabulary import DEFAULT_DISCOVERY_BUDGET
 
 if TYPE_CHECKING:  # the module pulls in jsonschema: a CLI that never loads a config need not
     from mcpvisor.actors.core.compound import CompoundDecl
