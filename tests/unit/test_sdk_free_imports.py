@@ -9,6 +9,8 @@ constants (held equal to the SDK's by tests/unit/test_wire_codes.py).
 * statically: none of the modules below imports the SDK at module level (an import under
   ``if TYPE_CHECKING:`` is for annotations only; one inside a function runs only on the
   path that needs it);
+* statically, followed: nothing the fast path imports (module by module, to the end)
+  imports the SDK, except through the upstream links' package, which still needs it;
 * at run time: importing the modules that import no SDK-bound module of ours either loads
   neither the SDK nor psycopg (the PostgreSQL driver, only for a configured store), checked
   in a fresh interpreter, module by module, so the first one that brings it in is named.
@@ -122,6 +124,74 @@ def test_the_check_finds_a_module_level_sdk_import_wherever_it_hides(tmp_path: P
     assert _sdk_imports(sample) == ["2: import mcp.types", "3: from mcp_types import LOG_LEVEL_META_KEY",
                                     "5: import mcp_types.version", "9: from mcp import ClientSession",
                                     "13: import mcp.shared"]
+
+
+ROOMS: Final = {"supervisor": "mcpvisor", "actors": "mcpvisor.actors"}
+LINKS: Final = "mcpvisor.actors.link"
+"""The upstream links' package: its stdio link still opens upstreams with the SDK's
+ClientSession, and the package imports its SDK link; the fast path's other imports must not
+reach the SDK, so that the stdio fast path is SDK-free once that link is."""
+
+
+def _own_modules() -> dict[str, Path]:
+    """Our modules by dotted name (``mcpvisor.bench`` is never imported by them)."""
+    found: dict[str, Path] = {}
+    for room, package in ROOMS.items():
+        for path in sorted((ROOT / room).rglob("*.py")):
+            parts = path.relative_to(ROOT / room).with_suffix("").parts
+            if any(p.startswith(".") for p in parts):
+                continue
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join((package, *parts))] = path
+    return found
+
+
+def _imported_at_module_level(module: str, path: Path, known: dict[str, Path]) -> tuple[set[str], bool]:
+    """Our modules ``module`` imports when it is imported (its parent packages included),
+    and whether it imports the SDK itself."""
+    out = {".".join(module.split(".")[:i]) for i in range(1, module.count(".") + 1)} & set(known)
+    sdk = False
+    base = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    for node in _module_level_imports(ast.parse(path.read_text(encoding="utf-8")).body):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            origin = node.module or ""
+            if node.level:
+                origin = ".".join([*base[: len(base) - (node.level - 1)], *([origin] if origin else [])])
+            names = [f"{origin}.{a.name}" if f"{origin}.{a.name}" in known else origin for a in node.names]
+        for name in names:
+            sdk = sdk or name.split(".")[0] in SDK
+            while name not in known and "." in name:
+                name = name.rsplit(".", 1)[0]
+            if name in known and name != module:
+                out.add(name)
+    return out, sdk
+
+
+@pytest.mark.parametrize("start", ["mcpvisor.actors.fronts.fastpath", "mcpvisor.actors.fronts.fastcall"])
+def test_the_fast_path_reaches_the_sdk_only_through_the_upstream_links(start: str) -> None:
+    """Everything the fast path imports when it is imported, followed module by module,
+    stopping at the links' package: no module on the way imports the SDK."""
+    known = _own_modules()
+    parent: dict[str, str | None] = {start: None}
+    queue, chains = [start], []
+    while queue:
+        module = queue.pop()
+        found, sdk = _imported_at_module_level(module, known[module], known)
+        if sdk:
+            chain = [module]
+            while (up := parent[chain[-1]]) is not None:
+                chain.append(up)
+            chains.append(" <- ".join(chain))
+        for name in sorted(found - parent.keys()):
+            if name != LINKS and not name.startswith(LINKS + "."):
+                parent[name] = module
+                queue.append(name)
+    # It did follow the imports: the fast path's own modules were reached.
+    assert {"mcpvisor.actors.wire", "mcpvisor.actors.eras", "mcpvisor.actors.bridge"} <= parent.keys()
+    assert chains == []
 
 
 def test_the_config_loader_and_the_byte_paths_load_neither_the_sdk_nor_psycopg() -> None:
