@@ -27,21 +27,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from mcp_types import (
+from msgspec import Raw
+
+from mcpvisor.actors import wire
+from mcpvisor.actors.wire import (
     CLIENT_CAPABILITIES_META_KEY,
     CLIENT_INFO_META_KEY,
     LOG_LEVEL_META_KEY,
     PROTOCOL_VERSION_META_KEY,
     SERVER_INFO_META_KEY,
 )
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from msgspec import Raw
-
-from mcpvisor.actors import wire
 
 __all__ = [
     "ENVELOPE_KEYS",
+    "HANDSHAKE_PROTOCOL_VERSIONS",
+    "LATEST_HANDSHAKE_VERSION",
+    "LATEST_MODERN_VERSION",
     "LOG_LEVELS",
+    "MODERN_PROTOCOL_VERSIONS",
     "RELAYED_CAPABILITIES",
     "adapt_raw_result",
     "complete",
@@ -52,13 +55,26 @@ __all__ = [
     "verbose_of",
 ]
 
+# The protocol versions of each era, the same as the SDK's (``mcp_types.version``; a unit
+# test holds them equal), written out so that the byte paths that tell the eras apart do
+# not load the SDK's types (~190 ms and most of its memory) to read two tuples.
+HANDSHAKE_PROTOCOL_VERSIONS: Final[tuple[str, ...]] = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+"""The versions an ``initialize`` handshake negotiates, oldest first."""
+MODERN_PROTOCOL_VERSIONS: Final[tuple[str, ...]] = ("2026-07-28",)
+"""The versions whose requests each carry their envelope in ``_meta`` (no handshake)."""
+LATEST_HANDSHAKE_VERSION: Final = HANDSHAKE_PROTOCOL_VERSIONS[-1]
+"""What a handshake offers, and answers a client that asked for a version it does not know."""
+LATEST_MODERN_VERSION: Final = MODERN_PROTOCOL_VERSIONS[-1]
+"""What a 2026-07-28-era request is sent as."""
+
 ENVELOPE_KEYS: Final = (PROTOCOL_VERSION_META_KEY, CLIENT_INFO_META_KEY, CLIENT_CAPABILITIES_META_KEY,
                         LOG_LEVEL_META_KEY)
 """The ``_meta`` keys of a 2026-07-28 request's envelope: the client's never reach an
 upstream (the proxy sends its own, or none to a handshake-era one)."""
 
 LOG_LEVELS: Final = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
-"""MCP's logging levels (RFC 5424 severities), least severe first."""
+"""MCP's logging levels (RFC 5424 severities), least severe first: the SDK's
+``LoggingLevel``, held equal to it by a unit test."""
 
 RELAYED_CAPABILITIES: Final = ("sampling", "elicitation", "roots")
 """The client capabilities an upstream's questions need: the proxy relays each question to

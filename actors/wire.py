@@ -125,3 +125,12 @@ def tool_error_result(text: str, structured: dict[str, Any] | None = None) -> di
     if structured is not None:
         result["structuredContent"] = structured
     return result
+
+
+# The ``_meta`` keys of the 2026-07-28 envelope and of a result's stamp, the same strings as
+# the SDK's (``mcp_types``; a unit test holds them equal), written out for the reason the
+# codes above are: the byte paths read and write them without loading the SDK's types.
+CLIENT_INFO_META_KEY: Final = "io.modelcontextprotocol/clientInfo"
+CLIENT_CAPABILITIES_META_KEY: Final = "io.modelcontextprotocol/clientCapabilities"
+LOG_LEVEL_META_KEY: Final = "io.modelcontextprotocol/logLevel"
+SERVER_INFO_META_KEY: Final = "io.modelcontextprotocol/serverInfo"

@@ -29,8 +29,6 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-import filelock
-
 try:
     import fcntl as _flock
 except ImportError:  # Windows: filelock's lock file is deleted on release there anyway
@@ -232,6 +230,10 @@ def locked(path: Path, timeout: float = DEFAULT_LOCK_TIMEOUT_S, *, remove: bool 
                 os.unlink(lock_path)  # while still holding it: see _acquire_removable
             os.close(fd)  # releases the lock
         return
+    # Imported here: only this kind of lock uses it (the config file's, the common case of
+    # a CLI command, is taken with flock above), and it costs ~5 ms at every start.
+    import filelock
+
     lock = filelock.FileLock(lock_path, timeout=timeout)
     try:
         lock.acquire()

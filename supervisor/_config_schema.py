@@ -9,7 +9,6 @@ callers validate each server entry on its own and prefix its name themselves.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, TypeVar
@@ -255,6 +254,8 @@ def field_names(struct: type[msgspec.Struct]) -> tuple[str, ...]:
 
 def close_match(word: str, candidates: Iterable[str]) -> str:
     """` (did you mean "x"?)` for the closest candidate (case-insensitive), or ``."""
+    import difflib  # here: only a misspelt key or value needs a suggestion
+
     by_lower = {c.lower(): c for c in candidates}
     found = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=_CLOSE_MATCH_CUTOFF)
     if not found and len(word) >= _MIN_PREFIX:  # "desc" for "description"

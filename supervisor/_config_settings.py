@@ -55,11 +55,11 @@ from mcpvisor._config_types import (
     OAuthSettings,
     Settings,
     TelemetrySettings,
+    is_store_url,
+    scheme_of,
 )
-from mcpvisor.actors.core.toolsets import DEFAULT_DISCOVERY_BUDGET
-from mcpvisor.actors.core.vocabulary import EXPOSURES
+from mcpvisor.actors.core.vocabulary import DEFAULT_DISCOVERY_BUDGET, EXPOSURES
 from mcpvisor.actors.core.vocabulary import OTLP_PROTOCOLS as PROTOCOLS
-from mcpvisor.pgstore import is_store_url, scheme_of
 
 
 class SettingsRules(Checker):

@@ -26,9 +26,7 @@ from mcpvisor._config_schema import (
     describe_type,
 )
 from mcpvisor._config_types import NAME_RE, NAME_RULE, Settings, ToolRef, ToolsetDecl
-from mcpvisor.actors.core.catalog import bare, flatten
 from mcpvisor.actors.core.spec import ServerSpec
-from mcpvisor.actors.core.toolsets import MANAGEMENT_TOOLS
 
 if TYPE_CHECKING:  # imported where a `tools` section is built: it pulls in jsonschema
     from mcpvisor.actors.core.compound import CompoundDecl, SubtoolDecl
@@ -108,6 +106,12 @@ class ToolRules(Checker):
         """
         section = self.section("tools")
         self.compound_names = frozenset(section)
+        if not section:
+            return {}
+        # Imported here: the toolsets module (and what it brings) is needed only to check
+        # a compound tool's name, and most configs declare none.
+        from mcpvisor.actors.core.toolsets import MANAGEMENT_TOOLS
+
         taken = self.server_tool_names(servers, settings, section)
         out: dict[str, CompoundDecl] = {}
         for name, raw in section.items():
@@ -219,6 +223,10 @@ class ToolRules(Checker):
                         continue
                     if owner.exposed_tools is None:
                         named.setdefault(server, set()).add(tool)
+        if not named:
+            return {}
+        from mcpvisor.actors.core.catalog import bare, flatten  # here: named tools are rare
+
         out: dict[str, str] = {}
         for server, tools in named.items():
             for tool in tools:

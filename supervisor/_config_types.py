@@ -30,7 +30,7 @@ from mcpvisor.actors.core.spec import (
     DEFAULT_TIMEOUT_S,
     ServerSpec,
 )
-from mcpvisor.actors.core.toolsets import DEFAULT_DISCOVERY_BUDGET
+from mcpvisor.actors.core.vocabulary import DEFAULT_DISCOVERY_BUDGET
 
 if TYPE_CHECKING:  # the module pulls in jsonschema: a CLI that never loads a config need not
     from mcpvisor.actors.core.compound import CompoundDecl
@@ -92,6 +92,9 @@ upstream's stop sequence), so a pod's ``terminationGracePeriodSeconds`` should b
 40 s for the default."""
 DRAIN_MIN_S: Final = 0.1
 DRAIN_MAX_S: Final = HOUR
+STORE_ENV: Final = "MCPVISOR_STORE"
+"""The PostgreSQL store's URL (`mcpvisor.pgstore`); wins over ``settings.store``."""
+STORE_SCHEMES: Final = ("postgresql", "postgres")
 REPLICA_ENV: Final = "MCPVISOR_REPLICA"
 """This replica's name (``serve --replica NAME`` wins): the prefix of its HTTP session ids."""
 REPLICA_RE: Final = re.compile(r"[A-Za-z0-9_-]{1,63}\Z")
@@ -196,6 +199,22 @@ class ToolsetDecl:
     name: str
     tools: tuple[ToolRef, ...]
     description: str | None
+
+
+def is_store_url(value: str) -> bool:
+    """Whether ``value`` is a PostgreSQL URL (``postgresql://`` or ``postgres://``).
+
+    Here rather than in `mcpvisor.pgstore` so that checking a config (and starting a
+    files-only ``serve``) does not import the store's package."""
+    scheme, sep, _ = value.partition("://")
+    return bool(sep) and scheme.lower() in STORE_SCHEMES
+
+
+def scheme_of(value: str) -> str:
+    """What a bad store value is shown as: its scheme only (the rest may hold a password,
+    however mistyped)."""
+    scheme, sep, _ = value.partition("://")
+    return f"a {scheme[:20]!r} URL" if sep and scheme.isascii() and scheme.isalnum() else "not a URL"
 
 
 def _empty() -> Mapping[str, Any]:

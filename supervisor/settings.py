@@ -18,11 +18,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
-import platformdirs
-
+from mcpvisor._config_types import STORE_ENV, is_store_url, scheme_of
 from mcpvisor.actors.core.toolsets import MODES
 from mcpvisor.config import ConfigError, Settings
-from mcpvisor.pgstore import STORE_ENV, is_store_url, scheme_of
 
 __all__ = ["APP_NAME", "EXPOSURE_ENV", "STATE_DIR_ENV", "state_dir", "with_env_overrides"]
 
@@ -60,6 +58,8 @@ def state_dir(
         return Path(value).expanduser()
     if configured is not None and os.fspath(configured) != "":
         return Path(configured).expanduser()
+    import platformdirs  # here: ~4 ms at every start, and a state dir given by name never needs it
+
     # appauthor=False: no "mcpvisor\mcpvisor" doubling on Windows.
     return Path(platformdirs.user_state_dir(APP_NAME, appauthor=False))
 

@@ -14,16 +14,17 @@ Owns:
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from mcpvisor.actors.core import policy_config
-from mcpvisor.actors.core.registry import ServerFilter
 from mcpvisor.actors.core.vocabulary import DEFAULT_MAX_CALL_TIME_S, DEFAULT_TIMEOUT_S
+
+if TYPE_CHECKING:
+    from mcpvisor.actors.core.registry import ServerFilter
 
 __all__ = [
     "DEFAULT_HEALTH_CHECK_INTERVAL_S",
@@ -171,6 +172,8 @@ class ServerSpec:
         Covers every field except `name`, `description`, `raw` and `enabled`; a hot reload
         restarts a server whose fingerprint changed and leaves the others running.
         """
+        import hashlib  # here: only a reload compares fingerprints; checking a config does not
+
         payload = {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name not in _UNHASHED}
         blob = json.dumps(payload, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -197,6 +200,10 @@ def _plain(value: Any) -> Any:
 def server_filter(spec: ServerSpec) -> ServerFilter:
     """Which of a server's tools are exposed, and under which names (``exposedTools``,
     ``hiddenTools``), as the registry applies it."""
+    # Imported here: the registry brings the catalog and compound tools with it (~7 ms),
+    # which a command that only checks or edits the config never needs.
+    from mcpvisor.actors.core.registry import ServerFilter
+
     exposed = None
     if spec.exposed_tools is not None:
         exposed = {t.original: t.exposed for t in spec.exposed_tools}

@@ -39,19 +39,13 @@ from mcpvisor.actors.core.catalog import Candidate, Snapshot, assign_names, clos
 from mcpvisor.actors.core.discovery import LazyBook, discovery_view
 from mcpvisor.actors.core.model import Note, SavedState, ToolEntry, Toolset
 from mcpvisor.actors.core.pins import describe_changes, ref_id
-from mcpvisor.actors.core.vocabulary import EXPOSURES
+from mcpvisor.actors.core.vocabulary import DEFAULT_DISCOVERY_BUDGET, EXPOSURES
 
 if TYPE_CHECKING:
     from mcpvisor.actors.core.registry import RegistryCore
 
 MODES: Final = EXPOSURES
 """The exposures this module implements (``discovery`` reshaped by `mcpvisor.actors.core.discovery`)."""
-
-DEFAULT_DISCOVERY_BUDGET: Final = 8 * 1024
-"""`settings.discoveryBudget`'s default (issue 16): bytes of catalog ``discover_tool``'s
-description may carry (~2,000 tokens at 4 bytes a token); beyond it the description lists
-servers and tool counts and says to search. dynmcp lists every tool; this keeps 20 servers'
-catalogs in check."""
 
 LIST_AVAILABLE: Final = "list-available-tools"
 BUILD: Final = "build-toolset"

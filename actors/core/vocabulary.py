@@ -28,6 +28,12 @@ OTLP_PROTOCOLS: Final = ("http/protobuf", "grpc")
 EXPOSURES: Final = ("menu", "all", "discovery")
 """How the catalog reaches a client: the toolset menu, every tool, or discovery tools."""
 
+DEFAULT_DISCOVERY_BUDGET: Final = 8 * 1024
+"""`settings.discoveryBudget`'s default (issue 16): bytes of catalog ``discover_tool``'s
+description may carry (~2,000 tokens at 4 bytes a token); beyond it the description lists
+servers and tool counts and says to search. dynmcp lists every tool; this keeps 20 servers'
+catalogs in check."""
+
 DEFAULT_TIMEOUT_S: Final = 60.0
 """A server's ``timeout`` (call inactivity) by default."""
 

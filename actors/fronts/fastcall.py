@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import msgspec
 import trio
-from mcp_types import LOG_LEVEL_META_KEY
 from msgspec import UNSET, Raw
 
 from mcpvisor.actors import wire
@@ -33,6 +32,7 @@ from mcpvisor.actors.core.vocabulary import DEFAULT_MAX_CALL_TIME_S, DEFAULT_TIM
 from mcpvisor.actors.eras import ENVELOPE_KEYS, adapt_raw_result, strip_upstream_stamps
 from mcpvisor.actors.errors import CallTimeout, ProxyError, UpstreamDied, UpstreamError, error_data
 from mcpvisor.actors.link.input_required import drive_input_required
+from mcpvisor.actors.wire import LOG_LEVEL_META_KEY
 
 if TYPE_CHECKING:
     from collections.abc import Callable

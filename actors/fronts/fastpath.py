@@ -35,11 +35,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 import trio
-from mcp_types import (
-    CLIENT_CAPABILITIES_META_KEY,
-    LOG_LEVEL_META_KEY,
-    PROTOCOL_VERSION_META_KEY,
-)
 from msgspec import UNSET, Raw
 
 from mcpvisor.actors import telemetry, wire
@@ -55,6 +50,7 @@ from mcpvisor.actors.fronts.fastcall import FastCall
 from mcpvisor.actors.harness import RUN_META_KEY, CancelledByClient, ClientSession
 from mcpvisor.actors.link.stdio import StdioLink
 from mcpvisor.actors.messages import Reply
+from mcpvisor.actors.wire import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY, PROTOCOL_VERSION_META_KEY
 
 if TYPE_CHECKING:
     from mcpvisor.actors.core.catalog import Snapshot

@@ -22,12 +22,11 @@ its password, the replica's name, and the errors. The rest:
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Mapping
 from typing import Final
 from urllib.parse import urlsplit
 
-from mcpvisor._config_types import REPLICA_ENV
+from mcpvisor._config_types import REPLICA_ENV, STORE_ENV, is_store_url, scheme_of
 from mcpvisor.state import StateError
 
 __all__ = [
@@ -43,11 +42,8 @@ __all__ = [
     "shown_url",
 ]
 
-STORE_ENV: Final = "MCPVISOR_STORE"
-"""The store URL; wins over ``settings.store``."""
 KEY_ENV: Final = "MCPVISOR_STORE_KEY"
 """The secret the upstream OAuth tokens are encrypted with in PostgreSQL (every replica the same)."""
-SCHEMES: Final = ("postgresql", "postgres")
 
 
 class StoreError(StateError):
@@ -66,19 +62,6 @@ class StoreKeyError(StoreError):
     """``$MCPVISOR_STORE_KEY`` is missing, too short, or not the key the tokens were sealed with."""
 
 
-def is_store_url(value: str) -> bool:
-    """Whether ``value`` is a PostgreSQL URL (``postgresql://`` or ``postgres://``)."""
-    scheme, sep, _ = value.partition("://")
-    return bool(sep) and scheme.lower() in SCHEMES
-
-
-def scheme_of(value: str) -> str:
-    """What a bad store value is shown as: its scheme only (the rest may hold a password,
-    however mistyped)."""
-    scheme, sep, _ = value.partition("://")
-    return f"a {scheme[:20]!r} URL" if sep and scheme.isascii() and scheme.isalnum() else "not a URL"
-
-
 def shown_url(url: str) -> str:
     """``url`` as logs, errors and status views show it: ``postgresql://host:port/db``
     (no user, no password, no query: any of them may carry a secret)."""
@@ -95,4 +78,6 @@ def shown_url(url: str) -> str:
 def replica_name(env: Mapping[str, str] | None = None) -> str:
     """``$MCPVISOR_REPLICA``, else the host name (what a Kubernetes pod is named)."""
     value = (os.environ if env is None else env).get(REPLICA_ENV, "").strip()
+    import socket  # here: only a store (or a session id's prefix) needs the host's name
+
     return value or socket.gethostname()
