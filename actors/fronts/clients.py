@@ -20,10 +20,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import trio
-from mcp.server.connection import Connection
 
 from mcpvisor.actors.eras import LOG_LEVELS
 from mcpvisor.actors.fronts.outbox import Outbox
@@ -45,6 +44,24 @@ def level_ok(level: str | None, wanted: str | None) -> bool:
         return LOG_LEVELS.index(level or "info") >= LOG_LEVELS.index(wanted)
     except ValueError:
         return True
+
+
+class Connection(Protocol):
+    """A client connection as the registry uses it: the SDK's ``mcp.server.connection.Connection``,
+    or the stdio front's own (`mcpvisor.actors.fronts.stdio_own.StdioClient`)."""
+
+    @property
+    def session_id(self) -> str | None: ...
+
+    @property
+    def exit_stack(self) -> Any: ...
+
+    @property
+    def client_capabilities(self) -> Any: ...
+
+    async def notify(self, method: str, params: Any) -> None: ...
+
+    async def send_raw_request(self, method: str, params: Any) -> dict[str, Any]: ...
 
 
 @dataclass(eq=False)
@@ -86,6 +103,11 @@ class ClientRegistry:
 
     def __init__(self) -> None:
         self._clients: dict[int, ClientState] = {}
+        self._own: dict[str, ClientState] = {}
+        """Clients tracked by a connection of the proxy's own (`track_own`), by session id."""
+        self._aliases: dict[int, ClientState] = {}
+        """SDK connections serving one of those clients too, by id: they share its state,
+        so the client gets one copy of each broadcast whichever connection serves it."""
         self._outboxes: dict[int, Outbox] = {}
         self._nursery: trio.Nursery | None = None
         self.on_stall: Callable[[Connection], Awaitable[None]] | None = None
@@ -95,10 +117,30 @@ class ClientRegistry:
         return len(self._clients)
 
     def get(self, connection: Connection) -> ClientState | None:
-        return self._clients.get(id(connection))
+        key = id(connection)
+        return self._clients.get(key) or self._aliases.get(key)
+
+    def track_own(self, connection: Connection) -> ClientState:
+        """Track a connection the proxy serves without the SDK (the stdio front's own); an
+        SDK connection later serving the same client (the same session id) is its alias."""
+        state = self.track(connection)
+        label = connection.session_id
+        if label is not None:
+            self._own[label] = state
+            connection.exit_stack.callback(self._own.pop, label, None)
+        return state
 
     def track(self, connection: Connection) -> ClientState:
-        state = self._clients.get(id(connection))
+        key = id(connection)
+        state = self._clients.get(key) or self._aliases.get(key)
+        if state is None and connection.session_id is not None:
+            state = self._own.get(connection.session_id)
+            if state is not None:
+                self._aliases[key] = state
+                connection.exit_stack.callback(self._aliases.pop, key, None)
+                attach = getattr(state.connection, "attach", None)
+                if attach is not None:
+                    attach(connection)
         if state is None:
             state = ClientState(connection)
             self._clients[id(connection)] = state

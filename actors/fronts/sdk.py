@@ -35,17 +35,26 @@ from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import PromptsListChanged, ResourcesListChanged, ToolsListChanged
 from mcp.shared.exceptions import MCPError
+from mcp_types import Implementation, InitializeResult
+from mcp_types.methods import serialize_server_result
 
 from mcpvisor.actors import telemetry, wire
 from mcpvisor.actors.bridge import request_state_of
 from mcpvisor.actors.core.catalog import CacheHint, PromptRoute, Snapshot, close_names
 from mcpvisor.actors.core.pending import owner_of
 from mcpvisor.actors.core.registry import Changes
-from mcpvisor.actors.eras import LOG_LEVELS, complete, is_modern_version, strip_upstream_stamps
+from mcpvisor.actors.eras import (
+    LATEST_HANDSHAKE_VERSION,
+    LOG_LEVELS,
+    complete,
+    is_modern_version,
+    strip_upstream_stamps,
+)
 from mcpvisor.actors.errors import ProxyError
 from mcpvisor.actors.fronts.backend import Backend
 from mcpvisor.actors.fronts.bridged import BridgedCalls, to_mcp_error
 from mcpvisor.actors.fronts.clients import CLIENT_SEND_TIMEOUT_S, ClientRegistry, ClientState, level_ok
+from mcpvisor.actors.fronts.clients import Connection as ClientConnection
 from mcpvisor.actors.fronts.drain import Drain
 from mcpvisor.actors.fronts.origins import ConnectionOrigin, SdkOrigin, is_modern
 from mcpvisor.actors.fronts.subscriptions import Subscriptions
@@ -66,7 +75,6 @@ from mcpvisor.actors.upstream import Upstream
 
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-    from mcp.server.connection import Connection
     from mcp.shared.message import SessionMessage
 
 logger = logging.getLogger(__name__)
@@ -176,6 +184,23 @@ class Front:
         traced = telemetry.SdkMiddleware(self.toolset_name)
         self.server.middleware = [self.drain, traced, self._track_middleware]
         self.init_options = self.server.create_initialization_options()
+
+    def initialize_result(self) -> dict[str, Any]:
+        """What ``initialize`` answers, but its ``protocolVersion``: the capabilities, serverInfo
+        and instructions of `init_options`, shaped by the SDK's own serializer for the
+        handshake era, exactly as its server sends them (the stdio front answers a
+        handshake itself, `mcpvisor.actors.fronts.stdio_own`)."""
+        opts = self.init_options
+        result = InitializeResult(
+            protocol_version=LATEST_HANDSHAKE_VERSION, capabilities=opts.capabilities,
+            server_info=Implementation(name=opts.server_name, title=opts.title, description=opts.description,
+                                       version=opts.server_version, website_url=opts.website_url,
+                                       icons=opts.icons),
+            instructions=opts.instructions,
+        ).model_dump(by_alias=True, mode="json", exclude_none=True)
+        shaped: dict[str, Any] = serialize_server_result("initialize", LATEST_HANDSHAKE_VERSION, result)
+        del shaped["protocolVersion"]
+        return shaped
 
     # --- plumbing --------------------------------------------------------------------
     async def _track_middleware(self, ctx: ServerRequestContext[Any, Any], call_next: Any) -> Any:
@@ -328,7 +353,7 @@ class Front:
             await box.wait_sent(origin.last_queued)  # its progress goes out before its answer
         return strip_upstream_stamps(result, modern_front=is_modern(ctx))
 
-    async def _disconnect(self, connection: Connection) -> None:
+    async def _disconnect(self, connection: ClientConnection) -> None:
         """End a connection whose outbox stalled (its calls are already cancelled).
 
         A streamable-HTTP session is terminated (the SDK's transport; later requests

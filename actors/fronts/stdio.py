@@ -7,9 +7,12 @@ Owns the client's stdin/stdout for one connection (what Claude Code launches):
   protocol (the SDK's own stdio server does the same);
 * the reader classifies each frame by its envelope (msgspec): malformed JSON,
   batches, requests with a null or reused id are answered here with the JSON-RPC
-  error the spec asks for; everything else goes to the SDK `Server` over in-memory
-  streams (docs/hotpath.md: the SDK's stdio transport moves every read and write to a
-  worker thread, ~0.55 ms per call; ours does not);
+  error the spec asks for; a handshake-era client's ``initialize``, ``ping`` and lists
+  are answered without the SDK (`mcpvisor.actors.fronts.stdio_own`), ``tools/call`` by
+  the fast path; everything else goes to the SDK `Server` over in-memory streams
+  (docs/hotpath.md: the SDK's stdio transport moves every read and write to a worker
+  thread, ~0.55 ms per call; ours does not), started for the connection by the first
+  message that needs it, the client's handshake replayed into it first;
 * the writer turns the SDK's outgoing messages into lines on one `FrameWriter`;
 * the connection's `ClientSession`: one per connection, shared by the fast path and
   the SDK's handlers (`Front.serve_connection`), so a session-scoped server's calls
@@ -48,6 +51,7 @@ from mcpvisor.actors.framing import (
 )
 from mcpvisor.actors.fronts.fastpath import FastPath
 from mcpvisor.actors.fronts.frames import Refusal, decode_client_frame, duplicate_id, request_refusal
+from mcpvisor.actors.fronts.stdio_own import REPLAY_ID, OwnAnswers, StdioClient
 from mcpvisor.actors.harness import ClientSession
 
 logger = logging.getLogger(__name__)
@@ -67,6 +71,8 @@ class StdioFrontStatistics:
     """Fast-path calls waiting for their upstream's answer now."""
     sdk_in_flight: int
     """Requests the SDK is serving now."""
+    sdk_started: bool
+    """The SDK's server serves this connection (a message needed it, or own answers are off)."""
 
 
 class StdioFront:
@@ -86,12 +92,19 @@ class StdioFront:
         self.session = ClientSession()
         """This connection's session: the key of its session-scoped instances, on both paths."""
         self._sdk_tool_calls = 0
+        self.own = OwnAnswers(front) if fast_path else None
+        """What this connection answers without the SDK (None: ``settings.fastPath`` is off,
+        the SDK serves everything but the envelope checks)."""
+        self.client = StdioClient(self.session.label, self.writer, self._start_sdk)
+        """The connection as the client registry sees it while the SDK does not serve it."""
+        self._sdk_started = False
+        self._nursery: trio.Nursery | None = None
 
     def statistics(self) -> StdioFrontStatistics:
         """Calls served the SDK way so far and requests in flight (a frozen record)."""
         fast = self.fast_path
         return StdioFrontStatistics(self._sdk_tool_calls, len(fast.calls) if fast is not None else 0,
-                                    len(self._in_flight))
+                                    len(self._in_flight), self._sdk_started)
 
     async def serve(self) -> None:
         """Serve until the client closes its end (EOF on stdin), or until the proxy's
@@ -100,6 +113,7 @@ class StdioFront:
         drain = getattr(self.front, "drain", None)
         try:
             async with trio.open_nursery() as nursery:
+                self._nursery = nursery
                 if self._use_fast_path:
                     self.fast_path = FastPath(self.front.backend, self.writer, nursery,
                                               self.front.server.server_info_stamp, self.session,
@@ -107,7 +121,8 @@ class StdioFront:
                     if drain is not None:
                         drain.add_fast_path(self.fast_path)
                 nursery.start_soon(self._pump_out)
-                nursery.start_soon(self._run_server)
+                if self.own is None:
+                    await self._start_sdk()
                 try:
                     async with trio.open_nursery() as reading:
                         if drain is not None:
@@ -122,11 +137,27 @@ class StdioFront:
                             drain.discard_fast_path(self.fast_path)
                         await self.fast_path.close()
                     await self._to_sdk.aclose()
+                    if not self._sdk_started:
+                        # No SDK server to close its side: _pump_out ends here.
+                        await self._sdk_out.aclose()
+                        await self._sdk_in.aclose()
         finally:
+            self.client.exit_stack.close()
             await self.session.end()
 
     async def _run_server(self) -> None:
         await self.front.serve_connection(self._sdk_in, self._sdk_out, self.session)
+
+    async def _start_sdk(self) -> None:
+        """Start the SDK's server for this connection (once), the client's handshake first:
+        the SDK's session is then initialized as if it had answered it (`OwnAnswers.replay`)."""
+        if self._sdk_started:
+            return
+        assert self._nursery is not None
+        self._sdk_started = True
+        self._nursery.start_soon(self._run_server)
+        for frame in self.own.replay() if self.own is not None else ():
+            await self._to_sdk.send(SessionMessage(types.jsonrpc_message_adapter.validate_json(frame)))
 
     async def _reply(self, frame: bytes) -> None:
         try:
@@ -191,6 +222,23 @@ class StdioFront:
             if rid in self._in_flight or (self.fast_path is not None and self.fast_path.owns(rid)):
                 await self._reply(duplicate_id(rid).frame())
                 return
+            if self.own is not None and env.method != "tools/call" and env.jsonrpc == "2.0":
+                frame = self.own.answer(env.method, env, line)
+                if frame is None:
+                    pass
+                elif env.method == "initialize":
+                    # Tracked from its first request on, as the SDK's middleware does.
+                    self.client.client_capabilities = self.own.capabilities()
+                    self.front.clients.track_own(self.client)
+                    if self.fast_path is not None:
+                        self.fast_path.observe(env)
+                    await self._reply(frame)
+                    if self.fast_path is not None:
+                        self.fast_path.sdk_answered(rid)  # the init gate, as for the SDK's answer
+                    return
+                else:
+                    await self._reply(frame)
+                    return
             if self.fast_path is not None and await self.fast_path.client_request(env, line):
                 return
             self._in_flight.add(rid)
@@ -215,6 +263,11 @@ class StdioFront:
                                                    'invalid request: "jsonrpc" must be "2.0"'))
                 self._in_flight.discard(rid)
             return
+        own = self.own
+        if env.method == "notifications/initialized" and own is not None and own.initialize is not None:
+            own.initialized_by(env)
+            if not self._sdk_started:
+                return  # replayed into the SDK's server if it is ever started
         try:
             message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
         except Exception:
@@ -223,6 +276,7 @@ class StdioFront:
                 await self._reply(wire.error_frame(rid, wire.INVALID_REQUEST,
                                                    "invalid request: malformed message"))
             return
+        await self._start_sdk()
         try:
             self._to_sdk.send_nowait(SessionMessage(message))
         except anyio.WouldBlock:
@@ -234,6 +288,11 @@ class StdioFront:
             async for message in self._from_sdk:
                 msg = message.message
                 if isinstance(msg, types.JSONRPCResponse | types.JSONRPCError):
+                    if msg.id == REPLAY_ID:
+                        if isinstance(msg, types.JSONRPCError):
+                            logger.warning("stdio front: the SDK refused the replayed handshake: %s",
+                                           msg.error.message)
+                        continue  # the answer to the replayed handshake: the client had its own
                     self._in_flight.discard(msg.id)
                 data = msg.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
                 try:

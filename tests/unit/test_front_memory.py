@@ -34,6 +34,7 @@ class StuckConnection:
     def __init__(self) -> None:
         self.exit_stack = AsyncExitStack()
         self.client_capabilities = None
+        self.session_id: str | None = None
         self.attempts = 0
 
     async def notify(self, method: str, params: dict[str, Any] | None) -> None:

@@ -1,0 +1,224 @@
+"""What the stdio front answers itself, without the SDK's server.
+
+A handshake-era client's ``initialize``, ``ping``, and its ``tools/list``,
+``resources/list``, ``resources/templates/list`` and ``prompts/list`` are answered here
+from the proxy's own data (the front's initialization options, the router's snapshot),
+the way the SDK's server answers them; ``tools/call`` already goes the fast way
+(`mcpvisor.actors.fronts.fastpath`). A connection that only does these never starts the
+SDK's server for itself. The first message that needs the SDK (any other method, a
+2026-07-28 request, params this module does not recognise, a request while the proxy
+drains or traces) starts it, and the front replays the handshake into it first
+(`OwnAnswers.replay`), so the SDK's session is initialized with the client's own
+``initialize`` as if it had answered it; its answer to the replayed request is dropped.
+
+Decided: the lists go out as the servers listed them. The SDK's server passes every
+result through its schema for the client's version, which drops keys it does not know
+(and nulls); a direct connection to the server shows them, so here they are kept.
+
+`StdioClient` is the connection as the client registry sees it (list_changed, log
+messages, a server's request outside any call): notifications are written here; a
+request to the client goes through the SDK's connection, started for it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+import trio
+from msgspec import UNSET
+
+from mcpvisor.actors import telemetry, wire
+from mcpvisor.actors.eras import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
+from mcpvisor.actors.errors import ProxyError
+from mcpvisor.actors.framing import FrameWriter, StreamBroken
+
+if TYPE_CHECKING:
+    from mcpvisor.actors.core.catalog import Snapshot
+
+logger = logging.getLogger(__name__)
+
+REPLAY_ID: Final = "mcpvisor-replayed-initialize"
+"""The id the client's ``initialize`` is replayed under into the SDK's server; its answer
+is not the client's and is dropped."""
+
+SDK_ATTACH_S: Final = 5.0
+"""Bound on the SDK's server taking over a connection to ask its client something (it
+reads the replayed handshake first: milliseconds; a client that never sent
+``notifications/initialized`` is never tracked by it)."""
+
+LISTS: Final[Mapping[str, tuple[str, str]]] = {
+    "tools/list": ("tools", "tools_list"),
+    "resources/list": ("resources", "resources_list"),
+    "resources/templates/list": ("resourceTemplates", "templates_list"),
+    "prompts/list": ("prompts", "prompts_list"),
+}
+"""List method -> (the result's key, the snapshot's attribute holding the wire dicts)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClientCapabilities:
+    """What the client declared in ``initialize``, as the client registry reads it."""
+
+    sampling: Mapping[str, Any] | None
+    elicitation: Mapping[str, Any] | None
+    roots: Mapping[str, Any] | None
+
+
+def _mapping_or_none(value: object) -> Mapping[str, Any] | None:
+    return value if isinstance(value, dict) else None
+
+
+class StdioClient:
+    """The stdio connection in the client registry (`mcpvisor.actors.fronts.clients`)."""
+
+    def __init__(self, label: str, writer: FrameWriter, start_sdk: Callable[[], Awaitable[None]]) -> None:
+        self.session_id = label
+        self.exit_stack = ExitStack()
+        """Closed when the connection ends: the registry forgets the client then."""
+        self.client_capabilities: ClientCapabilities | None = None
+        self._writer = writer
+        self._start_sdk = start_sdk
+        self._sdk: Any = None
+        self._attached = trio.Event()
+
+    def attach(self, connection: Any) -> None:
+        """The SDK's connection serving this client too (the registry saw it)."""
+        self._sdk = connection
+        self._attached.set()
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None) -> None:
+        try:
+            await self._writer.send(wire.notification_frame(method, params))
+        except StreamBroken:
+            pass
+
+    async def send_raw_request(self, method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
+        """A request to the client (an upstream's roots/list outside any call): the SDK's
+        connection asks it, started for it if it was not."""
+        await self._start_sdk()
+        with trio.move_on_after(SDK_ATTACH_S):
+            await self._attached.wait()
+        if self._sdk is None:
+            raise ProxyError(f"the client cannot be asked {method} yet: it has not finished its handshake")
+        result: dict[str, Any] = await self._sdk.send_raw_request(method, params)
+        return result
+
+
+class OwnAnswers:
+    """One stdio connection's own answers, and the handshake it keeps for the SDK."""
+
+    def __init__(self, front: Any) -> None:
+        self.front = front
+        self.initialize: dict[str, Any] | None = None
+        """The client's ``initialize`` params, once this module answered it."""
+        self.initialized = False
+        """The client sent ``notifications/initialized`` (after that ``initialize``)."""
+        self.declined = False
+        """The SDK owns the handshake of this connection (a request came before an
+        ``initialize`` this module could answer): nothing is answered here any more."""
+        self._result: dict[str, Any] | None = None
+
+    def _open(self) -> bool:
+        """Whether this module may answer now: not while the proxy drains (the SDK's
+        middleware refuses new requests) or traces (its middleware makes the spans)."""
+        drain = getattr(self.front, "drain", None)
+        return not self.declined and telemetry.tracer is None and not (drain is not None and drain.draining)
+
+    def answer(self, method: str, env: wire.Envelope, line: bytes) -> bytes | None:
+        """The answer frame to the request ``env`` (read from ``line``), or None: the SDK's."""
+        if not self._open() or wire.MODERN_MARKER in line:
+            self.declined = self.declined or self.initialize is None
+            return None
+        rid = env.id
+        assert rid is not UNSET
+        assert rid is not None
+        if method == "ping":
+            return wire.result_frame(rid, {}) if self._no_params(env) else None
+        if self.initialize is None:
+            if method != "initialize":
+                self.declined = True
+                return None
+            result = self._initialize(env)
+            if result is None:
+                self.declined = True
+                return None
+            return wire.result_frame(rid, result)
+        kind = LISTS.get(method)
+        if kind is None or not self._no_params(env, cursor=True):
+            return None
+        key, attribute = kind
+        snapshot: Snapshot = self.front.backend.router.snapshot
+        return wire.result_frame(rid, {key: list(getattr(snapshot, attribute))})
+
+    def _initialize(self, env: wire.Envelope) -> dict[str, Any] | None:
+        """The result the SDK's server gives this ``initialize``, or None if its params are
+        not plainly valid (the SDK then answers, with its own error)."""
+        if env.params is UNSET:
+            return None
+        try:
+            params = wire.decode_dict(env.params)
+        except (wire.DecodeError, wire.ValidationError):
+            return None
+        version = params.get("protocolVersion")
+        caps = params.get("capabilities")
+        info = params.get("clientInfo")
+        if (not isinstance(version, str) or not isinstance(caps, dict) or not isinstance(info, dict)
+                or not isinstance(info.get("name"), str) or not isinstance(info.get("version"), str)):
+            return None
+        if self._result is None:
+            self._result = self.front.initialize_result()
+        self.initialize = params
+        agreed = version if version in HANDSHAKE_PROTOCOL_VERSIONS else LATEST_HANDSHAKE_VERSION
+        return {**self._result, "protocolVersion": agreed}
+
+    @staticmethod
+    def _no_params(env: wire.Envelope, *, cursor: bool = False) -> bool:
+        """The request has no params, or only what this module honours (``_meta``, and
+        for a list a string ``cursor``: the lists are never paged, so any cursor reads
+        the whole list, as the SDK's handlers do)."""
+        if env.params is UNSET:
+            return True
+        try:
+            params = wire.decode_dict(env.params)
+        except (wire.DecodeError, wire.ValidationError):
+            return False
+        for key, value in params.items():
+            if key == "_meta":
+                if not isinstance(value, dict):
+                    return False
+            elif not (cursor and key == "cursor" and isinstance(value, str)):
+                return False
+        return True
+
+    def initialized_by(self, env: wire.Envelope) -> bool:
+        """``env``, a ``notifications/initialized``, completes the handshake this module answered
+        (the first time: later ones, or one with malformed params, change nothing)."""
+        if self.initialize is None or self.initialized or self.declined:
+            return False
+        if env.params is not UNSET:
+            try:
+                wire.decode_dict(env.params)
+            except (wire.DecodeError, wire.ValidationError):
+                return False
+        self.initialized = True
+        return True
+
+    def capabilities(self) -> ClientCapabilities:
+        caps = (self.initialize or {}).get("capabilities") or {}
+        return ClientCapabilities(_mapping_or_none(caps.get("sampling")),
+                                  _mapping_or_none(caps.get("elicitation")),
+                                  _mapping_or_none(caps.get("roots")))
+
+    def replay(self) -> list[bytes]:
+        """The frames the SDK's server must read before anything else: the client's
+        ``initialize`` (under `REPLAY_ID`) and, if it came, ``notifications/initialized``."""
+        if self.initialize is None:
+            return []
+        frames = [wire.request_frame(REPLAY_ID, "initialize", self.initialize)]
+        if self.initialized:
+            frames.append(wire.notification_frame("notifications/initialized"))
+        return frames

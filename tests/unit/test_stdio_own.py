@@ -1,0 +1,152 @@
+"""The stdio front answers a handshake-era client's handshake, pings and lists itself
+(actors/fronts/stdio_own.py), on memory streams, in virtual time.
+
+A connection that only does those and fast-path calls never starts the SDK's server;
+the first message that needs it starts it with the client's handshake replayed first,
+so the SDK serves the rest of the connection as if it had answered the handshake. A
+regression shows as the SDK started for nothing, a request the SDK refuses as "not
+initialized" after the takeover, a list change heard twice, or a server's request
+outside any call that never reaches the client.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+import trio.testing
+
+from mcpvisor.actors.core.registry import Changes
+from tests.fakes.memory_front import open_memory_proxy
+
+Clock = trio.testing.MockClock
+
+BOUND_S = 3600.0
+"""Virtual seconds any test here may take."""
+
+
+def request(request_id: int, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    if params is not None:
+        out["params"] = params
+    return out
+
+
+async def test_handshake_pings_lists_and_calls_never_start_the_sdk(autojump_clock: Clock) -> None:
+    """``initialize`` (the version a client asks for, or the latest handshake one), ``ping``,
+    the four lists (a cursor reads the whole list) and a fast-path call are all answered
+    with the SDK's server never started for the connection."""
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy() as p:
+            c = p.client
+            await c.send(request(0, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                                   "clientInfo": {"name": "raw", "version": "1"}}))
+            init = (await c.receive_id(0))["result"]
+            assert init["protocolVersion"] == "2025-06-18"
+            assert init["serverInfo"]["name"] == "mcpvisor"
+            assert init["capabilities"]["tools"] == {"listChanged": True}
+            assert init == {**p.front.initialize_result(), "protocolVersion": "2025-06-18"}
+            await c.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            await c.send(request(1, "ping"))
+            assert (await c.receive_id(1))["result"] == {}
+            await c.send(request(2, "tools/list", {"cursor": "anything"}))
+            tools = (await c.receive_id(2))["result"]
+            assert [t["name"] for t in tools["tools"]] == ["s_echo", "s_work"]
+            assert set(tools) == {"tools"}  # no resultType, ttlMs or cacheScope on this era
+            for n, (method, key) in enumerate((("resources/list", "resources"),
+                                               ("resources/templates/list", "resourceTemplates"),
+                                               ("prompts/list", "prompts")), start=3):
+                await c.send(request(n, method))
+                assert (await c.receive_id(n))["result"] == {key: []}
+            await c.send(request(6, "tools/call", {"name": "s_echo", "arguments": {"text": "x"}}))
+            upstream = await p.server.receive()
+            await p.server.answer(upstream, {"content": [{"type": "text", "text": "x"}]})
+            assert (await c.receive_id(6))["result"]["content"][0]["text"] == "x"
+            assert not p.stdio.statistics().sdk_started
+
+
+
+async def test_a_version_no_era_knows_gets_the_latest_handshake_version(autojump_clock: Clock) -> None:
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy() as p:
+            await p.client.send(request(0, "initialize", {"protocolVersion": "1999-01-01", "capabilities": {},
+                                                          "clientInfo": {"name": "raw", "version": "1"}}))
+            assert (await p.client.receive_id(0))["result"]["protocolVersion"] == "2025-11-25"
+            assert not p.stdio.statistics().sdk_started
+
+
+async def test_the_first_message_the_sdk_needs_starts_it_initialized(autojump_clock: Clock) -> None:
+    """``logging/setLevel`` needs the SDK: it starts, reads the replayed handshake, and
+    answers the request (the SDK refuses it with "Invalid request parameters" on a
+    connection it thinks is not initialized); its answer to the replay never reaches
+    the client; the level the client set is the one upstreams are asked for."""
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy() as p:
+            c = p.client
+            await c.handshake()
+            assert not p.stdio.statistics().sdk_started
+            await c.send(request(1, "logging/setLevel", {"level": "debug"}))
+            reply = await c.receive()  # the very next frame: nothing of the replay before it
+            assert reply == {"jsonrpc": "2.0", "id": 1, "result": {}}, reply
+            assert p.stdio.statistics().sdk_started
+            assert p.front.log_level == "debug"
+            await c.send(request(2, "tools/list"))  # and the lists stay answered as before
+            assert [t["name"] for t in (await c.receive_id(2))["result"]["tools"]] == ["s_echo", "s_work"]
+
+
+async def test_a_list_change_is_heard_once_before_and_after_the_sdk_takes_over(autojump_clock: Clock) -> None:
+    """The client is tracked from its ``initialize`` on; once the SDK serves the connection
+    too, its connection shares that client's state, so each change is announced once."""
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy() as p:
+            c = p.client
+            await c.handshake()
+            for round_ in range(2):
+                if round_:
+                    await c.send(request(10, "logging/setLevel", {"level": "info"}))
+                    await c.receive_id(10)
+                    assert p.stdio.statistics().sdk_started
+                p.front.announce(p.backend.router.snapshot, Changes(tools=True))
+                heard = await c.receive()
+                assert heard["method"] == "notifications/tools/list_changed"
+                await c.send(request(20 + round_, "ping"))
+                after = await c.receive()  # the ping's answer, not a second copy of the change
+                assert after.get("id") == 20 + round_, after
+            assert len(p.front.clients) == 1
+
+
+async def test_a_servers_request_outside_any_call_reaches_the_client_through_the_sdk(
+    autojump_clock: Clock,
+) -> None:
+    """An upstream's ``roots/list`` outside any call (the registry's fallback origin) goes to
+    the client that declared roots: the SDK is started for it and the client's answer
+    comes back."""
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy() as p:
+            c = p.client
+            await c.handshake(capabilities={"roots": {"listChanged": True}})
+            origin = p.front.fallback_origin("roots/list")
+            assert origin is not None
+            answer: dict[str, Any] = {}
+            answered = trio.Event()
+
+            async def ask() -> None:
+                answer.update(await origin.server_request("roots/list", None))
+                answered.set()
+
+            p.nursery.start_soon(ask)
+            asked = await c.receive()
+            assert asked["method"] == "roots/list"
+            await c.send({"jsonrpc": "2.0", "id": asked["id"], "result": {"roots": [{"uri": "file:///w"}]}})
+            await answered.wait()
+            assert answer == {"roots": [{"uri": "file:///w"}]}
+
+
+async def test_with_the_fast_path_off_the_sdk_serves_from_the_start(autojump_clock: Clock) -> None:
+    """``settings.fastPath: false`` keeps the SDK path for everything, handshake included."""
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy(fast_path=False) as p:
+            await p.client.handshake()
+            assert p.stdio.statistics().sdk_started
+            await p.client.send(request(1, "ping"))
+            assert (await p.client.receive_id(1))["result"] == {}
