@@ -125,3 +125,20 @@ def tool_error_result(text: str, structured: dict[str, Any] | None = None) -> di
     if structured is not None:
         result["structuredContent"] = structured
     return result
+
+
+# --- the upstream handshake (`mcpvisor.actors.link.session`), the SDK's values written out
+# so that a stdio link opens without loading the SDK; tests/unit/test_wire_codes.py holds
+# each equal to the SDK's.
+UNSUPPORTED_PROTOCOL_VERSION: Final = -32022
+"""A 2026-07-28 server's refusal of a version it does not speak (``data.supported`` lists its own)."""
+CLIENT_INFO_META_KEY: Final = "io.modelcontextprotocol/clientInfo"
+CLIENT_CAPABILITIES_META_KEY: Final = "io.modelcontextprotocol/clientCapabilities"
+SERVER_INFO_META_KEY: Final = "io.modelcontextprotocol/serverInfo"
+LOG_LEVEL_META_KEY: Final = "io.modelcontextprotocol/logLevel"
+HANDSHAKE_PROTOCOL_VERSIONS: Final = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+"""The versions ``initialize`` may settle on, oldest first."""
+LATEST_HANDSHAKE_VERSION: Final = "2025-11-25"
+MODERN_PROTOCOL_VERSIONS: Final = ("2026-07-28",)
+"""The versions ``server/discover`` may settle on, oldest first."""
+LATEST_MODERN_VERSION: Final = "2026-07-28"

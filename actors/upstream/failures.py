@@ -17,6 +17,7 @@ from mcp.shared.exceptions import MCPError
 
 from mcpvisor.actors import wire
 from mcpvisor.actors.errors import ProxyError, UpstreamDied
+from mcpvisor.actors.link.session import HandshakeFailed
 from mcpvisor.actors.process import SpawnError, describe_exit
 
 if TYPE_CHECKING:
@@ -77,6 +78,8 @@ def failure_text(leaf: BaseException, attempt: Link | None) -> str:
         return leaf.reason
     if isinstance(leaf, MCPError):
         return with_stderr(f"handshake failed: {leaf.error.message}", attempt)
+    if isinstance(leaf, HandshakeFailed):  # a stdio link's own handshake: the same words
+        return with_stderr(leaf.reads_as, attempt)
     if isinstance(leaf, ProxyError):
         return leaf.message
     return with_stderr(describe_exception(leaf), attempt)
