@@ -3,10 +3,9 @@
 `StdioLink` owns the bytes: the stdout pump reads frames and dispatches them (answers
 to our pending calls, notifications, server requests); the handshake and the lists go
 out in our own frames too (`mcpvisor.actors.link.session`), so a stdio upstream never
-loads the SDK. It also carries the fast
-path's public API (`reserve_fast`, `send_fast`, `cancel_fast`, `run_deadlines`; the
-answer goes to the call's `FastSink`). `open_stdio_link` spawns the server and runs it
-all.
+loads the SDK. It also carries the fast path's public API (`reserve_fast`, `send_fast`,
+`cancel_fast`, `run_deadlines`; the answer goes to the call's `FastSink`).
+`open_stdio_link` spawns the server and runs it all.
 """
 
 from __future__ import annotations
