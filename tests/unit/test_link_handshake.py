@@ -2,8 +2,8 @@
 
 `mcpvisor.actors.link.session.handshake` replaced an SDK ``ClientSession`` that a stdio
 link built only to open the session. Each test here runs the same scripted server
-against both: a real ``ClientSession`` (with the callbacks the SDK links install) over
-memory streams, and our handshake; the messages each sends, what each settles on (the
+against both: a real ``ClientSession`` (with the callbacks the SDK links install) and a
+production `StdioLink`, each over memory streams; the messages each writes, what each settles on (the
 version, serverInfo, capabilities, instructions) and, when the server refuses, the
 failure a user reads (`mcpvisor.actors.upstream.failures.failure_text`) must be equal.
 A drift on either side (a new SDK that offers another version or declares other
@@ -35,11 +35,11 @@ from mcp_types.version import (
 )
 
 from mcpvisor.actors import sdk_compat, wire
-from mcpvisor.actors.errors import CallTimeout, UpstreamError
 from mcpvisor.actors.link import session as ours
 from mcpvisor.actors.link.sdk_session import handshake as sdk_handshake
 from mcpvisor.actors.link.sdk_session import opened, sdk_client_info, session_callbacks
 from mcpvisor.actors.upstream.failures import failure_text
+from tests.fakes.memory_front import new_link, start_link
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -124,37 +124,33 @@ async def _sdk_side(protocol: str, script: Mapping[str, Answer]) -> tuple[list[d
     return sent, outcome
 
 
-class _ScriptedLink:
-    """Our handshake's link, answering from the same script."""
-
-    def __init__(self, script: Mapping[str, Answer]) -> None:
-        self.script = script
-        self.sent: list[dict[str, Any]] = []
-
-    async def handshake_request(self, method: str, params: dict[str, Any], *,
-                                timeout: float) -> dict[str, Any]:  # noqa: ASYNC109 - the port's own
-        self.sent.append({"method": method, "params": wire.decode_dict(wire.encode(params))})
-        kind, body = self.script[method]
-        if kind == "silence":
-            # As the real link waits: for the answer or the request's own bound.
-            await trio.sleep(timeout)
-            raise CallTimeout("scripted", timeout)
-        if kind == "error":
-            raise UpstreamError(body["code"], body["message"], body.get("data"))
-        return wire.decode_dict(wire.encode(body))
-
-    async def notify(self, method: str, params: Mapping[str, Any] | None) -> None:
-        self.sent.append({"method": method, **({"params": dict(params)} if params is not None else {})})
-
-
 async def _our_side(protocol: str, script: Mapping[str, Answer]) -> tuple[list[dict[str, Any]], Any]:
-    link = _ScriptedLink(script)
+    """What a production `StdioLink` writes to the scripted server (its real pipes' bytes,
+    on memory streams), and what our handshake concludes."""
+    link, server = new_link("")
+    sent: list[dict[str, Any]] = []
+
+    async def serve() -> None:
+        while True:
+            data = await server.receive()
+            sent.append({k: data[k] for k in ("method", "params") if k in data})
+            if "id" not in data:
+                continue
+            kind, body = script[data["method"]]
+            if kind != "silence":
+                await server.send({"jsonrpc": "2.0", "id": data["id"], kind: body})
+
     outcome: Any
-    try:
-        outcome = await ours.handshake(link, protocol)
-    except Exception as exc:
-        outcome = exc
-    return link.sent, outcome
+    async with trio.open_nursery() as nursery:
+        start_link(link, nursery)
+        nursery.start_soon(serve)
+        try:
+            outcome = await ours.handshake(link, protocol)
+        except Exception as exc:
+            outcome = exc
+        await trio.testing.wait_all_tasks_blocked()  # the server has read all we wrote
+        nursery.cancel_scope.cancel()
+    return sent, outcome
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
