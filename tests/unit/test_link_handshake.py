@@ -267,3 +267,28 @@ def test_importing_the_stdio_link_loads_neither_sdk_link_module() -> None:
                           check=True)
     assert done.stdout.split("\n")[:2] == ["[]", "True"]
 
+
+
+async def test_a_server_request_during_the_handshake_is_answered_and_the_handshake_goes_on(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A server may ping (or ask anything) before it answers ``initialize``: the link answers
+    it, as it does mid-call, and the handshake completes."""
+    link, server = new_link("")
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            start_link(link, nursery)
+            handshake_done: list[ours.Opened] = []
+
+            async def run() -> None:
+                handshake_done.append(await ours.handshake(link, "auto"))
+
+            nursery.start_soon(run)
+            init = await server.receive()
+            assert init["method"] == "initialize"
+            await server.send({"jsonrpc": "2.0", "id": "srv-1", "method": "ping"})
+            assert await server.receive() == {"jsonrpc": "2.0", "id": "srv-1", "result": {}}
+            await server.answer(init, legacy_result())
+            assert (await server.receive())["method"] == "notifications/initialized"
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.cancel_scope.cancel()
+    assert [o.protocol_version for o in handshake_done] == [LATEST_HANDSHAKE_VERSION]
