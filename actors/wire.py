@@ -35,6 +35,18 @@ take -32002 and -32003."""
 MODERN_MARKER: Final = PROTOCOL_VERSION_META_KEY.encode()
 """Bytes present in a request only when it carries the 2026-07-28 ``_meta`` envelope."""
 
+# What a stdio link's own handshake (`mcpvisor.actors.link.session`) offers and accepts,
+# the SDK's values written out so that it opens without loading the SDK (a unit test
+# holds each equal to the SDK's).
+UNSUPPORTED_PROTOCOL_VERSION: Final = -32022
+"""A 2026-07-28 server's refusal of a version it does not speak (``data.supported`` lists its own)."""
+HANDSHAKE_PROTOCOL_VERSIONS: Final = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+"""The versions ``initialize`` may settle on, oldest first."""
+LATEST_HANDSHAKE_VERSION: Final = "2025-11-25"
+MODERN_PROTOCOL_VERSIONS: Final = ("2026-07-28",)
+"""The versions ``server/discover`` may settle on, oldest first."""
+LATEST_MODERN_VERSION: Final = "2026-07-28"
+
 
 class Envelope(msgspec.Struct, omit_defaults=True):
     """Any JSON-RPC message, envelope decoded, payloads left raw."""
@@ -127,18 +139,10 @@ def tool_error_result(text: str, structured: dict[str, Any] | None = None) -> di
     return result
 
 
-# --- the upstream handshake (`mcpvisor.actors.link.session`), the SDK's values written out
-# so that a stdio link opens without loading the SDK; tests/unit/test_wire_codes.py holds
-# each equal to the SDK's.
-UNSUPPORTED_PROTOCOL_VERSION: Final = -32022
-"""A 2026-07-28 server's refusal of a version it does not speak (``data.supported`` lists its own)."""
+# The ``_meta`` keys of the 2026-07-28 envelope and of a result's stamp, the same strings as
+# the SDK's (``mcp_types``; a unit test holds them equal), written out for the reason the
+# codes above are: the byte paths read and write them without loading the SDK's types.
 CLIENT_INFO_META_KEY: Final = "io.modelcontextprotocol/clientInfo"
 CLIENT_CAPABILITIES_META_KEY: Final = "io.modelcontextprotocol/clientCapabilities"
-SERVER_INFO_META_KEY: Final = "io.modelcontextprotocol/serverInfo"
 LOG_LEVEL_META_KEY: Final = "io.modelcontextprotocol/logLevel"
-HANDSHAKE_PROTOCOL_VERSIONS: Final = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
-"""The versions ``initialize`` may settle on, oldest first."""
-LATEST_HANDSHAKE_VERSION: Final = "2025-11-25"
-MODERN_PROTOCOL_VERSIONS: Final = ("2026-07-28",)
-"""The versions ``server/discover`` may settle on, oldest first."""
-LATEST_MODERN_VERSION: Final = "2026-07-28"
+SERVER_INFO_META_KEY: Final = "io.modelcontextprotocol/serverInfo"
