@@ -96,6 +96,15 @@ class HandshakeFailed(UpstreamError):
         self.reads_as = reads_as or f"handshake failed: {message}"
 
 
+class MalformedAnswer(HandshakeFailed):
+    """The server answered the handshake with a result that lacks what the protocol requires.
+    Under ``auto`` it is no refusal: ``server/discover`` is not tried (as the SDK's session
+    did not when its models rejected the result)."""
+
+    def __init__(self, method: str, needs: str) -> None:
+        super().__init__(wire.INTERNAL_ERROR, f"the server's {method} result is malformed (it needs {needs})")
+
+
 class UnsupportedVersion(HandshakeFailed):
     """The server answered ``initialize`` with a version outside the handshake era, or
     ``server/discover`` with no version we speak."""
@@ -131,6 +140,8 @@ async def handshake(link: HandshakingLink, protocol: str) -> Opened:
         return await discover(link)
     try:
         return await initialize(link)
+    except MalformedAnswer:
+        raise
     except HandshakeFailed:
         # The server refused ``initialize`` (-32601, or -32022 naming only 2026-07-28
         # versions) or answered with a version outside the handshake era.
@@ -146,8 +157,8 @@ async def initialize(link: HandshakingLink) -> Opened:
     instructions = result.get("instructions")
     if not isinstance(version, str) or not isinstance(capabilities, Mapping) or not _is_implementation(info) \
             or not isinstance(instructions, str | None):
-        raise HandshakeFailed(wire.INTERNAL_ERROR, "the server's initialize result is malformed (it needs "
-                              "protocolVersion, capabilities and serverInfo with name and version)")
+        raise MalformedAnswer("initialize",
+                              "protocolVersion, capabilities and serverInfo with name and version")
     if version not in wire.HANDSHAKE_PROTOCOL_VERSIONS:
         raise UnsupportedVersion(f"Unsupported protocol version from the server: {version}")
     await link.notify("notifications/initialized", None)
@@ -165,7 +176,8 @@ async def discover(link: HandshakingLink) -> Opened:
             raise
         data = exc.data if isinstance(exc.data, Mapping) else {}
         supported = data.get("supported")
-        if not isinstance(supported, list) or not isinstance(data.get("requested"), str):
+        if (not isinstance(supported, list) or not all(isinstance(v, str) for v in supported)
+                or not isinstance(data.get("requested"), str)):
             raise
         mutual = [v for v in wire.MODERN_PROTOCOL_VERSIONS if v in supported]
         if not mutual:
@@ -179,8 +191,7 @@ async def discover(link: HandshakingLink) -> Opened:
     instructions = result.get("instructions")
     if not isinstance(versions, list) or not all(isinstance(v, str) for v in versions) \
             or not isinstance(capabilities, Mapping) or not isinstance(instructions, str | None):
-        raise HandshakeFailed(wire.INTERNAL_ERROR, "the server's server/discover result is malformed (it "
-                              "needs supportedVersions and capabilities)")
+        raise MalformedAnswer("server/discover", "supportedVersions and capabilities")
     mutual = [v for v in wire.MODERN_PROTOCOL_VERSIONS if v in versions]
     if not mutual:
         raise UnsupportedVersion(f"No mutually supported modern protocol version (server: {versions}, "

@@ -173,6 +173,28 @@ async def test_our_handshake_sends_and_concludes_what_the_sdk_session_does(
         assert our_time == ours.DISCOVER_TIMEOUT_S
 
 
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_malformed_answer_is_no_refusal(protocol: str,
+                                                autojump_clock: trio.testing.MockClock) -> None:
+    """An ``initialize`` result without serverInfo: under ``auto`` no ``server/discover``
+    follows, as none followed when the SDK's models rejected it. The words differ on
+    purpose: the SDK's were pydantic's validation dump; ours say what the result lacks."""
+    script = {"initialize": ("result", {"protocolVersion": LATEST_HANDSHAKE_VERSION, "capabilities": {}}),
+              "server/discover": ("result", MODERN_RESULT)}
+    with trio.fail_after(60):
+        sdk_sent, sdk_outcome = await _sdk_side(protocol, script)
+        our_sent, our_outcome = await _our_side(protocol, script)
+    assert our_sent == sdk_sent
+    if protocol == LATEST_MODERN_VERSION:
+        assert our_outcome == sdk_outcome
+        return
+    assert type(sdk_outcome).__name__ == "ValidationError"
+    assert isinstance(our_outcome, ours.MalformedAnswer)
+    assert failure_text(our_outcome, None) == (
+        "handshake failed: the server's initialize result is malformed (it needs protocolVersion, "
+        "capabilities and serverInfo with name and version)")
+
+
 def test_what_we_declare_is_what_a_session_with_our_callbacks_declares() -> None:
     """In each era's versions (the SDK drops claim-bearing extensions by version; we have none)."""
     send, receive = anyio.create_memory_object_stream[Any](1)
