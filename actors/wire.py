@@ -35,6 +35,18 @@ take -32002 and -32003."""
 MODERN_MARKER: Final = PROTOCOL_VERSION_META_KEY.encode()
 """Bytes present in a request only when it carries the 2026-07-28 ``_meta`` envelope."""
 
+# What a stdio link's own handshake (`mcpvisor.actors.link.session`) offers and accepts,
+# the SDK's values written out so that it opens without loading the SDK (a unit test
+# holds each equal to the SDK's).
+UNSUPPORTED_PROTOCOL_VERSION: Final = -32022
+"""A 2026-07-28 server's refusal of a version it does not speak (``data.supported`` lists its own)."""
+HANDSHAKE_PROTOCOL_VERSIONS: Final = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+"""The versions ``initialize`` may settle on, oldest first."""
+LATEST_HANDSHAKE_VERSION: Final = "2025-11-25"
+MODERN_PROTOCOL_VERSIONS: Final = ("2026-07-28",)
+"""The versions ``server/discover`` may settle on, oldest first."""
+LATEST_MODERN_VERSION: Final = "2026-07-28"
+
 
 class Envelope(msgspec.Struct, omit_defaults=True):
     """Any JSON-RPC message, envelope decoded, payloads left raw."""

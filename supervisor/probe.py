@@ -324,9 +324,10 @@ def _stored_login(spec: ServerSpec) -> Any:
 async def _after_handshake(run: _Run, link: Any) -> None:
     """Record the handshake step, then list every page of tools."""
     run.protocol_version = link.protocol_version or None
-    if link.server_info is not None:
-        run.server_name = link.server_info.name
-        run.server_version = link.server_info.version
+    info = link.server_info
+    if info is not None:
+        run.server_name = info.get("name")
+        run.server_version = info.get("version")
     who = f"{run.server_name} {run.server_version}" if run.server_name else "initialized"
     run.done(f"{who} (protocol {link.protocol_version})", next_step="tools/list")
     run.tools = await _list_tools(link)
@@ -334,24 +335,23 @@ async def _after_handshake(run: _Run, link: Any) -> None:
 
 
 async def _list_tools(link: Any) -> tuple[Mapping[str, Any], ...]:
-    import mcp_types as types
-    from mcp.shared.exceptions import MCPError
+    from mcpvisor.actors import wire
+    from mcpvisor.actors.errors import UpstreamError
 
     caps = link.capabilities
-    if caps is not None and caps.tools is None:
+    if caps is not None and caps.get("tools") is None:
         return ()
     items: list[Mapping[str, Any]] = []
     cursor: str | None = None
     for _page in range(LIST_PAGE_LIMIT):
-        params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
         try:
-            result = await link.session.list_tools(params=params)
-        except MCPError as exc:
-            if exc.error.code == types.METHOD_NOT_FOUND:
+            page = await link.list_page("tools", cursor)
+        except UpstreamError as exc:
+            if exc.code == wire.METHOD_NOT_FOUND:
                 return ()
             raise
-        items.extend(t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in result.tools)
-        cursor = result.next_cursor
+        items.extend(page.items)
+        cursor = page.next_cursor
         if not cursor:
             break
     return tuple(items)

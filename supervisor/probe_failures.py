@@ -99,6 +99,7 @@ def classify(exc: BaseException, spec: ServerSpec, step: str, link: Any,
         http_statuses: the statuses of the HTTP responses seen, in order.
     """
     from mcpvisor.actors.errors import ProxyError, UpstreamDied
+    from mcpvisor.actors.link.session import HandshakeFailed, UnsupportedVersion
     from mcpvisor.actors.process import SpawnError, describe_exit
 
     leaves = list(_leaves(exc)) or [exc]
@@ -146,6 +147,11 @@ def classify(exc: BaseException, spec: ServerSpec, step: str, link: Any,
                 step,
                 stderr=stderr,
             )
+        if isinstance(leaf, UnsupportedVersion):
+            return Failure("error", f"{step} failed: {leaf.reads_as}", step, stderr=stderr)
+        if isinstance(leaf, HandshakeFailed):
+            return Failure("handshake", f"{step} failed: {leaf.message} (JSON-RPC error {leaf.code})", step,
+                           stderr=stderr)
         if isinstance(leaf, ProxyError):
             return Failure("error", leaf.message, step, stderr=stderr)
         code = getattr(getattr(leaf, "error", None), "code", None)

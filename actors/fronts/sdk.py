@@ -496,7 +496,7 @@ class Front:
         self.log_level = lowest
         for up in self.backend.upstreams.values():
             caps = up.link.capabilities if up.link is not None else None
-            if caps is not None and caps.logging is not None and not up.link.modern:  # type: ignore[union-attr]
+            if caps is not None and caps.get("logging") is not None and not up.link.modern:  # type: ignore[union-attr]
                 with trio.move_on_after(CLIENT_SEND_TIMEOUT_S):
                     try:
                         await up.request("logging/setLevel", {"level": lowest})

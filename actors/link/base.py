@@ -20,19 +20,13 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import anyio
-import mcp_types as types
 import trio
-from mcp.client.session import ClientSession
-from mcp.shared.exceptions import MCPError
-from mcp_types import (
-    CLIENT_CAPABILITIES_META_KEY,
-    LOG_LEVEL_META_KEY,
-)
 from msgspec import UNSET
 
 from mcpvisor.actors import telemetry, wire
@@ -47,8 +41,12 @@ from mcpvisor.actors.errors import (
 )
 from mcpvisor.actors.framing import StreamBroken
 from mcpvisor.actors.link.input_required import INPUT_REQUIRED_METHODS, drive_input_required
+from mcpvisor.actors.link.listing import LIST_METHODS, ListPage, read_page
 from mcpvisor.actors.link.ports import CallOrigin
-from mcpvisor.actors.link.session import request_envelope
+from mcpvisor.actors.link.session import Opened, request_envelope
+
+if TYPE_CHECKING:
+    from mcp.client.session import ClientSession
 
 logger = logging.getLogger(__name__)
 
@@ -148,10 +146,14 @@ class Link:
         self.server = server
         self.events = events
         self.session: ClientSession | None = None
+        """The SDK session of a link reached through an SDK transport; None for a stdio
+        link, which speaks only our own bytes."""
         self._protocol_version = ""
         self._modern = False
-        self.server_info: types.Implementation | None = None
-        self.capabilities: types.ServerCapabilities | None = None
+        self.server_info: Mapping[str, Any] | None = None
+        """What the server said of itself (``name``, ``version``, ...), as it sent it; None: nothing."""
+        self.capabilities: Mapping[str, Any] | None = None
+        """The server's capabilities as it sent them (``{"tools": {"listChanged": true}}``); None before."""
         self.instructions: str | None = None
         self._envelope: dict[str, Any] | None = None
         self._pending: dict[str, Pending] = {}
@@ -205,20 +207,20 @@ class Link:
         """Whether the request ``proxy_id`` still waits for the upstream's answer."""
         return proxy_id in self._pending
 
-    def adopt(self, session: ClientSession) -> None:
-        self.session = session
-        self.protocol_version = session.protocol_version or ""
-        self.server_info = session.server_info
-        self.capabilities = session.server_capabilities
-        self.instructions = session.instructions
+    def adopt(self, opened: Opened) -> None:
+        """Take what the handshake settled (the version, and what the server said of itself)."""
+        self.protocol_version = opened.protocol_version
+        self.server_info = opened.server_info
+        self.capabilities = opened.capabilities
+        self.instructions = opened.instructions
         if self.modern:
-            self._envelope = request_envelope(session, self.protocol_version)
+            self._envelope = request_envelope(self.protocol_version)
 
     async def apply_log_level(self) -> None:
         """A handshake-era server forgets its log level when it restarts: tell it again."""
         level = getattr(self.events, "log_level", None)
         caps = self.capabilities
-        if level and not self.modern and caps is not None and caps.logging is not None:
+        if level and not self.modern and caps is not None and caps.get("logging") is not None:
             try:
                 await self.request("logging/setLevel", {"level": level}, timeout=LOG_LEVEL_TIMEOUT_S,
                                    max_time=LOG_LEVEL_TIMEOUT_S)
@@ -259,12 +261,12 @@ class Link:
             meta.update(self._envelope)
             declared = origin.client_capabilities if origin is not None else None
             if declared is not None:  # what the upstream may ask is what this client can answer
-                meta[CLIENT_CAPABILITIES_META_KEY] = fit_capabilities(
-                    self._envelope.get(CLIENT_CAPABILITIES_META_KEY) or {}, declared)
+                meta[wire.CLIENT_CAPABILITIES_META_KEY] = fit_capabilities(
+                    self._envelope.get(wire.CLIENT_CAPABILITIES_META_KEY) or {}, declared)
             level = verbose_of(getattr(self.events, "log_level", None),
                                origin.log_level if origin is not None else None)
             if level:
-                meta.setdefault(LOG_LEVEL_META_KEY, level)  # 2026-07-28 logging is a per-request opt-in
+                meta.setdefault(wire.LOG_LEVEL_META_KEY, level)  # 2026-07-28 logging is a per-request opt-in
         if origin is not None and origin.progress_token is not None:
             # The request id doubles as the upstream-side token: unique per upstream even
             # when two clients chose the same token (docs/reliability.md P15).
@@ -382,6 +384,40 @@ class Link:
             if not answered and pending.failure is None and self.close_reason is None:
                 await self._abandon(pending)
 
+    async def handshake_request(self, method: str, params: dict[str, Any], *,
+                                timeout: float) -> dict[str, Any]:  # noqa: ASYNC109 - the request's own bound
+        """One request of the handshake (`mcpvisor.actors.link.session`): never cancelled
+        upstream when it times out, since MCP forbids cancelling ``initialize`` and
+        ``server/discover``.
+
+        Raises:
+            UpstreamError: the server answered with an error.
+            CallTimeout: no answer within ``timeout``.
+            UpstreamDied: the connection ended first.
+        """
+        pending = Pending(self._mint_id(), method, None, trio.current_time() + timeout, timeout, trio.Event())
+        self._pending[pending.proxy_id] = pending
+        try:
+            with unwrap_groups():
+                env = await self._send_and_wait(pending, params)
+            return decode_result(env)
+        finally:
+            self._pending.pop(pending.proxy_id, None)
+
+    async def list_page(self, kind: str, cursor: str | None) -> ListPage:
+        """One page of the server's ``kind`` list ("tools", "resources", "templates",
+        "prompts"), its items as the SDK's session would hand them on. No bound of its own
+        (as the SDK session's lists had none): the caller's (a start, a re-list) bounds it.
+
+        Raises:
+            UpstreamError: the server refused, or sent a malformed list.
+            ProxyError: the connection ended or timed out.
+        """
+        method = LIST_METHODS[kind]
+        result = await self.request(method, {"cursor": cursor} if cursor else None, timeout=math.inf,
+                                    max_time=math.inf)
+        return read_page(self.server, kind, result, modern=self.modern)
+
     async def _wait(self, pending: Pending) -> wire.Envelope:
         done = pending.done
         assert done is not None, "only fast-path calls have no event, and no task waits for them"
@@ -415,7 +451,7 @@ class Link:
             try:
                 await self.notify("notifications/cancelled",
                                   {"requestId": pending.proxy_id, "reason": "cancelled by mcpvisor"})
-            except (StreamBroken, ProxyError, MCPError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            except (StreamBroken, ProxyError, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 pass
 
     async def notify(self, method: str, params: Mapping[str, Any] | None) -> None:

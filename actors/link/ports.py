@@ -2,7 +2,8 @@
 
 `mcpvisor.actors.link.base.Link` drives ``input_required`` rounds
 (`mcpvisor.actors.link.input_required`) and hands its SDK session callbacks that answer
-the upstream's own requests (`mcpvisor.actors.link.session`); those helpers call back into
+the upstream's own requests (`mcpvisor.actors.link.sdk_session`) and opens its session
+(`mcpvisor.actors.link.session`); those helpers call back into
 the link. Typing them against these ports, not the `Link` class, keeps the arrows one way
 (the link imports its helpers, never the reverse) and says what each helper touches.
 """
@@ -61,3 +62,20 @@ class AnsweringLink(Protocol):
 
     async def answer_server_request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
         """Answer a request (sampling, elicitation, roots) the upstream sent."""
+
+
+class HandshakingLink(Protocol):
+    """What opening a session in our own bytes needs of its link (`mcpvisor.actors.link.session`)."""
+
+    async def handshake_request(self, method: str, params: dict[str, Any], *,
+                                timeout: float) -> dict[str, Any]:  # noqa: ASYNC109 - the request's own bound
+        """One handshake request and its result, never cancelled upstream.
+
+        Raises:
+            UpstreamError: the server answered with an error.
+            CallTimeout: no answer within ``timeout``.
+            UpstreamDied: the connection ended first.
+        """
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None) -> None:
+        """Send a notification."""

@@ -29,10 +29,12 @@ from mcp_types import CLIENT_CAPABILITIES_META_KEY
 from mcp_types.version import LATEST_MODERN_VERSION
 
 from mcpvisor.actors import wire
-from mcpvisor.actors.errors import UpstreamDied
+from mcpvisor.actors.core.catalog import CacheHint
+from mcpvisor.actors.errors import UpstreamDied, UpstreamError
 from mcpvisor.actors.link.base import Link, LinkEvents, Pending
+from mcpvisor.actors.link.listing import ListPage
 from mcpvisor.actors.link.modern_side import Announcements, SideEvents, follow, list_tools
-from mcpvisor.actors.link.session import client_info, handshake, session_callbacks
+from mcpvisor.actors.link.sdk_session import handshake, opened, sdk_client_info, session_callbacks
 from mcpvisor.actors.sdk_compat import dispatcher_of, stamp
 
 logger = logging.getLogger(__name__)
@@ -58,6 +60,38 @@ class SdkLink(Link):
 
     async def _abandon(self, pending: Pending) -> None:
         """The SDK dispatcher already sends the courtesy cancel when its request is abandoned."""
+
+    async def list_page(self, kind: str, cursor: str | None) -> ListPage:
+        """A list page through the session's own listing: it keeps what it needs of a tool
+        list (each tool's ``Mcp-Param-*`` mapping and output schema) for later calls.
+
+        Raises:
+            UpstreamError: the server refused.
+            UpstreamDied: the connection closed.
+        """
+        session = self.session
+        assert session is not None
+        params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        result: Any
+        try:
+            if kind == "tools":
+                result = await session.list_tools(params=params)
+                page: list[Any] = result.tools
+            elif kind == "resources":
+                result = await session.list_resources(params=params)
+                page = result.resources
+            elif kind == "templates":
+                result = await session.list_resource_templates(params=params)
+                page = result.resource_templates
+            else:
+                result = await session.list_prompts(params=params)
+                page = result.prompts
+        except MCPError as exc:
+            if exc.error.code == wire.CONNECTION_CLOSED:
+                raise UpstreamDied(self.server, exc.error.message) from None
+            raise UpstreamError(exc.error.code, exc.error.message, exc.error.data) from None
+        items = tuple(x.model_dump(by_alias=True, mode="json", exclude_none=True) for x in page)
+        return ListPage(items, result.next_cursor, hint_of(result))
 
     async def notify(self, method: str, params: Mapping[str, Any] | None) -> None:
         assert self.session is not None
@@ -116,6 +150,16 @@ class SdkLink(Link):
                 nursery.cancel_scope.cancel()
 
 
+def hint_of(result: Any) -> CacheHint | None:
+    """The caching directives of one list page. Only what the server sent counts: the
+    SDK's models default ``ttlMs`` to 0 and ``cacheScope`` to private for a result that
+    carries neither (a handshake-era server)."""
+    sent: set[str] = getattr(result, "model_fields_set", set())
+    if "ttl_ms" not in sent and "cache_scope" not in sent:
+        return None
+    return CacheHint(int(result.ttl_ms), str(result.cache_scope))
+
+
 def _message_handler(link: SdkLink) -> MessageHandlerFnT:
     async def handle(message: IncomingMessage) -> None:
         if isinstance(message, Exception):
@@ -166,13 +210,14 @@ async def open_sdk_link(
     async with transport as streams, trio.open_nursery() as nursery:
         read, write = streams[0], streams[1]
         link.nursery = nursery
-        session = ClientSession(read, write, client_info=client_info(),
+        session = ClientSession(read, write, client_info=sdk_client_info(),
                                 message_handler=_message_handler(link),
                                 logging_callback=_logging_callback(link), **session_callbacks(link))
         try:
             async with session:
                 await handshake(session, protocol)
-                link.adopt(session)
+                link.session = session
+                link.adopt(opened(session))
                 await link.apply_log_level()
                 if modern_transport is not None and not link.modern:
                     link.side_probed = trio.Event()
@@ -195,7 +240,7 @@ async def _keep_modern_side(link: SdkLink, probed: trio.Event, modern_transport:
         with trio.CancelScope(deadline=trio.current_time() + MODERN_SIDE_PROBE_S) as probe:
             async with open_sdk_link(link.server, modern_transport(), events=events,
                                      protocol=LATEST_MODERN_VERSION) as side, trio.open_nursery() as nursery:
-                if side.capabilities is not None and side.capabilities.tools is not None:
+                if side.capabilities is not None and side.capabilities.get("tools") is not None:
                     await list_tools(side)
                 probe.deadline = math.inf
                 logger.debug("%s: serves %s beside its session: 2026-07-28 clients' requests go there",

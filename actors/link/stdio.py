@@ -1,11 +1,11 @@
 """An upstream child process spoken to over our own pipes.
 
 `StdioLink` owns the bytes: the stdout pump reads frames and dispatches them (answers
-to our pending calls, notifications, server requests); the SDK session is fed over
-in-memory streams and sees only handshake and list traffic. It also carries the fast
-path's public API (`reserve_fast`, `send_fast`, `cancel_fast`, `run_deadlines`; the
-answer goes to the call's `FastSink`). `open_stdio_link` spawns the server and runs it
-all.
+to our pending calls, notifications, server requests); the handshake and the lists go
+out in our own frames too (`mcpvisor.actors.link.session`), so a stdio upstream never
+loads the SDK. It also carries the fast path's public API (`reserve_fast`, `send_fast`,
+`cancel_fast`, `run_deadlines`; the answer goes to the call's `FastSink`).
+`open_stdio_link` spawns the server and runs it all.
 """
 
 from __future__ import annotations
@@ -16,12 +16,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
-import anyio
-import mcp_types as types
 import trio
-from mcp.client.session import ClientSession
-from mcp.shared.exceptions import MCPError
-from mcp.shared.message import SessionMessage
 from msgspec import UNSET
 
 from mcpvisor.actors import wire
@@ -38,13 +33,10 @@ from mcpvisor.actors.framing import (
     widen_pipe,
 )
 from mcpvisor.actors.link.base import PROXY_ID_PREFIX, FastSink, Link, LinkEvents, Pending
-from mcpvisor.actors.link.session import client_info, handshake, session_callbacks
+from mcpvisor.actors.link.session import handshake
 from mcpvisor.actors.process import Reaper, StderrLog, describe_exit, spawn, stop_process
 
 logger = logging.getLogger(__name__)
-
-SESSION_BUFFER: Final = 256
-"""Frames queued towards the SDK session before the stdout pump waits."""
 
 GARBAGE_LOG_LINES: Final = 5
 """Non-JSON stdout lines logged verbatim per connection; later ones are only counted."""
@@ -84,12 +76,6 @@ class StdioLink(Link):
         self.writer = FrameWriter(proc.stdin)
         self.max_message = max_message
         self.stderr = stderr
-        self._to_session, self._session_in = anyio.create_memory_object_stream[SessionMessage | Exception](
-            SESSION_BUFFER
-        )
-        self._session_out, self._from_session = anyio.create_memory_object_stream[SessionMessage](
-            SESSION_BUFFER
-        )
         self._garbage = 0
         self._garbage_window: list[float] = []
         self._wheel_scope: trio.CancelScope | None = None
@@ -230,7 +216,6 @@ class StdioLink(Link):
                     tail = self.stderr.tail()
                     self.close(f"{reason}: {tail}" if tail else reason)
                 self._stdout_ended.set()
-                await self._to_session.aclose()
 
     async def watch_exit(self) -> None:
         """The process itself exited: end the connection even if its stdout stays open.
@@ -270,7 +255,7 @@ class StdioLink(Link):
                     pending.line = line
                     pending.done.set()
                 return
-            await self._to_sdk(line)
+            logger.debug("%s: dropped a response to a request it was never sent (id %r)", self.server, rid)
             return
         if env.id is UNSET:
             await self._notification(method, env, line)
@@ -311,10 +296,10 @@ class StdioLink(Link):
             uri = params.get("uri")
             if isinstance(uri, str):
                 self.events.resource_updated(uri)
-        elif method == "notifications/cancelled" or method.startswith("notifications/subscriptions/"):
-            return
         else:
-            await self._to_sdk(line)
+            # notifications/cancelled (of a server request already answered or given up),
+            # subscription acknowledgements, and what the proxy has no use for.
+            logger.debug("%s: ignored %s", self.server, method)
 
     def _serve_request_soon(self, env: wire.Envelope) -> None:
         assert self.nursery is not None
@@ -333,26 +318,9 @@ class StdioLink(Link):
             frame = wire.error_frame(request_id, exc.code, exc.message, exc.data)
         except (wire.DecodeError, wire.ValidationError):
             frame = wire.error_frame(request_id, wire.INVALID_PARAMS, "malformed params")
-        except MCPError as exc:
-            frame = wire.error_frame(request_id, exc.error.code, exc.error.message, exc.error.data)
         try:
             await self.writer.send(frame)
         except StreamBroken:
-            pass
-
-    async def _to_sdk(self, line: bytes) -> None:
-        try:
-            message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-        except Exception as exc:
-            logger.debug("%s: message the SDK cannot parse: %s", self.server, exc)
-            return
-        try:
-            try:
-                self._to_session.send_nowait(SessionMessage(message))
-            except anyio.WouldBlock:
-                await flush_held_writes()  # the session is behind: what this read wrote leaves first
-                await self._to_session.send(SessionMessage(message))
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             pass
 
     def _on_garbage(self, line: bytes) -> None:
@@ -370,16 +338,6 @@ class StdioLink(Link):
                 self.close(f"garbage on stdout: {GARBAGE_FLOOD} non-JSON lines in under "
                            f"{GARBAGE_WINDOW_S:g}s")
 
-    async def pump_session_out(self) -> None:
-        """Frames the SDK session writes (handshake, lists) go to the child's stdin."""
-        async with self._from_session:
-            async for message in self._from_session:
-                data = message.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
-                try:
-                    await self.writer.send(data)
-                except StreamBroken as exc:
-                    self.close(f"cannot write to it: {exc}")
-                    return
 
 @asynccontextmanager
 async def open_stdio_link(
@@ -395,11 +353,11 @@ async def open_stdio_link(
     shutdown_grace: float,
     on_spawn: Callable[[StdioLink], None] | None = None,
 ) -> AsyncIterator[StdioLink]:
-    """Spawn the server, run its pumps, open the SDK session; stop everything on exit.
+    """Spawn the server, run its pumps, open its session; stop everything on exit.
 
     Raises:
         SpawnError: the command could not be started.
-        UpstreamDied / MCPError / TimeoutError: the handshake failed (the process is stopped).
+        UpstreamDied / HandshakeFailed: the handshake failed (the process is stopped).
     """
     stderr = StderrLog(server)
     proc = await spawn(argv, env=env, cwd=cwd, reaper=reaper)
@@ -413,27 +371,21 @@ async def open_stdio_link(
             nursery.start_soon(stderr.drain, proc.stderr)
             nursery.start_soon(link.pump_stdout)
             nursery.start_soon(link.watch_exit)
-            nursery.start_soon(link.pump_session_out)
             nursery.start_soon(link.run_deadlines)
-            session = ClientSession(link._session_in, link._session_out, client_info=client_info(),
-                                    **session_callbacks(link))
             try:
-                async with session:
-                    with trio.CancelScope() as handshake_scope:
-                        nursery.start_soon(_cancel_when_closed, link, handshake_scope)
-                        await handshake(session, protocol)
-                    if handshake_scope.cancelled_caught or link.close_reason is not None:
-                        raise UpstreamDied(server, link.close_reason or "closed during the handshake")
-                    link.adopt(session)
-                    await link.apply_log_level()
-                    yield link
+                with trio.CancelScope() as handshake_scope:
+                    nursery.start_soon(_cancel_when_closed, link, handshake_scope)
+                    opened = await handshake(link, protocol)
+                if handshake_scope.cancelled_caught or link.close_reason is not None:
+                    raise UpstreamDied(server, link.close_reason or "closed during the handshake")
+                link.adopt(opened)
+                await link.apply_log_level()
+                yield link
             finally:
                 link.close(link.close_reason or "stopped by mcpvisor")
                 nursery.cancel_scope.cancel()
     finally:
         await stop_process(proc, grace=shutdown_grace, reaper=reaper)
-        link._session_in.close()
-        link._from_session.close()
 
 
 async def _cancel_when_closed(link: Link, scope: trio.CancelScope) -> None:

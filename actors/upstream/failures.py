@@ -9,14 +9,15 @@ failure: it is re-raised (docs/style.md rule 14).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Final
+import sys
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import trio
-from mcp.shared.exceptions import MCPError
 
 from mcpvisor.actors import wire
 from mcpvisor.actors.errors import ProxyError, UpstreamDied
+from mcpvisor.actors.link.session import HandshakeFailed
 from mcpvisor.actors.process import SpawnError, describe_exit
 
 if TYPE_CHECKING:
@@ -66,20 +67,33 @@ def failure_text(leaf: BaseException, attempt: Link | None) -> str:
         return closed
     if isinstance(leaf, SpawnError):
         return str(leaf)
+    sdk_error = _sdk_error(leaf)
     connection_lost = isinstance(leaf, UpstreamDied | anyio.EndOfStream | anyio.BrokenResourceError
                                  | anyio.ClosedResourceError | trio.BrokenResourceError) or (
-        isinstance(leaf, MCPError) and leaf.error.code == wire.CONNECTION_CLOSED)
+        sdk_error is not None and sdk_error.code == wire.CONNECTION_CLOSED)
     if connection_lost:
         exited = exit_text(attempt)
         if exited is not None:
             return exited
     if isinstance(leaf, UpstreamDied):
         return leaf.reason
-    if isinstance(leaf, MCPError):
-        return with_stderr(f"handshake failed: {leaf.error.message}", attempt)
+    if sdk_error is not None:
+        return with_stderr(f"handshake failed: {sdk_error.message}", attempt)
+    if isinstance(leaf, HandshakeFailed):  # a stdio link's own handshake: the same words
+        return with_stderr(leaf.reads_as, attempt)
     if isinstance(leaf, ProxyError):
         return leaf.message
     return with_stderr(describe_exception(leaf), attempt)
+
+
+def _sdk_error(leaf: BaseException) -> Any:
+    """The JSON-RPC error of the SDK's ``MCPError`` (an SDK link's handshake or transport),
+    or None. No such error exists unless an SDK link loaded the SDK, so a proxy whose
+    upstreams all run over stdio never imports it for this check."""
+    exceptions = sys.modules.get("mcp.shared.exceptions")
+    if exceptions is not None and isinstance(leaf, exceptions.MCPError):
+        return leaf.error
+    return None
 
 
 def exit_text(attempt: Link | None) -> str | None:

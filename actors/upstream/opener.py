@@ -11,9 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
-from mcpvisor.actors.link import CallOrigin, Link, LinkEvents, open_sdk_link, open_stdio_link
-from mcpvisor.actors.link.oauth import UpstreamAuth
-from mcpvisor.actors.link.oauth_redirect import open_callback_listener
+from mcpvisor.actors.link import CallOrigin, Link, LinkEvents, open_stdio_link
 from mcpvisor.actors.transports import sdk_transport, stdio_argv
 
 if TYPE_CHECKING:
@@ -62,7 +60,8 @@ class UpstreamLinkEvents:
 @asynccontextmanager
 async def open_real_link(up: Upstream, *, events: LinkEvents, protocol: str,
                          on_spawn: Callable[[Link], None]) -> AsyncIterator[Link]:
-    """The production `OpenLink`: a child process for stdio, the SDK's transports otherwise."""
+    """The production `OpenLink`: a child process for stdio, the SDK's transports otherwise
+    (imported here, on the first such server: a stdio server never loads the SDK)."""
     spec = up.spec
     if spec.transport in ("stdio", "stdio-docker"):
         async with open_stdio_link(
@@ -72,6 +71,10 @@ async def open_real_link(up: Upstream, *, events: LinkEvents, protocol: str,
         ) as link:
             yield link
         return
+    from mcpvisor.actors.link.oauth import UpstreamAuth
+    from mcpvisor.actors.link.oauth_redirect import open_callback_listener
+    from mcpvisor.actors.link.sdk import open_sdk_link
+
     async with AsyncExitStack() as stack:
         auth = None
         store = up.token_store()

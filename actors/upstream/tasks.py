@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-import mcp_types as types
 import trio
-from mcp.shared.exceptions import MCPError
 
 from mcpvisor.actors import wire
 from mcpvisor.actors.core.catalog import CacheHint, UpstreamLists
 from mcpvisor.actors.core.registration import UpstreamListed
 from mcpvisor.actors.core.spec import ServerSpec
-from mcpvisor.actors.errors import CallTimeout, ProxyError, UpstreamDied
+from mcpvisor.actors.errors import CallTimeout, ProxyError, UpstreamDied, UpstreamError
 from mcpvisor.actors.upstream.failures import WRITE_FAILED, exit_text
 
 if TYPE_CHECKING:
@@ -260,7 +259,7 @@ class LinkTasks:
         try:
             with trio.fail_after(RELIST_TIMEOUT_S):
                 items = await self._list(link, kind)
-        except (MCPError, ProxyError, trio.TooSlowError) as exc:
+        except (ProxyError, trio.TooSlowError) as exc:
             logger.log(logging.DEBUG if polled else logging.WARNING, "%s: could not re-list %s: %s",
                        self.name, kind, exc)
             return
@@ -280,58 +279,34 @@ class LinkTasks:
         return lists
 
     async def _list(self, link: Link, kind: str) -> tuple[dict[str, Any], ...]:
-        session = link.session
         caps = link.capabilities
-        assert session is not None
         if caps is None:
             return ()
-        if kind == "tools" and caps.tools is None:
+        if kind == "tools" and caps.get("tools") is None:
             return ()
-        if kind in ("resources", "templates") and caps.resources is None:
+        if kind in ("resources", "templates") and caps.get("resources") is None:
             return ()
-        if kind == "prompts" and caps.prompts is None:
+        if kind == "prompts" and caps.get("prompts") is None:
             return ()
         items: list[dict[str, Any]] = []
         hint: CacheHint | None = None
         cursor: str | None = None
         for _page in range(MAX_LIST_PAGES):
-            params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
             try:
-                if kind == "tools":
-                    result: Any = await session.list_tools(params=params)
-                    page = result.tools
-                elif kind == "resources":
-                    result = await session.list_resources(params=params)
-                    page = result.resources
-                elif kind == "templates":
-                    result = await session.list_resource_templates(params=params)
-                    page = result.resource_templates
-                else:
-                    result = await session.list_prompts(params=params)
-                    page = result.prompts
-            except MCPError as exc:
-                if exc.error.code == wire.METHOD_NOT_FOUND:
+                page = await link.list_page(kind, cursor)
+            except UpstreamError as exc:
+                if exc.code == wire.METHOD_NOT_FOUND:
                     self._note_hint(kind, None)
                     return ()
                 raise
-            items.extend(x.model_dump(by_alias=True, mode="json", exclude_none=True) for x in page)
-            hint = hint_of(result, hint)
-            cursor = result.next_cursor
+            items.extend(page.items)
+            if page.hint is not None:
+                hint = page.hint.join(hint)
+            cursor = page.next_cursor
             if not cursor:
                 break
         self._note_hint(kind, hint)
         return tuple(items)
-
-
-def hint_of(result: Any, before: CacheHint | None) -> CacheHint | None:
-    """The caching directives of one list page joined with the earlier pages' (``before``).
-    Only what the server sent counts: the SDK's models default ``ttlMs`` to 0 and
-    ``cacheScope`` to private for a result that carries neither (a handshake-era server)."""
-    sent: set[str] = getattr(result, "model_fields_set", set())
-    if "ttl_ms" not in sent and "cache_scope" not in sent:
-        return before
-    page = CacheHint(int(result.ttl_ms), str(result.cache_scope))
-    return page.join(before)
 
 
 class Unannounced:
@@ -358,7 +333,7 @@ def unannounced_kinds(link: Link) -> set[str]:
         return set()
     kinds: set[str] = set()
     for capability, lists in _CAPABILITY_KINDS.items():
-        cap = getattr(caps, capability)
-        if cap is not None and not cap.list_changed:
+        cap = caps.get(capability)
+        if cap is not None and not (isinstance(cap, Mapping) and cap.get("listChanged")):
             kinds.update(lists)
     return kinds

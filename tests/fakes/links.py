@@ -26,6 +26,8 @@ import trio
 from mcpvisor.actors import wire
 from mcpvisor.actors.errors import UpstreamDied
 from mcpvisor.actors.link.base import Link, LinkEvents, Pending
+from mcpvisor.actors.link.listing import ListPage
+from mcpvisor.actors.link.sdk import hint_of
 from mcpvisor.actors.process import describe_exit
 
 _pids = itertools.count(40000)
@@ -69,17 +71,6 @@ class FakeStderr:
         return " | ".join(line for line in self.lines[-n:] if line)
 
 
-class FakeSession:
-    """The two things the actor asks a session for: ``list_tools`` (paged) and nothing else."""
-
-    def __init__(self, server: FakeUpstream) -> None:
-        self._server = server
-
-    async def list_tools(self, params: Any = None) -> types.ListToolsResult:
-        self._server.listings.append(trio.current_time())
-        return types.ListToolsResult(tools=list(self._server.current_tools()), **self._server.list_hint)
-
-
 @dataclass(frozen=True)
 class Seen:
     """One request the fake server received."""
@@ -100,12 +91,18 @@ class FakeLink(Link):
         self.proc = FakeProc(next(_pids))
         self.pid = self.proc.pid
         self.stderr = FakeStderr()
-        self.session = FakeSession(server)  # type: ignore[assignment]
-        self.capabilities = types.ServerCapabilities(
-            tools=types.ToolsCapability(list_changed=server.announces_changes))
+        self.capabilities = {"tools": {"listChanged": server.announces_changes}}
         self.protocol_version = "2025-11-25"
         self.tool_calls = 0
         self.hung = False
+
+    async def list_page(self, kind: str, cursor: str | None) -> ListPage:
+        """The fake's tools, in one page (its only list), with the hint it is set to send."""
+        assert kind == "tools", "a fake server declares tools only"
+        self.fake.listings.append(trio.current_time())
+        result = types.ListToolsResult(tools=list(self.fake.current_tools()), **self.fake.list_hint)
+        items = tuple(t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in result.tools)
+        return ListPage(items, None, hint_of(result))
 
     # --- what the server does ------------------------------------------------------
     def answer(self, request_id: str, result: Mapping[str, Any]) -> None:

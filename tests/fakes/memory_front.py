@@ -331,14 +331,6 @@ def start_link(link: StdioLink, nursery: trio.Nursery) -> None:
     nursery.start_soon(link.run_deadlines)
 
 
-def close_link(link: StdioLink) -> None:
-    """No SDK session was opened on the link (its handshake is taken as done): close the
-    streams one would have owned, as `open_stdio_link` does."""
-    link._session_in.close()
-    link._session_out.close()
-    link._from_session.close()
-
-
 @asynccontextmanager
 async def open_memory_proxy(*, tools: Sequence[str] = ("echo", "work"), retry_safe: Sequence[str] = (),
                             fast_path: bool = True, upstream_version: str = "2025-11-25",
@@ -369,15 +361,11 @@ async def open_memory_proxy(*, tools: Sequence[str] = ("echo", "work"), retry_sa
         served.set()
 
     links = [link, *(instance.link for instance, _ in scoped)]
-    try:
-        async with trio.open_nursery() as nursery:
-            for each in links:
-                start_link(each, nursery)
-            await nursery.start(front.run)
-            nursery.start_soon(serve)
-            yield MemoryProxy(front, backend, link, server, client, stdio, nursery, served, upstream, links,
-                              scoped)
-            nursery.cancel_scope.cancel()
-    finally:
+    async with trio.open_nursery() as nursery:
         for each in links:
-            close_link(each)
+            start_link(each, nursery)
+        await nursery.start(front.run)
+        nursery.start_soon(serve)
+        yield MemoryProxy(front, backend, link, server, client, stdio, nursery, served, upstream, links,
+                          scoped)
+        nursery.cancel_scope.cancel()

@@ -19,7 +19,7 @@ import trio
 from mcpvisor import open_supervisor
 from mcpvisor.actors.errors import ProxyError
 from mcpvisor.actors.upstream import State
-from tests.helpers import REAL_IO_BOUND_S, everything, http_fixture, read_record, write_config
+from tests.helpers import REAL_IO_BOUND_S, everything, flaky, http_fixture, read_record, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -85,3 +85,40 @@ async def test_a_dual_era_http_server_is_shown_speaking_both_versions_and_reopen
                                  "dual": ("2025-11-25", ("2025-11-25",))}
     remembered = json.loads((tmp_path / "state" / "catalog.json").read_text())
     assert remembered["servers"]["rec"]["era"] == "legacy"
+
+
+async def test_a_refused_or_unusable_handshake_reads_as_what_the_server_said(tmp_path: Path) -> None:
+    """Real stdio servers that cannot be opened, under the era choices that meet them: the
+    failure a user reads (status, ``mcpvisor status``, the log) names what went wrong, and
+    under ``auto`` it is the ``server/discover`` error, which says what the server speaks.
+    The handshake offered is the newest handshake-era version, as the SDK's session offered.
+    A regression shows as a server opened in an era it did not agree to, or a reason that
+    no longer says why."""
+    records = {name: tmp_path / f"{name}.jsonl" for name in ("both", "newer_legacy", "newer_auto")}
+    config = write_config(tmp_path, {
+        # Refuses initialize and knows no server/discover: nothing to open.
+        "both": flaky("--refuse-initialize", "--record", str(records["both"]), protocol="auto"),
+        # Answers initialize with a 2026-07-28 version, outside the handshake era.
+        "newer_legacy": flaky("--legacy-version", "2026-07-28", "--record", str(records["newer_legacy"])),
+        "newer_auto": flaky("--legacy-version", "2026-07-28", "--record", str(records["newer_auto"]),
+                            protocol="auto"),
+        "fine": flaky(protocol="auto"),
+    }, startupWait="1s")
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with open_supervisor(config, state_dir=tmp_path / "state", watch=False) as sup:
+            for name in ("both", "newer_legacy", "newer_auto", "fine"):
+                up = sup.upstreams[name]
+                while up.status().last_error is None and up.state is not State.READY:
+                    await up.wait_changed()
+            errors = {s.name: s.last_error for s in sup.status()}
+            versions = {s.name: s.protocol_version for s in sup.status()}
+    assert errors == {
+        "both": "handshake failed: Method not found",
+        "newer_legacy": "RuntimeError: Unsupported protocol version from the server: 2026-07-28",
+        "newer_auto": "handshake failed: Method not found",
+        "fine": None,
+    }
+    assert versions["fine"] == "2025-11-25"
+    for record in records.values():
+        offered = {e["protocolVersion"] for e in read_record(record) if e["event"] == "initialize"}
+        assert offered == {"2025-11-25"}

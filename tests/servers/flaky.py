@@ -240,6 +240,9 @@ class Flaky:
         self.record("initialize", protocolVersion=requested)
         if self.opts.slow_start:
             time.sleep(self.opts.slow_start)
+        if self.opts.refuse_initialize:
+            self.error(request_id, INVALID_REQUEST, "flaky refuses initialize")
+            return
         if self.opts.legacy_version is not None:
             version = self.opts.legacy_version
         elif requested in SUPPORTED_VERSIONS:
@@ -478,6 +481,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--legacy-version", metavar="V", help="answer initialize with protocolVersion V, whatever was asked"
     )
+    p.add_argument("--refuse-initialize", action="store_true",
+                   help="answer initialize with a JSON-RPC error (-32600): with no server/discover either, "
+                   "a server that refuses both eras")
     p.add_argument(
         "--sampling-flood", action="store_true",
         help="also list sampling_flood(count, wait_for): count sampling requests at once, answered "

@@ -31,7 +31,7 @@ from wsproto import ConnectionType, WSConnection
 from wsproto.events import Request
 
 from mcpvisor.actors import sdk_compat, ws_compat
-from mcpvisor.actors.link.session import client_info
+from mcpvisor.actors.link.sdk_session import sdk_client_info
 
 BOUND_S = 30.0
 """Seconds any test here may take (in-memory streams: far more than enough)."""
@@ -149,7 +149,7 @@ async def test_the_client_side_accessors_stamp_and_send_under_our_own_id() -> No
                 nursery.start_soon(lambda: sdk_compat.serve_dual_era_loop(
                     server, *server_streams, lifespan_state=state,
                     init_options=server.create_initialization_options()))
-                async with ClientSession(*client_streams, client_info=client_info()) as client:
+                async with ClientSession(*client_streams, client_info=sdk_client_info()) as client:
                     await client.initialize()
                     data: dict[str, Any] = {"method": "ping", "params": {}}
                     opts: dict[str, Any] = {"request_id": "mv-7"}

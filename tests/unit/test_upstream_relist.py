@@ -15,9 +15,9 @@ from typing import Any
 import mcp_types as types
 import trio
 import trio.testing
-from mcp.shared.exceptions import MCPError
 
 from mcpvisor.actors import wire
+from mcpvisor.actors.errors import UpstreamError
 from tests.fakes.harness import open_harness
 from tests.fakes.links import FakeUpstream, QuietToolsUpstream, tool
 
@@ -104,7 +104,7 @@ async def test_a_failed_ttl_relist_is_tried_again_when_the_ttl_runs_out_again(au
     class FailsOnce(ShortTtlUpstream):
         def current_tools(self) -> Sequence[types.Tool]:
             if len(self.listings) == 2:  # the first re-list
-                raise MCPError(code=wire.INTERNAL_ERROR, message="busy")
+                raise UpstreamError(wire.INTERNAL_ERROR, "busy")
             return self.tools
 
     flaky = FailsOnce()
