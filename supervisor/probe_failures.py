@@ -117,7 +117,7 @@ def classify(exc: BaseException, spec: ServerSpec, step: str, link: Any,
     if returncode is not None and (step != "done"):
         text = describe_exit(returncode)
         return Failure("exited", f"the process {text} during {step}", step, status=returncode, stderr=stderr)
-    from mcpvisor.actors.link.oauth import NeedsLogin, NoLoginFound, login_message
+    from mcpvisor.actors.link.logins import NeedsLogin, NoLoginFound, login_message
 
     if any(isinstance(leaf, NeedsLogin) for leaf in leaves):
         return Failure("needs_login", login_message(spec.name), step,

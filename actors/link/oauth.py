@@ -40,7 +40,7 @@ from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull,
 from pydantic import AnyUrl
 
 from mcpvisor.actors.core.spec import OAuthSpec, ServerSpec
-from mcpvisor.actors.errors import ProxyError
+from mcpvisor.actors.link.logins import NeedsLogin, NoLoginFound, login_message
 from mcpvisor.actors.link.oauth_store import RefreshContext, SdkTokenStorage, TokenStore, refresh_due
 
 __all__ = [
@@ -56,33 +56,6 @@ logger = logging.getLogger(__name__)
 CALLBACK_PATH: Final = "/callback"
 """The loopback redirect URI's path (RFC 8252 §7.3: ``http://127.0.0.1:PORT/callback``)."""
 CLIENT_NAME: Final = "mcpvisor"
-
-
-def login_message(server: str) -> str:
-    """What a call to, and every status view of, a server that needs a login says."""
-    return f"server {server} needs a login: run mcpvisor mcp login {server}"
-
-
-class NeedsLogin(Exception):
-    """Only a person can go on: the server wants an authorization the stored tokens cannot
-    give (none stored, ``invalid_grant``, the browser not allowed or not back in time)."""
-
-    def __init__(self, server: str, why: str | None = None) -> None:
-        self.server = server
-        self.why = why
-        super().__init__(login_message(server) + (f" ({why})" if why else ""))
-
-
-class NoLoginFound(ProxyError):
-    """A server refused a request (HTTP 401) and no way to log in to it was found: no OAuth
-    metadata, and no challenge or client registration to log in with. The message names
-    the server and every URL tried with its answer (never a token: none exists yet)."""
-
-    def __init__(self, server: str, tried: list[str], why: str) -> None:
-        self.server = server
-        where = f" (tried {', '.join(tried)})" if tried else ""
-        super().__init__(f"server {server} answered HTTP 401 and offers no way to log in: "
-                         f"no OAuth metadata{where}, {why}")
 
 
 def _shown(url: httpx2.URL) -> str:

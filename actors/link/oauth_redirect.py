@@ -14,7 +14,6 @@ of that trip, both on this machine:
 
 from __future__ import annotations
 
-import webbrowser
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final
@@ -23,26 +22,16 @@ from urllib.parse import parse_qs, urlsplit
 import trio
 from mcp.shared.auth import AuthorizationCodeResult
 
-from mcpvisor.actors.link.oauth import CALLBACK_PATH, NeedsLogin
+from mcpvisor.actors.link.logins import LOGIN_WAIT_S, NeedsLogin, open_browser
+from mcpvisor.actors.link.oauth import CALLBACK_PATH
 
 if TYPE_CHECKING:
     from mcpvisor.actors.link.oauth_store import TokenStore
 
 __all__ = ["LOGIN_WAIT_S", "CallbackListener", "open_browser", "open_callback_listener"]
 
-LOGIN_WAIT_S: Final = 300.0
-"""How long a login waits for the browser's redirect: a person has to read and click."""
 MAX_CALLBACK_REQUEST: Final = 16 * 1024
 """The largest redirect request the listener reads (a URL with a code and a state)."""
-
-
-async def open_browser(url: str) -> bool:
-    """Open ``url`` with Python's `webbrowser` (``$BROWSER`` first), in a worker thread:
-    a command-line browser runs until it exits. Returns whether one was found."""
-    try:
-        return await trio.to_thread.run_sync(webbrowser.open, url, abandon_on_cancel=True)
-    except webbrowser.Error:
-        return False
 
 
 class CallbackListener:

@@ -43,7 +43,7 @@ from mcpvisor.actors.core.policy_config import DEFAULT_JITTER_S, PolicyConfig
 from mcpvisor.actors.core.registration import UpstreamDown, UpstreamUp
 from mcpvisor.actors.core.spec import ServerSpec
 from mcpvisor.actors.link import Link
-from mcpvisor.actors.link.oauth import NeedsLogin, login_message
+from mcpvisor.actors.link.logins import NeedsLogin, login_message
 from mcpvisor.actors.messages import EventBus, StateChanged
 from mcpvisor.actors.process import Reaper
 from mcpvisor.actors.upstream.calls import UpstreamCalls

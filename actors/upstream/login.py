@@ -15,14 +15,13 @@ from typing import TYPE_CHECKING, Final
 import trio
 
 from mcpvisor.actors.core.lifecycle import Event, shown
-from mcpvisor.actors.link.oauth import login_message
-from mcpvisor.actors.link.oauth_redirect import LOGIN_WAIT_S, open_browser
-from mcpvisor.actors.link.oauth_store import TokenStore
+from mcpvisor.actors.link.logins import LOGIN_WAIT_S, login_message, open_browser
 from mcpvisor.actors.upstream.status import State
 
 if TYPE_CHECKING:
     from mcpvisor.actors.core.policy import RestartPolicy
     from mcpvisor.actors.core.spec import ServerSpec
+    from mcpvisor.actors.link.oauth_store import TokenStore
     from mcpvisor.actors.upstream.status import Hooks
 
 logger = logging.getLogger(__name__)

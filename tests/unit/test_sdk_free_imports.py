@@ -9,8 +9,9 @@ constants (held equal to the SDK's by tests/unit/test_wire_codes.py).
 * statically: none of the modules below imports the SDK at module level (an import under
   ``if TYPE_CHECKING:`` is for annotations only; one inside a function runs only on the
   path that needs it);
-* statically, followed: nothing the fast path imports (module by module, to the end)
-  imports the SDK, except through the upstream links' package, which still needs it;
+* statically, followed: nothing the stdio fast path, the stdio front's own answers, the
+  stdio upstream link or the upstream actor imports (module by module, to the end)
+  imports the SDK;
 * at run time: importing the modules that import no SDK-bound module of ours either loads
   neither the SDK nor psycopg (the PostgreSQL driver, only for a configured store), checked
   in a fresh interpreter, module by module, so the first one that brings it in is named.
@@ -44,10 +45,11 @@ LOADS_NO_SDK: Final = (
     "mcpvisor.actors.harness", "mcpvisor.actors.errors", "mcpvisor.actors.framing",
     "mcpvisor.actors.fronts.frames", "mcpvisor.actors.fastspans", "mcpvisor.actors.telemetry",
     "mcpvisor.config", "mcpvisor.state", "mcpvisor.pgstore",
+    "mcpvisor.actors.link.stdio", "mcpvisor.actors.fronts.fastpath", "mcpvisor.actors.fronts.fastcall",
+    "mcpvisor.actors.fronts.stdio_own", "mcpvisor.actors.fronts.clients", "mcpvisor.actors.router",
+    "mcpvisor.actors.upstream",
 )
-"""Modules whose whole import (their own and everything they import) is SDK-free today.
-fastpath and fastcall are not yet among them: they import `mcpvisor.actors.link`, whose
-package still opens upstreams with the SDK's ClientSession."""
+"""Modules whose whole import (their own and everything they import) is SDK-free today."""
 
 FORBIDDEN_AT_RUN_TIME: Final = (*SDK, "psycopg", "psycopg_pool")
 
@@ -127,10 +129,6 @@ def test_the_check_finds_a_module_level_sdk_import_wherever_it_hides(tmp_path: P
 
 
 ROOMS: Final = {"supervisor": "mcpvisor", "actors": "mcpvisor.actors"}
-LINKS: Final = "mcpvisor.actors.link"
-"""The upstream links' package: its stdio link still opens upstreams with the SDK's
-ClientSession, and the package imports its SDK link; the fast path's other imports must not
-reach the SDK, so that the stdio fast path is SDK-free once that link is."""
 
 
 def _own_modules() -> dict[str, Path]:
@@ -170,10 +168,12 @@ def _imported_at_module_level(module: str, path: Path, known: dict[str, Path]) -
     return out, sdk
 
 
-@pytest.mark.parametrize("start", ["mcpvisor.actors.fronts.fastpath", "mcpvisor.actors.fronts.fastcall"])
-def test_the_fast_path_reaches_the_sdk_only_through_the_upstream_links(start: str) -> None:
-    """Everything the fast path imports when it is imported, followed module by module,
-    stopping at the links' package: no module on the way imports the SDK."""
+@pytest.mark.parametrize("start", ["mcpvisor.actors.fronts.fastpath", "mcpvisor.actors.fronts.fastcall",
+                                   "mcpvisor.actors.fronts.stdio_own", "mcpvisor.actors.link.stdio",
+                                   "mcpvisor.actors.upstream"])
+def test_the_stdio_paths_never_reach_the_sdk(start: str) -> None:
+    """Everything a stdio path imports when it is imported, followed module by module to the
+    end: no module on the way imports the SDK."""
     known = _own_modules()
     parent: dict[str, str | None] = {start: None}
     queue, chains = [start], []
@@ -186,11 +186,10 @@ def test_the_fast_path_reaches_the_sdk_only_through_the_upstream_links(start: st
                 chain.append(up)
             chains.append(" <- ".join(chain))
         for name in sorted(found - parent.keys()):
-            if name != LINKS and not name.startswith(LINKS + "."):
-                parent[name] = module
-                queue.append(name)
-    # It did follow the imports: the fast path's own modules were reached.
-    assert {"mcpvisor.actors.wire", "mcpvisor.actors.eras", "mcpvisor.actors.bridge"} <= parent.keys()
+            parent[name] = module
+            queue.append(name)
+    # It did follow the imports: the modules every stdio path shares were reached.
+    assert {"mcpvisor.actors.wire", "mcpvisor.actors.eras", "mcpvisor.actors.framing"} <= parent.keys()
     assert chains == []
 
 
