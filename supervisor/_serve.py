@@ -19,24 +19,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import trio
-from pydantic import AnyHttpUrl
 
 from mcpvisor._config_types import MIN_TOKEN_CHARS, replica_name
-from mcpvisor.actors.fronts.auth import (
-    ChainVerifier,
-    Gate,
-    HostRules,
-    StaticTokens,
-    Verifier,
-    host_rules,
-    is_loopback,
-)
-from mcpvisor.actors.fronts.http import HTTP_PATH
+from mcpvisor.actors.core.vocabulary import HTTP_PATH
+from mcpvisor.actors.fronts.hosts import is_loopback
 from mcpvisor.config import DEFAULT_HOST, DEFAULT_PORT, Settings
 from mcpvisor.proxy import Supervisor
+
+if TYPE_CHECKING:
+    # The network fronts' guard loads the SDK's auth types: imported where a front is built,
+    # so a stdio `serve` never loads them.
+    from mcpvisor.actors.fronts.auth import Gate, HostRules, Verifier
 
 logger = logging.getLogger(__name__)
 
@@ -214,6 +210,8 @@ class Guard:
     token_names: tuple[str, ...] = field(default=())
 
     def gate(self) -> Gate:
+        from mcpvisor.actors.fronts.auth import Gate
+
         return Gate(
             self.rules,
             self.verifier,
@@ -244,6 +242,10 @@ def build_guard(
     Raises:
         UnsafeBind: non-loopback ``host`` and no token (see `check_bind`).
     """
+    from pydantic import AnyHttpUrl
+
+    from mcpvisor.actors.fronts.auth import ChainVerifier, StaticTokens, host_rules
+
     settings: Settings = sup.settings
     fixed = dict(tokens or {})
 

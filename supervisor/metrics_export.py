@@ -202,7 +202,7 @@ async def serve_metrics_port(sup: Supervisor, host: str, port: int, guard: Dashb
     import hypercorn.trio
     from starlette.applications import Starlette
 
-    from mcpvisor.actors.fronts.auth import is_loopback
+    from mcpvisor.actors.fronts.hosts import is_loopback
 
     app = Starlette(routes=[metrics_route(sup, guard, loopback=is_loopback(host))])
     config = hypercorn.config.Config()

@@ -21,16 +21,19 @@ import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import httpx2
 import trio
-from mcp.shared.auth import OAuthClientInformationFull, OAuthMetadata, OAuthToken
-from pydantic import ValidationError
 
 from mcpvisor import redact
 from mcpvisor._atomic import atomic_write_text, dump_json, locked, read_json
-from mcpvisor.actors.link.oauth_store import StoredLogin
+
+if TYPE_CHECKING:
+    # The SDK's OAuth models (and its HTTP client, for revocation) load when a token file is
+    # read or written: only for a server that logs in, never for a stdio `serve` without one.
+    from mcp.shared.auth import OAuthClientInformationFull, OAuthMetadata, OAuthToken
+
+    from mcpvisor.actors.link.oauth_store import StoredLogin
 
 __all__ = ["DIR_MODE", "FILE_MODE", "FileTokenStore", "revoke", "tokens_dir"]
 
@@ -162,6 +165,10 @@ def login_of(doc: dict[str, Any] | None) -> StoredLogin:
 
 def _login(doc: dict[str, Any] | None) -> StoredLogin:
     """The current issuer's record of a token file (empty when unreadable)."""
+    from mcp.shared.auth import OAuthClientInformationFull, OAuthMetadata, OAuthToken
+
+    from mcpvisor.actors.link.oauth_store import StoredLogin
+
     if not doc:
         return StoredLogin()
     entry = (doc.get("issuers") or {}).get(str(doc.get("issuer", ""))) or {}
@@ -178,6 +185,8 @@ def _login(doc: dict[str, Any] | None) -> StoredLogin:
 
 
 def _model(cls: Any, value: Any) -> Any:
+    from pydantic import ValidationError
+
     if not isinstance(value, dict):
         return None
     try:
@@ -194,6 +203,8 @@ async def revoke(login: StoredLogin) -> list[str]:
     """Revoke ``login``'s tokens where its authorization server advertises RFC 7009
     revocation; returns what was revoked ("refresh_token", "access_token"). Failures are
     not errors: the tokens are forgotten either way."""
+    import httpx2
+
     metadata, tokens, client = login.metadata, login.tokens, login.client
     endpoint = metadata.revocation_endpoint if metadata is not None else None
     if endpoint is None or tokens is None:

@@ -48,3 +48,7 @@ def canonical_transport(given: str) -> str:
     if given in WS_ALIASES:
         return "ws"
     return given
+
+
+HTTP_PATH: Final = "/mcp"
+"""Where the streamable HTTP front serves MCP (``--transport http``)."""

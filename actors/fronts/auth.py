@@ -21,7 +21,6 @@ Nothing here logs a token or a header value (issue 12: no secret in any log line
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,51 +29,12 @@ from urllib.parse import urlsplit
 
 from mcp.server.auth.provider import AccessToken
 
+from mcpvisor.actors.fronts.hosts import LOOPBACK_NAMES, WEB_SCHEMES, host_name, is_loopback, is_wildcard
+
 logger = logging.getLogger(__name__)
-
-LOOPBACK_NAMES: Final = ("127.0.0.1", "localhost", "[::1]")
-"""Names a loopback-bound front answers to (the SDK's own DNS-rebinding defaults)."""
-
-WEB_SCHEMES: Final = ("http", "https")
-"""Origins a browser sends for a page served from an allowed host."""
 
 BEARER: Final = "bearer "
 """RFC 6750 section 2.1: ``Authorization: Bearer <token>`` (scheme case-insensitive)."""
-
-
-def is_loopback(host: str) -> bool:
-    """True for ``localhost`` and any loopback IP literal (``127.0.0.0/8``, ``::1``)."""
-    name = host.strip("[]").lower()
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
-
-
-def is_wildcard(host: str) -> bool:
-    """True for the all-interfaces binds ``0.0.0.0`` and ``::`` (and an empty host)."""
-    name = host.strip("[]")
-    if not name:
-        return True
-    try:
-        return ipaddress.ip_address(name).is_unspecified
-    except ValueError:
-        return False
-
-
-def host_name(value: str) -> str:
-    """The host part of a Host header or netloc, lowercased; IPv6 literals keep brackets."""
-    value = value.strip().lower()
-    if value.startswith("["):
-        end = value.find("]")
-        return value[: end + 1] if end >= 0 else value
-    if value.count(":") == 1:
-        return value.split(":", 1)[0]
-    if value.count(":") > 1:  # a bare IPv6 literal, as an address list gives it
-        return f"[{value}]"
-    return value
 
 
 def bearer_token(authorization: str | None) -> str | None:

@@ -38,6 +38,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from msgspec import UNSET
 
 from mcpvisor.actors import wire
+from mcpvisor.actors.core.vocabulary import HTTP_PATH
 from mcpvisor.actors.fronts.asgi import Receive, Scope, Send, read_body
 from mcpvisor.actors.fronts.fleet import FleetDoor, Ready
 from mcpvisor.actors.fronts.frames import (
@@ -61,7 +62,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["HTTP_PATH", "MAX_JSON_DEPTH", "FrameGuard", "HttpLimits", "open_while_unguarded",
            "own_event_stores", "serve_http_front"]
 
-HTTP_PATH: Final = "/mcp"
 ANONYMOUS: Final = "anonymous"
 """Who a request on an open front (no token configured now) is, to the SDK's session checks."""
 GRACEFUL_CLOSE_S: Final = 2.0
