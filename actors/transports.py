@@ -118,23 +118,6 @@ def _announced(response: httpx2.Response) -> int | None:
         return None
 
 
-def stdio_argv(spec: ServerSpec) -> list[str]:
-    """The command line of a ``stdio`` or ``stdio-docker`` server."""
-    if spec.transport == "stdio":
-        return [spec.command or "", *spec.args]
-    return docker_argv(spec)
-
-
-def docker_argv(spec: ServerSpec) -> list[str]:
-    argv = ["docker", "run", "-i", "--rm", "--init"]
-    for key in spec.env:
-        argv += ["-e", key]
-    argv += list(spec.docker_args)
-    argv.append(spec.image or "")
-    argv += list(spec.args)
-    return argv
-
-
 def sdk_transport(spec: ServerSpec, max_message: int, *, http_timeout: httpx2.Timeout | None = None,
                   on_response: ResponseHook | None = None, auth: httpx2.Auth | None = None) -> Any:
     """The SDK client transport for an http, sse or ws server: the one builder for the

@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
+from mcpvisor.actors.core.argv import stdio_argv
 from mcpvisor.actors.link import CallOrigin, Link, LinkEvents, open_stdio_link
-from mcpvisor.actors.transports import sdk_transport, stdio_argv
 
 if TYPE_CHECKING:
     from mcpvisor.actors.upstream.actor import Upstream
@@ -74,6 +74,7 @@ async def open_real_link(up: Upstream, *, events: LinkEvents, protocol: str,
     from mcpvisor.actors.link.oauth import UpstreamAuth
     from mcpvisor.actors.link.oauth_redirect import open_callback_listener
     from mcpvisor.actors.link.sdk import open_sdk_link
+    from mcpvisor.actors.transports import sdk_transport
 
     async with AsyncExitStack() as stack:
         auth = None

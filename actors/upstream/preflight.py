@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+from mcpvisor.actors.core.argv import stdio_argv
 from mcpvisor.actors.core.spec import ServerSpec
 from mcpvisor.actors.process import SELF_REFUSAL, child_environment
-from mcpvisor.actors.transports import stdio_argv
 
 __all__ = ["SELF_REASON", "preflight", "refused_as_self", "runs_mcpvisor", "self_reason"]
 

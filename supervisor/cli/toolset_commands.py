@@ -235,7 +235,7 @@ def _check_tools(ctx: _Context, wanted: Sequence[Wanted],
         return {}
     specs = [ctx.config.servers[s] for s in servers]
     with out.spinner(f"Checking tools on {', '.join(servers)}..."):
-        load_connection_code()
+        load_connection_code(specs)
         results = trio.run(lambda: probe_all(specs, limit=timeout))
     found: dict[str, dict[str, Mapping[str, Any]]] = {}
     for server in servers:

@@ -138,3 +138,19 @@ def test_a_command_that_does_not_serve_does_not_load_the_sdk(tmp_path: Path, com
     loaded: list[str] = json.loads((tmp_path / "modules.json").read_text())
     assert sorted({m.split(".")[0] for m in loaded} & set(SDK_AND_RUNTIME)) == []
     assert sorted(m for m in loaded if any(m == f or m.startswith(f + ".") for f in NOT_FOR_THE_CONFIG)) == []
+
+
+@pytest.mark.parametrize("command", [["mcp", "list"], ["mcp", "test", "up"]], ids=" ".join)
+def test_probing_stdio_servers_loads_no_sdk(tmp_path: Path, command: list[str]) -> None:
+    """``mcp list`` and ``mcp test`` contact a stdio server over the proxy's own pipes: the
+    server is reached (its tools counted) without the SDK or its HTTP client loading."""
+    config = tmp_path / "mcpvisor.json"
+    config.write_text(json.dumps({"mcpServers": {
+        "up": {"command": PY, "args": [str(SERVERS_DIR / "flaky.py"), "--name", "up"]}}}))
+    env = _env(tmp_path) | {"MCPVISOR_CONFIG": str(config)}
+    done = subprocess.run([PY, "-c", WRAPPER, str(tmp_path / "modules.json"), *command], env=env,
+                          capture_output=True, text=True, timeout=BOUND_S, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Online" in done.stdout or "up is online" in done.stdout, done.stdout  # reached, listed
+    loaded: list[str] = json.loads((tmp_path / "modules.json").read_text())
+    assert sorted({m.split(".")[0] for m in loaded} & {"mcp", "mcp_types", "pydantic", "httpx2"}) == []

@@ -103,7 +103,7 @@ def _probe(specs: Sequence[ServerSpec], timeout: float, what: str) -> dict[str, 
     if not specs:
         return {}
     with out.spinner(f"{what} ({len(specs)} server{'s' if len(specs) != 1 else ''})...") as update:
-        load_connection_code()
+        load_connection_code(specs)
         finished: list[str] = []
 
         def progress(result: ProbeResult) -> None:
