@@ -68,6 +68,16 @@ class ClientCapabilities:
     roots: Mapping[str, Any] | None
 
 
+def _params_of(env: wire.Envelope) -> dict[str, Any] | None:
+    """A message's params as a dict (empty when it has none); None when they are not an object."""
+    if env.params is UNSET:
+        return {}
+    try:
+        return wire.decode_dict(env.params)
+    except (wire.DecodeError, wire.ValidationError):
+        return None
+
+
 def _mapping_or_none(value: object) -> Mapping[str, Any] | None:
     return value if isinstance(value, dict) else None
 
@@ -157,11 +167,8 @@ class OwnAnswers:
     def _initialize(self, env: wire.Envelope) -> dict[str, Any] | None:
         """The result the SDK's server gives this ``initialize``, or None if its params are
         not plainly valid (the SDK then answers, with its own error)."""
-        if env.params is UNSET:
-            return None
-        try:
-            params = wire.decode_dict(env.params)
-        except (wire.DecodeError, wire.ValidationError):
+        params = _params_of(env)
+        if not params:
             return None
         version = params.get("protocolVersion")
         caps = params.get("capabilities")
@@ -180,11 +187,8 @@ class OwnAnswers:
         """The request has no params, or only what this module honours (``_meta``, and
         for a list a string ``cursor``: the lists are never paged, so any cursor reads
         the whole list, as the SDK's handlers do)."""
-        if env.params is UNSET:
-            return True
-        try:
-            params = wire.decode_dict(env.params)
-        except (wire.DecodeError, wire.ValidationError):
+        params = _params_of(env)
+        if params is None:
             return False
         for key, value in params.items():
             if key == "_meta":
@@ -197,13 +201,8 @@ class OwnAnswers:
     def initialized_by(self, env: wire.Envelope) -> bool:
         """``env``, a ``notifications/initialized``, completes the handshake this module answered
         (the first time: later ones, or one with malformed params, change nothing)."""
-        if self.initialize is None or self.initialized or self.declined:
+        if self.initialize is None or self.initialized or self.declined or _params_of(env) is None:
             return False
-        if env.params is not UNSET:
-            try:
-                wire.decode_dict(env.params)
-            except (wire.DecodeError, wire.ValidationError):
-                return False
         self.initialized = True
         return True
 
