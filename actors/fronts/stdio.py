@@ -116,7 +116,7 @@ class StdioFront:
                 self._nursery = nursery
                 if self._use_fast_path:
                     self.fast_path = FastPath(self.front.backend, self.writer, nursery,
-                                              self.front.server.server_info_stamp, self.session,
+                                              self.front.server_info_stamp, self.session,
                                               log_level=lambda: self.front.log_level, drain=drain)
                     if drain is not None:
                         drain.add_fast_path(self.fast_path)

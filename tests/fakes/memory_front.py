@@ -37,7 +37,7 @@ from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOC
 
 from mcpvisor.actors.core.catalog import Snapshot, ToolRoute
 from mcpvisor.actors.core.lifecycle import State
-from mcpvisor.actors.fronts.sdk import Front
+from mcpvisor.actors.fronts.front import Front
 from mcpvisor.actors.fronts.stdio import StdioFront
 from mcpvisor.actors.link import StdioLink
 from mcpvisor.actors.process import StderrLog
