@@ -96,7 +96,6 @@ class Front:
         self.nursery: trio.Nursery | None = None
         """Where the SDK's side runs the bridged calls, while `run` runs."""
         self._sdk: SdkFront | None = None
-        self._sdk = self.sdk  # built with the front, for now
 
     # --- the SDK's side, on first need -----------------------------------------------
     @property
