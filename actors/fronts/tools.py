@@ -35,13 +35,13 @@ if TYPE_CHECKING:
     from mcpvisor.actors.fronts.backend import Backend
 
 Forward = Callable[..., Awaitable[dict[str, Any]]]
-"""`Front._forward`: ``(server, method, params, ctx, *, retry_safe)`` to the owning upstream."""
+"""`SdkFront._forward`: ``(server, method, params, ctx, *, retry_safe)`` to the owning upstream."""
 
 SessionOf = Callable[[ServerRequestContext[Any, Any]], ClientSession | None]
-"""`Front.session_of`: the client session a request belongs to (None: 2026-07-28, no connection)."""
+"""`SdkFront.session_of`: the client session a request belongs to (None: 2026-07-28, no connection)."""
 
 ViewOf = Callable[[ServerRequestContext[Any, Any]], View]
-"""`Front.view_of`: where a request reads what it sees (its fixed view, or the router)."""
+"""`SdkFront.view_of`: where a request reads what it sees (its fixed view, or the router)."""
 
 
 def unavailable_error(exc: ProxyError) -> MCPError:

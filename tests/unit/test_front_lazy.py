@@ -12,8 +12,12 @@ after the takeover that misses the metrics' middleware.
 from __future__ import annotations
 
 import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Final
 
 import pytest
 import trio
@@ -27,6 +31,8 @@ from mcpvisor.actors.fronts.front import Front
 from tests.fakes.memory_front import RawClient, open_memory_proxy
 
 Clock = trio.testing.MockClock
+
+ROOT: Final = Path(__file__).resolve().parents[2]
 
 BOUND_S = 3600.0
 """Virtual seconds any test here may take."""
@@ -141,3 +147,41 @@ async def test_a_stdio_client_is_served_without_the_sdk_until_a_message_needs_it
             assert (await next_notification(c))["method"] == "notifications/tools/list_changed"
             await c.send(request(8, "ping"))
             assert (await c.receive()).get("id") == 8  # the change was heard once, not twice
+
+
+ALONE: Final = """
+import json, sys
+import trio, trio.testing
+from mcpvisor.actors.core.registry import Changes
+from tests.fakes.memory_front import open_memory_proxy
+
+async def main():
+    async with open_memory_proxy() as p:
+        c = p.client
+        await c.handshake()
+        for n, method in enumerate(("ping", "tools/list", "resources/list", "resources/templates/list",
+                                    "prompts/list"), start=1):
+            await c.send({"jsonrpc": "2.0", "id": n, "method": method})
+            assert "result" in await c.receive_id(n)
+        await c.send({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                      "params": {"name": "s_echo", "arguments": {}}})
+        await p.server.answer(await p.server.receive(), {"content": []})
+        assert (await c.receive_id(9))["result"] == {"content": []}
+        p.front.announce(p.backend.router.snapshot, Changes(tools=True))
+        assert (await c.receive())["method"] == "notifications/tools/list_changed"
+        return p.front.sdk_built
+
+built = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+print(json.dumps([built, sorted({m.split(".")[0] for m in sys.modules} & {"mcp", "mcp_types"})]))
+"""
+"""A stdio client's handshake, pings, lists, a fast call and a list change, in a fresh
+interpreter; prints whether the SDK's server was built and which SDK packages were loaded."""
+
+
+def test_a_stdio_client_that_needs_no_sdk_never_loads_it() -> None:
+    """The same connection as above, in an interpreter of its own: neither ``mcp`` nor
+    ``mcp_types`` is ever imported (the stdio front, the shared front, the fast path
+    and the upstream link do all of it in our own bytes)."""
+    done = subprocess.run([sys.executable, "-c", ALONE], capture_output=True, text=True, timeout=60,
+                          check=True, cwd=ROOT)
+    assert json.loads(done.stdout) == [False, []]
