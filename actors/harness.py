@@ -94,7 +94,7 @@ def sdk_session(connection: Any, made: Mapping[str, ClientSession] | None = None
     none: it uses the shared instance of a session-scoped server).
 
     ``made`` holds the sessions transports made for their own connections, by the
-    session id they gave the SDK's loop (`mcpvisor.actors.fronts.sdk.Front.serve_connection`): such a
+    session id they gave the SDK's loop (`mcpvisor.actors.fronts.sdk.SdkFront.serve_connection`): such a
     connection's session is that object, so calls the transport serves itself (the stdio
     fast path) and calls the SDK serves reach the same session-scoped instances. Any
     other connection gets a new session (labelled with its session id when it has one:

@@ -19,7 +19,7 @@ from mcpvisor.journal import CallRecord
 if TYPE_CHECKING:
     from mcpvisor.actors.core.catalog import Snapshot
     from mcpvisor.actors.core.registry import Changes
-    from mcpvisor.actors.fronts.sdk import Front
+    from mcpvisor.actors.fronts.front import Front
     from mcpvisor.actors.router import Router
     from mcpvisor.actors.upstream import Upstream
     from mcpvisor.journal import Journal

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from mcpvisor.actors.core.catalog import Snapshot
     from mcpvisor.actors.core.registry import RegistryCore
     from mcpvisor.actors.core.toolsets import ToolsetExposure
-    from mcpvisor.actors.fronts.tools import View
+    from mcpvisor.actors.fronts.plans import View
     from mcpvisor.actors.harness import ClientSession
     from mcpvisor.actors.router import Router
     from mcpvisor.actors.upstream import Upstream, UpstreamStatus

@@ -40,8 +40,8 @@ from mcpvisor.actors.core.registry import RegistryCore
 from mcpvisor.actors.core.toolsets import ToolsetExposure
 from mcpvisor.actors.eras import strip_upstream_stamps
 from mcpvisor.actors.errors import ProxyError
-from mcpvisor.actors.fronts.sdk import Front
-from mcpvisor.actors.fronts.tools import View, settle
+from mcpvisor.actors.fronts.front import Front
+from mcpvisor.actors.fronts.plans import View, settle
 from mcpvisor.actors.fronts.views import ToolsetViews
 from mcpvisor.actors.harness import ClientSession
 from mcpvisor.actors.lazy import LazyLoader

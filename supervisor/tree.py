@@ -134,7 +134,7 @@ async def _run_tree(cfg: Config, store: StateStore, saved: SavedState, toolset: 
         sup.journal = journal
         sup.metrics = metrics
         if metrics is not None:  # every request the front serves but tools/call (note_call counts those)
-            sup.front.server.middleware.append(ServedTimer(metrics))
+            sup.front.middleware.append(ServedTimer(metrics))
         sup.toolsets.restore(saved, toolset)
         await sup.recall()
         sup.core.rebuild()  # before the router runs: no client yet, nothing to announce

@@ -1,9 +1,10 @@
 """The proxy's way out: every request in flight at a stop signal gets an answer.
 
-Owns `Drain`, one per `mcpvisor.actors.fronts.sdk.Front` (so one per proxy), shared by every front
+Owns `Drain`, one per `mcpvisor.actors.fronts.front.Front` (so one per proxy), shared by every front
 connection:
 
-* while serving, it is a `Server.middleware` entry of the SDK's server: it knows every
+* while serving, it is a `Server.middleware` entry of the SDK's server (once a
+  connection needed that server; importing this module loads no SDK): it knows every
   request the SDK serves on any front (each runs under a cancel scope it holds), and
   it knows each stdio connection's fast path, whose calls never reach the SDK;
 * `Drain.run` (``mcpvisor serve`` calls it on SIGTERM/SIGINT): from then on a new
@@ -21,13 +22,15 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import trio
-from mcp.server.context import ServerRequestContext
-from mcp.shared.exceptions import MCPError
 
 from mcpvisor.actors.errors import ShuttingDown, error_data
+
+if TYPE_CHECKING:
+    from mcp.server.context import ServerRequestContext
+    from mcp.shared.exceptions import MCPError
 
 logger = logging.getLogger(__name__)
 
@@ -173,5 +176,8 @@ def _admitted(ctx: ServerRequestContext[Any, Any]) -> bool:
 
 
 def _shutting_down() -> MCPError:
+    # Only the SDK's server calls the middleware: the SDK is loaded by then.
+    from mcp.shared.exceptions import MCPError
+
     body = error_data(ShuttingDown())
     return MCPError(code=body["code"], message=body["message"], data=body.get("data"))

@@ -53,8 +53,8 @@ if TYPE_CHECKING:
     from mcp.server.auth.settings import AuthSettings
 
     from mcpvisor.actors.fronts.auth import HostRules, Verifier
+    from mcpvisor.actors.fronts.front import Front
     from mcpvisor.actors.fronts.replay import ReplayBudget
-    from mcpvisor.actors.fronts.sdk import Front
     from mcpvisor.actors.fronts.views import ToolsetViews
 
 logger = logging.getLogger(__name__)

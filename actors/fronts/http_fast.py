@@ -67,9 +67,9 @@ if TYPE_CHECKING:
     from mcpvisor.actors.core.catalog import Snapshot
     from mcpvisor.actors.fronts.auth import HostRules, Verifier
     from mcpvisor.actors.fronts.fastcall import FastCall
+    from mcpvisor.actors.fronts.front import Front
     from mcpvisor.actors.fronts.http import FrameGuard
     from mcpvisor.actors.fronts.replay import SessionEvents
-    from mcpvisor.actors.fronts.sdk import Front
     from mcpvisor.actors.fronts.views import ToolsetViews
 
 logger = logging.getLogger(__name__)

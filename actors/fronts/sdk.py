@@ -1,16 +1,17 @@
-"""The client-facing MCP server: one SDK `Server` shared by every front connection.
+"""The SDK's side of the client-facing front: one SDK `Server` shared by every connection it serves.
 
-Owns:
+Built by `mcpvisor.actors.fronts.front.Front` the first time something needs the SDK (a
+stdio connection's first message the proxy does not answer itself, an HTTP or websocket
+front), and from then on serving exactly as if it had always been there. Owns:
 
-* `Front`: the request handlers (resources, prompts, completion, logging; tools/call
+* `SdkFront`: the request handlers (resources, prompts, completion, logging; tools/call
   is `mcpvisor.actors.fronts.tools`): each reads the router's current snapshot and forwards to
   the owning upstream actor;
-* the broadcaster's entry points: list_changed, resources/updated and upstream log
-  messages to every client, in both eras (handshake era: each connection's queue in
-  `mcpvisor.actors.fronts.clients`; 2026-07-28: the `subscriptions/listen` bus), never blocking the router;
+* the 2026-07-28 clients' side of the broadcaster: the `subscriptions/listen` buses
+  (`SdkFront.publish`, told by `Front.announce`), resource subscriptions
+  (`mcpvisor.actors.fronts.subscriptions`);
 * the bridged calls of 2026-07-28 clients to handshake-era upstreams, handed to
-  `mcpvisor.actors.fronts.bridged`; resource subscriptions and the listen streams, to
-  `mcpvisor.actors.fronts.subscriptions`;
+  `mcpvisor.actors.fronts.bridged`;
 * the client session of each request (`session_of`): one per handshake-era connection;
   a transport serving its connection itself (`serve_connection`, the stdio front) hands
   its own session over, so its fast path and the SDK reach the same session-scoped
@@ -22,7 +23,7 @@ Owns:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, Final
 
@@ -35,34 +36,24 @@ from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import PromptsListChanged, ResourcesListChanged, ToolsListChanged
 from mcp.shared.exceptions import MCPError
-from mcp_types import Implementation, InitializeResult
-from mcp_types.methods import serialize_server_result
 
-from mcpvisor.actors import telemetry, wire
+from mcpvisor.actors import wire
 from mcpvisor.actors.bridge import request_state_of
 from mcpvisor.actors.core.catalog import CacheHint, PromptRoute, Snapshot, close_names
 from mcpvisor.actors.core.pending import owner_of
-from mcpvisor.actors.core.registry import Changes
-from mcpvisor.actors.eras import (
-    LATEST_HANDSHAKE_VERSION,
-    LOG_LEVELS,
-    complete,
-    is_modern_version,
-    strip_upstream_stamps,
-)
+from mcpvisor.actors.eras import LOG_LEVELS, complete, is_modern_version, strip_upstream_stamps
 from mcpvisor.actors.errors import ProxyError
 from mcpvisor.actors.fronts.backend import Backend
 from mcpvisor.actors.fronts.bridged import BridgedCalls, to_mcp_error
-from mcpvisor.actors.fronts.clients import CLIENT_SEND_TIMEOUT_S, ClientRegistry, ClientState, level_ok
+from mcpvisor.actors.fronts.clients import CLIENT_SEND_TIMEOUT_S
 from mcpvisor.actors.fronts.clients import Connection as ClientConnection
-from mcpvisor.actors.fronts.drain import Drain
-from mcpvisor.actors.fronts.origins import ConnectionOrigin, SdkOrigin, is_modern
+from mcpvisor.actors.fronts.origins import SdkOrigin, is_modern
+from mcpvisor.actors.fronts.plans import View, loader_of
 from mcpvisor.actors.fronts.subscriptions import Subscriptions
-from mcpvisor.actors.fronts.tools import ToolCalls, View, loader_of
-from mcpvisor.actors.fronts.views import NamedView, ToolsetViews, ViewRefused, view_name
+from mcpvisor.actors.fronts.tools import ToolCalls
+from mcpvisor.actors.fronts.views import NamedView, ViewRefused, view_name
 from mcpvisor.actors.harness import ClientSession, sdk_session
 from mcpvisor.actors.lazy import LoadFailed
-from mcpvisor.actors.link import CallOrigin
 from mcpvisor.actors.link.input_required import INPUT_REQUIRED_METHODS
 from mcpvisor.actors.sdk_compat import (
     connection_of,
@@ -77,11 +68,12 @@ if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
     from mcp.shared.message import SessionMessage
 
+    from mcpvisor.actors.core.registry import Changes
+    from mcpvisor.actors.fronts.front import Front
+
+__all__ = ["Backend", "ProxyServer", "SdkFront"]
+
 logger = logging.getLogger(__name__)
-
-
-def _in_view(name: str) -> Callable[[ClientState], bool]:
-    return lambda state: state.view == name
 
 
 CLIENT_STALLED: Final = ("mcpvisor disconnected this client: it read nothing for 10 s, "
@@ -91,6 +83,9 @@ read again."""
 
 DISCONNECT_S: Final = 5.0
 """Bound on terminating a stalled client's HTTP session (closing in-memory streams: instant)."""
+
+FRONT_MIDDLEWARE: Final = 2
+"""The front's own middleware entries (the drain, tracing): the server's own come after them."""
 
 PROXY_NOTIFICATIONS: Final = NotificationOptions(
     prompts_changed=True, resources_changed=True, tools_changed=True
@@ -102,7 +97,7 @@ resources and prompts change to every client (`Front.announce`)."""
 class ProxyServer(Server[Any]):
     """The SDK `Server` whose default initialization options say what the proxy does.
 
-    The stdio and websocket fronts pass `Front.init_options` to ``run``, but the SDK's
+    The stdio and websocket fronts pass `SdkFront.init_options` to ``run``, but the SDK's
     ``StreamableHTTPSessionManager`` drives each HTTP session with no options, and the
     runner then builds them with ``create_initialization_options()``: with the SDK's
     defaults an HTTP client would read ``listChanged: false`` and never re-list
@@ -120,40 +115,27 @@ class ProxyServer(Server[Any]):
         )
 
 
-class Front:
-    """Builds the SDK server whose handlers route through the router's snapshot."""
+class SdkFront:
+    """The SDK's server of a `Front`, whose handlers route through the router's snapshot."""
 
-    def __init__(self, backend: Backend, *, name: str = "mcpvisor", version: str = "",
-                 instructions: str | None = None) -> None:
-        self.backend = backend
-        self.clients = ClientRegistry()
-        self.drain = Drain()
-        """Refuses new requests and answers those in flight when the proxy stops
-        (`mcpvisor.actors.fronts.drain`)."""
+    def __init__(self, front: Front) -> None:
+        self.front = front
+        backend = self.backend = front.backend
+        self.clients = front.clients
         self.bridged = BridgedCalls(self.clients)
         """2026-07-28 clients' calls to handshake-era upstreams (`mcpvisor.actors.fronts.bridged`)."""
-        self.parked = self.bridged.parked
-        self._nursery: trio.Nursery | None = None
-        self.log_level: str | None = None
-        """The most verbose level any client set; upstreams are asked for it (2026-07-28 ones
-        per request, handshake-era ones with logging/setLevel, again after each restart)."""
         self._sessions: dict[str, ClientSession] = {}
         """Sessions transports made for the connections they serve (`serve_connection`),
         by the session id the SDK's loop was given."""
-        self.clients.on_stall = self._disconnect
-        self.views: ToolsetViews | None = None
-        """The fixed views (``/mcp/toolset/NAME``, toolset-bound tokens), once the supervisor
-        sets them (`mcpvisor.actors.fronts.views`)."""
         self.subscriptions = Subscriptions(backend, self.clients, forward=self._forward,
                                            upstream=self._upstream, owner=self._resource_owner)
         """Resource subscriptions and listen streams (`mcpvisor.actors.fronts.subscriptions`)."""
-        self.bus = self.subscriptions.bus
         self.tools = ToolCalls(backend, self._forward, self.session_of, self.view_of)
         """``tools/call``, ``use_tool`` and loading a lazy tool's server (`mcpvisor.actors.fronts.tools`)."""
         self.server: Server[Any] = ProxyServer(
-            name,
-            version=version,
-            instructions=instructions,
+            front.name,
+            version=front.version,
+            instructions=front.instructions,
             on_list_tools=self._list_tools,  # type: ignore[arg-type]  # see _list_tools
             on_call_tool=self.tools.call_tool,
             on_list_resources=self._list_resources,  # type: ignore[arg-type]  # see _list_tools
@@ -178,29 +160,29 @@ class Front:
                                              self._initialized)
         self.server.add_notification_handler("notifications/roots/list_changed", types.NotificationParams,
                                              self._roots_changed)
-        # The SDK's default OpenTelemetry middleware costs ~6% per request and exports nothing
-        # here; ours (`mcpvisor.actors.telemetry`) costs one check while tracing is off.
-        # The drain comes first: a request refused at shutdown costs nothing further.
-        traced = telemetry.SdkMiddleware(self.toolset_name)
-        self.server.middleware = [self.drain, traced, self._track_middleware]
+        # The front's list (the drain, then tracing; whatever others appended after them),
+        # adopted as it is: an entry appended later serves this server too. Tracking the
+        # connection comes right after the front's own two, as it always has.
+        front.middleware.insert(FRONT_MIDDLEWARE, self._track_middleware)
+        self.server.middleware = front.middleware
         self.init_options = self.server.create_initialization_options()
 
-    def initialize_result(self) -> dict[str, Any]:
-        """What ``initialize`` answers, but its ``protocolVersion``: the capabilities, serverInfo
-        and instructions of `init_options`, shaped by the SDK's own serializer for the
-        handshake era, exactly as its server sends them (the stdio front answers a
-        handshake itself, `mcpvisor.actors.fronts.stdio_own`)."""
-        opts = self.init_options
-        result = InitializeResult(
-            protocol_version=LATEST_HANDSHAKE_VERSION, capabilities=opts.capabilities,
-            server_info=Implementation(name=opts.server_name, title=opts.title, description=opts.description,
-                                       version=opts.server_version, website_url=opts.website_url,
-                                       icons=opts.icons),
-            instructions=opts.instructions,
-        ).model_dump(by_alias=True, mode="json", exclude_none=True)
-        shaped: dict[str, Any] = serialize_server_result("initialize", LATEST_HANDSHAKE_VERSION, result)
-        del shaped["protocolVersion"]
-        return shaped
+    # --- what the front hands over ---------------------------------------------------
+    def publish(self, changes: Changes, views: Sequence[str]) -> None:
+        """The list changes `Front.announce` told the handshake-era clients, on the listen
+        streams: tools on the proxy's bus and on each changed view's own, resources and
+        prompts on every bus."""
+        subscriptions = self.subscriptions
+        if changes.tools:
+            subscriptions.publish_nowait(ToolsListChanged(), subscriptions.bus)
+        for name in views:
+            bus = subscriptions.view_bus(name)
+            if bus is not None:
+                subscriptions.publish_nowait(ToolsListChanged(), bus)
+        if changes.resources:
+            subscriptions.publish_nowait(ResourcesListChanged())
+        if changes.prompts:
+            subscriptions.publish_nowait(PromptsListChanged())
 
     # --- plumbing --------------------------------------------------------------------
     async def _track_middleware(self, ctx: ServerRequestContext[Any, Any], call_next: Any) -> Any:
@@ -211,21 +193,14 @@ class Front:
     async def _initialized(self, ctx: ServerRequestContext[Any, Any], params: Any) -> None:
         self.clients.track(connection_of(ctx.session)).view = view_name(ctx.request)
 
-    def toolset_name(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
-        """The toolset a request sees through: its fixed view's, else the equipped one (if any)."""
-        name = view_name(ctx.request)
-        if name is not None:
-            return name
-        equipped = getattr(getattr(self.backend.router.core, "exposure", None), "equipped", None)
-        return getattr(equipped, "name", None)
-
     def view_of(self, ctx: ServerRequestContext[Any, Any]) -> View:
         """Where a request reads what it sees: its fixed view (`mcpvisor.actors.fronts.views`),
         else the router's snapshot."""
         name = view_name(ctx.request)
-        if name is None or self.views is None:
+        views = self.front.views
+        if name is None or views is None:
             return self.backend.router
-        return NamedView(self.views, name)
+        return NamedView(views, name)
 
     def _snapshot_of(self, ctx: ServerRequestContext[Any, Any]) -> Snapshot:
         try:
@@ -233,55 +208,6 @@ class Front:
         except ViewRefused as refused:  # the toolset was deleted while its client was connected
             raise MCPError(code=wire.INVALID_PARAMS, message=refused.message,
                            data={"toolsets": list(refused.toolsets)}) from None
-
-    def announce(self, snapshot: Snapshot, changes: Changes) -> None:
-        """Tell every client which lists changed (called by the router; never blocks)."""
-        events: list[Any] = []
-        if changes.tools:
-            # A fixed view hears of tools only when its own list changed (equipping a
-            # toolset changes the proxy's list, not a view's).
-            self.clients.broadcast("notifications/tools/list_changed", only=lambda s: s.view is None)
-            self.subscriptions.publish_nowait(ToolsListChanged(), self.subscriptions.bus)
-        if changes.tools or changes.catalog:
-            for name in self.views.changed() if self.views is not None else ():
-                self.clients.broadcast("notifications/tools/list_changed", only=_in_view(name))
-                bus = self.subscriptions.view_bus(name)
-                if bus is not None:
-                    self.subscriptions.publish_nowait(ToolsListChanged(), bus)
-        if changes.resources:
-            self.clients.broadcast("notifications/resources/list_changed")
-            events.append(ResourcesListChanged())
-        if changes.prompts:
-            self.clients.broadcast("notifications/prompts/list_changed")
-            events.append(PromptsListChanged())
-        for event in events:
-            self.subscriptions.publish_nowait(event)
-
-    def resource_updated(self, uri: str) -> None:
-        self.subscriptions.resource_updated(uri)
-
-    def log_message(self, server: str, params: dict[str, Any]) -> None:
-        out = dict(params)
-        inner = out.get("logger")
-        out["logger"] = f"{server}.{inner}" if inner else server
-        level = out.get("level")
-        wanted = level if isinstance(level, str) else None
-        self.clients.broadcast("notifications/message", out, only=lambda s: level_ok(wanted, s.log_level))
-
-    def fallback_origin(self, method: str) -> CallOrigin | None:
-        state = self.clients.latest(method)
-        return ConnectionOrigin(state) if state is not None else None
-
-    async def run(self, *, task_status: trio.TaskStatus[Front] = trio.TASK_STATUS_IGNORED) -> None:
-        """Run the broadcaster and the bridged calls (for the supervisor's lifetime)."""
-        try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                task_status.started(self)
-                await self.clients.run()
-        finally:
-            self._nursery = None
-            self.subscriptions.close()
 
     async def serve_connection(self, read: MemoryObjectReceiveStream[SessionMessage | Exception],
                                write: MemoryObjectSendStream[SessionMessage], session: ClientSession) -> None:
@@ -332,8 +258,9 @@ class Front:
             if token is not None:
                 return await self.bridged.resume(token, params, ctx)
             up = self._upstream(server)
-            if self._nursery is not None and (up.link is None or not up.link.modern):
-                return await self.bridged.forward(self._nursery, up, method, params, ctx,
+            nursery = self.front.nursery
+            if nursery is not None and (up.link is None or not up.link.modern):
+                return await self.bridged.forward(nursery, up, method, params, ctx,
                                                   retry_safe=retry_safe)
         up = self._upstream(server, ctx)
         origin = SdkOrigin(ctx, self.clients)
@@ -353,7 +280,7 @@ class Front:
             await box.wait_sent(origin.last_queued)  # its progress goes out before its answer
         return strip_upstream_stamps(result, modern_front=is_modern(ctx))
 
-    async def _disconnect(self, connection: ClientConnection) -> None:
+    async def disconnect(self, connection: ClientConnection) -> None:
         """End a connection whose outbox stalled (its calls are already cancelled).
 
         A streamable-HTTP session is terminated (the SDK's transport; later requests
@@ -493,7 +420,7 @@ class Front:
         state.log_level = params.level
         levels = [s.log_level for s in self.clients.clients() if s.log_level]
         lowest = min(levels, key=LOG_LEVELS.index) if levels else params.level
-        self.log_level = lowest
+        self.front.log_level = lowest
         for up in self.backend.upstreams.values():
             caps = up.link.capabilities if up.link is not None else None
             if caps is not None and caps.get("logging") is not None and not up.link.modern:  # type: ignore[union-attr]

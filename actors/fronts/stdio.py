@@ -29,12 +29,10 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
-import mcp_types as types
 import trio
-from mcp.shared.message import SessionMessage
 from msgspec import UNSET
 
 from mcpvisor.actors import wire
@@ -53,6 +51,10 @@ from mcpvisor.actors.fronts.fastpath import FastPath
 from mcpvisor.actors.fronts.frames import Refusal, decode_client_frame, duplicate_id, request_refusal
 from mcpvisor.actors.fronts.stdio_own import REPLAY_ID, OwnAnswers, StdioClient
 from mcpvisor.actors.harness import ClientSession
+
+if TYPE_CHECKING:
+    from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+    from mcp.shared.message import SessionMessage
 
 logger = logging.getLogger(__name__)
 
@@ -86,8 +88,13 @@ class StdioFront:
         self.max_message = max_message
         self._use_fast_path = fast_path
         self.fast_path: FastPath | None = None
-        self._to_sdk, self._sdk_in = anyio.create_memory_object_stream[SessionMessage | Exception](SDK_BUFFER)
-        self._sdk_out, self._from_sdk = anyio.create_memory_object_stream[SessionMessage](SDK_BUFFER)
+        # Typed by annotation only: the SDK's message type is imported once the SDK serves.
+        self._to_sdk: MemoryObjectSendStream[SessionMessage | Exception]
+        self._sdk_in: MemoryObjectReceiveStream[SessionMessage | Exception]
+        self._sdk_out: MemoryObjectSendStream[SessionMessage]
+        self._from_sdk: MemoryObjectReceiveStream[SessionMessage]
+        self._to_sdk, self._sdk_in = anyio.create_memory_object_stream(SDK_BUFFER)
+        self._sdk_out, self._from_sdk = anyio.create_memory_object_stream(SDK_BUFFER)
         self._in_flight: set[int | str] = set()
         self.session = ClientSession()
         """This connection's session: the key of its session-scoped instances, on both paths."""
@@ -116,11 +123,10 @@ class StdioFront:
                 self._nursery = nursery
                 if self._use_fast_path:
                     self.fast_path = FastPath(self.front.backend, self.writer, nursery,
-                                              self.front.server.server_info_stamp, self.session,
+                                              self.front.server_info_stamp, self.session,
                                               log_level=lambda: self.front.log_level, drain=drain)
                     if drain is not None:
                         drain.add_fast_path(self.fast_path)
-                nursery.start_soon(self._pump_out)
                 if self.own is None:
                     await self._start_sdk()
                 try:
@@ -138,9 +144,10 @@ class StdioFront:
                         await self.fast_path.close()
                     await self._to_sdk.aclose()
                     if not self._sdk_started:
-                        # No SDK server to close its side: _pump_out ends here.
+                        # No SDK server, no _pump_out: nothing else closes these.
                         await self._sdk_out.aclose()
                         await self._sdk_in.aclose()
+                        await self._from_sdk.aclose()
         finally:
             self.client.exit_stack.close()
             await self.session.end()
@@ -153,8 +160,12 @@ class StdioFront:
         the SDK's session is then initialized as if it had answered it (`OwnAnswers.replay`)."""
         if self._sdk_started:
             return
+        import mcp_types as types
+        from mcp.shared.message import SessionMessage
+
         assert self._nursery is not None
         self._sdk_started = True
+        self._nursery.start_soon(self._pump_out)
         self._nursery.start_soon(self._run_server)
         for frame in self.own.replay() if self.own is not None else ():
             await self._to_sdk.send(SessionMessage(types.jsonrpc_message_adapter.validate_json(frame)))
@@ -268,6 +279,10 @@ class StdioFront:
             own.initialized_by(env)
             if not self._sdk_started:
                 return  # replayed into the SDK's server if it is ever started
+        # The SDK serves what is left: its model of the message (the SDK is loaded for it).
+        import mcp_types as types
+        from mcp.shared.message import SessionMessage
+
         try:
             message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
         except Exception:
@@ -284,6 +299,9 @@ class StdioFront:
             await self._to_sdk.send(SessionMessage(message))
 
     async def _pump_out(self) -> None:
+        """Write what the SDK's server sends (runs from `_start_sdk` on, until it closes its side)."""
+        import mcp_types as types
+
         async with self._from_sdk:
             async for message in self._from_sdk:
                 msg = message.message

@@ -1,6 +1,6 @@
 """Resource subscriptions and the 2026-07-28 listen streams of the shared SDK front.
 
-Owns, for `mcpvisor.actors.fronts.sdk.Front`:
+Owns, for `mcpvisor.actors.fronts.sdk.SdkFront` (built when a connection first needs the SDK):
 
 * ``resources/subscribe`` and ``resources/unsubscribe`` of handshake-era connections,
   counted per server and URI: the first subscriber subscribes upstream (handshake era:
@@ -40,7 +40,7 @@ the SDK's own bound on streams is the same number)."""
 
 Forward = Callable[[str, str, "Mapping[str, Any] | None", ServerRequestContext[Any, Any]],
                    Awaitable[dict[str, Any]]]
-"""The front's forwarding of one request to a server (`Front._forward`)."""
+"""The front's forwarding of one request to a server (`SdkFront._forward`)."""
 
 
 class Subscriptions:

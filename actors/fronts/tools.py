@@ -1,129 +1,53 @@
-"""``tools/call`` on the shared (SDK) front, and the waits and loads every caller's plan may ask for.
+"""``tools/call`` on the shared SDK front (built when a connection first needs the SDK).
 
 Owns:
 
-* `settle`: the plan of a call (`mcpvisor.actors.core.plan`) once nothing is left to wait
-  for: start-up waited for (once), a lazy server loaded on first use (once, its failure
-  becoming the answer); what the embedding API, harness sessions and this front share;
-* `ToolCalls`: the front's execution of that plan: a route forwarded to its upstream
-  (the connection's own instance of a session-scoped server), a compound tool's or
+* `ToolCalls`: the front's execution of a call's plan (settled by
+  `mcpvisor.actors.fronts.plans.settle`): a route forwarded to its upstream (the
+  connection's own instance of a session-scoped server), a compound tool's or
   ``use_tool``'s direct call, a local management tool, a refusal; and the journal entry
   of each forwarded call;
 * `unavailable_error`: the JSON-RPC error for a name whose server is down (a name not
-  listed yet waits for its starting server first: `mcpvisor.actors.starting.await_listed`);
-* `loader_of`: the lazy-server loader a backend has, if any.
+  listed yet waits for its starting server first: `mcpvisor.actors.starting.await_listed`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
 import trio
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
-from mcpvisor.actors import telemetry, wire
+from mcpvisor.actors import wire
 from mcpvisor.actors.core.catalog import ToolRoute
-from mcpvisor.actors.core.discovery import USE_TOOL
-from mcpvisor.actors.core.plan import (
-    CallLocal,
-    CallRoute,
-    NeedsLoad,
-    Plan,
-    Refused,
-    WaitForStartup,
-    plan_call,
-)
+from mcpvisor.actors.core.plan import CallLocal, CallRoute, Refused
 from mcpvisor.actors.eras import strip_upstream_stamps
 from mcpvisor.actors.errors import ProxyError, error_data
 from mcpvisor.actors.fronts.origins import is_modern
+from mcpvisor.actors.fronts.plans import View, settle
 from mcpvisor.actors.fronts.views import ViewRefused
 from mcpvisor.actors.harness import ClientSession, run_label
-from mcpvisor.actors.lazy import LazyLoader, LoadFailed
-from mcpvisor.actors.starting import await_listed
 
 if TYPE_CHECKING:
-    from mcpvisor.actors.core.catalog import Snapshot
-    from mcpvisor.actors.fronts.sdk import Backend
+    from mcpvisor.actors.fronts.backend import Backend
 
 Forward = Callable[..., Awaitable[dict[str, Any]]]
-"""`Front._forward`: ``(server, method, params, ctx, *, retry_safe)`` to the owning upstream."""
+"""`SdkFront._forward`: ``(server, method, params, ctx, *, retry_safe)`` to the owning upstream."""
 
 SessionOf = Callable[[ServerRequestContext[Any, Any]], ClientSession | None]
-"""`Front.session_of`: the client session a request belongs to (None: 2026-07-28, no connection)."""
+"""`SdkFront.session_of`: the client session a request belongs to (None: 2026-07-28, no connection)."""
 
-ViewOf = Callable[[ServerRequestContext[Any, Any]], "View"]
-"""`Front.view_of`: where a request reads what it sees (its fixed view, or the router)."""
-
-Settled = ToolRoute | CallRoute | CallLocal | Refused
-"""A plan `settle` leaves to execute: nothing in it waits."""
-
-
-class View(Protocol):
-    """Where a caller reads what it sees: the router, or a harness session."""
-
-    @property
-    def snapshot(self) -> Snapshot: ...
+ViewOf = Callable[[ServerRequestContext[Any, Any]], View]
+"""`SdkFront.view_of`: where a request reads what it sees (its fixed view, or the router)."""
 
 
 def unavailable_error(exc: ProxyError) -> MCPError:
     """The JSON-RPC error a request gets when the server it names cannot serve it now."""
     body = error_data(exc)
     return MCPError(code=body["code"], message=body["message"], data=body.get("data"))
-
-
-def loader_of(backend: Backend) -> LazyLoader | None:
-    """The backend's lazy-server loader (a backend without lazy servers has none)."""
-    return getattr(backend, "loader", None)
-
-
-async def settle(backend: Backend, view: View, name: str, arguments: Any) -> Settled:
-    """The plan of a call of ``name`` read from ``view`` once nothing is left to wait for.
-
-    Waits for start-up at most once (a client that calls before listing waits as a
-    ``tools/list`` would, instead of being told the tool does not exist) and loads at
-    most one lazy server (first use; a failed load is the answer, a name still unknown
-    after the load is refused). Cancellation: a wait or load in progress is abandoned
-    (the load itself goes on for its other waiters, `LazyLoader.load`).
-    """
-    snapshot = view.snapshot
-    if name not in snapshot.tools and name not in snapshot.local_tools and name != USE_TOOL:
-        # Its server may be starting (wait for it, its restartWait) or down: then
-        # `await_listed` raises the error naming the server, its state and the next try.
-        await await_listed(backend, lambda s: name in s.tools, name=name)
-    may_load = True
-    while True:
-        plan: Plan = plan_call(view.snapshot, name, arguments, started=backend.started, may_load=may_load,
-                               servers=backend.upstreams)
-        if isinstance(plan, WaitForStartup):
-            await backend.wait_startup()
-        elif isinstance(plan, NeedsLoad):
-            failure = await load_server(backend, plan)
-            if failure is not None:
-                return Refused(failure)
-            may_load = False
-        else:
-            return plan
-
-
-async def load_server(backend: Backend, plan: NeedsLoad) -> dict[str, Any] | None:
-    """Load the lazy server ``plan`` names; None when it loaded, else the ``isError`` result saying why."""
-    loader = loader_of(backend)
-    if loader is None:
-        return None
-    try:
-        loaded = await loader.load(plan.server)
-    except LoadFailed as exc:
-        if telemetry.tracer is not None:
-            telemetry.lifecycle("mcpvisor.lazy_load", plan.server, outcome="failed")
-        text = f"{plan.tool_name} belongs to the lazy server {plan.server}, which could not be loaded: {exc}"
-        return wire.tool_error_result(text, {"error": "load_failed", "server": plan.server,
-                                             "message": str(exc), "givenUp": exc.given_up})
-    if telemetry.tracer is not None:  # the first use's load, an event of the call that waited for it
-        telemetry.lifecycle("mcpvisor.lazy_load", plan.server, outcome="loaded", tools=loaded.tool_count)
-    return None
 
 
 class ToolCalls:

@@ -173,7 +173,7 @@ class ToolsetViews:
 
 
 class NamedView:
-    """A view as `mcpvisor.actors.fronts.tools.settle` reads it (``.snapshot``, read anew
+    """A view as `mcpvisor.actors.fronts.plans.settle` reads it (``.snapshot``, read anew
     after a lazy load)."""
 
     def __init__(self, views: ToolsetViews, name: str) -> None:

@@ -33,14 +33,14 @@ from typing import Any, Final
 
 import trio
 import trio.testing
-from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
 
 from mcpvisor.actors.core.catalog import Snapshot, ToolRoute
 from mcpvisor.actors.core.lifecycle import State
-from mcpvisor.actors.fronts.sdk import Front
+from mcpvisor.actors.fronts.front import Front
 from mcpvisor.actors.fronts.stdio import StdioFront
 from mcpvisor.actors.link import StdioLink
 from mcpvisor.actors.process import StderrLog
+from mcpvisor.actors.wire import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
 
 MAX_MESSAGE: Final = 64 * 1024
 """The front's line limit in these tests: small, so an oversized line is cheap to build."""

@@ -9,9 +9,10 @@ constants (held equal to the SDK's by tests/unit/test_wire_codes.py).
 * statically: none of the modules below imports the SDK at module level (an import under
   ``if TYPE_CHECKING:`` is for annotations only; one inside a function runs only on the
   path that needs it);
-* statically, followed: nothing the stdio fast path, the stdio front's own answers, the
-  stdio upstream link or the upstream actor imports (module by module, to the end)
-  imports the SDK;
+* statically, followed: nothing the stdio fast path, the stdio front (its own answers
+  included), the shared `Front` (its SDK server is built, and the SDK imported, when a
+  connection first needs it), the stdio upstream link or the upstream actor imports
+  (module by module, to the end) imports the SDK;
 * at run time: importing the modules that import no SDK-bound module of ours either loads
   neither the SDK nor psycopg (the PostgreSQL driver, only for a configured store), checked
   in a fresh interpreter, module by module, so the first one that brings it in is named.
@@ -37,6 +38,10 @@ NO_MODULE_LEVEL_SDK: Final = (
     "actors/wire.py", "actors/eras.py", "actors/errors.py", "actors/framing.py",
     "actors/fronts/frames.py", "actors/fronts/fastpath.py", "actors/fronts/fastcall.py",
     "actors/harness.py", "actors/fastspans.py", "actors/telemetry.py", "actors/core/vocabulary.py",
+    "actors/fronts/front.py",
+    "actors/fronts/drain.py",
+    "actors/fronts/plans.py",
+    "actors/fronts/stdio.py",
 )
 """The fast path's modules (and what they share with the config loader), by file."""
 
@@ -48,6 +53,12 @@ LOADS_NO_SDK: Final = (
     "mcpvisor.actors.link.stdio", "mcpvisor.actors.fronts.fastpath", "mcpvisor.actors.fronts.fastcall",
     "mcpvisor.actors.fronts.stdio_own", "mcpvisor.actors.fronts.clients", "mcpvisor.actors.router",
     "mcpvisor.actors.upstream",
+    "mcpvisor.actors.fronts.front",
+    "mcpvisor.actors.fronts.drain",
+    "mcpvisor.actors.fronts.plans",
+    "mcpvisor.actors.fronts.views",
+    "mcpvisor.actors.fronts.stdio",
+    "mcpvisor._notes",
 )
 """Modules whose whole import (their own and everything they import) is SDK-free today."""
 
@@ -170,7 +181,8 @@ def _imported_at_module_level(module: str, path: Path, known: dict[str, Path]) -
 
 @pytest.mark.parametrize("start", ["mcpvisor.actors.fronts.fastpath", "mcpvisor.actors.fronts.fastcall",
                                    "mcpvisor.actors.fronts.stdio_own", "mcpvisor.actors.link.stdio",
-                                   "mcpvisor.actors.upstream"])
+                                   "mcpvisor.actors.upstream", "mcpvisor.actors.fronts.front",
+                                   "mcpvisor.actors.fronts.stdio", "mcpvisor.actors.fronts.plans"])
 def test_the_stdio_paths_never_reach_the_sdk(start: str) -> None:
     """Everything a stdio path imports when it is imported, followed module by module to the
     end: no module on the way imports the SDK."""
@@ -188,8 +200,10 @@ def test_the_stdio_paths_never_reach_the_sdk(start: str) -> None:
         for name in sorted(found - parent.keys()):
             parent[name] = module
             queue.append(name)
-    # It did follow the imports: the modules every stdio path shares were reached.
-    assert {"mcpvisor.actors.wire", "mcpvisor.actors.eras", "mcpvisor.actors.framing"} <= parent.keys()
+    # It did follow the imports: the modules every stdio path shares were reached (the
+    # shared front writes no frames itself: no framing).
+    assert {"mcpvisor.actors.wire", "mcpvisor.actors.eras"} <= parent.keys()
+    assert start == "mcpvisor.actors.fronts.front" or "mcpvisor.actors.framing" in parent
     assert chains == []
 
 
