@@ -35,6 +35,7 @@ from typing import Any, Final
 import msgspec
 import trio
 
+from mcpvisor.actors.fronts.stdio_own import REPLAY_ID
 from mcpvisor.journal._writer import outcome_of
 from mcpvisor.metrics_history import (
     DURATION_BUCKETS_S,
@@ -349,8 +350,8 @@ class ServedTimer:
 
     async def __call__(self, ctx: Any, call_next: Any) -> Any:
         method = ctx.method
-        if ctx.request_id is None or method == "tools/call":
-            return await call_next(ctx)
+        if ctx.request_id is None or method == "tools/call" or ctx.request_id == REPLAY_ID:
+            return await call_next(ctx)  # REPLAY_ID: a handshake the stdio front answered (and timed)
         started = trio.current_time()
         try:
             result = await call_next(ctx)

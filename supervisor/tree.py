@@ -135,6 +135,7 @@ async def _run_tree(cfg: Config, store: StateStore, saved: SavedState, toolset: 
         sup.metrics = metrics
         if metrics is not None:  # every request the front serves but tools/call (note_call counts those)
             sup.front.middleware.append(ServedTimer(metrics))
+            sup.front.on_served = metrics.request_served  # what a front answers without the SDK
         sup.toolsets.restore(saved, toolset)
         await sup.recall()
         sup.core.rebuild()  # before the router runs: no client yet, nothing to announce

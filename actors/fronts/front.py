@@ -93,6 +93,10 @@ class Front:
         self.middleware: list[Any] = [self.drain, telemetry.SdkMiddleware(self.toolset_name)]
         """The SDK server's middleware, in order. Its server adopts this very list when it is
         built (adding its own after these two), so an entry appended before then serves it too."""
+        self.on_served: Callable[[str, float, float, BaseException | None], None] | None = None
+        """Told of each request a front answers itself, without the SDK's server (the stdio
+        front's handshake, pings and lists): its method, start and end (the metrics' timer,
+        as the middleware above times what the SDK serves)."""
         self.nursery: trio.Nursery | None = None
         """Where the SDK's side runs the bridged calls, while `run` runs."""
         self._sdk: SdkFront | None = None

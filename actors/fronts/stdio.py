@@ -234,7 +234,10 @@ class StdioFront:
                 await self._reply(duplicate_id(rid).frame())
                 return
             if self.own is not None and env.method != "tools/call" and env.jsonrpc == "2.0":
+                started = trio.current_time()
                 frame = self.own.answer(env.method, env, line)
+                if frame is not None and self.front.on_served is not None:
+                    self.front.on_served(env.method, started, trio.current_time(), None)
                 if frame is None:
                     pass
                 elif env.method == "initialize":

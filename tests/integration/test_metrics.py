@@ -244,6 +244,9 @@ async def test_the_metrics_port_serves_a_stdio_proxy_behind_its_token(tmp_path: 
                                "mcp_client_operation_duration_seconds_count"):
                     assert value(found, family, gen_ai_tool_name="echo", mcpvisor_server="alpha",
                                  outcome="ok") == 1
+                # The handshake the stdio front answers itself is timed as the SDK's answers are.
+                assert value(found, "mcp_server_operation_duration_seconds_count",
+                             mcp_method_name="initialize", mcpvisor_server="", outcome="ok") == 1
                 assert value(found, "mcpvisor_sessions_open") == 1
 
                 async with prometheus(tmp_path, url.removeprefix("http://").removesuffix("/metrics"),
