@@ -1,8 +1,10 @@
 """bench's imports scenario for real, one launch of each command: its rows have the shape the
 report reads, and they measure what they say (no timing asserted: the figures are the bench's).
 
-``mcpvisor serve`` imports the SDK and more, the SDK alone imports less, the bare interpreter
-least; a profile read from the wrong process, or an empty one, would break that order.
+``mcpvisor serve --transport http`` imports the SDK and more, the SDK alone less, the bare
+interpreter least; a stdio ``serve`` answers ``initialize`` without the SDK (more than the bare
+interpreter, less than the SDK). A profile read from the wrong process, or an empty one, would
+break that order.
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ async def test_imports_profiles_serve_over_stdio_and_http_and_the_sdk_and_python
     for row in rows.values():
         assert row["import_ms"] > 0
         assert row["start_ms"] > 0
-    assert stdio["modules"] > sdk["modules"] > bare["modules"]
-    assert http["modules"] > sdk["modules"]
-    # serve imports the SDK; the SDK alone is, first of all, mcp
-    assert "mcp" in [name for name, _ in stdio["top_packages"]]
+    assert http["modules"] > sdk["modules"] > stdio["modules"] > bare["modules"]
+    # serve over HTTP imports the SDK, over stdio it does not; the SDK alone is, first of all, mcp
+    assert "mcp" in [name for name, _ in http["top_packages"]]
+    assert "mcp" not in [name for name, _ in stdio["top_packages"]]
     assert sdk["top_packages"][0][0] == "mcp"
     assert [(t["subject"], t["target"]) for t in result.targets] == [
         ("mcpvisor-stdio", f"<= {TARGET_MS:g}"), ("mcpvisor-http", f"<= {TARGET_MS:g}")]
