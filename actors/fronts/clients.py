@@ -138,9 +138,6 @@ class ClientRegistry:
             if state is not None:
                 self._aliases[key] = state
                 connection.exit_stack.callback(self._aliases.pop, key, None)
-                attach = getattr(state.connection, "attach", None)
-                if attach is not None:
-                    attach(connection)
         if state is None:
             state = ClientState(connection)
             self._clients[id(connection)] = state

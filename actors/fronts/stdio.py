@@ -36,6 +36,7 @@ import trio
 from msgspec import UNSET
 
 from mcpvisor.actors import wire
+from mcpvisor.actors.core.vocabulary import DEFAULT_TIMEOUT_S
 from mcpvisor.actors.framing import (
     HELD_FRAMES,
     FrameWriter,
@@ -102,7 +103,7 @@ class StdioFront:
         self.own = OwnAnswers(front) if fast_path else None
         """What this connection answers without the SDK (None: ``settings.fastPath`` is off,
         the SDK serves everything but the envelope checks)."""
-        self.client = StdioClient(self.session.label, self.writer, self._start_sdk)
+        self.client = StdioClient(self.session.label, self.writer, self._ask_client)
         """The connection as the client registry sees it while the SDK does not serve it."""
         self._sdk_started = False
         self._nursery: trio.Nursery | None = None
@@ -154,6 +155,12 @@ class StdioFront:
 
     async def _run_server(self) -> None:
         await self.front.serve_connection(self._sdk_in, self._sdk_out, self.session)
+
+    async def _ask_client(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        """Ask the client ``method`` outside any call (`StdioClient`): the fast path's way, bounded
+        like a call's quiet time (the client may have to ask a person)."""
+        assert self.fast_path is not None  # own answers, and so a tracked StdioClient, need it
+        return await self.fast_path.ask_client(method, params, lambda: DEFAULT_TIMEOUT_S)
 
     async def _start_sdk(self) -> None:
         """Start the SDK's server for this connection (once), the client's handshake first:

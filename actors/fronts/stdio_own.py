@@ -16,8 +16,8 @@ result through its schema for the client's version, which drops keys it does not
 (and nulls); a direct connection to the server shows them, so here they are kept.
 
 `StdioClient` is the connection as the client registry sees it (list_changed, log
-messages, a server's request outside any call): notifications are written here; a
-request to the client goes through the SDK's connection, started for it.
+messages, a server's request outside any call): notifications are written here, and a
+request to the client goes out as the fast path sends one during a call.
 """
 
 from __future__ import annotations
@@ -28,12 +28,10 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-import trio
 from msgspec import UNSET
 
 from mcpvisor.actors import telemetry, wire
 from mcpvisor.actors.eras import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
-from mcpvisor.actors.errors import ProxyError
 from mcpvisor.actors.framing import FrameWriter, StreamBroken
 
 if TYPE_CHECKING:
@@ -44,11 +42,6 @@ logger = logging.getLogger(__name__)
 REPLAY_ID: Final = "mcpvisor-replayed-initialize"
 """The id the client's ``initialize`` is replayed under into the SDK's server; its answer
 is not the client's and is dropped."""
-
-SDK_ATTACH_S: Final = 5.0
-"""Bound on the SDK's server taking over a connection to ask its client something (it
-reads the replayed handshake first: milliseconds; a client that never sent
-``notifications/initialized`` is never tracked by it)."""
 
 LISTS: Final[Mapping[str, tuple[str, str]]] = {
     "tools/list": ("tools", "tools_list"),
@@ -85,20 +78,14 @@ def _mapping_or_none(value: object) -> Mapping[str, Any] | None:
 class StdioClient:
     """The stdio connection in the client registry (`mcpvisor.actors.fronts.clients`)."""
 
-    def __init__(self, label: str, writer: FrameWriter, start_sdk: Callable[[], Awaitable[None]]) -> None:
+    def __init__(self, label: str, writer: FrameWriter,
+                 ask: Callable[[str, dict[str, Any] | None], Awaitable[dict[str, Any]]]) -> None:
         self.session_id = label
         self.exit_stack = ExitStack()
         """Closed when the connection ends: the registry forgets the client then."""
         self.client_capabilities: ClientCapabilities | None = None
         self._writer = writer
-        self._start_sdk = start_sdk
-        self._sdk: Any = None
-        self._attached = trio.Event()
-
-    def attach(self, connection: Any) -> None:
-        """The SDK's connection serving this client too (the registry saw it)."""
-        self._sdk = connection
-        self._attached.set()
+        self._ask = ask
 
     async def notify(self, method: str, params: Mapping[str, Any] | None) -> None:
         try:
@@ -107,15 +94,9 @@ class StdioClient:
             pass
 
     async def send_raw_request(self, method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
-        """A request to the client (an upstream's roots/list outside any call): the SDK's
-        connection asks it, started for it if it was not."""
-        await self._start_sdk()
-        with trio.move_on_after(SDK_ATTACH_S):
-            await self._attached.wait()
-        if self._sdk is None:
-            raise ProxyError(f"the client cannot be asked {method} yet: it has not finished its handshake")
-        result: dict[str, Any] = await self._sdk.send_raw_request(method, params)
-        return result
+        """A request to the client outside any call (an upstream's ``roots/list`` as it
+        starts): asked as the fast path asks during a call, its answer read by the front."""
+        return await self._ask(method, dict(params) if params is not None else None)
 
 
 class OwnAnswers:

@@ -115,12 +115,12 @@ async def test_a_list_change_is_heard_once_before_and_after_the_sdk_takes_over(a
             assert len(p.front.clients) == 1
 
 
-async def test_a_servers_request_outside_any_call_reaches_the_client_through_the_sdk(
+async def test_a_servers_request_outside_any_call_reaches_the_client_without_the_sdk(
     autojump_clock: Clock,
 ) -> None:
-    """An upstream's ``roots/list`` outside any call (the registry's fallback origin) goes to
-    the client that declared roots: the SDK is started for it and the client's answer
-    comes back."""
+    """An upstream's ``roots/list`` outside any call (the registry's fallback origin, e.g. a
+    filesystem server asking as it starts) goes to the client that declared roots and the
+    client's answer comes back, the SDK never started."""
     with trio.fail_after(BOUND_S):
         async with open_memory_proxy() as p:
             c = p.client
@@ -140,6 +140,7 @@ async def test_a_servers_request_outside_any_call_reaches_the_client_through_the
             await c.send({"jsonrpc": "2.0", "id": asked["id"], "result": {"roots": [{"uri": "file:///w"}]}})
             await answered.wait()
             assert answer == {"roots": [{"uri": "file:///w"}]}
+            assert not p.stdio.statistics().sdk_started
 
 
 async def test_with_the_fast_path_off_the_sdk_serves_from_the_start(autojump_clock: Clock) -> None:
