@@ -427,6 +427,8 @@ class StderrLog:
         self.server = server
         self.lines: deque[str] = deque(maxlen=STDERR_KEEP_LINES)
         self._log = logging.getLogger(f"mcpvisor.upstream.{server}")
+        self.ended = trio.Event()
+        """Set once stderr is read to its end (the process and any child holding it exited)."""
 
     async def drain(self, stream: trio.abc.ReceiveStream) -> None:
         try:
@@ -440,6 +442,8 @@ class StderrLog:
                     self._log.info("%s", text)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
+        finally:
+            self.ended.set()
 
     def tail(self, n: int = 5) -> str:
         """The last ``n`` lines, joined for an error message ("" if none)."""

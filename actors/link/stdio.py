@@ -383,6 +383,11 @@ async def open_stdio_link(
                 yield link
             finally:
                 link.close(link.close_reason or "stopped by mcpvisor")
+                if proc.poll() is not None:
+                    # It exited: what it printed on its way out is read before anyone quotes
+                    # it (a failed start's reason), however busy the machine is.
+                    with trio.move_on_after(LAST_WORDS_S, shield=True):
+                        await stderr.ended.wait()
                 nursery.cancel_scope.cancel()
     finally:
         await stop_process(proc, grace=shutdown_grace, reaper=reaper)
