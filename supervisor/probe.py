@@ -24,6 +24,7 @@ from typing import Any, Final
 
 import trio
 
+from mcpvisor.actors.core.vocabulary import STDIO_TRANSPORTS
 from mcpvisor.config import ServerSpec
 from mcpvisor.probe_failures import Failure, classify, scrubbed, stderr_tail
 
@@ -247,10 +248,6 @@ async def probe_all(
 
 
 # --- the two kinds of connection --------------------------------------------------------
-
-
-STDIO_TRANSPORTS: Final = ("stdio", "stdio-docker")
-"""Servers probed over our own pipes (`mcpvisor.actors.link.stdio`); the rest through the SDK."""
 
 
 def load_connection_code(specs: Iterable[ServerSpec]) -> None:

@@ -12,6 +12,9 @@ from typing import Final
 TRANSPORTS: Final = ("stdio", "http", "sse", "ws", "stdio-docker")
 """A server's ``transport``: a child process (bare or in docker) or a URL."""
 
+STDIO_TRANSPORTS: Final = ("stdio", "stdio-docker")
+"""A server started as a child process and spoken to over its pipes (ours, not the SDK's)."""
+
 URL_TRANSPORTS: Final = ("http", "sse", "ws")
 """The transports that reach a server by ``url`` (with optional ``headers``)."""
 

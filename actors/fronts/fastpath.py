@@ -40,13 +40,15 @@ from msgspec import UNSET, Raw
 from mcpvisor.actors import telemetry, wire
 from mcpvisor.actors.bridge import CAPABILITY_OF, STATE_PREFIX
 from mcpvisor.actors.core.catalog import ToolRoute
-from mcpvisor.actors.core.lifecycle import State
+from mcpvisor.actors.core.lifecycle import WAITABLE, State
 from mcpvisor.actors.core.plan import CallRoute, plan_call
+from mcpvisor.actors.core.vocabulary import STDIO_TRANSPORTS
 from mcpvisor.actors.eras import ENVELOPE_KEYS, fit_capabilities, is_modern_version, verbose_of
 from mcpvisor.actors.errors import ProxyError, UpstreamError, error_data
 from mcpvisor.actors.fastspans import FastTrace
 from mcpvisor.actors.framing import FrameWriter, StreamBroken
 from mcpvisor.actors.fronts.fastcall import FastCall
+from mcpvisor.actors.fronts.fastwait import HandBack, WaitingCalls
 from mcpvisor.actors.harness import RUN_META_KEY, CancelledByClient, ClientSession
 from mcpvisor.actors.link.stdio import StdioLink
 from mcpvisor.actors.messages import Reply
@@ -79,7 +81,8 @@ class FastPath:
 
     def __init__(self, backend: Backend, writer: FrameWriter, nursery: trio.Nursery,
                  server_info: Mapping[str, Any], session: ClientSession,
-                 log_level: Callable[[], str | None] = lambda: None, drain: Drain | None = None) -> None:
+                 log_level: Callable[[], str | None] = lambda: None, drain: Drain | None = None,
+                 hand_back: HandBack | None = None) -> None:
         self.backend = backend
         self.drain = drain
         """The proxy's drain: while it runs, calls go to the SDK, which refuses them."""
@@ -87,6 +90,8 @@ class FastPath:
         self.writer = writer
         self.nursery = nursery
         self.calls: dict[int | str, FastCall] = {}
+        self.waiting = WaitingCalls(nursery, self._after_wait, hand_back, self.send)
+        """Calls waiting for their starting server (`mcpvisor.actors.fronts.fastwait`)."""
         self.requests: dict[str, Reply[Any]] = {}
         self.parked: dict[str, FastCall] = {}
         """Calls parked between a 2026-07-28 client's legs, by their ``requestState``."""
@@ -164,7 +169,7 @@ class FastPath:
             self.ready = self._initialized_read
 
     def owns(self, request_id: int | str) -> bool:
-        return request_id in self.calls
+        return request_id in self.calls or request_id in self.waiting
 
     # --- what a call sees (the HTTP fast path, `mcpvisor.actors.fronts.http_fast`, overrides these)
     def snapshot(self) -> Snapshot:
@@ -172,13 +177,14 @@ class FastPath:
         return self.backend.router.snapshot
 
     def session_instance(self, server: str) -> Upstream | None:
-        """This connection's own instance of the session-scoped ``server`` (None: the call
-        takes the SDK path, which starts or waits for it)."""
+        """This connection's own instance of the session-scoped ``server``, started for it if it
+        had none (None: the call takes the SDK path, which starts or waits for it)."""
         return self.backend.upstream_for(server, self.session)
 
     # --- requests -------------------------------------------------------------------------
-    async def client_request(self, env: wire.Envelope, line: bytes) -> bool:
-        """Take a ``tools/call`` if it can go the fast way; False hands it to the SDK."""
+    async def client_request(self, env: wire.Envelope, line: bytes, *, waited: bool = False) -> bool:
+        """Take a ``tools/call`` if it can go the fast way (or wait for its starting server to
+        go that way, unless it ``waited`` already); False hands it to the SDK."""
         if env.method != "tools/call" or env.params is UNSET:
             return False
         if self.drain is not None and self.drain.draining:
@@ -220,13 +226,18 @@ class FastPath:
             return False
         if not modern and getattr(up.spec, "scope", "shared") == "session":
             # This connection's own instance, the one the SDK path would use (supervisor/sessions.py),
-            # started by this call if there is none yet (the call then takes the SDK path, which
-            # waits for it). A 2026-07-28 call keeps the shared instance, as on the SDK path.
+            # started by this call if there is none yet (the call then waits for it, below).
+            # A 2026-07-28 call keeps the shared instance, as on the SDK path.
             up = self.session_instance(route.server)
             if up is None:
                 return False
         link = up.link
-        if not isinstance(link, StdioLink) or up.state is not State.READY or link.close_reason:
+        if up.state is not State.READY or link is None or link.close_reason:
+            if (not waited and up.state in WAITABLE
+                    and getattr(up.spec, "transport", "stdio") in STDIO_TRANSPORTS):
+                return self.waiting.start(up, env, line)
+            return False
+        if not isinstance(link, StdioLink):
             return False
         try:
             meta = wire.decode_raw_map(params["_meta"]) if "_meta" in params else {}
@@ -348,6 +359,8 @@ class FastPath:
             cancel = wire.decode_cancel(env.params)
         except (wire.DecodeError, wire.ValidationError):
             return False
+        if self.waiting.cancel(cancel.requestId):
+            return True  # it never reached its server
         call = self.calls.pop(cancel.requestId, None) if cancel.requestId is not None else None
         if call is None:
             return False
@@ -403,13 +416,20 @@ class FastPath:
         return self.writer.try_write(frame)
 
     def in_flight(self) -> int:
-        """Calls waiting for their upstream's answer (parked ones wait for the client)."""
-        return len(self.calls)
+        """Calls waiting for their upstream's answer or for it to start (parked ones wait for
+        the client)."""
+        return len(self.calls) + len(self.waiting)
+
+    async def _after_wait(self, env: wire.Envelope, line: bytes) -> bool:
+        return await self.client_request(env, line, waited=True)
 
     async def shut_down(self, error: ProxyError) -> None:
         """The proxy is stopping: answer every call in flight with ``error`` and cancel
         it upstream (each step bounded, as when the client goes away)."""
         body = error_data(error)
+        for front_id in self.waiting.drop_all():
+            with trio.move_on_after(CLIENT_GONE_CANCEL_S, shield=True):
+                await self.send(wire.error_frame(front_id, body["code"], body["message"], body["data"]))
         calls = list(self.calls.values())
         self.calls.clear()
         for call in calls:
@@ -423,6 +443,7 @@ class FastPath:
 
     async def close(self) -> None:
         """The client went away: cancel what it left in flight."""
+        self.waiting.drop_all()
         for call in list(self.calls.values()):
             with trio.move_on_after(CLIENT_GONE_CANCEL_S, shield=True):
                 await call.cancel("client disconnected")

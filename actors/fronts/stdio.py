@@ -125,7 +125,8 @@ class StdioFront:
                 if self._use_fast_path:
                     self.fast_path = FastPath(self.front.backend, self.writer, nursery,
                                               self.front.server_info_stamp, self.session,
-                                              log_level=lambda: self.front.log_level, drain=drain)
+                                              log_level=lambda: self.front.log_level, drain=drain,
+                                              hand_back=self._hand_back)
                     if drain is not None:
                         drain.add_fast_path(self.fast_path)
                 if self.own is None:
@@ -289,10 +290,21 @@ class StdioFront:
             own.initialized_by(env)
             if not self._sdk_started:
                 return  # replayed into the SDK's server if it is ever started
-        # The SDK serves what is left: its model of the message (the SDK is loaded for it).
+        await self._to_sdk_server(env, line)
+
+    async def _hand_back(self, env: wire.Envelope, line: bytes) -> None:
+        """A call the fast path held while its server started, given to the SDK's path (the
+        server did not come up in time: the SDK's answer says why)."""
+        self._in_flight.add(env.id)  # type: ignore[arg-type]
+        self._sdk_tool_calls += 1
+        await self._to_sdk_server(env, line)
+
+    async def _to_sdk_server(self, env: wire.Envelope, line: bytes) -> None:
+        """The SDK serves what is left: its model of the message (the SDK is loaded for it)."""
         import mcp_types as types
         from mcp.shared.message import SessionMessage
 
+        rid = env.id
         try:
             message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
         except Exception:

@@ -35,7 +35,8 @@ import trio
 import trio.testing
 
 from mcpvisor.actors.core.catalog import Snapshot, ToolRoute
-from mcpvisor.actors.core.lifecycle import State
+from mcpvisor.actors.core.lifecycle import WAITABLE, State
+from mcpvisor.actors.errors import UpstreamUnavailable
 from mcpvisor.actors.fronts.front import Front
 from mcpvisor.actors.fronts.stdio import StdioFront
 from mcpvisor.actors.link import StdioLink
@@ -141,6 +142,23 @@ class MemoryUpstream:
     relinked: trio.Event = field(default_factory=trio.Event)
     calls: int = 0
     answers: list[bool] = field(default_factory=list)
+    changed: trio.Event = field(default_factory=trio.Event)
+    """Set (and replaced) when `set_state` changes the state."""
+
+    def set_state(self, state: State) -> None:
+        """The actor's state moves (a start, a failure): whoever waits in `wait_link` looks again."""
+        self.state = state
+        self.changed.set()
+        self.changed = trio.Event()
+
+    async def wait_link(self) -> StdioLink:
+        """The live link once the server is ready; `UpstreamUnavailable` once it cannot be
+        (the actor's wait, without its restartWait bound)."""
+        while self.state is not State.READY:
+            if self.state not in WAITABLE:
+                raise UpstreamUnavailable(self.name, self.state.value, "it failed to start", None)
+            await self.changed.wait()
+        return self.link
 
     def note_call(self) -> None:
         """The actor's availability count: a client call is on its way."""

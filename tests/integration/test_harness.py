@@ -486,17 +486,16 @@ async def test_each_stdio_connection_has_its_own_instance_on_the_fast_path_too(t
                                                                                pool: int) -> None:
     """Two clients connected at once through the stdio front each count 1, 2, 3 on a
     session-scoped server: each connection's calls reach one process of its own, whether
-    they go the SDK way (the first call, while its instance starts) or the fast way (every
-    call once the instance is ready: all three with a warm pool). A client leaving stops
-    its instance's process and leaves the other's running. A regression shows as counts
-    shared between the clients or restarting at 1 when the path changes (the two paths
-    reaching different processes), as calls taking the SDK path once the instance is
-    ready, or as a process outliving its client."""
+    its instance is started by its first call (which waits for it, still the fast way) or
+    taken from a warm pool; every call goes the fast way. A client leaving stops its
+    instance's process and leaves the other's running. A regression shows as counts
+    shared between the clients or restarting at 1, as calls taking the SDK path, or as a
+    process outliving its client."""
     from mcp import Client
 
     record = tmp_path / "calls.jsonl"
     cfg = harness_config(box=flaky("--record", str(record), scope="session", pool=pool))
-    slow_calls = 0 if pool else 1  # with no pool, the first call waits for the start, the SDK way
+    slow_calls = 0  # with no pool too: the first call waits for its instance on the fast path
 
     @asynccontextmanager
     async def connect(sup: Supervisor) -> AsyncIterator[tuple[Client, Any]]:

@@ -103,10 +103,13 @@ async def _exchange(tmp_path: Path, *then: dict[str, Any]) -> list[dict[str, Any
             # As a client does: list, and list again when told the list changed, until the
             # upstream's tools are there (a call to a server still starting waits for it on
             # the SDK's path; this one is for the proxy's own).
-            await ask({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
-            while not any(t["name"] == "up_echo" for t in replies[-1]["result"]["tools"]):
-                await until_changed()
+            while True:
+                changes = sum(r.get("method") == "notifications/tools/list_changed" for r in replies)
                 await ask({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+                if any(t["name"] == "up_echo" for t in replies[-1]["result"]["tools"]):
+                    break
+                if changes == sum(r.get("method") == "notifications/tools/list_changed" for r in replies):
+                    await until_changed()  # none since this list was asked for: wait for one
             await ask({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
                        "params": {"name": "up_echo", "arguments": {"text": "hi"}}})
             for n, method in enumerate(("ping", "resources/list", "resources/templates/list",
@@ -185,3 +188,88 @@ def test_probing_stdio_servers_loads_no_sdk(tmp_path: Path, command: list[str]) 
     assert "Online" in done.stdout or "up is online" in done.stdout, done.stdout  # reached, listed
     loaded: list[str] = json.loads((tmp_path / "modules.json").read_text())
     assert sorted({m.split(".")[0] for m in loaded} & {"mcp", "mcp_types", "pydantic", "httpx2"}) == []
+
+
+async def test_a_call_to_a_server_still_starting_waits_for_it_without_the_sdk(tmp_path: Path) -> None:
+    """A client calls a remembered tool of a server that has not finished starting (its
+    ``initialize`` held until the test opens a gate): the call waits for the server on the
+    proxy's own path and is answered once the server is up, the SDK never loaded."""
+    gate = tmp_path / "gate"
+    config = tmp_path / "mcpvisor.json"
+    config.write_text(json.dumps({
+        "mcpServers": {"up": {"command": PY, "args": [str(SERVERS_DIR / "flaky.py"), "--name", "up",
+                                                      "--start-gate", str(gate)]}},
+        "settings": {"exposure": "all", "startupWait": "0s"},
+    }))
+    gate.touch()
+    await _exchange_with(tmp_path, config)  # a first run: the proxy remembers the server's tools
+    gate.unlink()
+
+    async def call_then_open(ask: Any, send: Any) -> dict[str, Any]:
+        listed = await ask({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+        assert "up_echo" in [t["name"] for t in listed["result"]["tools"]]  # remembered
+        await send({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                    "params": {"name": "up_echo", "arguments": {"text": "waited"}}})
+        gate.touch()  # only now can the server answer its initialize
+        answered: dict[str, Any] = await ask(None, 3)
+        return answered
+
+    answer = await _exchange_with(tmp_path, config, call_then_open)
+    assert answer["result"]["content"][0]["text"].endswith("waited"), answer
+    loaded: list[str] = json.loads((tmp_path / "modules.json").read_text())
+    assert sorted({m.split(".")[0] for m in loaded} & {"mcp", "mcp_types"}) == []
+
+
+async def _exchange_with(tmp_path: Path, config: Path, body: Any = None) -> dict[str, Any]:
+    """Run ``serve`` over stdio: initialize, then ``body(ask, send)`` (default: list until the
+    server's tools are there), then EOF; ``body``'s result."""
+    argv = [PY, "-c", WRAPPER, str(tmp_path / "modules.json"), "serve", "--config", str(config)]
+    with trio.fail_after(BOUND_S):
+        proc = await trio.lowlevel.open_process(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                stderr=subprocess.DEVNULL, env=_env(tmp_path))
+        try:
+            assert proc.stdin is not None
+            assert proc.stdout is not None
+            stdin = proc.stdin
+            lines = LineReader(proc.stdout, 1 << 20).__aiter__()
+            seen: list[dict[str, Any]] = []
+
+            async def send(frame: dict[str, Any]) -> None:
+                await stdin.send_all(json.dumps(frame).encode() + b"\n")
+
+            async def ask(frame: dict[str, Any] | None, rid: Any = None) -> dict[str, Any]:
+                """Send ``frame`` (if any); the next message answering it (or ``rid``), or the
+                next list_changed when ``rid`` is "changed"."""
+                if frame is not None:
+                    await send(frame)
+                    rid = frame["id"]
+                while True:
+                    for line in await lines.__anext__():
+                        assert isinstance(line, bytes)
+                        seen.append(json.loads(line))
+                    for n, msg in enumerate(seen):
+                        if ("method" not in msg and msg.get("id") == rid) or (
+                                rid == "changed" and msg.get("method") == "notifications/tools/list_changed"):
+                            del seen[n]  # what came before it stays: a list_changed is waited for next
+                            return msg
+
+            await ask({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                       "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                                  "clientInfo": {"name": "imports-test", "version": "1"}}})
+            await send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            if body is not None:
+                result: dict[str, Any] = await body(ask, send)
+            else:
+                result = await ask({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+                while not any(t["name"] == "up_echo" for t in result["result"]["tools"]):
+                    await ask(None, "changed")
+                    result = await ask({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+            await stdin.aclose()
+            assert await proc.wait() == 0
+            await lines.aclose()  # type: ignore[attr-defined]
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                with trio.CancelScope(shield=True):
+                    await proc.wait()
+    return result

@@ -240,6 +240,9 @@ class Flaky:
         self.record("initialize", protocolVersion=requested)
         if self.opts.slow_start:
             time.sleep(self.opts.slow_start)
+        if self.opts.start_gate:
+            while not os.path.exists(self.opts.start_gate):  # the test opens the gate when it is ready
+                time.sleep(0.01)
         if self.opts.refuse_initialize:
             self.error(request_id, INVALID_REQUEST, "flaky refuses initialize")
             return
@@ -429,6 +432,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="SECONDS",
         help="exit(3) this long after answering tools/list (so after the proxy saw it ready)",
     )
+    p.add_argument("--start-gate", metavar="PATH",
+                   help="answer initialize only once PATH exists (a test decides when the server is up)")
     p.add_argument(
         "--slow-start",
         type=float,

@@ -1,0 +1,102 @@
+"""A fast-path call to a server that is still starting waits for it (actors/fronts/fastwait.py),
+on memory streams, in virtual time.
+
+The call goes upstream the fast way once the server is up; while it waits its id is taken, a
+client's cancel ends it unanswered, the client leaving ends it, and a server that fails to come
+up hands it to the SDK's path. A regression shows as a call answered twice or never, a reused id
+accepted, a cancelled call reaching its server, or the SDK loaded for a call that only waited.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+import trio.testing
+
+from mcpvisor.actors.core.lifecycle import State
+from tests.fakes.memory_front import open_memory_proxy
+
+Clock = trio.testing.MockClock
+
+BOUND_S = 3600.0
+"""Virtual seconds any test here may take."""
+
+
+def call(request_id: Any, text: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+            "params": {"name": "s_echo", "arguments": {"text": text}}}
+
+
+def ping(request_id: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": "ping"}
+
+
+async def test_a_call_waits_for_its_starting_server_then_goes_the_fast_way(autojump_clock: Clock) -> None:
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy() as p:
+            c = p.client
+            await c.handshake()
+            p.upstream.set_state(State.STARTING)
+            await c.send(call(5, "early"))
+            await c.send(call(5, "again"))  # the waiting call's id is taken
+            refused = await c.receive()
+            assert refused["id"] == 5
+            assert refused["error"]["code"] == -32600, refused
+            await trio.sleep(30)  # virtual: the call waits as long as the server starts
+            p.upstream.set_state(State.READY)
+            request = await p.server.receive()
+            assert request["params"]["arguments"] == {"text": "early"}
+            await p.server.answer(request, {"content": [{"type": "text", "text": "early"}]})
+            assert (await c.receive_id(5))["result"]["content"][0]["text"] == "early"
+            stats = p.stdio.statistics()
+            assert not stats.sdk_started
+            assert stats.sdk_tool_calls == 0
+
+
+async def test_a_cancelled_waiting_call_is_never_sent_nor_answered(autojump_clock: Clock) -> None:
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy() as p:
+            c = p.client
+            await c.handshake()
+            p.upstream.set_state(State.STARTING)
+            await c.send(call(6, "never"))
+            await c.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 6}})
+            await c.send(ping(7))
+            assert (await c.receive()) == {"jsonrpc": "2.0", "id": 7, "result": {}}  # nothing for 6
+            p.upstream.set_state(State.READY)
+            await c.send(call(8, "after"))
+            request = await p.server.receive()  # the first call the server sees is the later one
+            assert request["params"]["arguments"] == {"text": "after"}
+            await p.server.answer(request, {"content": [{"type": "text", "text": "after"}]})
+            assert (await c.receive())["id"] == 8
+
+
+async def test_a_server_that_does_not_come_up_hands_the_call_to_the_sdks_path(autojump_clock: Clock) -> None:
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy() as p:
+            c = p.client
+            await c.handshake()
+            p.upstream.set_state(State.STARTING)
+            await c.send(call(9, "handed"))
+            p.upstream.set_state(State.CIRCUIT_OPEN)
+            # The SDK's path forwards it (this fake's upstream still answers) or refuses it;
+            # either way it is the SDK's now, answered once.
+            request = await p.server.receive()
+            assert request["params"]["arguments"] == {"text": "handed"}
+            await p.server.answer(request, {"content": [{"type": "text", "text": "handed"}]})
+            assert (await c.receive_id(9))["result"]["content"][0]["text"] == "handed"
+            stats = p.stdio.statistics()
+            assert stats.sdk_started
+            assert stats.sdk_tool_calls == 1
+
+
+async def test_the_client_leaving_ends_its_waiting_calls(autojump_clock: Clock) -> None:
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy() as p:
+            await p.client.handshake()
+            p.upstream.set_state(State.STARTING)
+            await p.client.send(call(10, "orphan"))
+            await p.client.close()
+            await p.served.wait()  # the connection ended though its call was still waiting
+            assert p.stdio.statistics().fast_in_flight == 0
