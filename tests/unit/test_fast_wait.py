@@ -100,3 +100,17 @@ async def test_the_client_leaving_ends_its_waiting_calls(autojump_clock: Clock) 
             await p.client.close()
             await p.served.wait()  # the connection ended though its call was still waiting
             assert p.stdio.statistics().fast_in_flight == 0
+
+
+async def test_the_drain_answers_a_call_still_waiting_for_its_server(autojump_clock: Clock) -> None:
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy() as p:
+            await p.client.handshake()
+            p.upstream.set_state(State.STARTING)
+            await p.client.send(call(11, "stopping"))
+            await p.client.send(ping(12))
+            assert (await p.client.receive())["id"] == 12  # the call is waiting, not answered
+            stats = await p.front.drain.run(grace=1.0)
+            answer = await p.client.receive_id(11)
+            assert "shutting down" in answer["error"]["message"], answer
+            assert stats.forced == 1
