@@ -91,7 +91,7 @@ ALL_CALLS: Final = (
          fast=False),
     Call("lazy_one_echo", {"text": "l"}, ok("echo: l"), fast=False),  # loads lazy-one first
     Call("lazy_one_echo", {"text": "again"}, ok("echo: again"), fast=True),
-    Call("own_counter", {}, ok("1"), fast=False),  # the caller's own instance starts
+    Call("own_counter", {}, ok("1"), fast=True),  # the caller's own instance starts; the call waits
     Call("own_counter", {}, ok("2"), fast=True),
 )
 """``exposure: all``: names, a compound tool, an unknown name, a lazy server, a session-scoped one."""
@@ -108,7 +108,7 @@ DISCOVERY_CALLS: Final = (
          refused("Unknown tool 'my_box_ecko'. Did you mean: my_box_echo, my_box_idem_echo, my_box_counter, "
                  "my_box_plain_echo, my_box_sleep?"), fast=False),
     Call("use_tool", {"tool_name": "lazy_one_echo", "arguments": {"text": "l"}}, ok("echo: l"), fast=False),
-    Call("own_counter", {}, ok("1"), fast=False),
+    Call("own_counter", {}, ok("1"), fast=True),  # its instance starts; the call waits for it
     # The same instance as the direct call: the caller's own.
     Call("use_tool", {"tool_name": "own_counter"}, ok("2"), fast=True),
     Call("use_tool", {"tool_name": "kit",

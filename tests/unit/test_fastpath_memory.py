@@ -611,7 +611,7 @@ async def test_a_session_scoped_servers_calls_reach_the_connections_own_instance
     autojump_clock: Clock,
 ) -> None:
     """``"scope": "session"``: a connection's first call, made while its instance is still
-    starting, goes the SDK way; the next, once it is ready, the fast way; both reach the
+    starting, waits for it; that call and the next both go the fast way and reach the
     same instance, held under the one session the stdio front made for the connection. A
     second connection gets an instance of its own, on the fast path from its first call;
     the shared instance gets nothing. The first client leaving ends its session (its
@@ -620,22 +620,25 @@ async def test_a_session_scoped_servers_calls_reach_the_connections_own_instance
     with trio.fail_after(BOUND_S):
         async with open_memory_proxy(instances=2) as p:
             (mine, my_server), (theirs, their_server) = p.instances
-            mine.state = State.STARTING
+            mine.set_state(State.STARTING)
             await p.client.handshake()
             await p.client.send(call(1, "s_echo", {"text": "first"}))
+            await p.client.send({"jsonrpc": "2.0", "id": 99, "method": "ping"})
+            assert (await p.client.receive())["id"] == 99  # read in order: call 1 is waiting
+            assert p.stdio.fast_path is not None
+            assert p.stdio.fast_path.owns(1)
+            mine.set_state(State.READY)
             request = await my_server.receive_method("tools/call")
-            assert p.stdio.statistics().sdk_tool_calls == 1
             await my_server.answer(request, result("first"))
             assert text(await p.client.receive_id(1)) == "first"
 
-            mine.state = State.READY
             await p.client.send(call(2, "s_echo", {"text": "second"}))
             request = await my_server.receive()
             assert p.stdio.fast_path is not None
             assert p.stdio.fast_path.owns(2)
             await my_server.answer(request, result("second"))
             assert text(await p.client.receive_id(2)) == "second"
-            assert p.stdio.statistics().sdk_tool_calls == 1
+            assert p.stdio.statistics().sdk_tool_calls == 0
             assert p.backend.held == {p.stdio.session: mine}
 
             other, other_stdio = connect_client(p.front, fast_path=True)
@@ -648,7 +651,7 @@ async def test_a_session_scoped_servers_calls_reach_the_connections_own_instance
             await their_server.answer(request, result("other"))
             assert text(await other.receive_id(1)) == "other"
             assert p.backend.held == {p.stdio.session: mine, other_stdio.session: theirs}
-            assert (mine.calls, theirs.calls, p.upstream.calls) == (1, 1, 0)  # fast-path calls each
+            assert (mine.calls, theirs.calls, p.upstream.calls) == (2, 1, 0)  # fast-path calls each
 
             await p.client.close()
             await p.served.wait()
