@@ -235,7 +235,12 @@ class FastPath:
         if up.state is not State.READY or link is None or link.close_reason:
             if (not waited and up.state in WAITABLE
                     and getattr(up.spec, "transport", "stdio") in STDIO_TRANSPORTS):
-                return self.waiting.start(up, env, line)
+                arguments, started = params.get("arguments"), trio.current_time()
+
+                async def refuse(error: ProxyError) -> None:
+                    await self._refuse_waited(env.id, route, arguments, started, error)
+
+                return self.waiting.start(up, env, line, refuse)
             return False
         if not isinstance(link, StdioLink):
             return False
@@ -422,6 +427,15 @@ class FastPath:
 
     async def _after_wait(self, env: wire.Envelope, line: bytes) -> bool:
         return await self.client_request(env, line, waited=True)
+
+    async def _refuse_waited(self, front_id: Any, route: ToolRoute, arguments: Any, started: float,
+                             error: ProxyError) -> None:
+        """A call that waited for its server in vain: the JSON-RPC error the SDK's path gives
+        (`UpstreamUnavailable`: the server, why, the next try), journaled as that path does."""
+        self.backend.note_call(route.server, route.original, started, error, session=self.session.label,
+                               arguments=arguments)
+        body = error_data(error)
+        await self.send(wire.error_frame(front_id, body["code"], body["message"], body.get("data")))
 
     async def shut_down(self, error: ProxyError) -> None:
         """The proxy is stopping: answer every call in flight with ``error`` and cancel

@@ -4,10 +4,13 @@ A ``tools/call`` routed to a stdio server that is starting or restarting (a reme
 called while the proxy starts, a call during a restart) waits here for the server's link, as
 the SDK's path waits (`mcpvisor.actors.upstream.calls.UpstreamCalls.wait_link`, bounded by
 ``restartWait``), then goes the fast way; if the server does not come up in time, the call is
-handed to the SDK's path, whose answer says why (the server down, when it tries next). While
-a call waits, its id is the connection's (a reused id is refused), a client's cancel ends it
-with no answer (MCP cancellation), the client leaving ends it, and the proxy's drain answers
-it with the shutdown error. One task per waiting call, none once the server is up.
+answered with the error the SDK's path gives (the server down, when it tries next), and
+journaled as that path journals it (waiting twice, here and there, would double
+``restartWait``); a call that cannot go the fast way once its server is up (the proxy began
+to drain) is handed to the SDK's path. While a call waits, its id is the connection's (a
+reused id is refused), a client's cancel ends it with no answer (MCP cancellation), the
+client leaving ends it, and the proxy's drain answers it with the shutdown error. One task
+per waiting call, none once the server is up.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ Route = Callable[[wire.Envelope, bytes], Awaitable[bool]]
 """Take a call the fast way now that its server is up (False: it cannot)."""
 HandBack = Callable[[wire.Envelope, bytes], Awaitable[None]]
 """Give a call to the SDK's path."""
+Refuse = Callable[[ProxyError], Awaitable[None]]
+"""Answer a call whose server did not come up with the error the SDK's path gives."""
 
 
 class WaitingCalls:
@@ -49,7 +54,7 @@ class WaitingCalls:
     def __len__(self) -> int:
         return len(self._scopes)
 
-    def start(self, up: Upstream, env: wire.Envelope, line: bytes) -> bool:
+    def start(self, up: Upstream, env: wire.Envelope, line: bytes, refuse: Refuse) -> bool:
         """Wait for ``up`` on the client's behalf; False if this connection cannot (the call
         then takes the SDK's path at once)."""
         if self._hand_back is None:
@@ -57,21 +62,25 @@ class WaitingCalls:
         rid: Any = env.id
         scope = trio.CancelScope()
         self._scopes[rid] = scope
-        self._nursery.start_soon(self._wait, up, env, line, scope)
+        self._nursery.start_soon(self._wait, up, env, line, refuse, scope)
         return True
 
-    async def _wait(self, up: Upstream, env: wire.Envelope, line: bytes, scope: trio.CancelScope) -> None:
+    async def _wait(self, up: Upstream, env: wire.Envelope, line: bytes, refuse: Refuse,
+                    scope: trio.CancelScope) -> None:
         rid: Any = env.id
         try:
             with scope:
+                failure: ProxyError | None = None
                 try:
                     await up.wait_link()
-                except ProxyError:
-                    pass  # not up in time: the SDK's path gives the error every caller gets
+                except ProxyError as exc:
+                    failure = exc  # down, or not back within restartWait: the same words as the SDK's path
                 if self._scopes.get(rid) is not scope:
                     return
                 del self._scopes[rid]
-                if not await self._route(env, line):
+                if failure is not None:
+                    await refuse(failure)
+                elif not await self._route(env, line):
                     assert self._hand_back is not None
                     await self._hand_back(env, line)
         except Exception:

@@ -72,23 +72,40 @@ async def test_a_cancelled_waiting_call_is_never_sent_nor_answered(autojump_cloc
             assert (await c.receive())["id"] == 8
 
 
-async def test_a_server_that_does_not_come_up_hands_the_call_to_the_sdks_path(autojump_clock: Clock) -> None:
+async def test_a_server_that_does_not_come_up_gets_the_sdk_paths_error(autojump_clock: Clock) -> None:
+    """Answered here with the SDK path's words and data, the SDK never started for it."""
     with trio.fail_after(BOUND_S):
         async with open_memory_proxy() as p:
             c = p.client
             await c.handshake()
             p.upstream.set_state(State.STARTING)
-            await c.send(call(9, "handed"))
+            await c.send(call(9, "never"))
+            await c.send(ping(15))
+            assert (await c.receive())["id"] == 15  # read in order: call 9 is waiting
             p.upstream.set_state(State.CIRCUIT_OPEN)
-            # The SDK's path forwards it (this fake's upstream still answers) or refuses it;
-            # either way it is the SDK's now, answered once.
-            request = await p.server.receive()
-            assert request["params"]["arguments"] == {"text": "handed"}
-            await p.server.answer(request, {"content": [{"type": "text", "text": "handed"}]})
-            assert (await c.receive_id(9))["result"]["content"][0]["text"] == "handed"
-            stats = p.stdio.statistics()
-            assert stats.sdk_started
-            assert stats.sdk_tool_calls == 1
+            answer = await c.receive_id(9)
+            assert answer["error"]["message"] == "server s is circuit open (it failed to start)", answer
+            assert answer["error"]["data"]["state"] == "circuit_open"
+            assert not p.stdio.statistics().sdk_started
+
+
+async def test_a_call_whose_server_comes_up_while_the_proxy_drains_is_the_sdks_to_refuse(
+    autojump_clock: Clock,
+) -> None:
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy() as p:
+            c = p.client
+            await c.handshake()
+            p.upstream.set_state(State.STARTING)
+            await c.send(call(13, "late"))
+            await c.send(ping(14))
+            assert (await c.receive())["id"] == 14
+            p.nursery.start_soon(p.front.drain.run, 600.0)
+            await trio.sleep(1)  # virtual: the drain has begun
+            p.upstream.set_state(State.READY)  # too late: no new work goes upstream
+            answer = await c.receive_id(13)
+            assert "shutting down" in answer["error"]["message"], answer
+            assert p.stdio.statistics().sdk_tool_calls == 1  # handed to the SDK's path
 
 
 async def test_the_client_leaving_ends_its_waiting_calls(autojump_clock: Clock) -> None:
