@@ -59,73 +59,37 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 
 async def _exchange(tmp_path: Path, *then: dict[str, Any]) -> list[dict[str, Any]]:
-    """Initialize, ping, list (waiting for the upstream), call its echo, the requests ``then``,
-    close stdin; the replies."""
-    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                       "clientInfo": {"name": "imports-test", "version": "1"}}}
+    """Initialize, list (as a client does, until the upstream's tools are there), call its
+    echo, ping and the other lists, the requests ``then``, close stdin; the answers."""
     config = tmp_path / "mcpvisor.json"
     config.write_text(json.dumps({
         "mcpServers": {"up": {"command": PY, "args": [str(SERVERS_DIR / "flaky.py"), "--name", "up"]}},
         "settings": {"exposure": "all", "startupWait": "30s"},
     }))
-    argv = [PY, "-c", WRAPPER, str(tmp_path / "modules.json"), "serve", "--config", str(config)]
     replies: list[dict[str, Any]] = []
-    with trio.fail_after(BOUND_S):
-        proc = await trio.lowlevel.open_process(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                stderr=subprocess.DEVNULL, env=_env(tmp_path))
-        try:
-            assert proc.stdin is not None
-            assert proc.stdout is not None
-            lines = LineReader(proc.stdout, 1 << 20).__aiter__()
 
-            async def ask(frame: dict[str, Any]) -> None:
-                """Send ``frame``; read until its answer (notifications may come first)."""
-                await proc.stdin.send_all(json.dumps(frame).encode() + b"\n")  # type: ignore[union-attr]
-                while True:
-                    for line in await lines.__anext__():
-                        assert isinstance(line, bytes)
-                        replies.append(json.loads(line))
-                        if replies[-1].get("id") == frame["id"]:
-                            return
+    async def body(ask: Any, send: Any) -> dict[str, Any]:
+        await _listed(ask)
+        replies.append(await ask({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                                  "params": {"name": "up_echo", "arguments": {"text": "hi"}}}))
+        for n, method in enumerate(("ping", "resources/list", "resources/templates/list", "prompts/list"),
+                                   start=4):
+            replies.append(await ask({"jsonrpc": "2.0", "id": n, "method": method}))
+        for frame in then:
+            replies.append(await ask(frame))
+        return {}
 
-            async def until_changed() -> None:
-                """Read until the proxy says its tool list changed."""
-                while True:
-                    for line in await lines.__anext__():
-                        assert isinstance(line, bytes)
-                        replies.append(json.loads(line))
-                        if replies[-1].get("method") == "notifications/tools/list_changed":
-                            return
-
-            await ask(init)
-            await proc.stdin.send_all(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
-            # As a client does: list, and list again when told the list changed, until the
-            # upstream's tools are there (a call to a server still starting waits for it on
-            # the SDK's path; this one is for the proxy's own).
-            while True:
-                changes = sum(r.get("method") == "notifications/tools/list_changed" for r in replies)
-                await ask({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
-                if any(t["name"] == "up_echo" for t in replies[-1]["result"]["tools"]):
-                    break
-                if changes == sum(r.get("method") == "notifications/tools/list_changed" for r in replies):
-                    await until_changed()  # none since this list was asked for: wait for one
-            await ask({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-                       "params": {"name": "up_echo", "arguments": {"text": "hi"}}})
-            for n, method in enumerate(("ping", "resources/list", "resources/templates/list",
-                                        "prompts/list"), start=4):
-                await ask({"jsonrpc": "2.0", "id": n, "method": method})
-            for frame in then:
-                await ask(frame)
-            await proc.stdin.aclose()
-            assert await proc.wait() == 0
-            await lines.aclose()  # type: ignore[attr-defined]
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                with trio.CancelScope(shield=True):
-                    await proc.wait()
+    await _exchange_with(tmp_path, config, body)
     return replies
+
+
+async def _listed(ask: Any) -> dict[str, Any]:
+    """``tools/list``, again after each list_changed, until the upstream's echo is there."""
+    listed: dict[str, Any] = await ask({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+    while not any(t["name"] == "up_echo" for t in listed["result"]["tools"]):
+        await ask(None, "changed")
+        listed = await ask({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+    return listed
 
 
 async def test_stdio_serve_loads_no_module_it_does_not_need(tmp_path: Path) -> None:
@@ -257,13 +221,7 @@ async def _exchange_with(tmp_path: Path, config: Path, body: Any = None) -> dict
                        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
                                   "clientInfo": {"name": "imports-test", "version": "1"}}})
             await send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-            if body is not None:
-                result: dict[str, Any] = await body(ask, send)
-            else:
-                result = await ask({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
-                while not any(t["name"] == "up_echo" for t in result["result"]["tools"]):
-                    await ask(None, "changed")
-                    result = await ask({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+            result: dict[str, Any] = await (body or (lambda ask, send: _listed(ask)))(ask, send)
             await stdin.aclose()
             assert await proc.wait() == 0
             await lines.aclose()  # type: ignore[attr-defined]
