@@ -349,6 +349,14 @@ def start_link(link: StdioLink, nursery: trio.Nursery) -> None:
     nursery.start_soon(link.run_deadlines)
 
 
+def request(request_id: int, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A client's JSON-RPC request as `RawClient.send` takes it."""
+    out: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    if params is not None:
+        out["params"] = params
+    return out
+
+
 @asynccontextmanager
 async def open_memory_proxy(*, tools: Sequence[str] = ("echo", "work"), retry_safe: Sequence[str] = (),
                             fast_path: bool = True, upstream_version: str = "2025-11-25",

@@ -28,7 +28,7 @@ from mcp_types.methods import serialize_server_result
 from mcpvisor.actors.core.registry import Changes
 from mcpvisor.actors.eras import LATEST_HANDSHAKE_VERSION
 from mcpvisor.actors.fronts.front import Front
-from tests.fakes.memory_front import RawClient, open_memory_proxy
+from tests.fakes.memory_front import RawClient, open_memory_proxy, request
 
 Clock = trio.testing.MockClock
 
@@ -36,13 +36,6 @@ ROOT: Final = Path(__file__).resolve().parents[2]
 
 BOUND_S = 3600.0
 """Virtual seconds any test here may take."""
-
-
-def request(request_id: int, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
-    if params is not None:
-        out["params"] = params
-    return out
 
 
 def sdk_initialize_result(front: Front) -> dict[str, Any]:

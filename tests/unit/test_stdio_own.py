@@ -17,19 +17,12 @@ import trio
 import trio.testing
 
 from mcpvisor.actors.core.registry import Changes
-from tests.fakes.memory_front import open_memory_proxy
+from tests.fakes.memory_front import open_memory_proxy, request
 
 Clock = trio.testing.MockClock
 
 BOUND_S = 3600.0
 """Virtual seconds any test here may take."""
-
-
-def request(request_id: int, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
-    if params is not None:
-        out["params"] = params
-    return out
 
 
 async def test_handshake_pings_lists_and_calls_never_start_the_sdk(autojump_clock: Clock) -> None:
