@@ -287,7 +287,7 @@ class StdioFront:
             return
         own = self.own
         if env.method == "notifications/initialized" and own is not None and own.initialize is not None:
-            own.initialized_by(env)
+            own.note_initialized(env)
             if not self._sdk_started:
                 return  # replayed into the SDK's server if it is ever started
         await self._to_sdk_server(env, line)

@@ -36,6 +36,7 @@ from mcpvisor.actors.framing import FrameWriter, StreamBroken
 
 if TYPE_CHECKING:
     from mcpvisor.actors.core.catalog import Snapshot
+    from mcpvisor.actors.fronts.front import Front
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +103,7 @@ class StdioClient:
 class OwnAnswers:
     """One stdio connection's own answers, and the handshake it keeps for the SDK."""
 
-    def __init__(self, front: Any) -> None:
+    def __init__(self, front: Front) -> None:
         self.front = front
         self.initialize: dict[str, Any] | None = None
         """The client's ``initialize`` params, once this module answered it."""
@@ -116,8 +117,7 @@ class OwnAnswers:
     def _open(self) -> bool:
         """Whether this module may answer now: not while the proxy drains (the SDK's
         middleware refuses new requests) or traces (its middleware makes the spans)."""
-        drain = getattr(self.front, "drain", None)
-        return not self.declined and telemetry.tracer is None and not (drain is not None and drain.draining)
+        return not self.declined and telemetry.tracer is None and not self.front.drain.draining
 
     def answer(self, method: str, env: wire.Envelope, line: bytes) -> bytes | None:
         """The answer frame to the request ``env`` (read from ``line``), or None: the SDK's."""
@@ -179,13 +179,11 @@ class OwnAnswers:
                 return False
         return True
 
-    def initialized_by(self, env: wire.Envelope) -> bool:
+    def note_initialized(self, env: wire.Envelope) -> None:
         """``env``, a ``notifications/initialized``, completes the handshake this module answered
-        (the first time: later ones, or one with malformed params, change nothing)."""
-        if self.initialize is None or self.initialized or self.declined or _params_of(env) is None:
-            return False
-        self.initialized = True
-        return True
+        (one with malformed params changes nothing, as the SDK drops it)."""
+        if self.initialize is not None and _params_of(env) is not None:
+            self.initialized = True
 
     def capabilities(self) -> ClientCapabilities:
         caps = (self.initialize or {}).get("capabilities") or {}
