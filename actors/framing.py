@@ -97,6 +97,16 @@ class OversizedLine:
     """Bytes seen before the reader gave up on the line (at least the cap)."""
 
 
+def _frame(out: list[bytes | OversizedLine], line: bytes | OversizedLine, cap: int) -> None:
+    """Add ``line`` to ``out``: an empty line is skipped, one over ``cap`` reported by its size."""
+    if isinstance(line, OversizedLine):
+        out.append(line)
+    elif len(line) > cap:
+        out.append(OversizedLine(len(line)))
+    elif line:
+        out.append(line)
+
+
 class LineReader:
     """Split a receive stream into newline-terminated frames.
 
@@ -110,7 +120,10 @@ class LineReader:
     def __init__(self, stream: trio.abc.ReceiveStream, max_line: int) -> None:
         self._stream = stream
         self._max_line = max_line
-        self._buf = bytearray()
+        self._parts: list[bytes] = []
+        """The line being read, as the pieces read so far (none holds a newline)."""
+        self._held = 0
+        """Their length."""
         self._skipping = 0
         self._chunk = READ_CHUNK
         self._emptied = False
@@ -147,14 +160,19 @@ class LineReader:
             return chunk
 
     async def __aiter__(self) -> AsyncIterator[list[bytes | OversizedLine]]:
-        buf, cap = self._buf, self._max_line
+        # A line that spans reads is held as the pieces read (no newline in any of them) and
+        # joined once when its newline arrives: a 1 MiB result read in five pieces is copied
+        # once, not grown in a buffer and then copied out of it twice (docs/hotpath.md).
+        parts, cap = self._parts, self._max_line
         while True:
             chunk = await self._receive()
             if not chunk:
-                if buf or self._skipping:
-                    logger.debug("dropped a partial line of %d bytes at EOF", len(buf) + self._skipping)
+                if parts or self._skipping:
+                    logger.debug("dropped a partial line of %d bytes at EOF", self._held + self._skipping)
                 return
-            if not buf and not self._skipping and type(chunk) is bytes and chunk[-1] == 0x0A:
+            if type(chunk) is not bytes:
+                chunk = bytes(chunk)
+            if not parts and not self._skipping and chunk[-1] == 0x0A:
                 # The common case, whole lines only: split in C rather than line by line.
                 lines = chunk.split(b"\n")
                 lines.pop()
@@ -165,36 +183,42 @@ class LineReader:
                     yield whole
                 continue
             out: list[bytes | OversizedLine] = []
-            start = 0
+            pos = 0
             if self._skipping:
                 nl = chunk.find(b"\n")
                 if nl < 0:
                     self._skipping += len(chunk)
                     continue
                 self._skipping = 0
-                start = nl + 1
-            # What is already buffered holds no newline: search only the new bytes, so a
-            # long line read in many chunks is scanned once, not once per chunk.
-            scan = len(buf)
-            buf += chunk[start:] if start else chunk
-            pos = 0
-            while True:
-                nl = buf.find(b"\n", max(pos, scan))
-                if nl < 0:
-                    break
-                end = nl - 1 if nl > pos and buf[nl - 1] == 0x0D else nl
-                if end > pos:
-                    if end - pos > cap:
-                        out.append(OversizedLine(end - pos))
-                    else:
-                        out.append(bytes(buf[pos:end]))
                 pos = nl + 1
-            if pos:
-                del buf[:pos]
-            if len(buf) > cap:
-                out.append(OversizedLine(len(buf)))
-                self._skipping = len(buf)
-                buf.clear()
+            nl = chunk.find(b"\n", pos)
+            if nl >= 0 and parts:
+                # The held line ends here (a carriage return before its newline dropped
+                # from its last piece, so the joined line is not copied again).
+                if nl > pos:
+                    parts.append(chunk[pos:nl - 1] if chunk[nl - 1] == 0x0D else chunk[pos:nl])
+                elif parts[-1][-1] == 0x0D:
+                    parts[-1] = parts[-1][:-1]
+                size = sum(map(len, parts))
+                _frame(out, OversizedLine(size) if size > cap else b"".join(parts), cap)
+                parts.clear()
+                self._held = 0
+                pos = nl + 1
+                nl = chunk.find(b"\n", pos)
+            while nl >= 0:
+                end = nl - 1 if nl > pos and chunk[nl - 1] == 0x0D else nl
+                if end > pos:
+                    _frame(out, chunk[pos:end], cap)
+                pos = nl + 1
+                nl = chunk.find(b"\n", pos)
+            if pos < len(chunk):
+                parts.append(chunk[pos:] if pos else chunk)
+                self._held += len(chunk) - pos
+                if self._held > cap:
+                    out.append(OversizedLine(self._held))
+                    self._skipping = self._held
+                    parts.clear()
+                    self._held = 0
             if out:
                 yield out
 

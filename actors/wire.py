@@ -112,8 +112,19 @@ def error_frame(request_id: int | str | None, code: int, message: str, data: Any
     return encode_line({"jsonrpc": "2.0", "id": request_id, "error": error})
 
 
+_RESULT_HEAD: Final = b'{"jsonrpc":"2.0","id":'
+_RESULT_KEY: Final = b',"result":'
+_FRAME_END: Final = b"}\n"
+
+
 def result_frame(request_id: int | str, result: Any) -> bytes:
-    """A complete JSON-RPC result response line (``result`` may be `msgspec.Raw`)."""
+    """A complete JSON-RPC result response line (``result`` may be `msgspec.Raw`).
+
+    A `Raw` result (the upstream's bytes, a 1 MiB one included) is copied once, into the
+    line, rather than into an encoded object and again to add the newline: half the time
+    for a small result, half the copying for a large one."""
+    if type(result) is Raw:
+        return b"".join((_RESULT_HEAD, _encoder.encode(request_id), _RESULT_KEY, result, _FRAME_END))
     return encode_line({"jsonrpc": "2.0", "id": request_id, "result": result})
 
 

@@ -175,7 +175,7 @@ class FastCall:
                 result = self._adapt(result, line)
                 if result is None:
                     return
-            frame = wire.encode_line({"jsonrpc": "2.0", "id": self.front_id, "result": result})
+            frame = wire.result_frame(self.front_id, result)
             self.note(None, result)
         rest = fast.try_send(frame)
         if rest is not None:

@@ -9,6 +9,7 @@ that hangs), or a write to a closed pipe that does not fail.
 from __future__ import annotations
 
 import os
+import random
 from contextlib import aclosing
 
 import pytest
@@ -217,3 +218,55 @@ async def test_whole_lines_in_one_read_and_lines_cut_across_reads_frame_alike() 
         await receive.aclose()
         assert [f if isinstance(f, bytes) else ("oversized", f.size) for f in frames] == [
             b"a", ("oversized", limit + 1), b"b"], f"cut at {cut}"
+
+
+class _Chunks(trio.abc.ReceiveStream):
+    """A stream that returns the given chunks, one per read, then EOF."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self._chunks = chunks
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        await trio.lowlevel.checkpoint()
+        return self._chunks.pop(0) if self._chunks else b""
+
+    async def aclose(self) -> None:
+        self._chunks.clear()
+
+
+def _expected(stream: bytes, limit: int) -> list[bytes | str]:
+    """What a reader must yield for ``stream``, whatever its reads: each newline-terminated
+    line less a trailing carriage return, empty ones dropped, one over ``limit`` reported as
+    oversized, the unterminated tail dropped."""
+    lines = stream.split(b"\n")[:-1]
+    stripped = [ln[:-1] if ln.endswith(b"\r") else ln for ln in lines]
+    return [ln if len(ln) <= limit else "oversized" for ln in stripped if ln]
+
+
+async def test_lines_read_in_any_pieces_frame_as_the_stream_reads_whole() -> None:
+    """A large result arrives in many reads, and calls in flight share reads: every way of
+    cutting the stream gives the same frames (long lines, carriage returns on either side of
+    a cut, empty and oversized lines, a partial line at EOF)."""
+    from mcpvisor.actors.framing import OversizedLine
+
+    limit = 64
+    rng = random.Random(29)
+    for case in range(400):
+        lines = []
+        for _ in range(rng.randint(1, 8)):
+            size = rng.choice([0, 1, 5, limit - 1, limit + 2, 3 * limit])  # never at the limit's edge
+            body = bytes(rng.choice(b"ab{}\"") for _ in range(size))
+            lines.append(body + rng.choice([b"\n", b"\r\n"]))
+        stream = b"".join(lines) + rng.choice([b"", b"tail without newline"])
+        cuts = sorted(rng.sample(range(1, len(stream)), min(rng.randint(0, 6), len(stream) - 1)))
+        chunks = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+        frames: list[bytes | str] = []
+        with trio.fail_after(10):
+            async for batch in LineReader(_Chunks(chunks), limit):
+                for frame in batch:
+                    if isinstance(frame, OversizedLine):
+                        assert frame.size > limit
+                        frames.append("oversized")
+                    else:
+                        frames.append(frame)
+        assert frames == _expected(stream, limit), f"case {case}: cut at {cuts}"
