@@ -165,7 +165,8 @@ async def serve_http_front(
     async def started(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
         # Once the drain has answered every request (SIGTERM, SIGINT), the server stops
         # accepting, lets the open responses finish (graceful_timeout) and returns.
-        await serve(app, config, shutdown_trigger=front.drain.done.wait, task_status=task_status)
+        await serve(app, config, lifespan=manager.run, shutdown_trigger=front.drain.done.wait,
+                    task_status=task_status)
         nursery.cancel_scope.cancel(reason="the HTTP front closed")
 
     fast = None

@@ -11,13 +11,17 @@ config, the ``date``/``server`` headers, shutdown) and the listeners and lifespa
 
 An ``Upgrade`` request (the dashboard's websocket, h2c) and HTTP/2's preface are handed,
 connection and bytes read so far, to hypercorn's own connection (`Server.hand_over`); TLS
-fronts are served by hypercorn throughout (its TLS handshake and timeouts).
+fronts are served by hypercorn throughout (its TLS handshake and timeouts). hypercorn's
+connection code (its trio package: HTTP/2, websockets) is imported for the first such
+connection, not at start (~90 ms of a ``serve --transport http``).
 """
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -58,12 +62,12 @@ class _Replayed:
 class Server:
     """What every connection shares: the app, the config, shutdown."""
 
-    def __init__(self, app: Any, wrapped: Any, config: Config, context: Any, state: dict[str, Any]) -> None:
+    def __init__(self, app: Any, config: Config, state: dict[str, Any]) -> None:
         self.app = app
-        self.wrapped = wrapped
         self.config = config
-        self.context = context
         self.state = state
+        self.context: Any = None
+        """hypercorn's worker context, made for the first connection handed over to it."""
         self.idle: set[trio.CancelScope] = set()
         """The scopes of connections waiting for a request's head (closed on shutdown)."""
         self.closing = False
@@ -85,63 +89,74 @@ class Server:
         """Serve the rest of a connection with hypercorn's own (websocket, h2c, HTTP/2),
         ``seen`` (what was read of it so far) read again first."""
         from hypercorn.trio.tcp_server import TCPServer
+        from hypercorn.trio.worker_context import WorkerContext
         from hypercorn.typing import ConnectionState
+        from hypercorn.utils import wrap_app
 
-        await TCPServer(self.wrapped, self.config, self.context, ConnectionState(self.state.copy()),
+        if self.context is None:
+            self.context = WorkerContext(None)
+        if self.closing:  # shut down while these were imported
+            await self.context.terminated.set()
+        await TCPServer(wrap_app(self.app, self.config.wsgi_max_body_size, "asgi"), self.config, self.context,
+                        ConnectionState(self.state.copy()),
                         _Replayed(stream, seen)).run()  # type: ignore[arg-type]  # a plain stream, as hypercorn serves too
 
-    def shut_down(self) -> None:
+    async def shut_down(self) -> None:
+        """Stop the connections waiting for a request; those handed to hypercorn close when idle."""
         self.closing = True
         for scope in list(self.idle):
             scope.cancel()
+        if self.context is not None:
+            await self.context.terminated.set()
 
 
 async def serve(
     app: Any,
     config: Config,
     *,
+    lifespan: Callable[[], AbstractAsyncContextManager[Any]],
     shutdown_trigger: Callable[[], Awaitable[None]],
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` as ``hypercorn.trio.serve(app, config, shutdown_trigger=...)`` does
-    (lifespan, binds, shutdown, ``graceful_timeout``), plain HTTP/1.1 by `Connection`;
-    with TLS (``config.certfile``), hypercorn serves it all."""
+    (binds, shutdown, ``graceful_timeout``), plain HTTP/1.1 by `Connection`; with TLS
+    (``config.certfile``), hypercorn serves it all.
+
+    ``lifespan`` is what ``app``'s ASGI lifespan runs (the SDK's app: its session manager).
+    Served plainly, it is entered around the server directly: hypercorn speaks the lifespan
+    protocol from its trio package, whose import loads its HTTP/2 and websocket stacks (h2,
+    hpack, wsproto: ~90 ms of a ``serve --transport http``) for connections that may never
+    come. With TLS hypercorn drives ``app``'s lifespan itself, and ``lifespan`` is not used.
+    """
     if config.ssl_enabled:
         import hypercorn.trio
 
         await hypercorn.trio.serve(app, config, shutdown_trigger=shutdown_trigger,
                                    task_status=task_status)
         return
-    from hypercorn.trio.lifespan import Lifespan
-    from hypercorn.trio.worker_context import WorkerContext
-    from hypercorn.utils import repr_socket_addr, wrap_app
+    server = Server(app, config, {})
+    async with lifespan(), trio.open_nursery() as connections:
+        sockets = config.create_sockets()
+        listeners = []
+        binds = []
+        for sock in sockets.insecure_sockets:
+            sock.listen(config.backlog)
+            listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
+            binds.append(f"http://{_address(sock)}")
+        task_status.started(binds)
+        try:
+            async with trio.open_nursery() as accepting:
+                accepting.start_soon(partial(trio.serve_listeners, server.handle, listeners,
+                                             handler_nursery=connections))
+                await shutdown_trigger()
+                accepting.cancel_scope.cancel()
+        finally:
+            connections.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
+            with trio.CancelScope(shield=True):
+                await server.shut_down()
 
-    wrapped = wrap_app(app, config.wsgi_max_body_size, "asgi")
-    state: dict[str, Any] = {}
-    lifespan = Lifespan(wrapped, config, state)
-    context = WorkerContext(None)
-    server = Server(app, wrapped, config, context, state)
-    async with trio.open_nursery() as lifespan_nursery:
-        await lifespan_nursery.start(lifespan.handle_lifespan)
-        await lifespan.wait_for_startup()
-        async with trio.open_nursery() as connections:
-            sockets = config.create_sockets()
-            listeners = []
-            binds = []
-            for sock in sockets.insecure_sockets:
-                sock.listen(config.backlog)
-                listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
-                binds.append(f"http://{repr_socket_addr(sock.family, sock.getsockname())}")
-            task_status.started(binds)
-            try:
-                async with trio.open_nursery() as accepting:
-                    accepting.start_soon(partial(trio.serve_listeners, server.handle, listeners,
-                                                 handler_nursery=connections))
-                    await shutdown_trigger()
-                    accepting.cancel_scope.cancel()
-            finally:
-                server.shut_down()
-                await context.terminated.set()  # connections handed to hypercorn close when idle
-                connections.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
-        await lifespan.wait_for_shutdown()
-        lifespan_nursery.cancel_scope.cancel()
+
+def _address(sock: socket.socket) -> str:
+    """``host:port`` of a bound socket, an IPv6 host in brackets."""
+    host, port = sock.getsockname()[:2]
+    return f"[{host}]:{port}" if sock.family == socket.AF_INET6 else f"{host}:{port}"

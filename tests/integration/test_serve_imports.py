@@ -1,4 +1,4 @@
-"""What ``mcpvisor serve`` over stdio loads: only what serving needs.
+"""What ``mcpvisor serve`` loads: only what serving needs (over stdio; over HTTP, at the end).
 
 A client launches ``mcpvisor serve`` and waits for its ``initialize`` answer; every module
 it imports on the way is start-up time and resident memory the user pays on every launch.
@@ -231,3 +231,51 @@ async def _exchange_with(tmp_path: Path, config: Path, body: Any = None) -> dict
                 with trio.CancelScope(shield=True):
                     await proc.wait()
     return result
+
+
+HTTP_STACKS: Final = ("hpack", "h2", "wsproto", "hypercorn.trio", "hypercorn.protocol")
+"""hypercorn's HTTP/2 and websocket stacks (~90 ms of a ``serve --transport http``): the
+front serves HTTP/1.1 itself and hands a connection to hypercorn only for an upgrade, an
+HTTP/2 preface or TLS."""
+
+
+async def test_http_serve_loads_hypercorns_other_stacks_only_for_what_needs_them(tmp_path: Path) -> None:
+    """A real ``serve --transport http``: a client's handshake, list and call over HTTP/1.1
+    load none of `HTTP_STACKS`; the first websocket upgrade (the dashboard's live view) loads
+    them and is served."""
+    from mcp import Client
+    from trio_websocket import open_websocket_url
+
+    from tests.security.proxy import running_proxy
+
+    config = tmp_path / "mcpvisor.json"
+    config.write_text(json.dumps({
+        "mcpServers": {"up": {"command": PY, "args": [str(SERVERS_DIR / "flaky.py"), "--name", "up"]}},
+        "settings": {"exposure": "all", "startupWait": "30s"},
+    }))
+    # Python's import profile goes to the proxy's stderr, which the harness reads: each
+    # module the proxy imports is one "import time:" line (an upstream's own lines reach the
+    # proxy's log prefixed with its name, so they never match).
+    env = _env(tmp_path) | {"PYTHONPROFILEIMPORTTIME": "1"}
+
+    def imported(log: list[str]) -> set[str]:
+        return {line.rsplit("|", 1)[1].strip() for line in log if line.startswith("import time:")}
+
+    def stacks(modules: set[str]) -> list[str]:
+        return sorted(m for m in modules if any(m == s or m.startswith(s + ".") for s in HTTP_STACKS))
+
+    with trio.fail_after(BOUND_S):
+        async with running_proxy(config, "--transport", "http", "--host", "127.0.0.1", "--port", "0",
+                                 env=env) as proxy:
+            async with Client(proxy.url, mode="legacy", cache=None) as client:
+                result = await client.call_tool("up_echo", {"text": "over http"})
+                assert result.content[0].text.endswith("over http")  # type: ignore[union-attr]
+            assert stacks(imported(proxy.log)) == []
+            # The dashboard's live view is a websocket: its upgrade is handed to hypercorn,
+            # which is imported for it and serves it.
+            async with open_websocket_url(f"ws://127.0.0.1:{proxy.port}/api/events") as feed:
+                first = json.loads(await feed.get_message())
+            assert first["type"] == "snapshot", first
+            assert "up" in json.dumps(first["status"])
+            while not stacks(imported(proxy.log)):  # its import lines may still be on their way
+                await proxy.grew.wait()
