@@ -9,8 +9,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 npm ci --prefix tests/conformance --no-audit --no-fund
 npm ci --prefix tests/npm-filesystem --no-audit --no-fund
-# The reference servers of the first-hour suite and Claude Code's CLI (test_startup_real.py,
-# test_claude_code.py); the CLI is a native binary shipped inside its npm package.
+# The reference servers of the first-hour suite, Claude Code's CLI and the MCP Inspector
+# (test_startup_real.py, test_claude_code.py, test_inspector_cli.py); Claude Code's CLI is a
+# native binary shipped inside its npm package.
 npm ci --prefix tests/npm-servers --no-audit --no-fund
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 if ! command -v chromium >/dev/null 2>&1; then
