@@ -23,6 +23,14 @@ from pathlib import Path
 import psutil
 import pytest
 
+from mcpvisor.actors.fronts import sdk_load
+
+# The MCP SDK is loaded before any test runs. The stdio front imports it in a worker thread
+# the first time a message needs it, and a worker thread does not run on trio's virtual
+# clock: under ``autojump_clock`` the clock would jump past every deadline while the import
+# ran. What loads the SDK, and when, is tested in fresh interpreters.
+sdk_load.import_sdk()
+
 TAG_VAR = "MCPVISOR_TEST_TAG"
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # Each xdist worker tags its own children: a sibling worker's processes are not ours.

@@ -50,6 +50,7 @@ from mcpvisor.actors.framing import (
 )
 from mcpvisor.actors.fronts.fastpath import FastPath
 from mcpvisor.actors.fronts.frames import Refusal, decode_client_frame, duplicate_id, request_refusal
+from mcpvisor.actors.fronts.sdk_load import load_sdk, sdk_loaded
 from mcpvisor.actors.fronts.stdio_own import REPLAY_ID, OwnAnswers, StdioClient
 from mcpvisor.actors.harness import ClientSession
 
@@ -300,7 +301,11 @@ class StdioFront:
         await self._to_sdk_server(env, line)
 
     async def _to_sdk_server(self, env: wire.Envelope, line: bytes) -> None:
-        """The SDK serves what is left: its model of the message (the SDK is loaded for it)."""
+        """The SDK serves what is left: its model of the message (the SDK is loaded for it,
+        off the event loop: `mcpvisor.actors.fronts.sdk_load`)."""
+        if not sdk_loaded():
+            await flush_held_writes()  # what this read answered leaves before the wait
+            await load_sdk()
         import mcp_types as types
         from mcp.shared.message import SessionMessage
 

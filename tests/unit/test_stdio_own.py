@@ -11,8 +11,10 @@ outside any call that never reaches the client.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
@@ -23,6 +25,8 @@ Clock = trio.testing.MockClock
 
 BOUND_S = 3600.0
 """Virtual seconds any test here may take."""
+LOAD_WAIT_S = 20.0
+"""Real seconds the stand-in for the SDK's import waits for the test at most."""
 
 
 async def test_handshake_pings_lists_and_calls_never_start_the_sdk(autojump_clock: Clock) -> None:
@@ -144,3 +148,39 @@ async def test_with_the_fast_path_off_the_sdk_serves_from_the_start(autojump_clo
             assert p.stdio.statistics().sdk_started
             await p.client.send(request(1, "ping"))
             assert (await p.client.receive_id(1))["result"] == {}
+
+
+async def test_while_the_sdk_loads_answers_to_calls_in_flight_still_reach_the_client(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first message that needs the SDK has it imported in a worker thread: a call in
+    flight meanwhile is answered while the import is still running (inline, the import
+    froze the whole proxy for its 0.4-0.6 s), and the message is answered once it is done.
+    The import is stood in for by one that runs until the test lets it finish (real time:
+    a worker thread does not run on trio's virtual clock)."""
+    from mcpvisor.actors.fronts import sdk_load, stdio
+
+    loading, may_finish, finished = threading.Event(), threading.Event(), threading.Event()
+
+    def slow_import() -> None:
+        loading.set()
+        may_finish.wait(LOAD_WAIT_S)
+        finished.set()
+
+    monkeypatch.setattr(sdk_load, "import_sdk", slow_import)
+    for module in (sdk_load, stdio):
+        monkeypatch.setattr(module, "sdk_loaded", finished.is_set)
+    with trio.fail_after(LOAD_WAIT_S / 2):
+        async with open_memory_proxy() as p:
+            c = p.client
+            await c.handshake()
+            await c.send(request(1, "tools/call", {"name": "s_echo", "arguments": {"text": "in flight"}}))
+            upstream = await p.server.receive()
+            await c.send(request(2, "logging/setLevel", {"level": "debug"}))
+            await trio.to_thread.run_sync(loading.wait)
+            await p.server.answer(upstream, {"content": [{"type": "text", "text": "in flight"}]})
+            answered = await c.receive_id(1)
+            assert not finished.is_set()  # answered while the SDK was still loading
+            assert answered["result"]["content"][0]["text"] == "in flight"
+            may_finish.set()
+            assert await c.receive_id(2) == {"jsonrpc": "2.0", "id": 2, "result": {}}
