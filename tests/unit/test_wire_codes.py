@@ -1,4 +1,5 @@
-"""The codes, keys and versions the byte paths write are the SDK's own.
+"""The codes, keys and versions the byte paths write are the SDK's own, and the frames
+they build by hand are the ones the encoder would write.
 
 `mcpvisor.actors.wire` and `mcpvisor.actors.eras` write them out instead of importing the
 SDK's types (which every CLI command and the stdio fast path would then load, ~190 ms);
@@ -8,10 +9,12 @@ client that gets a code, key or version the SDK no longer means.
 
 from __future__ import annotations
 
+import json
 import typing
 
 import mcp_types
 import mcp_types.version
+import msgspec
 import pytest
 
 from mcpvisor.actors import eras, wire
@@ -35,3 +38,19 @@ def test_the_protocol_versions_of_each_era_are_the_sdks(name: str) -> None:
 def test_the_log_levels_are_the_sdks_in_its_order() -> None:
     # Order matters: `verbose_of` and `log_wanted` compare levels by their position.
     assert eras.LOG_LEVELS == typing.get_args(mcp_types.LoggingLevel)
+
+
+@pytest.mark.parametrize("request_id", [0, 7, -3, 2**53, "1", 'a "quoted" id', "ünïcode \u2028", ""])
+@pytest.mark.parametrize("result", [b"{}", b'{"content":[{"type":"text","text":"x"}],"isError":false}',
+                                    b'{ "spaced" : [ 1 , 2 ] }', b'{"big":"' + b"y" * (1 << 20) + b'"}'])
+def test_a_raw_result_frames_as_the_encoder_would_frame_it(request_id: int | str, result: bytes) -> None:
+    """`wire.result_frame` joins an upstream's result bytes into the line instead of encoding
+    a dict around them: the line must be the very same, whatever the id, and parse back to the
+    id and result the client is owed."""
+    raw = msgspec.Raw(result)
+    line = wire.result_frame(request_id, raw)
+    assert line == wire.encode_line({"jsonrpc": "2.0", "id": request_id, "result": raw})
+    assert line.count(b"\n") == 1
+    assert line.endswith(b"}\n")
+    parsed = json.loads(line)
+    assert parsed == {"jsonrpc": "2.0", "id": request_id, "result": json.loads(result)}
