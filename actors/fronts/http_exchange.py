@@ -26,7 +26,8 @@ from mcpvisor.actors import wire
 from mcpvisor.actors.bridge import CAPABILITY_OF
 from mcpvisor.actors.errors import UpstreamError
 from mcpvisor.actors.fronts.asgi import Receive, Send
-from mcpvisor.actors.fronts.fastpath import SERVER_REQUEST_PREFIX, FastPath
+from mcpvisor.actors.fronts.fastask import SERVER_REQUEST_PREFIX
+from mcpvisor.actors.fronts.fastpath import FastPath
 from mcpvisor.actors.fronts.http_connection import held_writes
 from mcpvisor.actors.fronts.http_departure import ClientDeparture
 from mcpvisor.actors.fronts.http_keep_alive import QUIET_TICKS, ping_comment

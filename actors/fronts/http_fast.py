@@ -49,7 +49,7 @@ from msgspec import UNSET, Raw
 from mcpvisor.actors import telemetry, wire
 from mcpvisor.actors.errors import ProxyError, error_data
 from mcpvisor.actors.fronts.asgi import Message, Receive, Scope, Send, read_body
-from mcpvisor.actors.fronts.fastpath import SERVER_REQUEST_PREFIX, settle_reply
+from mcpvisor.actors.fronts.fastask import SERVER_REQUEST_PREFIX, settle_reply
 from mcpvisor.actors.fronts.frames import Refusal, decode_client_frame, request_refusal
 from mcpvisor.actors.fronts.http_checks import MCP_PATH, HttpChecks, classified
 from mcpvisor.actors.fronts.http_exchange import (
