@@ -19,10 +19,11 @@ is ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``. Operations:
   `Supervisor` method of that name (a method that is not there yet answers ok=false);
 * ``ping`` -> ``{"pid"}``.
 
-Owns: `serve_control` (the server, for the supervisor's lifetime), `list_running` and
-`request` (the synchronous client side, for the CLI), `status_dict` (one server's status
-as JSON, wall-clock times in ISO 8601 UTC). A failure to set the channel up is logged and
-never stops the proxy.
+Owns: `serve_control` (the server, for the supervisor's lifetime: the socket, the line
+protocol and its limits, the registration), `list_running` and `request` (the synchronous
+client side, for the CLI). What each operation does, and `status_dict` (one server's
+status as JSON, wall-clock times in ISO 8601 UTC), are `mcpvisor.control_ops`'s. A failure
+to set the channel up is logged and never stops the proxy.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ import stat
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -46,12 +46,12 @@ import trio
 from mcpvisor._atomic import atomic_write_text
 from mcpvisor.actors import wire
 from mcpvisor.actors.framing import FrameWriter, LineReader, OversizedLine, StreamBroken
+from mcpvisor.control_ops import config_path, dispatch
 from mcpvisor.state import now_iso
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from mcpvisor.actors.upstream import UpstreamStatus
     from mcpvisor.ports import ControlHost
 
 logger = logging.getLogger(__name__)
@@ -85,8 +85,6 @@ DEFAULT_REQUEST_TIMEOUT_S: Final = 5.0
 MAX_REPLY_BYTES: Final = 16 * 1024 * 1024
 """Longest reply the client reads (a status of hundreds of servers is a few hundred KiB)."""
 
-OPS: Final = ("status", "equip", "unequip", "reload", "ping")
-
 
 class ControlError(Exception):
     """The proxy could not be asked, or it answered ``ok: false`` (the message says which).
@@ -118,105 +116,8 @@ def control_dir(state_dir: Path) -> Path:
 
 
 # --------------------------------------------------------------------------------------
-# one server's status as JSON
-# --------------------------------------------------------------------------------------
-
-
-def _iso(t: float | None, now: float, wall_now: float) -> str | None:
-    """A Trio-clock time as ISO 8601 UTC wall time (for people; timing stays on trio)."""
-    if t is None:
-        return None
-    wall = datetime.fromtimestamp(wall_now + (t - now), UTC)
-    return wall.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def status_dict(status: UpstreamStatus, *, now: float | None = None,
-                wall_now: float | None = None) -> dict[str, Any]:
-    """One server's `UpstreamStatus` as a JSON object with camelCase keys.
-
-    ``since`` and ``retryAt`` become ISO 8601 UTC wall times; ``retryInSeconds`` and
-    ``uptime`` are seconds.
-    """
-    now = trio.current_time() if now is None else now
-    # The one wall-clock read of the control channel: display of trio-clock times.
-    wall_now = time.time() if wall_now is None else wall_now
-    return {
-        "name": status.name,
-        "transport": status.transport,
-        "state": status.state,
-        "reason": status.reason,
-        "since": _iso(status.since, now, wall_now),
-        "uptime": status.uptime,
-        "restarts": status.restarts,
-        "starts": status.starts,
-        "circuit": status.circuit,
-        "consecutiveFailures": status.consecutive_failures,
-        "healthyLives": status.healthy_lives,
-        "failedStarts": status.failed_starts,
-        "restartsLastMinute": status.restarts_last_minute,
-        "calls": status.calls,
-        "answered": status.answered,
-        "availability": status.availability,
-        "retryAt": _iso(status.retry_at, now, wall_now),
-        "retryInSeconds": None if status.retry_at is None else max(0.0, status.retry_at - now),
-        "lastError": status.last_error,
-        "remembered": status.remembered,
-        "toolCount": status.tool_count,
-        "pid": status.pid,
-        "protocolVersion": status.protocol_version,
-        "protocolVersions": list(status.protocol_versions),
-        "inFlight": status.in_flight,
-        "description": status.description,
-    }
-
-
-def status_report(sup: ControlHost, *, started_at: str | None = None,
-                  transport: str | None = None) -> dict[str, Any]:
-    """The ``status`` reply: the proxy, its exposure and equipped toolset, every server."""
-    now = trio.current_time()
-    wall_now = time.time()
-    equipped = sup.toolsets.equipped
-    report: dict[str, Any] = {
-        "pid": os.getpid(),
-        "config": _config_path(sup),
-        "exposure": sup.settings.exposure,
-        "toolset": equipped.name if equipped is not None else None,
-        "servers": [status_dict(s, now=now, wall_now=wall_now) for s in sup.status()],
-    }
-    if started_at is not None:
-        report["startedAt"] = started_at
-    if transport is not None:
-        report["transport"] = transport
-    return report
-
-
-def _config_path(sup: ControlHost) -> str | None:
-    path = sup.config.path
-    return str(path) if path is not None else None
-
-
-# --------------------------------------------------------------------------------------
 # the server
 # --------------------------------------------------------------------------------------
-
-
-async def _dispatch(sup: ControlHost, request: dict[str, Any], started_at: str,
-                    transport: str) -> dict[str, Any]:
-    op = request.get("op")
-    if op == "status":
-        return {"ok": True, **status_report(sup, started_at=started_at, transport=transport)}
-    if op == "ping":
-        return {"ok": True, "pid": os.getpid()}
-    if op == "equip":
-        name = request.get("name")
-        if not isinstance(name, str) or not name:
-            return {"ok": False, "error": 'equip needs "name": the toolset to equip'}
-        return {"ok": True, "result": await sup.equip(name)}
-    if op == "unequip":
-        return {"ok": True, "result": await sup.unequip()}
-    if op == "reload":
-        return {"ok": True, "result": await sup.reload()}
-    return {"ok": False, "error": f"unknown op {op!r}; known: {', '.join(OPS)}"}
 
 
 async def _answer(sup: ControlHost, line: bytes | OversizedLine, started_at: str,
@@ -230,7 +131,7 @@ async def _answer(sup: ControlHost, line: bytes | OversizedLine, started_at: str
     if not isinstance(request, dict):
         return {"ok": False, "error": 'a request is a JSON object like {"op": "status"}'}
     try:
-        return await _dispatch(sup, request, started_at, transport)
+        return await dispatch(sup, request, started_at, transport)
     except NotImplementedError as exc:
         return {"ok": False, "error": str(exc) or f"{request.get('op')} is not available in this proxy"}
     except Exception as exc:  # a supervisor method failed: the caller gets why, the proxy goes on
@@ -363,7 +264,7 @@ async def serve_control(sup: ControlHost, state_dir: Path, *, transport: str = "
         task_status.started(None)
         return
     try:
-        doc = {"pid": pid, "socket": os.fspath(sock_path), "config": _config_path(sup),
+        doc = {"pid": pid, "socket": os.fspath(sock_path), "config": config_path(sup),
                "startedAt": started_at, "transport": transport}
         try:
             _private_dir(info.parent)

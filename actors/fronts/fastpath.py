@@ -15,7 +15,7 @@ Owns, for one front connection (`FastPath`):
 * the connection's side of each call in flight: its `FastCall` (`mcpvisor.actors.fronts.fastcall`:
   the answer, retries, mid-call traffic and the ``input_required`` bridge) by client
   id, the parked calls by ``requestState``, and the requests sent to the client on an
-  upstream's behalf (`FastPath.ask_client`).
+  upstream's behalf (`FastPath.ask_client`, from `mcpvisor.actors.fronts.fastask`).
 
 Which upstream tool a call reaches is the call's plan (`mcpvisor.actors.core.plan`), the one
 every caller executes: this path takes a routed tool, a compound tool's subtool call and
@@ -38,7 +38,7 @@ import trio
 from msgspec import UNSET, Raw
 
 from mcpvisor.actors import telemetry, wire
-from mcpvisor.actors.bridge import CAPABILITY_OF, STATE_PREFIX
+from mcpvisor.actors.bridge import STATE_PREFIX
 from mcpvisor.actors.core.catalog import ToolRoute
 from mcpvisor.actors.core.lifecycle import WAITABLE, State
 from mcpvisor.actors.core.plan import CallRoute, plan_call
@@ -47,6 +47,7 @@ from mcpvisor.actors.eras import ENVELOPE_KEYS, fit_capabilities, is_modern_vers
 from mcpvisor.actors.errors import ProxyError, UpstreamError, error_data
 from mcpvisor.actors.fastspans import FastTrace
 from mcpvisor.actors.framing import FrameWriter, StreamBroken
+from mcpvisor.actors.fronts.fastask import ClientAsks
 from mcpvisor.actors.fronts.fastcall import FastCall
 from mcpvisor.actors.fronts.fastwait import HandBack, WaitingCalls
 from mcpvisor.actors.harness import RUN_META_KEY, CancelledByClient, ClientSession
@@ -62,9 +63,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-SERVER_REQUEST_PREFIX: Final = "mvs-"
-"""Ids of requests the proxy sends the client on an upstream's behalf (sampling, elicitation, roots)."""
-
 MAX_RAW_NAMES: Final = 4096
 _RAW_NAMES: dict[str, Raw] = {}
 """Upstream tool names as the JSON strings a forwarded call carries, encoded once (every front)."""
@@ -76,7 +74,7 @@ _str = msgspec.json.Decoder(str)
 _token = msgspec.json.Decoder(int | str)
 
 
-class FastPath:
+class FastPath(ClientAsks):
     """The byte-level ``tools/call`` path of one stdio front connection."""
 
     def __init__(self, backend: Backend, writer: FrameWriter, nursery: trio.Nursery,
@@ -376,41 +374,6 @@ class FastPath:
         await call.cancel(cancel.reason if isinstance(cancel.reason, str) else "cancelled")
         return True
 
-    def client_response(self, env: wire.Envelope, line: bytes) -> bool:
-        """The client answered a request we sent on an upstream's behalf."""
-        rid = env.id
-        if type(rid) is not str or not rid.startswith(SERVER_REQUEST_PREFIX):
-            return False
-        reply = self.requests.pop(rid, None)
-        if reply is None:
-            return True  # late answer to a request nobody waits for any more
-        settle_reply(reply, env)
-        return True
-
-    def client_capable(self, method: str) -> bool:
-        """Whether the handshake-era client declared the capability ``method`` needs."""
-        needed = CAPABILITY_OF.get(method)
-        return needed is None or needed in self.client_capabilities
-
-    async def ask_client(self, method: str, params: dict[str, Any] | None,
-                         max_time: Callable[[], float]) -> dict[str, Any]:
-        """Send the client ``method`` on an upstream's behalf and wait for its answer.
-
-        Raises `UpstreamError` (``REQUEST_TIMEOUT``) if no answer comes within
-        ``max_time()`` seconds of sending; a later answer is dropped (`client_response`).
-        """
-        rid = f"{SERVER_REQUEST_PREFIX}{next(self._ids)}"
-        reply: Reply[dict[str, Any]] = Reply()
-        self.requests[rid] = reply
-        try:
-            await self.send(wire.request_frame(rid, method, params))
-            with trio.fail_after(max_time()):
-                return await reply.wait()
-        except trio.TooSlowError:
-            raise UpstreamError(wire.REQUEST_TIMEOUT, f"the client did not answer {method}") from None
-        finally:
-            self.requests.pop(rid, None)
-
     async def send(self, frame: bytes) -> None:
         try:
             await self.writer.send(frame)
@@ -468,19 +431,3 @@ class FastPath:
         self.parked.clear()
         for reply in self.requests.values():
             reply.fail(UpstreamError(wire.CONNECTION_CLOSED, "the client disconnected"))
-
-
-def settle_reply(reply: Reply[Any], env: wire.Envelope) -> None:
-    """A client's answer (``env``) to a request sent to it on an upstream's behalf: its
-    result, or its error, to whoever waits on ``reply``; a malformed one as an error."""
-    if env.error is not UNSET:
-        try:
-            err = wire.decode_error(env.error)
-            reply.fail(UpstreamError(err.code, err.message, err.data))
-        except (wire.DecodeError, wire.ValidationError):
-            reply.fail(UpstreamError(wire.INTERNAL_ERROR, "the client sent a malformed error"))
-    else:
-        try:
-            reply.set(wire.decode_dict(env.result) if env.result is not UNSET else {})
-        except (wire.DecodeError, wire.ValidationError):
-            reply.fail(UpstreamError(wire.INTERNAL_ERROR, "the client sent a malformed result"))

@@ -8,7 +8,8 @@ upstream's behalf, and writes what the call sends to this request's response: JS
 SSE stream with a priming event and numbered events kept for a resume, and the SDK's
 keep-alive comment while it is silent (`mcpvisor.actors.fronts.http_keep_alive`); a client
 that takes nothing for `CLIENT_STALL_S` is disconnected, and one that goes away has its
-call cancelled upstream unless its stream can be resumed.
+call cancelled upstream unless its stream can be resumed
+(`mcpvisor.actors.fronts.http_departure`, a base class of `HttpExchange`).
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from mcpvisor.actors import wire
 from mcpvisor.actors.bridge import CAPABILITY_OF
 from mcpvisor.actors.errors import UpstreamError
 from mcpvisor.actors.fronts.asgi import Receive, Send
-from mcpvisor.actors.fronts.fastpath import SERVER_REQUEST_PREFIX, FastPath
+from mcpvisor.actors.fronts.fastask import SERVER_REQUEST_PREFIX
+from mcpvisor.actors.fronts.fastpath import FastPath
 from mcpvisor.actors.fronts.http_connection import held_writes
+from mcpvisor.actors.fronts.http_departure import ClientDeparture
 from mcpvisor.actors.fronts.http_keep_alive import QUIET_TICKS, ping_comment
-from mcpvisor.actors.fronts.outbox import CLIENT_OUTBOX, CLIENT_STALL_S
+from mcpvisor.actors.fronts.outbox import CLIENT_OUTBOX
 from mcpvisor.actors.harness import ClientSession
 from mcpvisor.actors.messages import Reply
 
@@ -89,7 +92,7 @@ class HttpSession:
         self.ids = 0
 
 
-class HttpExchange(FastPath):
+class HttpExchange(FastPath, ClientDeparture):
     """One POSTed ``tools/call`` as the stdio fast path's connection: its routing and its
     calls' host (`mcpvisor.actors.fronts.fastcall.CallHost`), writing to this request's response.
 
@@ -404,80 +407,6 @@ class HttpExchange(FastPath):
     async def _write(self, body: bytes, *, more: bool) -> None:
         self.closed = not more
         await self._send({"type": "http.response.body", "body": body, "more_body": more})
-
-    async def _watchdog(self) -> None:
-        """The queue is full: the client is reading slowly or not at all. The server's
-        socket writes cannot be interrupted, so the stall is seen here: no frame written
-        for `CLIENT_STALL_S` while frames wait."""
-        while not self.finished or self._queue:
-            seen = self._written
-            await trio.sleep(CLIENT_STALL_S)
-            if self._written == seen and self._queue and not self.detached:
-                await self._stalled()
-                return
-            if len(self._queue) < CLIENT_OUTBOX:
-                break
-        self._watching = False
-
-    async def _stalled(self) -> None:
-        """The client took nothing for `CLIENT_STALL_S`: cancel its calls, end its session."""
-        session = self.sess
-        calls = [c for c in (session.calls if session is not None else self.calls).values()]
-        label = session.session_id if session is not None else "a 2026-07-28 client"
-        logger.warning("client %s took no message for %.0f s: disconnecting it and cancelling its %d call(s)",
-                       label, CLIENT_STALL_S, len(calls))
-        self.finished = True
-        self._queue.clear()
-        for call in calls:
-            if call.fast.release(call.front_id, call):
-                # In the front's nursery: the link sends the cancel when its writer can,
-                # however long the upstream's stdin stays full.
-                self.nursery.start_soon(call.cancel, "the client stopped reading")
-        if self._transport is not None:
-            with trio.move_on_after(CLIENT_STALL_S):
-                await self._transport.terminate()
-
-    def _after_break(self, data: bytes, final: bool) -> None:
-        """The client's stream broke: keep the event for its ``Last-Event-ID`` and hand it to
-        the stream it resumed on, if it has come back."""
-        assert self._events is not None
-        from mcp.server.streamable_http import EventMessage
-        from mcp_types import jsonrpc_message_adapter
-
-        from mcpvisor.actors.sdk_compat import resumed_stream
-
-        number = self._events.store_raw(self._stream_id, data)
-        stream = resumed_stream(self._transport, self._stream_id)
-        if stream is None:
-            return
-        message = jsonrpc_message_adapter.validate_json(data, by_name=False)
-        try:
-            stream.send_nowait(EventMessage(message, number))
-            if final:
-                stream.close()
-        except Exception:  # full or closed: the client has what the event store keeps
-            logger.debug("HTTP fast path: the resumed stream took no more", exc_info=True)
-
-    async def _watch(self, receive: Receive, scope: trio.CancelScope) -> None:
-        while (await receive()).get("type") != "http.disconnect":
-            pass
-        if self.finished and not self._queue:
-            return
-        await self._gone()
-        scope.cancel()
-
-    async def _gone(self) -> None:
-        """The client disconnected before the answer was written."""
-        if self._events is not None and not self._modern:
-            self.detached = True  # resumable: the rest is kept for the client's Last-Event-ID
-            while self._queue:
-                self._after_break(*self._queue.popleft())
-            return
-        self._queue.clear()
-        for front_id, call in list(self.calls.items()):
-            if call.fast is self and self.release(front_id, call):
-                self.nursery.start_soon(call.cancel, "client disconnected")  # outlives this request
-        self.finished = True
 
 
 async def accepted(send: Send) -> None:

@@ -6,11 +6,12 @@ per request: about 2 ms of CPU). `HttpFast` is an ASGI layer in front of that ap
 POST to ``/mcp`` (or a toolset's view, ``/mcp/toolset/NAME``) whose body is a
 ``tools/call`` request is served here:
 
-* checked once: Host and Origin (the front's rules), ``Content-Type`` and ``Accept``, the
-  bearer token (the front's verifier and required scopes), the view the URL or token
-  chooses, and the ``Mcp-Session-Id`` against the SDK's own session store (the session
-  exists and was opened with the same credential) or, for a 2026-07-28 request, the
-  envelope and routing headers as the SDK classifies them (no session at all);
+* checked once (`mcpvisor.actors.fronts.http_checks`): Host and Origin (the front's
+  rules), ``Content-Type`` and ``Accept``, the bearer token (the front's verifier and
+  required scopes), the view the URL or token chooses, and the ``Mcp-Session-Id`` against
+  the SDK's own session store (the session exists and was opened with the same
+  credential) or, for a 2026-07-28 request, the envelope and routing headers as the SDK
+  classifies them (no session at all);
 * routed as the stdio fast path routes (`mcpvisor.actors.fronts.fastpath.FastPath`, one
   `HttpExchange` per request sharing its session's tables): the snapshot's plan, the id and
   progress token rewritten, the upstream's bytes streamed back through `FastCall`
@@ -35,8 +36,7 @@ as it was read. docs/hotpath.md lists what falls back.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Final
@@ -49,8 +49,9 @@ from msgspec import UNSET, Raw
 from mcpvisor.actors import telemetry, wire
 from mcpvisor.actors.errors import ProxyError, error_data
 from mcpvisor.actors.fronts.asgi import Message, Receive, Scope, Send, read_body
-from mcpvisor.actors.fronts.fastpath import SERVER_REQUEST_PREFIX, settle_reply
+from mcpvisor.actors.fronts.fastask import SERVER_REQUEST_PREFIX, settle_reply
 from mcpvisor.actors.fronts.frames import Refusal, decode_client_frame, request_refusal
+from mcpvisor.actors.fronts.http_checks import MCP_PATH, HttpChecks, classified
 from mcpvisor.actors.fronts.http_exchange import (
     PATH_HEADER,
     SESSION_HEADER,
@@ -61,7 +62,7 @@ from mcpvisor.actors.fronts.http_exchange import (
 )
 from mcpvisor.actors.fronts.http_keep_alive import KeepAlive
 from mcpvisor.actors.fronts.limits import MAX_IN_FLIGHT
-from mcpvisor.actors.fronts.views import HTTP_TOOLSET_PREFIX, ViewRefused
+from mcpvisor.actors.fronts.views import HTTP_TOOLSET_PREFIX
 
 if TYPE_CHECKING:
     from mcpvisor.actors.core.catalog import Snapshot
@@ -78,7 +79,6 @@ __all__ = ["PATH_HEADER", "HttpFast", "HttpFastStatistics"]
 
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-_MCP_PATH: Final = "/mcp"
 _VERSION: Final = b"mcp-protocol-version"
 _PRIMING_SINCE: Final = "2025-11-25"
 """The first revision whose clients read a priming event (older ones would choke on it)."""
@@ -98,7 +98,7 @@ class HttpFastStatistics:
     in_flight: int
 
 
-class HttpFast:
+class HttpFast(HttpChecks):
     """The ASGI layer in front of the SDK's streamable-HTTP app (see the module doc).
 
     Args:
@@ -173,7 +173,7 @@ class HttpFast:
     # --- ASGI ----------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path")
-        ours = isinstance(path, str) and (path == _MCP_PATH or path.startswith(HTTP_TOOLSET_PREFIX))
+        ours = isinstance(path, str) and (path == MCP_PATH or path.startswith(HTTP_TOOLSET_PREFIX))
         if scope.get("type") != "http" or scope.get("method") != "POST" or not ours:
             await self.app(scope, receive, send)
             return
@@ -201,94 +201,6 @@ class HttpFast:
             return
         await self.app(scope, replay, send)
 
-    # --- checks ---------------------------------------------------------------------------
-    async def _admit(self, scope: Scope, headers: Mapping[bytes, bytes]) -> tuple[bool, Any]:
-        """Host, Origin, Content-Type, Accept and token as the SDK's app checks them: (passed, who)."""
-        host = headers.get(b"host")
-        origin = headers.get(b"origin")
-        if not self.rules.host_ok(host.decode("latin-1") if host is not None else None):
-            return False, None
-        if origin is not None and not self.rules.origin_ok(origin.decode("latin-1")):
-            return False, None
-        ctype = headers.get(b"content-type", b"").split(b";", 1)[0].strip()
-        if ctype != b"application/json":
-            return False, None
-        if not _accepts_both(headers.get(b"accept", b"")):
-            return False, None
-        verifier = self.verifier
-        if verifier is None:
-            return True, None
-        from mcp.server.auth.provider import AccessToken
-
-        from mcpvisor.actors.fronts.auth import bearer_token
-
-        if not verifier.guarding():
-            if self._anonymous_token is None:
-                self._anonymous_token = AccessToken(token="", client_id=self.anonymous, scopes=[])
-            return True, self._anonymous_token
-        auth = headers.get(b"authorization")
-        token = bearer_token(auth.decode("latin-1") if auth is not None else None)
-        who = await verifier.verify_token(token) if token is not None else None
-        if who is None or (who.expires_at is not None and who.expires_at < time.time()):
-            return False, None
-        if any(s not in who.scopes for s in self.required_scopes):
-            return False, None
-        return True, who
-
-    def _header_tools(self, snap: Snapshot | None) -> frozenset[str]:
-        """The tools of ``snap`` (None: the proxy's) whose input schema maps an argument to an
-        ``Mcp-Param-*`` header (``x-mcp-header``): the SDK checks those headers against the
-        arguments. Kept for the latest snapshot only."""
-        snapshot = snap if snap is not None else self.backend.router.snapshot
-        cached = self._header_cache
-        if cached is not None and cached[0] is snapshot:
-            return cached[1]
-        from mcp.shared.inbound import X_MCP_HEADER_KEY
-
-        marker = X_MCP_HEADER_KEY.encode()
-
-        def maps_headers(tool: Mapping[str, Any]) -> bool:
-            try:
-                return marker in msgspec.json.encode(tool.get("inputSchema"))
-            except (TypeError, msgspec.EncodeError):
-                return True  # unreadable here: the SDK decides
-
-        names = frozenset(str(t.get("name")) for t in snapshot.tools_list if maps_headers(t))
-        self._header_cache = (snapshot, names)
-        return names
-
-    def _view(self, scope: Scope, who: Any) -> tuple[bool, Snapshot | None]:
-        """The view the request gets (its snapshot; None: the proxy's), or False to pass it on."""
-        path: str = scope["path"]
-        url_toolset = path[len(HTTP_TOOLSET_PREFIX):].rstrip("/") if path != _MCP_PATH else None
-        views = self.views
-        if views is None:
-            return url_toolset is None, None
-        try:
-            name = views.choose(url_toolset, who)
-        except ViewRefused:
-            return False, None
-        if name is None:
-            return True, None
-        snap = views.snapshot(name)
-        return snap is not None, snap
-
-    def _owner_matches(self, owner: Any, who: Any) -> bool:
-        """Whether ``who`` is the principal that opened the session (the SDK's own test). The
-        last credential that matched an owner is remembered: an open front's anonymous
-        client and a static token are the same object request after request."""
-        if who is None:
-            return owner is None
-        last = self._matched
-        if last is not None and last[0] is owner and last[1] is who:
-            return True
-        from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorization_context
-
-        if owner == authorization_context(AuthenticatedUser(who)):
-            self._matched = (owner, who)
-            return True
-        return False
-
     # --- tools/call -------------------------------------------------------------------------
     async def _call(self, scope: Scope, receive: Receive, send: Send, env: wire.Envelope,
                     body: bytes) -> bool:
@@ -314,7 +226,7 @@ class HttpFast:
         events: SessionEvents | None = None
         transport: Any = None
         if modern:
-            name = _classified(body, raw_headers) if wire.MODERN_MARKER in body else None
+            name = classified(body, raw_headers) if wire.MODERN_MARKER in body else None
             if name is None or name in self._header_tools(snap):
                 return False  # a tool whose arguments map to Mcp-Param headers: the SDK checks them
         else:
@@ -477,42 +389,6 @@ class HttpFast:
                 del self.sessions[sid]
 
 
-def _accepts_both(accept: bytes) -> bool:
-    """The ``Accept`` header admits both JSON and an event stream (as the SDK requires)."""
-    json = sse = False
-    for part in accept.split(b","):
-        media = part.split(b";", 1)[0].strip().lower()
-        if media in (b"*/*", b"application/json", b"application/*"):
-            json = True
-        if media in (b"*/*", b"text/event-stream", b"text/*"):
-            sse = True
-    return json and sse
-
 
 def _at_least(version: str, since: str) -> bool:
     return version >= since  # ISO dates compare as strings
-
-
-def _classified(body: bytes, headers: Any) -> str | None:
-    """The tool a 2026-07-28 request names, if the SDK would serve it: routing headers not
-    repeated, its envelope and headers consistent (the SDK answers the others with its own
-    errors); None otherwise."""
-    from mcp.shared.inbound import (
-        InboundLadderRejection,
-        classify_inbound_request,
-        find_duplicated_routing_header,
-    )
-
-    pairs = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers]
-    if find_duplicated_routing_header(pairs) is not None:
-        return None
-    try:
-        decoded = msgspec.json.decode(body)
-    except msgspec.DecodeError:
-        return None
-    if isinstance(classify_inbound_request(decoded, headers=dict(pairs)), InboundLadderRejection):
-        return None
-    params = decoded.get("params") if isinstance(decoded, dict) else None
-    name = params.get("name") if isinstance(params, dict) else None
-    return name if isinstance(name, str) else None
-

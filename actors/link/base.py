@@ -8,9 +8,10 @@ Owns, for one connected upstream:
 * the per-request timeout (inactivity, reset by each progress notification, under
   a hard cap) and the courtesy ``notifications/cancelled`` when a request is
   abandoned (MCP: the sender SHOULD cancel what it stops waiting for);
-* routing of what the upstream sends mid-call: progress to the caller (its own
-  token restored), sampling / elicitation / roots requests to the client whose call
-  caused them, logs and list changes to the supervisor.
+* routing of what the upstream sends mid-call (`mcpvisor.actors.link.midcall`, a
+  base class of `Link`): progress to the caller (its own token restored), sampling /
+  elicitation / roots requests to the client whose call caused them, logs and list
+  changes to the supervisor.
 
 The transports are subclasses: `mcpvisor.actors.link.stdio.StdioLink` (our own pipes) and
 `mcpvisor.actors.link.sdk.SdkLink` (the SDK's HTTP, SSE and websocket clients).
@@ -30,7 +31,7 @@ import trio
 from msgspec import UNSET
 
 from mcpvisor.actors import telemetry, wire
-from mcpvisor.actors.eras import ENVELOPE_KEYS, fit_capabilities, is_modern_version, log_wanted, verbose_of
+from mcpvisor.actors.eras import ENVELOPE_KEYS, fit_capabilities, is_modern_version, verbose_of
 from mcpvisor.actors.errors import (
     CallTimeout,
     ProxyError,
@@ -42,6 +43,7 @@ from mcpvisor.actors.errors import (
 from mcpvisor.actors.framing import StreamBroken
 from mcpvisor.actors.link.input_required import INPUT_REQUIRED_METHODS, drive_input_required
 from mcpvisor.actors.link.listing import LIST_METHODS, ListPage, read_page
+from mcpvisor.actors.link.midcall import MidCallRouting
 from mcpvisor.actors.link.ports import CallOrigin
 from mcpvisor.actors.link.session import Opened, request_envelope
 
@@ -60,13 +62,6 @@ MAX_PENDING: Final = 4096
 LOG_LEVEL_TIMEOUT_S: Final = 10.0
 """Bound on re-sending ``logging/setLevel`` after a restart: a one-line answer; a server
 that takes longer keeps its default level (logged at debug)."""
-
-MAX_SERVER_REQUESTS: Final = 64
-"""Requests from one upstream to the clients (sampling, elicitation, roots) in flight at
-once; one more is refused to the upstream at once with a JSON-RPC error. Each waits on a
-person or a model, so a server with this many open questions is flooding, not working
-(issue 23: 20,000 forwarded sampling requests grew the proxy by 300 MB); the same
-number as the per-session cap on client requests (`mcpvisor.actors.fronts.limits.MAX_IN_FLIGHT`)."""
 
 NO_BACK_CHANNEL: Final = "no back-channel for server-initiated requests"
 """The words of the SDK's refusal (`mcp.shared.exceptions.NoBackChannelError`, code -32600)
@@ -139,7 +134,7 @@ def decode_result(env: wire.Envelope) -> dict[str, Any]:
     raise UpstreamError(wire.INTERNAL_ERROR, "upstream sent a response with neither result nor error")
 
 
-class Link:
+class Link(MidCallRouting):
     """Common half of a connected upstream: pending table, timeouts, mid-call routing."""
 
     def __init__(self, server: str, events: LinkEvents) -> None:
@@ -239,13 +234,6 @@ class Link:
                 p.failure = UpstreamDied(self.server, self.close_reason)
                 p.done.set()
         self.closed.set()
-
-    def pick_origin(self, method: str) -> CallOrigin | None:
-        """The client a mid-call server request goes to: the latest call with an origin."""
-        for p in reversed(self._pending.values()):
-            if p.origin is not None:
-                return p.origin
-        return self.events.fallback_origin(method)
 
     # --- requests ----------------------------------------------------------------
     def _prepare(self, method: str, params: Mapping[str, Any] | None, origin: CallOrigin | None,
@@ -434,14 +422,6 @@ class Link:
             raise CallTimeout(self.server, limit if not hard else round(limit), hard_cap=hard)
         return pending.envelope
 
-    def _touch(self, pending: Pending) -> None:
-        """Activity on a call (progress, a mid-call request): restart its inactivity timeout."""
-        deadline = min(trio.current_time() + pending.timeout, pending.hard_deadline)
-        if pending.scope is not None:
-            pending.scope.deadline = deadline
-        elif pending.sink is not None:
-            pending.deadline = deadline
-
     async def _send_and_wait(self, pending: Pending, params: dict[str, Any]) -> wire.Envelope:
         raise NotImplementedError
 
@@ -456,67 +436,3 @@ class Link:
 
     async def notify(self, method: str, params: Mapping[str, Any] | None) -> None:
         raise NotImplementedError
-
-    async def _progress(self, token: int | str, params: dict[str, Any]) -> None:
-        pending = self._pending.get(token) if isinstance(token, str) else None
-        if pending is None or (pending.done is not None and pending.done.is_set()):
-            return  # MCP progress: MUST stop after completion; a late one is dropped
-        self._touch(pending)
-        origin = pending.origin
-        if origin is not None and origin.progress_token is not None:
-            params["progressToken"] = origin.progress_token
-            try:
-                await origin.progress(params)
-            except Exception:
-                logger.debug("dropped progress for %s: client gone", pending.proxy_id, exc_info=True)
-
-    async def log_to_callers(self, params: dict[str, Any]) -> None:
-        """An upstream's log message, for the 2026-07-28 client of the latest call in flight
-        that asked for logs at its level: such a client gets logs only on a request's own
-        stream (handshake-era clients get them by broadcast, `mcpvisor.actors.fronts.sdk`). The upstream
-        does not say which call a log belongs to; the latest call is the same guess
-        `pick_origin` makes for its questions."""
-        level = params.get("level")
-        for p in reversed(self._pending.values()):
-            origin = p.origin
-            if origin is not None and origin.modern and log_wanted(level, origin.log_level):
-                try:
-                    await origin.log(params)
-                except Exception:
-                    logger.debug("dropped a log message for %s: client gone", p.proxy_id, exc_info=True)
-                return
-
-    async def answer_server_request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
-        """Answer a request the upstream sends us by asking the right client.
-
-        Raises:
-            TooManyRequests: `MAX_SERVER_REQUESTS` of this upstream's requests already wait
-                for a client (at once; the upstream gets it as a JSON-RPC error).
-            ProxyError: no client can answer, or the client refused.
-        """
-        if method == "ping":
-            return {}
-        if self._server_requests >= MAX_SERVER_REQUESTS:
-            raise TooManyRequests(
-                f"mcpvisor: {MAX_SERVER_REQUESTS} requests from server {self.server} to the client are "
-                f"already waiting for an answer; {method} refused",
-                data={"server": self.server, "limit": MAX_SERVER_REQUESTS},
-            )
-        self._server_requests += 1
-        try:
-            return await self._ask_origin(method, params)
-        finally:
-            self._server_requests -= 1
-
-    async def _ask_origin(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
-        origin = self.pick_origin(method)
-        if origin is None:
-            raise UpstreamError(wire.METHOD_NOT_FOUND, f"no connected client can answer {method}")
-        for p in self._pending.values():
-            if p.origin is origin:
-                self._touch(p)  # a call waiting on the user is not idle
-        result = await origin.server_request(method, params)
-        for p in self._pending.values():
-            if p.origin is origin:
-                self._touch(p)
-        return result

@@ -87,7 +87,7 @@ class LocalSource:
         return Path(path) if path is not None else None
 
     async def status(self) -> dict[str, Any]:
-        from mcpvisor.control import status_report
+        from mcpvisor.control_ops import status_report
 
         return status_report(self.sup, transport="http")
 

@@ -29,7 +29,7 @@ import trio
 from mcp import Client
 from trio_websocket import open_websocket_url
 
-from mcpvisor.actors.link.base import MAX_SERVER_REQUESTS
+from mcpvisor.actors.link.midcall import MAX_SERVER_REQUESTS
 from tests.helpers import Recorder, flaky, proxy_client, read_record, text_of, write_config
 from tests.polling import poll_until
 from tests.security.proxy import HTTP_HEADERS, INIT, running_proxy

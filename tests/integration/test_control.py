@@ -34,8 +34,8 @@ from mcpvisor.control import (
     list_running,
     request,
     serve_control,
-    status_dict,
 )
+from mcpvisor.control_ops import status_dict
 from mcpvisor.tree import open_supervisor
 from tests.fakes.supervisor import StubSupervisor, a_status
 

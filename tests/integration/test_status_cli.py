@@ -20,7 +20,8 @@ import trio
 
 from mcpvisor.cli import main as cli_main
 from mcpvisor.cli.status import LAST_ERROR_WIDTH, fmt_duration, fmt_retry, render, shorten
-from mcpvisor.control import serve_control, status_report
+from mcpvisor.control import serve_control
+from mcpvisor.control_ops import status_report
 from tests.fakes.supervisor import StubSupervisor, a_status
 
 BOUND_S = 30.0

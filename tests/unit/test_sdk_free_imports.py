@@ -37,6 +37,7 @@ SDK: Final = ("mcp", "mcp_types")
 NO_MODULE_LEVEL_SDK: Final = (
     "actors/wire.py", "actors/eras.py", "actors/errors.py", "actors/framing.py",
     "actors/fronts/frames.py", "actors/fronts/fastpath.py", "actors/fronts/fastcall.py",
+    "actors/fronts/fastask.py",
     "actors/harness.py", "actors/fastspans.py", "actors/telemetry.py", "actors/core/vocabulary.py",
     "actors/fronts/front.py",
     "actors/fronts/drain.py",
@@ -51,6 +52,7 @@ LOADS_NO_SDK: Final = (
     "mcpvisor.actors.fronts.frames", "mcpvisor.actors.fastspans", "mcpvisor.actors.telemetry",
     "mcpvisor.config", "mcpvisor.state", "mcpvisor.pgstore",
     "mcpvisor.actors.link.stdio", "mcpvisor.actors.fronts.fastpath", "mcpvisor.actors.fronts.fastcall",
+    "mcpvisor.actors.fronts.fastask",
     "mcpvisor.actors.fronts.stdio_own", "mcpvisor.actors.fronts.clients", "mcpvisor.actors.router",
     "mcpvisor.actors.upstream",
     "mcpvisor.actors.fronts.front",
