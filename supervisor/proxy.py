@@ -50,10 +50,8 @@ from mcpvisor.actors.process import Reaper, withhold_values
 from mcpvisor.actors.router import Router
 from mcpvisor.actors.upstream import State, Upstream, UpstreamStatus
 from mcpvisor.config import Config, ServerSpec, declared_toolset, server_filter
-from mcpvisor.journal import Journal
 from mcpvisor.menu import DEFINITIONS, Menu
 from mcpvisor.menu.discovery import discover, load_mcp
-from mcpvisor.metrics import Metrics
 from mcpvisor.redact import scrub_known
 from mcpvisor.remembered import CatalogFile, CatalogWriter, Remembered
 from mcpvisor.sessions import ScopedServers, SessionView, open_session
@@ -65,6 +63,8 @@ from mcpvisor.tokens import FileTokenStore
 
 if TYPE_CHECKING:
     from mcpvisor.actors.link.oauth_store import TokenStore
+    from mcpvisor.journal import Journal
+    from mcpvisor.metrics import Metrics
     from mcpvisor.pgstore.store import PgStore
 
 

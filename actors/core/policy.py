@@ -41,13 +41,11 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeAlias, cast
 
-import tenacity
-
 from mcpvisor.actors.core.intensity import IntensityWindow
 from mcpvisor.actors.core.policy_config import DEFAULT_POLICY_CONFIG, PolicyConfig
 
 if TYPE_CHECKING:
-    from tenacity import RetryCallState
+    from tenacity import RetryCallState, wait_exponential
 
 BACKOFF_EXP_BASE: Final = 2
 """Backoff growth per consecutive failure. docs/design.md "doubling"; tenacity's default."""
@@ -201,8 +199,9 @@ class RestartPolicy:
         self._rng = rng if rng is not None else random.Random()
         # tenacity's formula, min(restart_delay * 2**(n-1), restart_delay_max); only its
         # wait strategy: its stop/timers read time.monotonic() (docs/style.md rule 15).
-        self._wait = tenacity.wait_exponential(
-            multiplier=config.restart_delay, max=config.restart_delay_max, exp_base=BACKOFF_EXP_BASE)
+        # Made at the first failure (`_delay`): tenacity costs ~4 ms of imports at every
+        # start, and a server that never fails never needs it.
+        self._wait: wait_exponential | None = None
         self._total_failures = 0
         self._starts = 0
         self._healthy_lives = 0
@@ -422,7 +421,13 @@ class RestartPolicy:
 
     def _delay(self, attempt: int) -> float:
         """tenacity's exponential delay for ``attempt`` plus jitter, capped at the max."""
-        base = self._wait(cast("RetryCallState", _Attempt(attempt)))
+        if self._wait is None:
+            import tenacity
+
+            self._wait = tenacity.wait_exponential(multiplier=self._config.restart_delay,
+                                                   max=self._config.restart_delay_max,
+                                                   exp_base=BACKOFF_EXP_BASE)
+        base: float = self._wait(cast("RetryCallState", _Attempt(attempt)))
         jitter = self._rng.uniform(0, self._config.jitter) if self._config.jitter > 0 else 0.0
         return min(base + jitter, self._config.restart_delay_max)
 
