@@ -38,8 +38,9 @@ from __future__ import annotations
 
 import enum
 import random
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeAlias, cast
+
+import msgspec
 
 from mcpvisor.actors.core.intensity import IntensityWindow
 from mcpvisor.actors.core.policy_config import DEFAULT_POLICY_CONFIG, PolicyConfig
@@ -71,23 +72,20 @@ class CircuitState(enum.Enum):
     HALF_OPEN = "half_open"
 
 
-@dataclass(frozen=True, slots=True)
-class StartNow:
+class StartNow(msgspec.Struct, frozen=True):
     """Start the server now; ``trial`` is True for the single half-open probe."""
 
     trial: bool
 
 
-@dataclass(frozen=True, slots=True)
-class WaitUntil:
+class WaitUntil(msgspec.Struct, frozen=True):
     """Do not start before ``until`` (Trio clock); calls should fail fast with ``reason``."""
 
     until: float
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class Backoff:
+class Backoff(msgspec.Struct, frozen=True):
     """Sleep ``delay`` seconds, then ask ``before_start`` again; ``attempt`` counts from 1.
 
     ``storm`` is set when the server did work before it died but restarts came faster
@@ -99,8 +97,7 @@ class Backoff:
     storm: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class OpenCircuit:
+class OpenCircuit(msgspec.Struct, frozen=True):
     """The circuit opened (or re-opened) until ``until``, a period of ``open_for`` seconds."""
 
     until: float
@@ -111,8 +108,7 @@ class OpenCircuit:
 Decision: TypeAlias = StartNow | WaitUntil | Backoff | OpenCircuit
 
 
-@dataclass(frozen=True, slots=True)
-class PolicyStatistics:
+class PolicyStatistics(msgspec.Struct, frozen=True):
     """A snapshot of a :class:`RestartPolicy` for status, tests and bench.
 
     Attributes:
@@ -148,8 +144,7 @@ class PolicyStatistics:
     healthy: bool = False
 
 
-@dataclass(slots=True)
-class _Attempt:
+class _Attempt(msgspec.Struct):
     """The one field of tenacity's RetryCallState its ``wait_*`` strategies read."""
 
     attempt_number: int

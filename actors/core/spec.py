@@ -20,6 +20,8 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
+import msgspec
+
 from mcpvisor.actors.core import policy_config
 from mcpvisor.actors.core.vocabulary import DEFAULT_MAX_CALL_TIME_S, DEFAULT_TIMEOUT_S
 
@@ -61,8 +63,7 @@ DEFAULT_RELIST_INTERVAL_S: Final = DEFAULT_HEALTH_CHECK_INTERVAL_S
 ``healthCheckInterval`` (`ServerSpec.relist_every`)."""
 
 
-@dataclass(frozen=True, slots=True)
-class ExposedTool:
+class ExposedTool(msgspec.Struct, frozen=True):
     """An `exposedTools` entry: the upstream's tool name and, if renamed, the new one."""
 
     original: str
@@ -103,8 +104,7 @@ def _empty() -> Mapping[str, Any]:
     return MappingProxyType({})
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ServerSpec:
+class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
     """One configured server, fully resolved: interpolated, durations in float seconds.
 
     Keyword-only; every field but `name` and `transport` has a default, so tests can
@@ -115,10 +115,10 @@ class ServerSpec:
     transport: str
     command: str | None = None
     args: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=_empty)
+    env: Mapping[str, str] = msgspec.field(default_factory=_empty)
     cwd: str | None = None
     url: str | None = None
-    headers: Mapping[str, str] = field(default_factory=_empty)
+    headers: Mapping[str, str] = msgspec.field(default_factory=_empty)
     image: str | None = None
     docker_args: tuple[str, ...] = ()
     enabled: bool = True
@@ -155,7 +155,7 @@ class ServerSpec:
     relist_interval: float | None = None
     """``relistInterval``: how often a server that cannot announce list changes is
     re-listed; None: `health_check_interval`."""
-    raw: Mapping[str, Any] = field(default_factory=_empty)
+    raw: Mapping[str, Any] = msgspec.field(default_factory=_empty)
     misconfigured: str | None = None
     """Why this entry cannot be used (an unset ``${VAR}``, an invalid field), when the config
     was loaded with ``isolate_servers``: the server is shown ``misconfigured`` with this
@@ -174,7 +174,8 @@ class ServerSpec:
         """
         import hashlib  # here: only a reload compares fingerprints; checking a config does not
 
-        payload = {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name not in _UNHASHED}
+        payload = {name: _plain(getattr(self, name))
+                   for name in self.__struct_fields__ if name not in _UNHASHED}
         blob = json.dumps(payload, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

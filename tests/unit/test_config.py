@@ -5,12 +5,12 @@ Pure parsing, no I/O beyond tmp_path files, no clock: plain sync tests.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from mcpvisor.config import (
@@ -494,9 +494,9 @@ def test_fingerprint_follows_what_needs_a_restart() -> None:
     fp = spec.fingerprint()
     assert len(fp) == 16
     assert int(fp, 16) >= 0
-    assert dataclasses.replace(spec, description="two", enabled=False).fingerprint() == fp
-    assert dataclasses.replace(spec, command="y").fingerprint() != fp
-    assert dataclasses.replace(spec, env={"K": "v"}).fingerprint() != fp
+    assert msgspec.structs.replace(spec, description="two", enabled=False).fingerprint() == fp
+    assert msgspec.structs.replace(spec, command="y").fingerprint() != fp
+    assert msgspec.structs.replace(spec, env={"K": "v"}).fingerprint() != fp
     assert ServerSpec(name="other", transport="stdio", command="x").fingerprint() == fp
 
 
