@@ -25,7 +25,6 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -56,8 +55,7 @@ class _QuietRouter:
         return None
 
 
-@dataclass(frozen=True, slots=True)
-class ScopedStatistics:
+class ScopedStatistics(msgspec.Struct, frozen=True):
     """Instances by server: held by sessions, warm in the pool; sessions with instances."""
 
     in_sessions: Mapping[str, int]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
@@ -76,8 +75,18 @@ TOKEN_AUTH_METHODS: Final = ("client_secret_basic", "client_secret_post", "none"
 """``oauth.tokenEndpointAuthMethod``: how the client authenticates at the token endpoint (RFC 7591 names)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class OAuthSpec:
+_OAUTH_SECRETS: Final = frozenset({"client_secret"})
+
+
+def repr_without(record: msgspec.Struct, secrets: frozenset[str]) -> str:
+    """``record``'s repr as a Struct's own, but for the fields named in ``secrets``, left out
+    (a token or a password must never reach a log line or an error through a repr)."""
+    shown = ", ".join(f"{name}={getattr(record, name)!r}" for name in record.__struct_fields__
+                      if name not in secrets)
+    return f"{type(record).__name__}({shown})"
+
+
+class OAuthSpec(msgspec.Struct, frozen=True, kw_only=True):
     """A server's ``oauth`` entry: how mcpvisor logs in to it as an OAuth 2.1 client.
 
     Every field is optional for ``authorization_code``: without a client id the client is
@@ -87,7 +96,8 @@ class OAuthSpec:
     """
 
     client_id: str | None = None
-    client_secret: str | None = field(default=None, repr=False)
+    client_secret: str | None = None
+    """Never in the repr (`repr_without`)."""
     client_metadata_url: str | None = None
     callback_port: int | None = None
     """The loopback redirect listener's port (a pre-registered client's redirect URI names
@@ -98,6 +108,9 @@ class OAuthSpec:
     token_endpoint_auth_method: str | None = None
     private_key_file: str | None = None
     """A PEM private key signing the ``private_key_jwt`` client assertion."""
+
+    def __repr__(self) -> str:
+        return repr_without(self, _OAUTH_SECRETS)
 
 
 def _empty() -> Mapping[str, Any]:
@@ -194,7 +207,7 @@ def _plain(value: Any) -> Any:
     if isinstance(value, ExposedTool):
         return [value.original, value.exposed]
     if isinstance(value, OAuthSpec):
-        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+        return {name: _plain(getattr(value, name)) for name in value.__struct_fields__}
     return value
 
 

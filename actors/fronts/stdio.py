@@ -28,10 +28,10 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
+import msgspec
 import trio
 from msgspec import UNSET
 
@@ -63,8 +63,7 @@ SDK_BUFFER: Final = 256
 """Messages queued between our pumps and the SDK server in each direction."""
 
 
-@dataclass(frozen=True, slots=True)
-class StdioFrontStatistics:
+class StdioFrontStatistics(msgspec.Struct, frozen=True):
     """What one stdio connection has served so far (for tests and bench/)."""
 
     sdk_tool_calls: int
