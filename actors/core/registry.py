@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
 from mcpvisor.actors.core.catalog import Candidate, Snapshot, SnapshotBuilder, UpstreamLists
-from mcpvisor.actors.core.compound import COMPOUND_SERVER, CompoundDecl, CompoundTool, resolve_compound
 from mcpvisor.actors.core.registration import UpstreamDown, UpstreamListed, UpstreamState, UpstreamUp
+
+if TYPE_CHECKING:
+    from mcpvisor.actors.core.compound import CompoundDecl, CompoundTool
 
 logger = logging.getLogger(__name__)
 
@@ -133,12 +135,21 @@ class RegistryCore:
         out: list[Candidate] = []
         for server in self.available():
             out.extend(self.filters.get(server, ServerFilter()).select(server, self.lists[server].tools))
-        for ct in self.compound_tools():
-            out.append(Candidate(COMPOUND_SERVER, ct.name, ct.wire(), compound=ct))
+        compounds = self.compound_tools()
+        if compounds:
+            from mcpvisor.actors.core.compound import COMPOUND_SERVER
+
+            out.extend(Candidate(COMPOUND_SERVER, ct.name, ct.wire(), compound=ct) for ct in compounds)
         return out
 
     def compound_tools(self) -> list[CompoundTool]:
         """The compound tools resolved against the catalog now, in config order."""
+        if not self.compounds:
+            return []
+        # Imported here, once a config declares compound tools: their module (and the
+        # argument checks it brings) costs every other start ~1.5 ms.
+        from mcpvisor.actors.core.compound import resolve_compound
+
         def state_of(server: str) -> tuple[str, str | None] | None:
             if server not in self.order:
                 return None
