@@ -43,6 +43,8 @@ FORBIDDEN: Final = (
     "tenacity",  # a server's backoff: at its first failure
     "mcpvisor.journal", "sqlite3",  # the call journal: when settings.journal names a file
     "mcpvisor.metrics", "mcpvisor.metrics_history",  # the counters: a metrics port, the dashboard
+    "mcpvisor.actors.core.compound",  # compound tools: when the config declares one
+    "webbrowser",  # a login's browser
 )
 """Modules (and their submodules) a stdio ``serve`` without compound tools (nor a PostgreSQL
 store, journal or metrics port) must not load while its client only does the handshake,
