@@ -31,6 +31,7 @@ from mcpvisor.actors.core.spec import (
     DEFAULT_TIMEOUT_S,
     ServerSpec,
     repr_without,
+    rich_without,
 )
 from mcpvisor.actors.core.vocabulary import DEFAULT_DISCOVERY_BUDGET
 
@@ -295,6 +296,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
     def __repr__(self) -> str:
         return repr_without(self, _SETTINGS_SECRETS)
+
+    def __rich_repr__(self) -> list[tuple[str, Any]]:
+        return rich_without(self, _SETTINGS_SECRETS)
 
 
 _SETTINGS_SECRETS: Final = frozenset({"auth_tokens", "store"})

@@ -86,6 +86,12 @@ def repr_without(record: msgspec.Struct, secrets: frozenset[str]) -> str:
     return f"{type(record).__name__}({shown})"
 
 
+def rich_without(record: msgspec.Struct, secrets: frozenset[str]) -> list[tuple[str, Any]]:
+    """``record``'s fields for rich's pretty printer (a Struct's own ``__rich_repr__`` would
+    bypass `repr_without`), but for those named in ``secrets``."""
+    return [(name, getattr(record, name)) for name in record.__struct_fields__ if name not in secrets]
+
+
 class OAuthSpec(msgspec.Struct, frozen=True, kw_only=True):
     """A server's ``oauth`` entry: how mcpvisor logs in to it as an OAuth 2.1 client.
 
@@ -111,6 +117,9 @@ class OAuthSpec(msgspec.Struct, frozen=True, kw_only=True):
 
     def __repr__(self) -> str:
         return repr_without(self, _OAUTH_SECRETS)
+
+    def __rich_repr__(self) -> list[tuple[str, Any]]:
+        return rich_without(self, _OAUTH_SECRETS)
 
 
 def _empty() -> Mapping[str, Any]:

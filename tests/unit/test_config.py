@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from rich.pretty import pretty_repr
 
 from mcpvisor.config import (
     DEFAULT_HOST,
@@ -537,6 +538,7 @@ def test_an_oauth_entry_is_read_with_its_secret_from_the_environment_and_checked
     assert (oauth.client_id, oauth.client_secret, oauth.callback_port, oauth.scopes) == (
         "abc", "s3cret-from-env", 8765, ("read", "write"))
     assert "s3cret-from-env" not in repr(oauth)
+    assert "s3cret-from-env" not in pretty_repr(oauth)  # rich's pretty printer too
     assert config.settings.oauth_open_browser is False
     with pytest.raises(ConfigError) as err:
         parse({"mcpServers": {
