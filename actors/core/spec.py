@@ -1,6 +1,6 @@
 """`ServerSpec`: one configured server, the record every actor reads.
 
-Sans-IO like the rest of the core: plain frozen dataclasses, no trio. The config loader
+Sans-IO like the rest of the core: frozen msgspec Structs, no trio. The config loader
 (`mcpvisor.config`) validates a file and builds these records; the actors only read them,
 typed, so a misspelt field is a type error rather than a silent ``getattr`` default.
 
