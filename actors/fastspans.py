@@ -28,7 +28,6 @@ import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
 import msgspec
@@ -56,8 +55,7 @@ the SDK's propagator (which also accepts surrounding space and later versions)."
 
 
 # --- what the fast path's spans need, set when tracing is switched on --------------------------
-@dataclass(frozen=True, slots=True)
-class Made:
+class Made(msgspec.Struct, frozen=True):
     """What the SDK spans of a `FastTrace` are made with (in the proxy, or the export process)."""
 
     resource: Any

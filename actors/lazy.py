@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+import msgspec
 import trio
 
 from mcpvisor.actors.core.discovery import MAX_LOAD_FAILURES, LazyBook, LazyServer
@@ -59,8 +59,7 @@ class LoadFailed(Exception):
         self.given_up = given_up
 
 
-@dataclass(frozen=True, slots=True)
-class Loaded:
+class Loaded(msgspec.Struct, frozen=True):
     """A load's success: whether this call started the server or found it running."""
 
     server: str

@@ -11,11 +11,11 @@ toolset exposure runs inside it as an `ExposureCall`.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any, Final, Generic, Protocol, TypeVar
 
+import msgspec
 import trio
 
 from mcpvisor.actors.core.catalog import Snapshot
@@ -76,7 +76,7 @@ class ExposureCall(Generic[T]):
         # A toolset written or deleted (or its notes) may change a fixed view of it,
         # equipped or not.
         edited = exposure.saved != saved[0] or exposure.annotations != saved[1]
-        return answer, dataclasses.replace(core.rebuild(), catalog=edited)
+        return answer, msgspec.structs.replace(core.rebuild(), catalog=edited)
 
 
 class Router:

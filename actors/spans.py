@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, Final
 
 import msgspec
@@ -166,8 +165,7 @@ def current(span: Any, parent: Any = None) -> Iterator[None]:
 
 
 # --- sampling ---------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class SamplerChoice:
+class SamplerChoice(msgspec.Struct, frozen=True):
     """The provider's sampler: whether a parent's decision is followed, and the ratio of
     new traces sampled (1.0: every one, 0.0: none)."""
 

@@ -38,7 +38,6 @@ import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
 from typing import Any, Final
 
 import msgspec
@@ -85,8 +84,7 @@ class TelemetryError(ValueError):
     """Tracing is configured in a way that cannot work (the message says which setting)."""
 
 
-@dataclass(frozen=True, slots=True)
-class TelemetryConfig:
+class TelemetryConfig(msgspec.Struct, frozen=True):
     """Where spans go. ``endpoint`` None: the exporter reads its ``OTEL_EXPORTER_OTLP_*`` variables."""
 
     endpoint: str | None

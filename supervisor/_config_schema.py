@@ -238,7 +238,7 @@ class CompoundEntry(msgspec.Struct, forbid_unknown_fields=True):
     description: str | None = None
 
 
-KNOB_KEYS: Final = tuple(f.encode_name for f in msgspec.structs.fields(_Knobs))
+KNOB_KEYS: Final = _Knobs.__struct_encode_fields__
 DURATION_KEYS: Final = (frozenset(KNOB_KEYS) - {"maxMissedPings", "circuitFailures", "restartIntensity"}) | {
     "startupWait",
     "sessionIdleTimeout",
@@ -248,8 +248,9 @@ DURATION_KEYS: Final = (frozenset(KNOB_KEYS) - {"maxMissedPings", "circuitFailur
 
 
 def field_names(struct: type[msgspec.Struct]) -> tuple[str, ...]:
-    """The keys a Struct accepts, as written in the file."""
-    return tuple(f.encode_name for f in msgspec.structs.fields(struct))
+    """The keys a Struct accepts, as written in the file (its encoded names: read off the
+    class, where `msgspec.structs.fields` would resolve every annotation, ~0.2 ms a Struct)."""
+    return struct.__struct_encode_fields__
 
 
 def close_match(word: str, candidates: Iterable[str]) -> str:

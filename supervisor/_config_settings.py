@@ -9,13 +9,13 @@ field, never a token's value), and the interpolator ``envMode`` selects (with th
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
+import msgspec
 from msgspec import UNSET
 
 from mcpvisor._config_check import Checker
@@ -243,7 +243,7 @@ class SettingsRules(Checker):
         auth = None
         if entry.auth is not UNSET and entry.auth is not None:
             auth = self.oauth(where, entry.auth)
-        return dataclasses.replace(settings, auth_tokens=MappingProxyType(tokens),
+        return msgspec.structs.replace(settings, auth_tokens=MappingProxyType(tokens),
                                    token_toolsets=MappingProxyType(toolsets), auth=auth)
 
     def token_toolset(self, where: str, name: str, value: str) -> str:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
 
 from mcpvisor._config_schema import KNOB_KEYS, ServerEntry, field_names
 from mcpvisor.actors.core import policy_config
@@ -29,6 +30,8 @@ from mcpvisor.actors.core.spec import (
     DEFAULT_STARTUP_TIMEOUT_S,
     DEFAULT_TIMEOUT_S,
     ServerSpec,
+    repr_without,
+    rich_without,
 )
 from mcpvisor.actors.core.vocabulary import DEFAULT_DISCOVERY_BUDGET
 
@@ -114,8 +117,7 @@ MIN_TOKEN_CHARS: Final = 16
 
 
 
-@dataclass(frozen=True, slots=True)
-class Knob:
+class Knob(msgspec.Struct, frozen=True):
     """One supervision knob: attribute, config key, default and bounds (docs/design.md defaults)."""
 
     attr: str
@@ -183,8 +185,7 @@ SERVER_KEYS: Final = tuple(k for k in field_names(ServerEntry) if k not in FOREI
 TOP_KEYS: Final = ("$schema", "mcpServers", "toolsets", "settings", "tools")
 
 
-@dataclass(frozen=True, slots=True)
-class ToolRef:
+class ToolRef(msgspec.Struct, frozen=True):
     """A toolset member: exactly one of `namespaced_name` (`server.tool`) or `ref_id` is set."""
 
     namespaced_name: str | None
@@ -192,8 +193,7 @@ class ToolRef:
     alias: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class ToolsetDecl:
+class ToolsetDecl(msgspec.Struct, frozen=True):
     """A toolset declared in the config file (read-only at run time)."""
 
     name: str
@@ -221,8 +221,7 @@ def _empty() -> Mapping[str, Any]:
     return MappingProxyType({})
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class OAuthSettings:
+class OAuthSettings(msgspec.Struct, frozen=True, kw_only=True):
     """`settings.auth`: accept OAuth 2.1 access tokens (JWTs) from this issuer."""
 
     issuer: str
@@ -232,8 +231,7 @@ class OAuthSettings:
     """Where the issuer's keys are; None: found from its authorization server metadata."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TelemetrySettings:
+class TelemetrySettings(msgspec.Struct, frozen=True, kw_only=True):
     """`settings.telemetry`: OpenTelemetry traces (`mcpvisor.actors.telemetry`); each value
     is the default of its ``OTEL_*`` variable, which wins when set."""
 
@@ -245,13 +243,13 @@ class TelemetrySettings:
     enabled: bool = True
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Settings:
+class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """The `settings` object, resolved.
 
     `server_defaults` holds the supervision knobs given under `settings`, already parsed
     and keyed by `ServerSpec` attribute name (`health_check_interval`, ...), so
-    `dataclasses.replace(spec, **settings.server_defaults)` applies them.
+    `msgspec.structs.replace(spec, **settings.server_defaults)` applies them. Its repr
+    leaves out the shared tokens and the store's URL (its password): `repr_without`.
     """
 
     exposure: str = "menu"
@@ -263,10 +261,10 @@ class Settings:
     fast_path: bool = True
     state_dir: str | None = None
     log_level: str = "info"
-    server_defaults: Mapping[str, Any] = field(default_factory=_empty)
-    auth_tokens: Mapping[str, str] = field(default_factory=_empty, repr=False)
+    server_defaults: Mapping[str, Any] = msgspec.field(default_factory=_empty)
+    auth_tokens: Mapping[str, str] = msgspec.field(default_factory=_empty)
     """Shared bearer tokens by name: `authTokens`, and `authToken` under the name "default"."""
-    token_toolsets: Mapping[str, str] = field(default_factory=_empty)
+    token_toolsets: Mapping[str, str] = msgspec.field(default_factory=_empty)
     """The toolset each toolset-bound token (``authTokens: {"ci": {"token", "toolset"}}``)
     is limited to, by token name; a token not here sees what the proxy exposes."""
     auth: OAuthSettings | None = None
@@ -281,7 +279,7 @@ class Settings:
     journal: str | None = None
     """The SQLite file every call is recorded in (`mcpvisor.journal`); None: no journal.
     With a PostgreSQL `store` the calls go to the store's table instead (any value turns it on)."""
-    store: str | None = field(default=None, repr=False)
+    store: str | None = None
     """``settings.store`` (``$MCPVISOR_STORE`` wins, `mcpvisor.settings.with_env_overrides`):
     a ``postgresql://`` URL puts the state, tokens and journal in PostgreSQL
     (`mcpvisor.pgstore`); None: files and SQLite in the state directory."""
@@ -296,19 +294,28 @@ class Settings:
     """``settings.metrics.public``: ``/metrics`` asks no token on a loopback bind (a local
     Prometheus scrapes it); elsewhere, or off, it is guarded as ``/api`` is."""
 
+    def __repr__(self) -> str:
+        return repr_without(self, _SETTINGS_SECRETS)
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Config:
+    def __rich_repr__(self) -> list[tuple[str, Any]]:
+        return rich_without(self, _SETTINGS_SECRETS)
+
+
+_SETTINGS_SECRETS: Final = frozenset({"auth_tokens", "store"})
+"""The `Settings` fields its repr leaves out: the shared tokens, the store's URL."""
+
+
+class Config(msgspec.Struct, frozen=True, kw_only=True):
     """A whole config file, resolved. `servers` keeps file order and includes disabled ones."""
 
     path: Path | None = None
-    servers: Mapping[str, ServerSpec] = field(default_factory=_empty)
-    toolsets: Mapping[str, ToolsetDecl] = field(default_factory=_empty)
-    settings: Settings = field(default_factory=Settings)
-    compound_tools: Mapping[str, CompoundDecl] = field(default_factory=_empty)
+    servers: Mapping[str, ServerSpec] = msgspec.field(default_factory=_empty)
+    toolsets: Mapping[str, ToolsetDecl] = msgspec.field(default_factory=_empty)
+    settings: Settings = msgspec.field(default_factory=Settings)
+    compound_tools: Mapping[str, CompoundDecl] = msgspec.field(default_factory=_empty)
     """The top-level ``tools`` section: compound tools by name, in file order."""
     warnings: tuple[str, ...] = ()
-    raw: Mapping[str, Any] = field(default_factory=_empty)
+    raw: Mapping[str, Any] = msgspec.field(default_factory=_empty)
 
     def enabled_servers(self) -> list[ServerSpec]:
         """The servers to run, in file order."""

@@ -14,7 +14,6 @@ import trio
 
 from mcpvisor.actors import telemetry
 from mcpvisor.actors.messages import CallFinished, EventBus, ListChanged
-from mcpvisor.journal import CallRecord
 
 if TYPE_CHECKING:
     from mcpvisor.actors.core.catalog import Snapshot
@@ -65,10 +64,10 @@ class CallNotes:
             if trace_id is None:
                 trace_id = telemetry.current_trace_id()
             up = upstream if upstream is not None else self.upstreams.get(server)
-            journal.record_nowait(CallRecord(now, server, tool, now - started, error, session, run, arguments,
-                                             result, retries, up.restarts if up is not None else None,
-                                             self.router.snapshot.version,
-                                             trace_id))
+            journal.record_nowait(journal.Record(now, server, tool, now - started, error, session, run,
+                                                 arguments, result, retries,
+                                                 up.restarts if up is not None else None,
+                                                 self.router.snapshot.version, trace_id))
 
     def _announce(self, snapshot: Snapshot, changes: Changes) -> None:
         self.front.announce(snapshot, changes)

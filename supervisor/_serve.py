@@ -16,11 +16,11 @@ import socket
 import ssl
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
+import msgspec
 import trio
 
 from mcpvisor._config_types import MIN_TOKEN_CHARS, replica_name
@@ -192,8 +192,7 @@ def tls_context(certfile: str | None, keyfile: str | None) -> ssl.SSLContext | N
     return context
 
 
-@dataclass(frozen=True)
-class Guard:
+class Guard(msgspec.Struct, frozen=True):
     """Everything that decides who a network front lets in, built once at start.
 
     ``verifier`` is asked at every request whether it guards (`Verifier.guarding`): the
@@ -207,7 +206,7 @@ class Guard:
     required_scopes: tuple[str, ...] = ()
     resource_metadata_url: str | None = None
     tls: ssl.SSLContext | None = None
-    token_names: tuple[str, ...] = field(default=())
+    token_names: tuple[str, ...] = ()
 
     def gate(self) -> Gate:
         from mcpvisor.actors.fronts.auth import Gate

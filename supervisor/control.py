@@ -37,10 +37,10 @@ import socket
 import stat
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+import msgspec
 import trio
 
 from mcpvisor._atomic import atomic_write_text
@@ -99,8 +99,7 @@ class ControlError(Exception):
         self.reply = reply
 
 
-@dataclass(frozen=True)
-class RunningProxy:
+class RunningProxy(msgspec.Struct, frozen=True):
     """A proxy found in the state directory whose socket accepts connections."""
 
     pid: int

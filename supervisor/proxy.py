@@ -19,13 +19,13 @@ calls and list changes: metrics, events, journal; a base class).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, Final
 
+import msgspec
 import trio
 
 from mcpvisor._boot import instructions, recall
@@ -50,10 +50,8 @@ from mcpvisor.actors.process import Reaper, withhold_values
 from mcpvisor.actors.router import Router
 from mcpvisor.actors.upstream import State, Upstream, UpstreamStatus
 from mcpvisor.config import Config, ServerSpec, declared_toolset, server_filter
-from mcpvisor.journal import Journal
 from mcpvisor.menu import DEFINITIONS, Menu
 from mcpvisor.menu.discovery import discover, load_mcp
-from mcpvisor.metrics import Metrics
 from mcpvisor.redact import scrub_known
 from mcpvisor.remembered import CatalogFile, CatalogWriter, Remembered
 from mcpvisor.sessions import ScopedServers, SessionView, open_session
@@ -65,6 +63,8 @@ from mcpvisor.tokens import FileTokenStore
 
 if TYPE_CHECKING:
     from mcpvisor.actors.link.oauth_store import TokenStore
+    from mcpvisor.journal import Journal
+    from mcpvisor.metrics import Metrics
     from mcpvisor.pgstore.store import PgStore
 
 
@@ -261,14 +261,15 @@ class Supervisor(CallNotes):
         shown = [self._status_of(u) if (u := self.upstreams.get(name)) is not None else _disabled_status(spec)
                  for name, spec in self.config.servers.items() if name in self.upstreams or not spec.enabled]
         shown += [self._status_of(u) for name, u in self.upstreams.items() if name not in self.config.servers]
-        return [dataclasses.replace(s, reason=s.reason and scrub_known(s.reason),
+        return [msgspec.structs.replace(s, reason=s.reason and scrub_known(s.reason),
                                     last_error=s.last_error and scrub_known(s.last_error)) for s in shown]
 
     def _status_of(self, up: Upstream) -> UpstreamStatus:
         status = up.status()
         memory = self.remembered.get(up.name)
         if memory is not None and status.state in WAIT_STATES:  # withdrawn once it is down
-            status = dataclasses.replace(status, remembered=memory.seen, tool_count=len(memory.lists.tools))
+            status = msgspec.structs.replace(status, remembered=memory.seen,
+                                             tool_count=len(memory.lists.tools))
         return status
 
     async def recall(self) -> None:

@@ -17,12 +17,12 @@ a reload half applied.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
+import msgspec
 import trio
 
 from mcpvisor.actors.core.registry import RegistryCore, diff
@@ -226,7 +226,7 @@ async def apply_config(sup: ReloadHost, config: Config) -> dict[str, Any]:
     Call it only under the supervisor's reload lock (`reload_supervisor` does).
     """
     try:
-        config = dataclasses.replace(config, settings=with_env_overrides(config.settings))
+        config = msgspec.structs.replace(config, settings=with_env_overrides(config.settings))
     except ConfigError as err:
         logger.error("config not reloaded, the running setup stays:\n%s", err)
         return {"ok": False, "errors": list(err.problems)}
@@ -241,7 +241,7 @@ async def apply_config(sup: ReloadHost, config: Config) -> dict[str, Any]:
     if settings.log_level != sup.settings.log_level:
         logging.getLogger().setLevel(settings.log_level.upper())
     auth = auth_change(sup.settings, settings)
-    applied = dataclasses.replace(config, settings=settings)
+    applied = msgspec.structs.replace(config, settings=settings)
     if not plan.touches_servers and not plan.namespacing_changed:
         if dict(config.compound_tools) != dict(sup.config.compound_tools):
             await sup.router.ask(_Recompound(tuple(config.compound_tools.values())))

@@ -9,10 +9,11 @@ only decides it, so it can be read and tested without a running tree.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
+
+import msgspec
 
 from mcpvisor.config import Config, ServerSpec, Settings
 
@@ -127,4 +128,4 @@ def auth_change(old: Settings, new: Settings) -> str:
 
 def live_settings(current: Settings, new: Settings) -> Settings:
     """The new settings where they apply live, the current ones where a restart is needed."""
-    return dataclasses.replace(current, **{attr: getattr(new, attr) for attr in LIVE_SETTINGS})
+    return msgspec.structs.replace(current, **{attr: getattr(new, attr) for attr in LIVE_SETTINGS})

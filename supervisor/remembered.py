@@ -29,11 +29,11 @@ import hashlib
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+import msgspec
 import trio
 
 from mcpvisor._atomic import (
@@ -87,8 +87,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-@dataclass(frozen=True, slots=True)
-class Remembered:
+class Remembered(msgspec.Struct, frozen=True):
     """One server's last seen lists."""
 
     fingerprint: str
@@ -216,8 +215,7 @@ class CatalogFile:
         return dict(servers) if isinstance(servers, dict) else {}
 
 
-@dataclass(frozen=True, slots=True)
-class _Seen:
+class _Seen(msgspec.Struct, frozen=True):
     server: str
     fingerprint: str
     lists: UpstreamLists

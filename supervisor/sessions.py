@@ -21,14 +21,13 @@ server.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+import msgspec
 import trio
 
 from mcpvisor.actors.core.toolsets import ToolsetError
@@ -56,8 +55,7 @@ class _QuietRouter:
         return None
 
 
-@dataclass(frozen=True, slots=True)
-class ScopedStatistics:
+class ScopedStatistics(msgspec.Struct, frozen=True):
     """Instances by server: held by sessions, warm in the pool; sessions with instances."""
 
     in_sessions: Mapping[str, int]
@@ -146,7 +144,7 @@ class ScopedServers:
     @staticmethod
     def _instance_spec(shared: Upstream) -> Any:
         """An instance's spec: the server's, always started (``lazy`` is for the shared one)."""
-        return dataclasses.replace(shared.spec, lazy=False)
+        return msgspec.structs.replace(shared.spec, lazy=False)
 
     async def end(self, session: ClientSession) -> None:
         """Stop the session's instances and wait (bounded by `STOP_WAIT_S`) until they have."""

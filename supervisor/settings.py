@@ -12,11 +12,12 @@ Light to import (no trio, no MCP SDK): the CLI's registry commands use it.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
+
+import msgspec
 
 from mcpvisor._config_types import STORE_ENV, is_store_url, scheme_of
 from mcpvisor.actors.core.toolsets import MODES
@@ -79,11 +80,11 @@ def with_env_overrides(settings: Settings, env: Mapping[str, str] | None = None)
     if value not in MODES:
         raise ConfigError(f"{source} is {value!r}; use one of: {', '.join(MODES)}")
     if value != settings.exposure:
-        settings = dataclasses.replace(settings, exposure=value)
+        settings = msgspec.structs.replace(settings, exposure=value)
     store = environ.get(STORE_ENV, "").strip()
     if store and store != settings.store:
         if not is_store_url(store):  # the value is not shown: a mistyped URL may still hold a password
             raise ConfigError(f"${STORE_ENV} is {scheme_of(store)}, not a PostgreSQL URL "
                               "(postgresql://user@host:port/database); unset it to keep the state in files")
-        settings = dataclasses.replace(settings, store=store)
+        settings = msgspec.structs.replace(settings, store=store)
     return settings

@@ -18,10 +18,11 @@ does not know (written by a newer one) are kept on every write.
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
 
 from mcpvisor._atomic import (
     DEFAULT_LOCK_TIMEOUT_S,
@@ -169,10 +170,9 @@ class StateStore:
             existing = state.toolsets.get(toolset.name)
             if existing is not None and not replace:
                 raise ToolsetExists(toolset.name)
-            saved = (
-                toolset if existing is None else dataclasses.replace(toolset, created_at=existing.created_at)
-            )
-            return dataclasses.replace(state, toolsets={**state.toolsets, toolset.name: saved})
+            saved = (toolset if existing is None
+                     else msgspec.structs.replace(toolset, created_at=existing.created_at))
+            return msgspec.structs.replace(state, toolsets={**state.toolsets, toolset.name: saved})
 
         return self.update(change)
 
@@ -199,7 +199,7 @@ class StateStore:
 
         The name is not checked against the saved toolsets: it may be declared in the config.
         """
-        return self.update(lambda state: dataclasses.replace(state, equipped=name))
+        return self.update(lambda state: msgspec.structs.replace(state, equipped=name))
 
     def add_notes(self, toolset: str, namespaced_name: str, notes: Sequence[Note]) -> SavedState:
         """Annotate ``namespaced_name`` in ``toolset``: a note whose name exists replaces it
@@ -215,7 +215,7 @@ class StateStore:
                 else:
                     merged[index] = note
             per_toolset[namespaced_name] = tuple(merged)
-            return dataclasses.replace(state, annotations={**state.annotations, toolset: per_toolset})
+            return msgspec.structs.replace(state, annotations={**state.annotations, toolset: per_toolset})
 
         return self.update(change)
 

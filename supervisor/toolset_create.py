@@ -21,8 +21,9 @@ anything is saved.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
+
+import msgspec
 
 from mcpvisor._config_types import NAME_RE, NAME_RULE
 from mcpvisor.actors.core.model import ToolEntry, Toolset
@@ -39,8 +40,7 @@ ENTRY_KEYS: Final = ("namespacedName", "refId", "alias")
 """What one entry of a new toolset's tool list may say."""
 
 
-@dataclass(frozen=True, slots=True)
-class Wanted:
+class Wanted(msgspec.Struct, frozen=True):
     """One tool a new toolset asks for, its shape checked: exactly one of
     ``namespaced_name`` (``server.tool``, or a compound tool's bare name) and ``ref_id``,
     and maybe an ``alias``."""

@@ -35,8 +35,6 @@ from mcpvisor.actors import __version__, telemetry
 from mcpvisor.actors.core.model import SavedState
 from mcpvisor.actors.process import open_reaper
 from mcpvisor.config import Config, ConfigError
-from mcpvisor.journal import Journal, open_journal
-from mcpvisor.metrics import Metrics, ServedTimer
 from mcpvisor.proxy import Supervisor
 from mcpvisor.redact import remember, secret_values
 from mcpvisor.settings import state_dir as resolve_state_dir
@@ -44,6 +42,8 @@ from mcpvisor.settings import with_env_overrides
 from mcpvisor.state import StateStore
 
 if TYPE_CHECKING:
+    from mcpvisor.journal import Journal
+    from mcpvisor.metrics import Metrics
     from mcpvisor.pgstore.store import PgStore
 
 
@@ -112,14 +112,24 @@ async def open_supervisor(
         except telemetry.TelemetryError as exc:
             raise ConfigError(str(exc), cfg.path) from None
         # The journal wraps everything else: it closes last, after every call has finished.
-        opener = journal_opener(shared, payloads)
-        journal_handle = (await stack.enter_async_context(open_journal(journal_path, payloads=payloads,
-                                                                       opener=opener))
-                          if journal_path is not None else None)
+        journal_handle = None
+        if journal_path is not None:  # imported only then: SQLite and the writer cost ~3 ms at start
+            from mcpvisor.journal import open_journal
+
+            journal_handle = await stack.enter_async_context(open_journal(
+                journal_path, payloads=payloads, opener=journal_opener(shared, payloads)))
         async with _run_tree(cfg, store, saved, toolset, rng=rng, watch=watch, control=control,
                              control_transport=control_transport, journal=journal_handle,
-                             metrics=Metrics() if metrics else None, shared=shared) as sup:
+                             metrics=_metrics() if metrics else None, shared=shared) as sup:
             yield sup
+
+
+def _metrics() -> Metrics:
+    """The counters, imported only when asked for (a stdio ``serve`` without a metrics port
+    never is): their module and the dashboard's history cost ~2 ms at start."""
+    from mcpvisor.metrics import Metrics
+
+    return Metrics()
 
 
 @asynccontextmanager
@@ -134,6 +144,8 @@ async def _run_tree(cfg: Config, store: StateStore, saved: SavedState, toolset: 
         sup.journal = journal
         sup.metrics = metrics
         if metrics is not None:  # every request the front serves but tools/call (note_call counts those)
+            from mcpvisor.metrics import ServedTimer
+
             sup.front.middleware.append(ServedTimer(metrics))
             sup.front.on_served = metrics.request_served  # what a front answers without the SDK
         sup.toolsets.restore(saved, toolset)

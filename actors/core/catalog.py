@@ -18,9 +18,10 @@ import difflib
 import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
 
 if TYPE_CHECKING:
     from mcpvisor.actors.core.compound import CompoundTool
@@ -85,8 +86,7 @@ def tool_hints(tool: Mapping[str, Any]) -> tuple[bool, bool]:
     return bool(ann.get("readOnlyHint")), bool(ann.get("idempotentHint"))
 
 
-@dataclass(frozen=True, slots=True)
-class CacheHint:
+class CacheHint(msgspec.Struct, frozen=True):
     """The caching directives of a 2026-07-28 list result (``ttlMs``, ``cacheScope``).
 
     ``ttl_ms``: how long the list may be served from a cache before it is fetched again
@@ -112,8 +112,7 @@ class CacheHint:
         return CacheHint(min(self.ttl_ms, other.ttl_ms), scope)
 
 
-@dataclass(frozen=True, slots=True)
-class UpstreamLists:
+class UpstreamLists(msgspec.Struct, frozen=True):
     """Everything one server listed, as wire dicts (``Tool``, ``Resource``, ``Prompt`` ...)."""
 
     tools: tuple[Mapping[str, Any], ...] = ()
@@ -130,8 +129,7 @@ class UpstreamLists:
         return UpstreamLists(**values)
 
 
-@dataclass(frozen=True, slots=True)
-class ToolRoute:
+class ToolRoute(msgspec.Struct, frozen=True):
     """How an exposed tool name reaches its upstream."""
 
     exposed: str
@@ -161,15 +159,13 @@ class ToolRoute:
         return ToolRoute(self.exposed, sub.server, sub.tool, sub.retry_safe, self.wire), sub.args
 
 
-@dataclass(frozen=True, slots=True)
-class PromptRoute:
+class PromptRoute(msgspec.Struct, frozen=True):
     exposed: str
     server: str
     original: str
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
+class Candidate(msgspec.Struct, frozen=True):
     """A tool selected for exposure, before names are assigned."""
 
     server: str
@@ -190,24 +186,23 @@ class Candidate:
         return self.original if self.compound is not None else namespaced(self.server, self.original)
 
 
-@dataclass(frozen=True, slots=True)
-class Snapshot:
+class Snapshot(msgspec.Struct, frozen=True):
     """An immutable view of what clients see; replaced wholesale on every change."""
 
     version: int = 0
-    tools: Mapping[str, ToolRoute] = field(default_factory=lambda: EMPTY_MAP)
+    tools: Mapping[str, ToolRoute] = msgspec.field(default_factory=lambda: EMPTY_MAP)
     tools_list: tuple[Mapping[str, Any], ...] = ()
-    local_tools: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: EMPTY_MAP)
+    local_tools: Mapping[str, Mapping[str, Any]] = msgspec.field(default_factory=lambda: EMPTY_MAP)
     """Tools the proxy answers itself (management tools), by exposed name."""
-    prompts: Mapping[str, PromptRoute] = field(default_factory=lambda: EMPTY_MAP)
+    prompts: Mapping[str, PromptRoute] = msgspec.field(default_factory=lambda: EMPTY_MAP)
     prompts_list: tuple[Mapping[str, Any], ...] = ()
-    resources: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
+    resources: Mapping[str, str] = msgspec.field(default_factory=lambda: EMPTY_MAP)
     """URI -> server."""
     resources_list: tuple[Mapping[str, Any], ...] = ()
     templates: tuple[tuple[str, str], ...] = ()
     """(literal prefix, server), longest prefix first."""
     templates_list: tuple[Mapping[str, Any], ...] = ()
-    template_owners: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
+    template_owners: Mapping[str, str] = msgspec.field(default_factory=lambda: EMPTY_MAP)
     """URI template as listed -> the server that listed it."""
     problems: tuple[str, ...] = ()
     """Collisions and conflicts found while building, for status and logs."""
@@ -245,8 +240,7 @@ class Snapshot:
         return [name for name, route in self.tools.items() if route.server == server]
 
 
-@dataclass(slots=True)
-class _Named:
+class _Named(msgspec.Struct):
     name: str
     key: str
     item: Candidate
@@ -332,13 +326,12 @@ def from_server(item: Mapping[str, Any], server: str) -> Mapping[str, Any]:
     return {**item, "description": text}
 
 
-@dataclass(slots=True)
-class SnapshotBuilder:
+class SnapshotBuilder(msgspec.Struct):
     """Turns the catalog plus a selection into the next `Snapshot`."""
 
     namespacing: str = "prefix"
     version: int = 0
-    problems: list[str] = field(default_factory=list)
+    problems: list[str] = msgspec.field(default_factory=list)
 
     def build(
         self,

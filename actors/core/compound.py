@@ -30,6 +30,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import msgspec
+
 from mcpvisor.actors.core.arguments import Checker, checker_of
 from mcpvisor.actors.core.catalog import tool_hints
 
@@ -57,8 +59,7 @@ ANY_ARGS: Final[Mapping[str, Any]] = {"type": "object"}
 """``args`` of a subtool whose schema is not known (its server has not listed it)."""
 
 
-@dataclass(frozen=True, slots=True)
-class SubtoolDecl:
+class SubtoolDecl(msgspec.Struct, frozen=True):
     """One declared subtool: the upstream's own tool name (hidden or not) and, optionally,
     the description clients see for it instead of the upstream's."""
 
@@ -71,8 +72,7 @@ class SubtoolDecl:
         return f"{self.server}.{self.tool}"
 
 
-@dataclass(frozen=True, slots=True)
-class CompoundDecl:
+class CompoundDecl(msgspec.Struct, frozen=True):
     """A compound tool of the config's ``tools`` section, subtools in file order."""
 
     name: str
@@ -119,8 +119,7 @@ class SubtoolState:
         return schema if isinstance(schema, Mapping) else ANY_ARGS
 
 
-@dataclass(frozen=True, slots=True)
-class SubCall:
+class SubCall(msgspec.Struct, frozen=True):
     """A compound call turned into the direct call it stands for."""
 
     server: str
@@ -129,8 +128,7 @@ class SubCall:
     retry_safe: bool
 
 
-@dataclass(frozen=True, slots=True)
-class CompoundTool:
+class CompoundTool(msgspec.Struct, frozen=True):
     """A compound tool resolved against the catalog at one rebuild (immutable)."""
 
     decl: CompoundDecl

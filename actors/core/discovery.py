@@ -23,13 +23,13 @@ for it name ``discover_tool {tool_name}``, ``use_tool {tool_name, arguments}`` a
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
 
 from mcpvisor.actors.core.catalog import Snapshot, ToolRoute, close_names, flatten
 
@@ -79,8 +79,7 @@ _SCORE_SERVER: Final = 1
 # --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class LazyServer:
+class LazyServer(msgspec.Struct, frozen=True):
     """One ``"lazy": true`` server and its loads so far."""
 
     name: str
@@ -94,11 +93,10 @@ class LazyServer:
         return not self.loaded and self.failures >= MAX_LOAD_FAILURES
 
 
-@dataclass(slots=True)
-class LazyBook:
+class LazyBook(msgspec.Struct):
     """The lazy servers, by name; mutate only inside the router (`mcpvisor.actors.lazy`)."""
 
-    servers: dict[str, LazyServer] = field(default_factory=dict)
+    servers: dict[str, LazyServer] = msgspec.field(default_factory=dict)
 
     @classmethod
     def of(cls, lazy: Mapping[str, str | None]) -> LazyBook:
@@ -112,14 +110,14 @@ class LazyBook:
         """``name`` started: it stays loaded for the life of the proxy."""
         s = self.servers.get(name)
         if s is not None:
-            self.servers[name] = dataclasses.replace(s, loaded=True)
+            self.servers[name] = msgspec.structs.replace(s, loaded=True)
 
     def failed(self, name: str, error: str) -> LazyServer | None:
         """A load of ``name`` failed with ``error``; returns the server's record after it."""
         s = self.servers.get(name)
         if s is None:
             return None
-        s = dataclasses.replace(s, failures=s.failures + 1, last_error=error)
+        s = msgspec.structs.replace(s, failures=s.failures + 1, last_error=error)
         self.servers[name] = s
         return s
 
@@ -140,7 +138,7 @@ class LazyBook:
 
     def reconfigure(self, lazy: Mapping[str, str | None]) -> None:
         """A reload: keep what is known of servers still lazy, forget the others."""
-        self.servers = {name: dataclasses.replace(self.servers[name], description=desc)
+        self.servers = {name: msgspec.structs.replace(self.servers[name], description=desc)
                         if name in self.servers else LazyServer(name, desc) for name, desc in lazy.items()}
 
 
@@ -149,8 +147,7 @@ class LazyBook:
 # --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Match:
+class Match(msgspec.Struct, frozen=True):
     """A tool ``discover_tool {query}`` found, with its score (higher is better)."""
 
     name: str
@@ -159,15 +156,14 @@ class Match:
     score: int
 
 
-@dataclass(frozen=True, slots=True)
-class DiscoveryIndex:
+class DiscoveryIndex(msgspec.Struct, frozen=True):
     """What discovery offers now (part of the `Snapshot`, so as immutable as it)."""
 
     routes: tuple[ToolRoute, ...] = ()
     """Every tool use_tool may call, in catalog order (config order of servers)."""
-    by_namespaced: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    by_namespaced: Mapping[str, str] = msgspec.field(default_factory=lambda: MappingProxyType({}))
     """``server.tool`` -> exposed name, so either name finds a tool."""
-    server_descriptions: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    server_descriptions: Mapping[str, str] = msgspec.field(default_factory=lambda: MappingProxyType({}))
     lazy: tuple[LazyServer, ...] = ()
     """Lazy servers that can still be loaded."""
     unavailable: tuple[LazyServer, ...] = ()
@@ -391,7 +387,7 @@ def discovery_view(snapshot: Snapshot, core: RegistryCore, book: LazyBook | None
         listed.append(DEFINITIONS[LOAD_MCP])
     local = {**snapshot.local_tools, DISCOVER_TOOL: discover, USE_TOOL: DEFINITIONS[USE_TOOL],
              LOAD_MCP: DEFINITIONS[LOAD_MCP]}
-    return dataclasses.replace(snapshot, tools_list=tuple(listed), local_tools=MappingProxyType(local),
+    return msgspec.structs.replace(snapshot, tools_list=tuple(listed), local_tools=MappingProxyType(local),
                                discovery=index)
 
 

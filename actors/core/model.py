@@ -9,14 +9,14 @@ Plain frozen records with no I/O (the JSON form of ``state.json`` lives in
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 __all__ = ["Note", "PinnedSchema", "SavedState", "ToolEntry", "Toolset"]
 
 
-@dataclass(frozen=True, slots=True)
-class PinnedSchema:
+class PinnedSchema(msgspec.Struct, frozen=True):
     """A tool's description and schemas as they were when it joined a toolset."""
 
     description: str | None
@@ -24,8 +24,7 @@ class PinnedSchema:
     output_schema: Mapping[str, Any] | None
 
 
-@dataclass(frozen=True, slots=True)
-class ToolEntry:
+class ToolEntry(msgspec.Struct, frozen=True):
     """One tool of a toolset, by namespaced name (``server.tool``) and stable ``ref_id``."""
 
     namespaced_name: str
@@ -34,8 +33,7 @@ class ToolEntry:
     pinned: PinnedSchema | None
 
 
-@dataclass(frozen=True, slots=True)
-class Toolset:
+class Toolset(msgspec.Struct, frozen=True):
     """A named subset of tools. ``read_only`` marks one declared in the config file."""
 
     name: str
@@ -46,16 +44,14 @@ class Toolset:
     read_only: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Note:
+class Note(msgspec.Struct, frozen=True):
     """A user's annotation of a tool, appended to its description when exposed."""
 
     name: str
     note: str
 
 
-@dataclass(frozen=True, slots=True)
-class SavedState:
+class SavedState(msgspec.Struct, frozen=True):
     """Everything in ``state.json``.
 
     ``annotations`` maps toolset name -> namespaced tool name -> notes. ``equipped`` and

@@ -38,16 +38,15 @@ from __future__ import annotations
 
 import enum
 import random
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeAlias, cast
 
-import tenacity
+import msgspec
 
 from mcpvisor.actors.core.intensity import IntensityWindow
 from mcpvisor.actors.core.policy_config import DEFAULT_POLICY_CONFIG, PolicyConfig
 
 if TYPE_CHECKING:
-    from tenacity import RetryCallState
+    from tenacity import RetryCallState, wait_exponential
 
 BACKOFF_EXP_BASE: Final = 2
 """Backoff growth per consecutive failure. docs/design.md "doubling"; tenacity's default."""
@@ -73,23 +72,20 @@ class CircuitState(enum.Enum):
     HALF_OPEN = "half_open"
 
 
-@dataclass(frozen=True, slots=True)
-class StartNow:
+class StartNow(msgspec.Struct, frozen=True):
     """Start the server now; ``trial`` is True for the single half-open probe."""
 
     trial: bool
 
 
-@dataclass(frozen=True, slots=True)
-class WaitUntil:
+class WaitUntil(msgspec.Struct, frozen=True):
     """Do not start before ``until`` (Trio clock); calls should fail fast with ``reason``."""
 
     until: float
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class Backoff:
+class Backoff(msgspec.Struct, frozen=True):
     """Sleep ``delay`` seconds, then ask ``before_start`` again; ``attempt`` counts from 1.
 
     ``storm`` is set when the server did work before it died but restarts came faster
@@ -101,8 +97,7 @@ class Backoff:
     storm: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class OpenCircuit:
+class OpenCircuit(msgspec.Struct, frozen=True):
     """The circuit opened (or re-opened) until ``until``, a period of ``open_for`` seconds."""
 
     until: float
@@ -113,8 +108,7 @@ class OpenCircuit:
 Decision: TypeAlias = StartNow | WaitUntil | Backoff | OpenCircuit
 
 
-@dataclass(frozen=True, slots=True)
-class PolicyStatistics:
+class PolicyStatistics(msgspec.Struct, frozen=True):
     """A snapshot of a :class:`RestartPolicy` for status, tests and bench.
 
     Attributes:
@@ -150,8 +144,7 @@ class PolicyStatistics:
     healthy: bool = False
 
 
-@dataclass(slots=True)
-class _Attempt:
+class _Attempt(msgspec.Struct):
     """The one field of tenacity's RetryCallState its ``wait_*`` strategies read."""
 
     attempt_number: int
@@ -201,8 +194,9 @@ class RestartPolicy:
         self._rng = rng if rng is not None else random.Random()
         # tenacity's formula, min(restart_delay * 2**(n-1), restart_delay_max); only its
         # wait strategy: its stop/timers read time.monotonic() (docs/style.md rule 15).
-        self._wait = tenacity.wait_exponential(
-            multiplier=config.restart_delay, max=config.restart_delay_max, exp_base=BACKOFF_EXP_BASE)
+        # Made at the first failure (`_delay`): tenacity costs ~4 ms of imports at every
+        # start, and a server that never fails never needs it.
+        self._wait: wait_exponential | None = None
         self._total_failures = 0
         self._starts = 0
         self._healthy_lives = 0
@@ -422,7 +416,13 @@ class RestartPolicy:
 
     def _delay(self, attempt: int) -> float:
         """tenacity's exponential delay for ``attempt`` plus jitter, capped at the max."""
-        base = self._wait(cast("RetryCallState", _Attempt(attempt)))
+        if self._wait is None:
+            import tenacity
+
+            self._wait = tenacity.wait_exponential(multiplier=self._config.restart_delay,
+                                                   max=self._config.restart_delay_max,
+                                                   exp_base=BACKOFF_EXP_BASE)
+        base: float = self._wait(cast("RetryCallState", _Attempt(attempt)))
         jitter = self._rng.uniform(0, self._config.jitter) if self._config.jitter > 0 else 0.0
         return min(base + jitter, self._config.restart_delay_max)
 

@@ -10,8 +10,9 @@ The policy's own fixed rules (growth rates, half-open trials) stay with the poli
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
+
+import msgspec
 
 if TYPE_CHECKING:
     from mcpvisor.actors.core.spec import ServerSpec
@@ -39,8 +40,7 @@ grows anyway (OTP's MaxR; issue 18: "more than 10 in 60 s" is a storm)."""
 DEFAULT_PERIOD_S: Final = 60.0
 """Window of :data:`DEFAULT_INTENSITY` (OTP's MaxT)."""
 
-@dataclass(frozen=True, slots=True)
-class PolicyConfig:
+class PolicyConfig(msgspec.Struct, frozen=True):
     """The numbers of one server's restart policy; all in seconds except counts.
 
     Raises:

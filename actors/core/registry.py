@@ -9,21 +9,22 @@ around it, with the mailbox, is `mcpvisor.actors.router.Router`.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+import msgspec
 
 from mcpvisor.actors.core.catalog import Candidate, Snapshot, SnapshotBuilder, UpstreamLists
-from mcpvisor.actors.core.compound import COMPOUND_SERVER, CompoundDecl, CompoundTool, resolve_compound
 from mcpvisor.actors.core.registration import UpstreamDown, UpstreamListed, UpstreamState, UpstreamUp
+
+if TYPE_CHECKING:
+    from mcpvisor.actors.core.compound import CompoundDecl, CompoundTool
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class Changes:
+class Changes(msgspec.Struct, frozen=True):
     """Which lists clients must re-fetch after a mutation."""
 
     tools: bool = False
@@ -49,8 +50,7 @@ def diff(old: Snapshot, new: Snapshot) -> Changes:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class ServerFilter:
+class ServerFilter(msgspec.Struct, frozen=True):
     """A server's config-level tool filter (``exposedTools`` / ``hiddenTools``)."""
 
     exposed: Mapping[str, str | None] | None = None
@@ -135,12 +135,21 @@ class RegistryCore:
         out: list[Candidate] = []
         for server in self.available():
             out.extend(self.filters.get(server, ServerFilter()).select(server, self.lists[server].tools))
-        for ct in self.compound_tools():
-            out.append(Candidate(COMPOUND_SERVER, ct.name, ct.wire(), compound=ct))
+        compounds = self.compound_tools()
+        if compounds:
+            from mcpvisor.actors.core.compound import COMPOUND_SERVER
+
+            out.extend(Candidate(COMPOUND_SERVER, ct.name, ct.wire(), compound=ct) for ct in compounds)
         return out
 
     def compound_tools(self) -> list[CompoundTool]:
         """The compound tools resolved against the catalog now, in config order."""
+        if not self.compounds:
+            return []
+        # Imported here, once a config declares compound tools: their module (and the
+        # argument checks it brings) costs every other start ~1.5 ms.
+        from mcpvisor.actors.core.compound import resolve_compound
+
         def state_of(server: str) -> tuple[str, str | None] | None:
             if server not in self.order:
                 return None
@@ -175,7 +184,7 @@ class RegistryCore:
         self.snapshot = self._builder.build(self.order, self._available_lists(), candidates, local)
         if self.compounds:  # a declared subtool a running server lacks: a warning, not a refusal
             extra = tuple(p for ct in self.compound_tools() for p in ct.problems())
-            self.snapshot = dataclasses.replace(self.snapshot, problems=self.snapshot.problems + extra)
+            self.snapshot = msgspec.structs.replace(self.snapshot, problems=self.snapshot.problems + extra)
         self.snapshot = self.exposure.finish(self.snapshot, self)
         for problem in self.snapshot.problems:
             if problem not in old.problems:
@@ -195,9 +204,9 @@ class RegistryCore:
                 changes = self.rebuild()
                 if announced and self._shows(server, kind):
                     field = "resources" if kind == "templates" else kind
-                    changes = dataclasses.replace(changes, **{field: True})
+                    changes = msgspec.structs.replace(changes, **{field: True})
                 if kind == "tools":  # the catalog changed: fixed views re-read theirs
-                    changes = dataclasses.replace(changes, catalog=True)
+                    changes = msgspec.structs.replace(changes, catalog=True)
                 return changes
             case UpstreamDown(server=server, withdraw=withdraw, reason=reason):
                 self.states[server] = ("down", reason)
@@ -209,7 +218,7 @@ class RegistryCore:
                 return Changes()
             case _:
                 raise TypeError(f"router core cannot apply {type(message).__name__}")
-        return dataclasses.replace(self.rebuild(), catalog=True)
+        return msgspec.structs.replace(self.rebuild(), catalog=True)
 
     def _shows(self, server: str, kind: str) -> bool:
         """Whether clients see any item of ``server``'s list of ``kind`` (an announcement

@@ -1,6 +1,6 @@
 """`ServerSpec`: one configured server, the record every actor reads.
 
-Sans-IO like the rest of the core: plain frozen dataclasses, no trio. The config loader
+Sans-IO like the rest of the core: frozen msgspec Structs, no trio. The config loader
 (`mcpvisor.config`) validates a file and builds these records; the actors only read them,
 typed, so a misspelt field is a type error rather than a silent ``getattr`` default.
 
@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
 
 from mcpvisor.actors.core import policy_config
 from mcpvisor.actors.core.vocabulary import DEFAULT_MAX_CALL_TIME_S, DEFAULT_TIMEOUT_S
@@ -61,8 +62,7 @@ DEFAULT_RELIST_INTERVAL_S: Final = DEFAULT_HEALTH_CHECK_INTERVAL_S
 ``healthCheckInterval`` (`ServerSpec.relist_every`)."""
 
 
-@dataclass(frozen=True, slots=True)
-class ExposedTool:
+class ExposedTool(msgspec.Struct, frozen=True):
     """An `exposedTools` entry: the upstream's tool name and, if renamed, the new one."""
 
     original: str
@@ -75,8 +75,24 @@ TOKEN_AUTH_METHODS: Final = ("client_secret_basic", "client_secret_post", "none"
 """``oauth.tokenEndpointAuthMethod``: how the client authenticates at the token endpoint (RFC 7591 names)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class OAuthSpec:
+_OAUTH_SECRETS: Final = frozenset({"client_secret"})
+
+
+def repr_without(record: msgspec.Struct, secrets: frozenset[str]) -> str:
+    """``record``'s repr as a Struct's own, but for the fields named in ``secrets``, left out
+    (a token or a password must never reach a log line or an error through a repr)."""
+    shown = ", ".join(f"{name}={getattr(record, name)!r}" for name in record.__struct_fields__
+                      if name not in secrets)
+    return f"{type(record).__name__}({shown})"
+
+
+def rich_without(record: msgspec.Struct, secrets: frozenset[str]) -> list[tuple[str, Any]]:
+    """``record``'s fields for rich's pretty printer (a Struct's own ``__rich_repr__`` would
+    bypass `repr_without`), but for those named in ``secrets``."""
+    return [(name, getattr(record, name)) for name in record.__struct_fields__ if name not in secrets]
+
+
+class OAuthSpec(msgspec.Struct, frozen=True, kw_only=True):
     """A server's ``oauth`` entry: how mcpvisor logs in to it as an OAuth 2.1 client.
 
     Every field is optional for ``authorization_code``: without a client id the client is
@@ -86,7 +102,8 @@ class OAuthSpec:
     """
 
     client_id: str | None = None
-    client_secret: str | None = field(default=None, repr=False)
+    client_secret: str | None = None
+    """Never in the repr (`repr_without`)."""
     client_metadata_url: str | None = None
     callback_port: int | None = None
     """The loopback redirect listener's port (a pre-registered client's redirect URI names
@@ -98,13 +115,18 @@ class OAuthSpec:
     private_key_file: str | None = None
     """A PEM private key signing the ``private_key_jwt`` client assertion."""
 
+    def __repr__(self) -> str:
+        return repr_without(self, _OAUTH_SECRETS)
+
+    def __rich_repr__(self) -> list[tuple[str, Any]]:
+        return rich_without(self, _OAUTH_SECRETS)
+
 
 def _empty() -> Mapping[str, Any]:
     return MappingProxyType({})
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ServerSpec:
+class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
     """One configured server, fully resolved: interpolated, durations in float seconds.
 
     Keyword-only; every field but `name` and `transport` has a default, so tests can
@@ -115,10 +137,10 @@ class ServerSpec:
     transport: str
     command: str | None = None
     args: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=_empty)
+    env: Mapping[str, str] = msgspec.field(default_factory=_empty)
     cwd: str | None = None
     url: str | None = None
-    headers: Mapping[str, str] = field(default_factory=_empty)
+    headers: Mapping[str, str] = msgspec.field(default_factory=_empty)
     image: str | None = None
     docker_args: tuple[str, ...] = ()
     enabled: bool = True
@@ -155,7 +177,7 @@ class ServerSpec:
     relist_interval: float | None = None
     """``relistInterval``: how often a server that cannot announce list changes is
     re-listed; None: `health_check_interval`."""
-    raw: Mapping[str, Any] = field(default_factory=_empty)
+    raw: Mapping[str, Any] = msgspec.field(default_factory=_empty)
     misconfigured: str | None = None
     """Why this entry cannot be used (an unset ``${VAR}``, an invalid field), when the config
     was loaded with ``isolate_servers``: the server is shown ``misconfigured`` with this
@@ -174,7 +196,8 @@ class ServerSpec:
         """
         import hashlib  # here: only a reload compares fingerprints; checking a config does not
 
-        payload = {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name not in _UNHASHED}
+        payload = {name: _plain(getattr(self, name))
+                   for name in self.__struct_fields__ if name not in _UNHASHED}
         blob = json.dumps(payload, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -193,7 +216,7 @@ def _plain(value: Any) -> Any:
     if isinstance(value, ExposedTool):
         return [value.original, value.exposed]
     if isinstance(value, OAuthSpec):
-        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+        return {name: _plain(getattr(value, name)) for name in value.__struct_fields__}
     return value
 
 

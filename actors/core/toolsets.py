@@ -30,10 +30,10 @@ discovery   none / T            discover_tool, use_tool (+ load_mcp): every tool
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
 
 from mcpvisor.actors.core.catalog import Candidate, Snapshot, assign_names, close_names, exposed_tool
 from mcpvisor.actors.core.discovery import LazyBook, discovery_view
@@ -98,8 +98,7 @@ class ToolsetError(Exception):
 # --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class CatalogTool:
+class CatalogTool(msgspec.Struct, frozen=True):
     """One discovered tool, under the name toolsets use for it (``server.tool``)."""
 
     namespaced: str
@@ -158,8 +157,7 @@ ServerState = Callable[[str], tuple[str, "str | None"]]
 """server -> (state, reason), for the ``pending`` detail."""
 
 
-@dataclass(frozen=True, slots=True)
-class EntryStatus:
+class EntryStatus(msgspec.Struct, frozen=True):
     """One toolset entry, resolved against the catalog."""
 
     entry: ToolEntry
@@ -214,7 +212,7 @@ def resolve(
         seen.add(key)
         if status.exposed and status.hit is not None:
             note_list = notes.get(status.namespaced, ())
-            status = dataclasses.replace(status, candidate=dataclasses.replace(
+            status = msgspec.structs.replace(status, candidate=msgspec.structs.replace(
                 status.hit.candidate, alias=entry.alias,
                 notes=tuple(f"{n.name}: {n.note}" for n in note_list)))
         out.append(status)
@@ -277,8 +275,7 @@ def placeholder_definitions() -> dict[str, Mapping[str, Any]]:
     return {name: {"name": name, "inputSchema": {"type": "object"}} for name in MANAGEMENT_TOOLS}
 
 
-@dataclass(slots=True)
-class ToolsetExposure:
+class ToolsetExposure(msgspec.Struct):
     """The router's `Exposure` for ``menu`` and ``all``: mutate only inside the router.
 
     ``equipped`` holds the toolset as it was when equipped, so another proxy deleting
@@ -287,10 +284,10 @@ class ToolsetExposure:
     """
 
     mode: str = "menu"
-    definitions: Mapping[str, Mapping[str, Any]] = field(default_factory=placeholder_definitions)
-    declared: dict[str, Toolset] = field(default_factory=dict)
-    saved: dict[str, Toolset] = field(default_factory=dict)
-    annotations: dict[str, Mapping[str, tuple[Note, ...]]] = field(default_factory=dict)
+    definitions: Mapping[str, Mapping[str, Any]] = msgspec.field(default_factory=placeholder_definitions)
+    declared: dict[str, Toolset] = msgspec.field(default_factory=dict)
+    saved: dict[str, Toolset] = msgspec.field(default_factory=dict)
+    annotations: dict[str, Mapping[str, tuple[Note, ...]]] = msgspec.field(default_factory=dict)
     equipped: Toolset | None = None
     configuring: bool = True
     """Configuration mode (menu exposure only): global to the proxy, never persisted."""
@@ -300,7 +297,7 @@ class ToolsetExposure:
     lazy: LazyBook | None = None
     """The lazy servers and their loads (every mode; discovery lists them)."""
     discovery_budget: int = DEFAULT_DISCOVERY_BUDGET
-    server_descriptions: Mapping[str, str] = field(default_factory=dict)
+    server_descriptions: Mapping[str, str] = msgspec.field(default_factory=dict)
     """Servers' config ``description``s, for discovery's catalog and search."""
 
     def __post_init__(self) -> None:
@@ -358,7 +355,7 @@ class ToolsetExposure:
         one); with discovery, its three tools listed instead."""
         unloaded = self.lazy.unloaded(core) if self.lazy is not None else ()
         if unloaded:
-            snapshot = dataclasses.replace(snapshot, unloaded=unloaded)
+            snapshot = msgspec.structs.replace(snapshot, unloaded=unloaded)
         if self.mode != "discovery":
             return snapshot
         return discovery_view(snapshot, core, self.lazy, self.discovery_budget, self.server_descriptions)

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+import msgspec
 import trio
 
 from mcpvisor.actors.eras import LOG_LEVELS
@@ -64,20 +64,19 @@ class Connection(Protocol):
     async def send_raw_request(self, method: str, params: Any) -> dict[str, Any]: ...
 
 
-@dataclass(eq=False)
-class ClientState:
+class ClientState(msgspec.Struct, eq=False):
     """One handshake-era connection and what the proxy keeps for it."""
 
     connection: Connection
     log_level: str | None = None
-    subscriptions: set[str] = field(default_factory=set)
+    subscriptions: set[str] = msgspec.field(default_factory=set)
     last_active: float = 0.0
-    queue: deque[tuple[str, dict[str, Any] | None]] = field(default_factory=deque)
+    queue: deque[tuple[str, dict[str, Any] | None]] = msgspec.field(default_factory=deque)
     """Notifications waiting for this client's sender (at most `CLIENT_QUEUE`)."""
     view: str | None = None
     """The fixed view its requests are served (`mcpvisor.actors.fronts.views`); None: the proxy's."""
     closed: bool = False
-    wake: trio.Event = field(default_factory=trio.Event)
+    wake: trio.Event = msgspec.field(default_factory=trio.Event)
     """Set when the queue gains an entry or the connection closes: wakes the sender."""
 
     def capable(self, method: str) -> bool:

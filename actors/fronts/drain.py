@@ -21,9 +21,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+import msgspec
 import trio
 
 from mcpvisor.actors.errors import ShuttingDown, error_data
@@ -68,8 +68,7 @@ class FastCalls(Protocol):
         """Answer every call in flight with ``error`` and cancel it upstream (bounded)."""
 
 
-@dataclass(frozen=True, slots=True)
-class DrainStatistics:
+class DrainStatistics(msgspec.Struct, frozen=True):
     """What a drain found and did (for the log, tests and bench/)."""
 
     in_flight: int

@@ -20,7 +20,6 @@ refusal's wording is `duplicate_id`.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, Final
 
 import msgspec
@@ -42,8 +41,7 @@ _SURROGATE: Final = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 """A UTF-16 surrogate escape: paired ones decode, a lone one is not Unicode."""
 
 
-@dataclass(frozen=True, slots=True)
-class Refusal:
+class Refusal(msgspec.Struct, frozen=True):
     """The JSON-RPC error a front answers a frame with instead of serving it."""
 
     id: int | str | None

@@ -28,10 +28,10 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
+import msgspec
 import trio
 from msgspec import UNSET
 
@@ -64,8 +64,7 @@ SDK_BUFFER: Final = 256
 """Messages queued between our pumps and the SDK server in each direction."""
 
 
-@dataclass(frozen=True, slots=True)
-class StdioFrontStatistics:
+class StdioFrontStatistics(msgspec.Struct, frozen=True):
     """What one stdio connection has served so far (for tests and bench/)."""
 
     sdk_tool_calls: int
@@ -90,13 +89,13 @@ class StdioFront:
         self.max_message = max_message
         self._use_fast_path = fast_path
         self.fast_path: FastPath | None = None
-        # Typed by annotation only: the SDK's message type is imported once the SDK serves.
+        # Typed by annotation only: the SDK's message type is imported once the SDK serves,
+        # and the streams to and from its server are made then (`_start_sdk`): anyio's
+        # memory streams cost ~6 ms of imports a connection the proxy answers itself never needs.
         self._to_sdk: MemoryObjectSendStream[SessionMessage | Exception]
         self._sdk_in: MemoryObjectReceiveStream[SessionMessage | Exception]
         self._sdk_out: MemoryObjectSendStream[SessionMessage]
         self._from_sdk: MemoryObjectReceiveStream[SessionMessage]
-        self._to_sdk, self._sdk_in = anyio.create_memory_object_stream(SDK_BUFFER)
-        self._sdk_out, self._from_sdk = anyio.create_memory_object_stream(SDK_BUFFER)
         self._in_flight: set[int | str] = set()
         self.session = ClientSession()
         """This connection's session: the key of its session-scoped instances, on both paths."""
@@ -145,12 +144,8 @@ class StdioFront:
                         if drain is not None:
                             drain.discard_fast_path(self.fast_path)
                         await self.fast_path.close()
-                    await self._to_sdk.aclose()
-                    if not self._sdk_started:
-                        # No SDK server, no _pump_out: nothing else closes these.
-                        await self._sdk_out.aclose()
-                        await self._sdk_in.aclose()
-                        await self._from_sdk.aclose()
+                    if self._sdk_started:  # else no SDK server, and no streams to it
+                        await self._to_sdk.aclose()
         finally:
             self.client.exit_stack.close()
             await self.session.end()
@@ -173,6 +168,8 @@ class StdioFront:
         from mcp.shared.message import SessionMessage
 
         assert self._nursery is not None
+        self._to_sdk, self._sdk_in = anyio.create_memory_object_stream(SDK_BUFFER)
+        self._sdk_out, self._from_sdk = anyio.create_memory_object_stream(SDK_BUFFER)
         self._sdk_started = True
         self._nursery.start_soon(self._pump_out)
         self._nursery.start_soon(self._run_server)

@@ -25,9 +25,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import ExitStack
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+import msgspec
 from msgspec import UNSET
 
 from mcpvisor.actors import telemetry, wire
@@ -53,8 +53,7 @@ LISTS: Final[Mapping[str, tuple[str, str]]] = {
 """List method -> (the result's key, the snapshot's attribute holding the wire dicts)."""
 
 
-@dataclass(frozen=True, slots=True)
-class ClientCapabilities:
+class ClientCapabilities(msgspec.Struct, frozen=True):
     """What the client declared in ``initialize``, as the client registry reads it."""
 
     sampling: Mapping[str, Any] | None

@@ -30,8 +30,9 @@ import hmac
 import json
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
 
 if TYPE_CHECKING:
     from mcp.server.auth.provider import AccessToken
@@ -72,8 +73,7 @@ class ViewRefused(Exception):
         return json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
 
 
-@dataclass(slots=True)
-class _Built:
+class _Built(msgspec.Struct):
     base: Snapshot
     toolset: Toolset
     snapshot: Snapshot

@@ -11,8 +11,9 @@ same catalog whichever way the page came.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Final
+
+import msgspec
 
 from mcpvisor.actors import wire
 from mcpvisor.actors.core.catalog import CacheHint
@@ -54,8 +55,7 @@ REQUIRED: Final[Mapping[str, Mapping[str, type]]] = {
 """The fields an item cannot lack (the SDK's models require them), with their JSON type."""
 
 
-@dataclass(frozen=True, slots=True)
-class ListPage:
+class ListPage(msgspec.Struct, frozen=True):
     """One page of a list: its items, the cursor of the next page, its caching directives."""
 
     items: tuple[dict[str, Any], ...]

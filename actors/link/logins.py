@@ -8,7 +8,6 @@ browser step. The upstream actor imports these on every start; the OAuth client 
 
 from __future__ import annotations
 
-import webbrowser
 from typing import Final
 
 import trio
@@ -22,6 +21,8 @@ LOGIN_WAIT_S: Final = 300.0
 async def open_browser(url: str) -> bool:
     """Open ``url`` with Python's `webbrowser` (``$BROWSER`` first), in a worker thread:
     a command-line browser runs until it exits. Returns whether one was found."""
+    import webbrowser  # here: only a login opens a browser, and every start would pay ~0.5 ms
+
     try:
         return await trio.to_thread.run_sync(webbrowser.open, url, abandon_on_cancel=True)
     except webbrowser.Error:

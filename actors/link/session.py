@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
 
 from mcpvisor.actors import __version__, wire
 from mcpvisor.actors.errors import CallTimeout, UpstreamError
@@ -73,8 +74,7 @@ def discover_params(version: str) -> dict[str, Any]:
     return {"_meta": request_envelope(version)}
 
 
-@dataclass(frozen=True, slots=True)
-class Opened:
+class Opened(msgspec.Struct, frozen=True):
     """What a handshake settled, as the server sent it (plain wire data)."""
 
     protocol_version: str

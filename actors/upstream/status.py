@@ -4,8 +4,9 @@ router, the supervisor's hooks). Its states are the lifecycle table's
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
+
+import msgspec
 
 from mcpvisor.actors.core.lifecycle import WAITABLE, State
 
@@ -25,8 +26,7 @@ USEFUL_METHODS: Final = frozenset({"tools/call", "resources/read", "prompts/get"
 initialize, listings or pings."""
 
 
-@dataclass(frozen=True, slots=True)
-class UpstreamStatus:
+class UpstreamStatus(msgspec.Struct, frozen=True):
     """What `mcpvisor status` and ``get-server-status`` show for one server.
 
     Times (``since``, ``retry_at``) are on the Trio clock; ``uptime`` is seconds.

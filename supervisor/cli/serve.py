@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import os
 import signal
 import sys
 from pathlib import Path
 from typing import Any, Final
+
+import msgspec
 
 from mcpvisor.actors.core.vocabulary import EXPOSURES
 from mcpvisor.cli._base import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Formatter
@@ -246,8 +247,8 @@ def run(args: argparse.Namespace) -> int:
         # Through the variable every reload applies too: a reload compares the file with
         # the settings in force, and the flag must not read as a change of the file.
         os.environ[EXPOSURE_ENV] = args.exposure
-        settings = dataclasses.replace(config.settings, exposure=args.exposure)
-        config = dataclasses.replace(config, settings=settings)
+        settings = msgspec.structs.replace(config.settings, exposure=args.exposure)
+        config = msgspec.structs.replace(config, settings=settings)
     logger.info("config: %s (%s)", path, why)
     for warning in config.warnings:
         logger.warning("%s", warning)

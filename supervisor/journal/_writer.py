@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, ClassVar, Final, Protocol
 
 import msgspec
 import trio
@@ -292,6 +292,10 @@ class JournalStatistics:
 
 class Journal:
     """The call path's handle: `record_nowait` never blocks; `run` is the writer task."""
+
+    Record: ClassVar[type[CallRecord]] = CallRecord
+    """What `record_nowait` takes: the call path makes its records through the journal it
+    holds, so a proxy without a journal never imports this module (SQLite, hashing)."""
 
     def __init__(self, path: str | os.PathLike[str], *, payloads: bool = False) -> None:
         self.path = Path(path)

@@ -20,10 +20,10 @@ the file changed and the router not.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+import msgspec
 import trio
 
 from mcpvisor._atomic import LockTimeout
@@ -197,7 +197,7 @@ class MenuOperations(MenuReports):
             def change(s: SavedState) -> SavedState:
                 if name not in declared and name not in s.toolsets:
                     raise UnknownToolset(name, sorted(s.toolsets))
-                return dataclasses.replace(s, equipped=name)
+                return msgspec.structs.replace(s, equipped=name)
 
             def apply(ex: ToolsetExposure, core: RegistryCore, new: SavedState) -> None:
                 ex.sync(new)
@@ -226,7 +226,7 @@ class MenuOperations(MenuReports):
                 ex.sync(new)
                 ex.unequip()
 
-            await self._commit(lambda s: dataclasses.replace(s, equipped=None), apply)
+            await self._commit(lambda s: msgspec.structs.replace(s, equipped=None), apply)
             return {"unequipped": name, **self._mode()}
 
     async def build(self, name: str, tools: Any, *, description: str | None = None,
@@ -249,7 +249,7 @@ class MenuOperations(MenuReports):
             def change(s: SavedState) -> SavedState:
                 if name in s.toolsets:
                     raise ToolsetExists(name)
-                return dataclasses.replace(s, toolsets={**s.toolsets, name: toolset},
+                return msgspec.structs.replace(s, toolsets={**s.toolsets, name: toolset},
                                            equipped=name if auto_equip else s.equipped)
 
             def apply(ex: ToolsetExposure, core: RegistryCore, new: SavedState) -> None:
@@ -365,7 +365,7 @@ class MenuOperations(MenuReports):
                     else:
                         merged[idx] = note
                 per[key] = tuple(merged)
-                return dataclasses.replace(s, annotations={**s.annotations, toolset.name: per})
+                return msgspec.structs.replace(s, annotations={**s.annotations, toolset.name: per})
 
             await self._commit(change, lambda ex, core, new: ex.sync(new))
             now = ex.notes_for(toolset.name).get(key, ())

@@ -6,6 +6,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
+
 from mcpvisor.actors.core.toolsets import EXPOSED, MISSING, PENDING, REFUSED, SCHEMA_CHANGED
 
 
@@ -16,7 +18,9 @@ def _camel(key: str) -> str:
 
 def status_dict(status: Any, now: float) -> dict[str, Any]:
     """An `UpstreamStatus` as JSON-able camelCase; trio-clock times become relative seconds."""
-    if dataclasses.is_dataclass(status) and not isinstance(status, type):
+    if isinstance(status, msgspec.Struct):
+        raw = msgspec.structs.asdict(status)
+    elif dataclasses.is_dataclass(status) and not isinstance(status, type):
         raw = dataclasses.asdict(status)
     else:
         raw = dict(vars(status))

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 
 from mcpvisor.actors.core.catalog import assign_names
-from mcpvisor.actors.core.compound import CompoundTool
 from mcpvisor.actors.core.model import Toolset
 from mcpvisor.actors.core.pins import estimate_tokens, one_line
 from mcpvisor.actors.core.toolsets import (
@@ -37,6 +36,7 @@ from mcpvisor.actors.core.toolsets import (
 from mcpvisor.state import StateStore
 
 if TYPE_CHECKING:
+    from mcpvisor.actors.core.compound import CompoundTool
     from mcpvisor.actors.core.registry import RegistryCore
     from mcpvisor.actors.router import Router
     from mcpvisor.actors.upstream import Upstream, UpstreamStatus

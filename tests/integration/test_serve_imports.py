@@ -38,9 +38,17 @@ FORBIDDEN: Final = (
     "mcpvisor.cli.bench", "mcpvisor.actors.fronts.ws", "mcpvisor.actors.fronts.oauth",
     "jsonschema", "jwt", "psutil", "rich", "hypercorn", "psycopg", "psycopg_pool", "mcpvisor.pgstore.store",
     "mcp", "mcp_types", "pydantic", "starlette", "uvicorn", "httpx2", "opentelemetry",
+    # Loaded where their feature is first used, never by a stdio serve that does not use it:
+    "anyio.streams",  # the memory streams to the SDK's server: made when the SDK serves
+    "tenacity",  # a server's backoff: at its first failure
+    "mcpvisor.journal", "sqlite3",  # the call journal: when settings.journal names a file
+    "mcpvisor.metrics", "mcpvisor.metrics_history",  # the counters: a metrics port, the dashboard
+    "mcpvisor.actors.core.compound",  # compound tools: when the config declares one
+    "webbrowser",  # a login's browser
 )
 """Modules (and their submodules) a stdio ``serve`` without compound tools (nor a PostgreSQL
-store) must not load while its client only does the handshake, pings, lists and calls."""
+store, journal or metrics port) must not load while its client only does the handshake,
+pings, lists and calls."""
 
 WRAPPER: Final = """
 import atexit, json, sys

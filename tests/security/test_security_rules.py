@@ -6,6 +6,7 @@ No I/O: these pin the decisions the subprocess tests rely on, case by case.
 from __future__ import annotations
 
 import pytest
+from rich.pretty import pretty_repr
 
 from mcpvisor.actors.fronts.auth import Gate, StaticTokens, bearer_token, host_name, host_rules
 from mcpvisor.config import ConfigError, parse_config
@@ -147,3 +148,4 @@ def test_settings_resolve_with_interpolation_and_defaults() -> None:
     assert config.settings.max_sessions == 1000
     assert config.settings.session_idle_timeout == 600
     assert TOKEN not in repr(config.settings)
+    assert TOKEN not in pretty_repr(config.settings)  # rich's pretty printer too

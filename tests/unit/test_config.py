@@ -5,13 +5,14 @@ Pure parsing, no I/O beyond tmp_path files, no clock: plain sync tests.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
+from rich.pretty import pretty_repr
 
 from mcpvisor.config import (
     DEFAULT_HOST,
@@ -494,9 +495,9 @@ def test_fingerprint_follows_what_needs_a_restart() -> None:
     fp = spec.fingerprint()
     assert len(fp) == 16
     assert int(fp, 16) >= 0
-    assert dataclasses.replace(spec, description="two", enabled=False).fingerprint() == fp
-    assert dataclasses.replace(spec, command="y").fingerprint() != fp
-    assert dataclasses.replace(spec, env={"K": "v"}).fingerprint() != fp
+    assert msgspec.structs.replace(spec, description="two", enabled=False).fingerprint() == fp
+    assert msgspec.structs.replace(spec, command="y").fingerprint() != fp
+    assert msgspec.structs.replace(spec, env={"K": "v"}).fingerprint() != fp
     assert ServerSpec(name="other", transport="stdio", command="x").fingerprint() == fp
 
 
@@ -537,6 +538,7 @@ def test_an_oauth_entry_is_read_with_its_secret_from_the_environment_and_checked
     assert (oauth.client_id, oauth.client_secret, oauth.callback_port, oauth.scopes) == (
         "abc", "s3cret-from-env", 8765, ("read", "write"))
     assert "s3cret-from-env" not in repr(oauth)
+    assert "s3cret-from-env" not in pretty_repr(oauth)  # rich's pretty printer too
     assert config.settings.oauth_open_browser is False
     with pytest.raises(ConfigError) as err:
         parse({"mcpServers": {

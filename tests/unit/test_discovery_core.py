@@ -9,9 +9,9 @@ offered after three failed loads.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
+import msgspec
 import pytest
 import trio
 import trio.testing
@@ -166,9 +166,9 @@ def _discovery_backend(p: Any) -> None:
 
     snap = p.backend.router.snapshot
     schema = tool("x", text="string")["inputSchema"]
-    routes = {name: dataclasses.replace(r, wire={**r.wire, "inputSchema": schema})
+    routes = {name: msgspec.structs.replace(r, wire={**r.wire, "inputSchema": schema})
               for name, r in snap.tools.items()}
-    p.backend.router.snapshot = dataclasses.replace(snap, tools=routes,
+    p.backend.router.snapshot = msgspec.structs.replace(snap, tools=routes,
                                                     discovery=DiscoveryIndex(routes=tuple(routes.values())))
 
 

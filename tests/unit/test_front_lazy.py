@@ -11,7 +11,6 @@ after the takeover that misses the metrics' middleware.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Final
 
+import msgspec
 import pytest
 import trio
 import trio.testing
@@ -126,7 +126,7 @@ async def test_a_stdio_client_is_served_without_the_sdk_until_a_message_needs_it
             assert not front.sdk_built
             assert seen == []
 
-            p.backend.router.snapshot = dataclasses.replace(p.backend.router.snapshot,
+            p.backend.router.snapshot = msgspec.structs.replace(p.backend.router.snapshot,
                                                             resources={"file:///a": "s"})
             await c.send(request(7, "resources/read", {"uri": "file:///a"}))
             asked = await p.server.receive_method("resources/read")

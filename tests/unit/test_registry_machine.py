@@ -19,10 +19,10 @@ Rules are synchronous (pytest-trio has no async stateful testing; docs/style.md 
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from typing import Any
 
+import msgspec
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -138,7 +138,7 @@ class RegistryMachine(RuleBasedStateMachine):
                 t = wire(tool, version)
                 built.append(ToolEntry(f"{server}.{tool}", ref_id(server, tool, t), alias, pin_of(t)))
         ts = Toolset(name=name, tools=tuple(built), description=None, created_at="t", updated_at="t")
-        self.state = dataclasses.replace(self.state, toolsets={**self.state.toolsets, name: ts},
+        self.state = msgspec.structs.replace(self.state, toolsets={**self.state.toolsets, name: ts},
                                          equipped=name if auto else self.state.equipped)
         new = self.state
 
@@ -156,7 +156,7 @@ class RegistryMachine(RuleBasedStateMachine):
     def equip(self, data: st.DataObject) -> None:
         name = data.draw(st.sampled_from(sorted(self.state.toolsets)))
         ts = self.state.toolsets[name]
-        self.state = dataclasses.replace(self.state, equipped=name)
+        self.state = msgspec.structs.replace(self.state, equipped=name)
         self._call(lambda ex, core: ex.equip(ts))
         self.equipped, self.configuring = name, False
 
@@ -196,7 +196,7 @@ class RegistryMachine(RuleBasedStateMachine):
         target = data.draw(st.sampled_from([e.namespaced_name for e in ts.tools]))
         per = dict(self.state.annotations.get(self.equipped, {}))
         per[target] = (Note("tip", note),)
-        self.state = dataclasses.replace(self.state,
+        self.state = msgspec.structs.replace(self.state,
                                          annotations={**self.state.annotations, self.equipped: per})
         new = self.state
         self._call(lambda ex, core: ex.sync(new))
