@@ -32,9 +32,9 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from contextvars import ContextVar, Token
-from dataclasses import dataclass, field
 from typing import Final
 
+import msgspec
 import trio
 
 logger = logging.getLogger(__name__)
@@ -89,8 +89,7 @@ MAX_BUFFERED_BYTES: Final = 8 * 1024 * 1024
 """Bytes queued behind an in-progress write before further writers wait."""
 
 
-@dataclass(frozen=True, slots=True)
-class OversizedLine:
+class OversizedLine(msgspec.Struct, frozen=True):
     """Stands in for a line longer than the reader's cap; its bytes were discarded."""
 
     size: int
@@ -223,12 +222,11 @@ class LineReader:
                 yield out
 
 
-@dataclass(slots=True, eq=False)
-class _Batch:
+class _Batch(msgspec.Struct, eq=False):
     """The frames one pump task writes while it handles one read's worth of lines."""
 
     open: bool = True
-    writers: list[FrameWriter] = field(default_factory=list)
+    writers: list[FrameWriter] = msgspec.field(default_factory=list)
 
 
 _batch: ContextVar[_Batch | None] = ContextVar("mcpvisor_write_batch", default=None)

@@ -23,10 +23,10 @@ import itertools
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import anyio
+import msgspec
 import trio
 from msgspec import UNSET
 
@@ -96,8 +96,7 @@ class FastSink(CallOrigin, Protocol):
         """The call ended without an answer (died, timed out): must not block."""
 
 
-@dataclass(slots=True)
-class Pending:
+class Pending(msgspec.Struct):
     proxy_id: str
     method: str
     origin: CallOrigin | None
