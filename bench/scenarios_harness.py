@@ -85,6 +85,8 @@ async def stdio_journal_ratio(params: Params, workdir: Path) -> dict[str, Any]:
     ratios: list[float] = []
     async with open_session(plain, servers, workdir) as a, open_session(journalled, servers, workdir) as b:
         for session in (a, b):
+            # A proxy lists at once what it knows: the upstream's tools may come a moment later.
+            await session.wait_tool("echo")
             await latency(session, "echo", {"text": "warm"}, 30)
         for i in range(rounds):
             got: dict[str, float] = {}
