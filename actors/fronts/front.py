@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from mcp.shared.message import SessionMessage
 
     from mcpvisor.actors.bridge import ParkedCalls
-    from mcpvisor.actors.core.catalog import Snapshot
+    from mcpvisor.actors.core.catalog import CacheHint, Snapshot
     from mcpvisor.actors.core.registry import Changes
     from mcpvisor.actors.fronts.backend import Backend
     from mcpvisor.actors.fronts.clients import ClientState
@@ -152,6 +152,25 @@ class Front:
         if self.instructions is not None:
             result["instructions"] = self.instructions
         result["serverInfo"] = self.server_info_stamp
+        return result
+
+    def hinted(self, result: dict[str, Any], kind: str) -> dict[str, Any]:
+        """``result`` (a list of ``kind``: tools, resources, templates, prompts) with the caching
+        directives the servers behind it sent (the shortest ``ttlMs``, ``private`` if any list
+        was), when every server that lists something of that kind sent them. Otherwise it is
+        left to the front's default (``ttlMs: 0``, private: a list made partly of a
+        handshake-era server's, which says nothing, or of nothing, is not given a ttl nobody
+        sent). A handshake-era client never sees either key."""
+        joined: CacheHint | None = None
+        for up in self.backend.upstreams.values():
+            if not getattr(up.lists, kind):
+                continue
+            hint = up.hints.get(kind)
+            if hint is None:
+                return result
+            joined = hint.join(joined)
+        if joined is not None:
+            result["ttlMs"], result["cacheScope"] = joined.ttl_ms, joined.scope
         return result
 
     def toolset_name(self, ctx: Any) -> str | None:

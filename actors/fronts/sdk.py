@@ -39,7 +39,7 @@ from mcp.shared.exceptions import MCPError
 
 from mcpvisor.actors import wire
 from mcpvisor.actors.bridge import request_state_of
-from mcpvisor.actors.core.catalog import CacheHint, PromptRoute, Snapshot, close_names
+from mcpvisor.actors.core.catalog import PromptRoute, Snapshot, close_names
 from mcpvisor.actors.core.pending import owner_of
 from mcpvisor.actors.eras import LOG_LEVELS, complete, is_modern_version, strip_upstream_stamps
 from mcpvisor.actors.errors import ProxyError
@@ -148,7 +148,7 @@ class SdkFront:
             on_completion=self._complete,
             on_subscriptions_listen=self.subscriptions.listen_in_view,
             # 2026-07-28 list results carry freshness hints: a list passes on what its
-            # servers sent (`_hinted`); where they sent none, clients may cache nothing
+            # servers sent (`Front.hinted`); where they sent none, clients may cache nothing
             # (list_changed tells them of changes).
             # The SDK types CACHEABLE_METHODS as frozenset[str], not of its own CacheableMethod
             # Literal (its tests weld the two together), so its keys do not type-check.
@@ -302,35 +302,16 @@ class SdkFront:
     # servers that are up, the remembered lists of those starting); the rest arrive with
     # list_changed. Claude Code gives up on a server whose first tools/list takes over ~5 s.
     async def _list_tools(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
-        return self._hinted(complete({"tools": list(self._snapshot_of(ctx).tools_list)}), "tools")
-
-    def _hinted(self, result: dict[str, Any], kind: str) -> dict[str, Any]:
-        """``result`` with the caching directives the servers behind it sent for ``kind``
-        (the shortest ``ttlMs``, ``private`` if any list was), when every server that lists
-        something of that kind sent them. Otherwise it is left to the front's default
-        (``ttlMs: 0``, private: a list made partly of a handshake-era server's, which says
-        nothing, or of nothing, is not given a ttl nobody sent). A handshake-era client
-        never sees either key (the SDK sieves them off its results)."""
-        joined: CacheHint | None = None
-        for up in self.backend.upstreams.values():
-            if not getattr(up.lists, kind):
-                continue
-            hint = up.hints.get(kind)
-            if hint is None:
-                return result
-            joined = hint.join(joined)
-        if joined is not None:
-            result["ttlMs"], result["cacheScope"] = joined.ttl_ms, joined.scope
-        return result
+        return self.front.hinted(complete({"tools": list(self._snapshot_of(ctx).tools_list)}), "tools")
 
     # --- resources ---------------------------------------------------------------------
     async def _list_resources(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
-        return self._hinted(complete({"resources": list(self.backend.router.snapshot.resources_list)}),
+        return self.front.hinted(complete({"resources": list(self.backend.router.snapshot.resources_list)}),
                             "resources")
 
     async def _list_templates(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
         templates = list(self.backend.router.snapshot.templates_list)
-        return self._hinted(complete({"resourceTemplates": templates}), "templates")
+        return self.front.hinted(complete({"resourceTemplates": templates}), "templates")
 
     def _resource_owner(self, uri: str) -> str:
         server = self.backend.router.snapshot.route_resource(uri)
@@ -359,7 +340,8 @@ class SdkFront:
 
     # --- prompts and completion ----------------------------------------------------------
     async def _list_prompts(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
-        return self._hinted(complete({"prompts": list(self.backend.router.snapshot.prompts_list)}), "prompts")
+        prompts = list(self.backend.router.snapshot.prompts_list)
+        return self.front.hinted(complete({"prompts": prompts}), "prompts")
 
     async def _get_prompt(self, ctx: ServerRequestContext[Any, Any],
                           params: types.GetPromptRequestParams) -> Any:

@@ -3,13 +3,18 @@
 A handshake-era client's ``initialize``, ``ping``, and its ``tools/list``,
 ``resources/list``, ``resources/templates/list`` and ``prompts/list`` are answered here
 from the proxy's own data (the front's initialization options, the router's snapshot),
-the way the SDK's server answers them; ``tools/call`` already goes the fast way
-(`mcpvisor.actors.fronts.fastpath`). A connection that only does these never starts the
-SDK's server for itself. The first message that needs the SDK (any other method, a
-2026-07-28 request, params this module does not recognise, a request while the proxy
-drains or traces) starts it, and the front replays the handshake into it first
-(`OwnAnswers.replay`), so the SDK's session is initialized with the client's own
-``initialize`` as if it had answered it; its answer to the replayed request is dropped.
+the way the SDK's server answers them; so are a 2026-07-28 client's ``server/discover``
+and the four lists, stamped as the SDK stamps that era's results (``resultType``, the
+lists' freshness hints, the proxy's serverInfo), when the request passes the SDK's envelope
+checks plainly; ``tools/call`` already goes the fast way (`mcpvisor.actors.fronts.fastpath`).
+A connection that only does these never starts the SDK's server for itself. The first
+message that needs the SDK (any other method, params this module does not recognise, a
+request the envelope checks refuse, a request while the proxy drains or traces) starts it,
+and the front replays what decided the connection's era into it first
+(`OwnAnswers.replay`): the client's own ``initialize``, so the SDK's session is initialized
+as if it had answered it, or a ``server/discover`` with the client's envelope, so the SDK
+serves a 2026-07-28 connection (and refuses a handshake on it); its answer to the replayed
+request is dropped.
 
 Decided: the lists go out as the servers listed them. The SDK's server passes every
 result through its schema for the client's version, which drops keys it does not know
@@ -31,8 +36,13 @@ import msgspec
 from msgspec import UNSET
 
 from mcpvisor.actors import telemetry, wire
-from mcpvisor.actors.eras import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
+from mcpvisor.actors.eras import (
+    HANDSHAKE_PROTOCOL_VERSIONS,
+    LATEST_HANDSHAKE_VERSION,
+    MODERN_PROTOCOL_VERSIONS,
+)
 from mcpvisor.actors.framing import FrameWriter, StreamBroken
+from mcpvisor.actors.wire import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY, SERVER_INFO_META_KEY
 
 if TYPE_CHECKING:
     from mcpvisor.actors.core.catalog import Snapshot
@@ -44,13 +54,19 @@ REPLAY_ID: Final = "mcpvisor-replayed-initialize"
 """The id the client's ``initialize`` is replayed under into the SDK's server; its answer
 is not the client's and is dropped."""
 
-LISTS: Final[Mapping[str, tuple[str, str]]] = {
-    "tools/list": ("tools", "tools_list"),
-    "resources/list": ("resources", "resources_list"),
-    "resources/templates/list": ("resourceTemplates", "templates_list"),
-    "prompts/list": ("prompts", "prompts_list"),
+LISTS: Final[Mapping[str, tuple[str, str, str]]] = {
+    "tools/list": ("tools", "tools_list", "tools"),
+    "resources/list": ("resources", "resources_list", "resources"),
+    "resources/templates/list": ("resourceTemplates", "templates_list", "templates"),
+    "prompts/list": ("prompts", "prompts_list", "prompts"),
 }
-"""List method -> (the result's key, the snapshot's attribute holding the wire dicts)."""
+"""List method -> (the result's key, the snapshot's attribute holding the wire dicts, the
+kind its servers' caching hints are kept under)."""
+
+DISCOVER: Final = "server/discover"
+DEFAULT_HINT: Final[Mapping[str, Any]] = {"ttlMs": 0, "cacheScope": "private"}
+"""What a 2026-07-28 result says of its freshness when its servers said nothing: cache
+nothing (list_changed on a listen stream tells of changes), as the SDK's server is told."""
 
 
 class ClientCapabilities(msgspec.Struct, frozen=True):
@@ -111,6 +127,9 @@ class OwnAnswers:
         self.declined = False
         """The SDK owns the handshake of this connection (a request came before an
         ``initialize`` this module could answer): nothing is answered here any more."""
+        self.modern_meta: dict[str, Any] | None = None
+        """The envelope of the first 2026-07-28 request: the connection is of that era from
+        then on (answered here or by the SDK), and a handshake is the SDK's to refuse."""
         self._result: dict[str, Any] | None = None
 
     def _open(self) -> bool:
@@ -120,12 +139,15 @@ class OwnAnswers:
 
     def answer(self, method: str, env: wire.Envelope, line: bytes) -> bytes | None:
         """The answer frame to the request ``env`` (read from ``line``), or None: the SDK's."""
-        if not self._open() or wire.MODERN_MARKER in line:
-            self.declined = self.declined or self.initialize is None
+        modern = wire.MODERN_MARKER in line
+        if not self._open():
+            self.declined = self.declined or (self.initialize is None and not modern)
             return None
         rid = env.id
         assert rid is not UNSET
         assert rid is not None
+        if modern or self.modern_meta is not None:
+            return self._answer_modern(method, env, rid) if modern else None
         if method == "ping":
             return wire.result_frame(rid, {}) if self._no_params(env) else None
         if self.initialize is None:
@@ -140,9 +162,48 @@ class OwnAnswers:
         kind = LISTS.get(method)
         if kind is None or not self._no_params(env, cursor=True):
             return None
-        key, attribute = kind
+        key, attribute, _ = kind
         snapshot: Snapshot = self.front.backend.router.snapshot
         return wire.result_frame(rid, {key: list(getattr(snapshot, attribute))})
+
+    def _answer_modern(self, method: str, env: wire.Envelope, rid: int | str) -> bytes | None:
+        """A 2026-07-28 request's answer: ``server/discover`` and the four lists, as the SDK's
+        server answers them on that era, when the request passes the SDK's envelope checks
+        plainly (``_meta`` an object with a served protocol version and the client's
+        capabilities); anything else, and any request on a connection that did the
+        handshake, is the SDK's (its error, or its refusal of the other era's request)."""
+        if self.initialize is not None or self.declined:
+            return None
+        params = _params_of(env)
+        meta = params.get("_meta") if params else None
+        if (not isinstance(meta, dict) or CLIENT_CAPABILITIES_META_KEY not in meta
+                or meta.get(PROTOCOL_VERSION_META_KEY) not in MODERN_PROTOCOL_VERSIONS):
+            return None
+        if self.modern_meta is None:
+            self.modern_meta = meta
+        if method == DISCOVER:
+            if not self._no_params(env):
+                return None
+            result = self._discover()
+        else:
+            kind = LISTS.get(method)
+            if kind is None or not self._no_params(env, cursor=True):
+                return None
+            key, attribute, hints = kind
+            snapshot: Snapshot = self.front.backend.router.snapshot
+            result = self.front.hinted({key: list(getattr(snapshot, attribute))}, hints)
+        return wire.result_frame(rid, {**DEFAULT_HINT, **result, "resultType": "complete",
+                                       "_meta": {SERVER_INFO_META_KEY: self.front.server_info_stamp}})
+
+    def _discover(self) -> dict[str, Any]:
+        """What the SDK's server answers ``server/discover`` with (its stamps added by the caller)."""
+        if self._result is None:
+            self._result = self.front.initialize_result()
+        result: dict[str, Any] = {"supportedVersions": list(MODERN_PROTOCOL_VERSIONS),
+                                  "capabilities": self._result["capabilities"]}
+        if "instructions" in self._result:
+            result["instructions"] = self._result["instructions"]
+        return result
 
     def _initialize(self, env: wire.Envelope) -> dict[str, Any] | None:
         """The result the SDK's server gives this ``initialize``, or None if its params are
@@ -192,7 +253,12 @@ class OwnAnswers:
 
     def replay(self) -> list[bytes]:
         """The frames the SDK's server must read before anything else: the client's
-        ``initialize`` (under `REPLAY_ID`) and, if it came, ``notifications/initialized``."""
+        ``initialize`` (under `REPLAY_ID`) and, if it came, ``notifications/initialized``;
+        on a 2026-07-28 connection, a ``server/discover`` with its first request's envelope."""
+        if self.modern_meta is not None:
+            # The connection is of the 2026-07-28 era: a request of that era first, so the
+            # SDK's server serves it as one (and refuses a handshake as it would have).
+            return [wire.request_frame(REPLAY_ID, DISCOVER, {"_meta": self.modern_meta})]
         if self.initialize is None:
             return []
         frames = [wire.request_frame(REPLAY_ID, "initialize", self.initialize)]

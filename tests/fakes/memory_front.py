@@ -34,7 +34,7 @@ from typing import Any, Final
 import trio
 import trio.testing
 
-from mcpvisor.actors.core.catalog import Snapshot, ToolRoute
+from mcpvisor.actors.core.catalog import CacheHint, Snapshot, ToolRoute, UpstreamLists
 from mcpvisor.actors.core.lifecycle import WAITABLE, State
 from mcpvisor.actors.errors import UpstreamUnavailable
 from mcpvisor.actors.fronts.front import Front
@@ -144,6 +144,10 @@ class MemoryUpstream:
     answers: list[bool] = field(default_factory=list)
     changed: trio.Event = field(default_factory=trio.Event)
     """Set (and replaced) when `set_state` changes the state."""
+    lists: UpstreamLists = field(default_factory=UpstreamLists)
+    """What it listed, as the front reads it for a list's freshness hints (nothing here:
+    the fake's tools reach the snapshot through `MemoryBackend`)."""
+    hints: dict[str, CacheHint] = field(default_factory=dict)
 
     def set_state(self, state: State) -> None:
         """The actor's state moves (a start, a failure): whoever waits in `wait_link` looks again."""

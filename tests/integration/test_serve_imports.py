@@ -118,6 +118,44 @@ async def test_the_first_message_that_needs_the_sdk_loads_it_and_is_answered(tmp
     assert "mcp" in loaded
 
 
+ENVELOPE: Final = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                   "io.modelcontextprotocol/clientCapabilities": {},
+                   "io.modelcontextprotocol/clientInfo": {"name": "imports-test", "version": "1"}}
+
+
+async def test_a_2026_07_28_client_is_served_without_the_sdk(tmp_path: Path) -> None:
+    """A 2026-07-28 client (no handshake: every request carries its envelope) asks
+    ``server/discover``, lists until the server's tools are there and calls one: all answered,
+    none of `FORBIDDEN` loaded."""
+    config = tmp_path / "mcpvisor.json"
+    config.write_text(json.dumps({
+        "mcpServers": {"up": {"command": PY, "args": [str(SERVERS_DIR / "flaky.py"), "--name", "up"]}},
+        "settings": {"exposure": "all", "startupWait": "30s"},
+    }))
+
+    def enveloped(rid: int, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        return {"jsonrpc": "2.0", "id": rid, "method": method,
+                "params": {**(params or {}), "_meta": ENVELOPE}}
+
+    async def body(ask: Any, send: Any) -> dict[str, Any]:
+        discover = await ask(enveloped(1, "server/discover"))
+        assert discover["result"]["supportedVersions"] == ["2026-07-28"], discover
+        for n in range(2, 200):  # the tools arrive once the server is up (no list_changed without a listen)
+            listed = await ask(enveloped(n, "tools/list"))
+            if any(t["name"] == "up_echo" for t in listed["result"]["tools"]):
+                break
+            await trio.sleep(0.05)
+        answer: dict[str, Any] = await ask(enveloped(200, "tools/call", {"name": "up_echo",
+                                                                          "arguments": {"text": "modern"}}))
+        return answer
+
+    answer = await _exchange_with(tmp_path, config, body, handshake=False)
+    assert answer["result"]["content"][0]["text"].endswith("modern"), answer
+    assert answer["result"]["resultType"] == "complete"
+    loaded: list[str] = json.loads((tmp_path / "modules.json").read_text())
+    assert sorted(m for m in loaded if any(m == f or m.startswith(f + ".") for f in FORBIDDEN)) == []
+
+
 SDK_AND_RUNTIME: Final = ("mcp", "mcp_types", "pydantic", "trio", "anyio", "httpx2")
 """What serving (and probing a server: ``mcp list``, ``toolset list``) needs and a command
 that only reads or edits the config does not: ~350 ms and ~40 MB before it could print a line."""
@@ -192,9 +230,11 @@ async def test_a_call_to_a_server_still_starting_waits_for_it_without_the_sdk(tm
     assert sorted({m.split(".")[0] for m in loaded} & {"mcp", "mcp_types"}) == []
 
 
-async def _exchange_with(tmp_path: Path, config: Path, body: Any = None) -> dict[str, Any]:
-    """Run ``serve`` over stdio: initialize, then ``body(ask, send)`` (default: list until the
-    server's tools are there), then EOF; ``body``'s result."""
+async def _exchange_with(tmp_path: Path, config: Path, body: Any = None, *, handshake: bool = True
+                         ) -> dict[str, Any]:
+    """Run ``serve`` over stdio: initialize (unless not ``handshake``: a 2026-07-28 client),
+    then ``body(ask, send)`` (default: list until the server's tools are there), then EOF;
+    ``body``'s result."""
     argv = [PY, "-c", WRAPPER, str(tmp_path / "modules.json"), "serve", "--config", str(config)]
     with trio.fail_after(BOUND_S):
         proc = await trio.lowlevel.open_process(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -225,10 +265,11 @@ async def _exchange_with(tmp_path: Path, config: Path, body: Any = None) -> dict
                             del seen[n]  # what came before it stays: a list_changed is waited for next
                             return msg
 
-            await ask({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                       "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                                  "clientInfo": {"name": "imports-test", "version": "1"}}})
-            await send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            if handshake:
+                await ask({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                           "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                                      "clientInfo": {"name": "imports-test", "version": "1"}}})
+                await send({"jsonrpc": "2.0", "method": "notifications/initialized"})
             result: dict[str, Any] = await (body or (lambda ask, send: _listed(ask)))(ask, send)
             await stdin.aclose()
             assert await proc.wait() == 0

@@ -1,7 +1,8 @@
-"""A handshake-era client reads the same handshake and lists from the stdio front's own
-answers (actors/fronts/stdio_own.py) as from the SDK's server: two connections to one proxy
-with real upstreams (our full-featured fixture and the third-party `mcp-server-time`), one
-with the fast path on (own answers), one off (the SDK answers everything)."""
+"""A client reads the same handshake (or ``server/discover``) and lists from the stdio
+front's own answers (actors/fronts/stdio_own.py) as from the SDK's server, in both protocol
+eras: two connections to one proxy with real upstreams (our full-featured fixture and the
+third-party `mcp-server-time`), one with the fast path on (own answers), one off (the SDK
+answers everything)."""
 
 from __future__ import annotations
 
@@ -50,4 +51,42 @@ async def test_own_answers_read_as_the_sdks(tmp_path: Path, version: str) -> Non
     assert own["resources/list"]["result"]["resources"], "the fixture lists resources"
     assert own["prompts/list"]["result"]["prompts"], "the fixture lists prompts"
     for key in ("initialize", "ping", *LISTS):
+        assert own[key] == sdk[key], key
+
+
+ENVELOPE = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"roots": {}},
+            "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"}}
+
+
+@pytest.mark.parametrize("hinted", [False, True], ids=["mixed", "hinted"])
+async def test_a_2026_07_28_clients_discover_and_lists_read_as_the_sdks(tmp_path: Path, hinted: bool) -> None:
+    """The same, for a 2026-07-28 client: ``server/discover`` and the four lists, each with
+    its freshness hints and the proxy's serverInfo stamp, equal from the front's own answers
+    and from the SDK's server: with a handshake-era server among the upstreams (the lists
+    then promise nothing: ``ttlMs`` 0, private), and with one server whose lists say 5 s,
+    public (which the proxy's lists then say too)."""
+    servers = ({"every": everything("--list-ttl", "5000", protocol="2026-07-28")} if hinted
+               else {"every": everything(), "time": time_server()})
+    config = write_config(tmp_path, servers)
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with open_supervisor(config, state_dir=tmp_path / "state", watch=False) as sup:
+            await sup.wait_ready()
+            answers = {}
+            for fast in (True, False):
+                async with embedded_connection(sup, fast_path=fast) as (send, receive, front):
+                    client = RawClient(send, receive)
+                    seen = {}
+                    for n, method in enumerate(("server/discover", *LISTS), start=1):
+                        await client.send({"jsonrpc": "2.0", "id": n, "method": method,
+                                           "params": {"_meta": ENVELOPE}})
+                        seen[method] = await client.receive_id(n)
+                    answers[fast] = seen
+                    assert front.statistics().sdk_started is not fast
+    own, sdk = answers[True], answers[False]
+    assert own["server/discover"]["result"]["supportedVersions"] == ["2026-07-28"]
+    tools = own["tools/list"]["result"]
+    assert "every_echo" in {t["name"] for t in tools["tools"]}
+    assert (tools["ttlMs"], tools["cacheScope"]) == ((5000, "public") if hinted else (0, "private"))
+    for key in ("server/discover", *LISTS):
         assert own[key] == sdk[key], key

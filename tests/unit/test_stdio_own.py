@@ -184,3 +184,73 @@ async def test_while_the_sdk_loads_answers_to_calls_in_flight_still_reach_the_cl
             assert answered["result"]["content"][0]["text"] == "in flight"
             may_finish.set()
             assert await c.receive_id(2) == {"jsonrpc": "2.0", "id": 2, "result": {}}
+
+
+ENVELOPE = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"}}
+"""The per-request envelope of a 2026-07-28 client."""
+
+
+def modern(request_id: int, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    return request(request_id, method, {**(params or {}), "_meta": ENVELOPE})
+
+
+async def test_a_2026_07_28_client_is_served_its_discover_lists_and_calls_without_the_sdk(
+    autojump_clock: Clock,
+) -> None:
+    """``server/discover``, the four lists (stamped as the SDK stamps that era's results:
+    ``resultType``, the freshness hints, the proxy's serverInfo) and a fast-path call, the
+    SDK's server never started; then a handshake on that connection is refused as the SDK
+    refuses it on a 2026-07-28 connection (the SDK, started for it, was told the era first)."""
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy() as p:
+            c = p.client
+            stamp = {"io.modelcontextprotocol/serverInfo": p.front.server_info_stamp}
+            await c.send(modern(1, "server/discover"))
+            discover = (await c.receive_id(1))["result"]
+            init = p.front.initialize_result()
+            instructions = {"instructions": init["instructions"]} if "instructions" in init else {}
+            assert discover == {"supportedVersions": ["2026-07-28"], "capabilities": init["capabilities"],
+                                **instructions, "resultType": "complete", "ttlMs": 0, "cacheScope": "private",
+                                "_meta": stamp}
+            await c.send(modern(2, "tools/list", {"cursor": "c"}))
+            tools = (await c.receive_id(2))["result"]
+            assert [t["name"] for t in tools.pop("tools")] == ["s_echo", "s_work"]
+            assert tools == {"resultType": "complete", "ttlMs": 0, "cacheScope": "private", "_meta": stamp}
+            for n, (method, key) in enumerate((("resources/list", "resources"),
+                                               ("resources/templates/list", "resourceTemplates"),
+                                               ("prompts/list", "prompts")), start=3):
+                await c.send(modern(n, method))
+                assert (await c.receive_id(n))["result"][key] == []
+            await c.send(modern(6, "tools/call", {"name": "s_echo", "arguments": {"text": "x"}}))
+            upstream = await p.server.receive()
+            await p.server.answer(upstream, {"content": [{"type": "text", "text": "x"}]})
+            assert (await c.receive_id(6))["result"]["content"][0]["text"] == "x"
+            assert not p.stdio.statistics().sdk_started
+            await c.send(request(7, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                                   "clientInfo": {"name": "raw", "version": "1"}}))
+            refused = await c.receive_id(7)
+            assert refused["error"]["code"] == -32022, refused  # UNSUPPORTED_PROTOCOL_VERSION
+            assert p.stdio.statistics().sdk_started
+
+
+async def test_a_request_the_envelope_checks_refuse_or_the_other_era_is_the_sdks(
+    autojump_clock: Clock,
+) -> None:
+    """A 2026-07-28 request missing the client's capabilities, or asking an unserved version,
+    gets the SDK's own error; on a connection that did the handshake a 2026-07-28 list is the
+    SDK's to refuse (INVALID_REQUEST), as before."""
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy() as p:
+            c = p.client
+            no_caps = {k: v for k, v in ENVELOPE.items() if not k.endswith("clientCapabilities")}
+            await c.send(request(1, "tools/list", {"_meta": no_caps}))
+            assert (await c.receive_id(1))["error"]["code"] == -32602  # INVALID_PARAMS
+            unserved = {**ENVELOPE, "io.modelcontextprotocol/protocolVersion": "2099-01-01"}
+            await c.send(request(2, "tools/list", {"_meta": unserved}))
+            assert (await c.receive_id(2))["error"]["code"] == -32022
+        async with open_memory_proxy() as p:
+            await p.client.handshake()
+            await p.client.send(modern(3, "tools/list"))
+            assert (await p.client.receive_id(3))["error"]["code"] == -32600  # INVALID_REQUEST
