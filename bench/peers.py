@@ -170,13 +170,15 @@ def find_python(minimum: tuple[int, int]) -> str | None:
     if sys.version_info[:2] >= minimum:
         return getattr(sys, "_base_executable", sys.executable)
     for minor in range(minimum[1], minimum[1] + 6):
-        exe = shutil.which(f"python{minimum[0]}.{minor}")
-        if exe:
-            return exe
         version = f"{minimum[0]}.{minor}"
-        found = sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")))
-        if found:
-            return found[-1]
+        candidates = [shutil.which(f"python{version}"),
+                      *sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")),
+                              reverse=True)]
+        for exe in candidates:
+            # A pyenv shim is on PATH for every installed version but runs only the active
+            # ones ("command not found" otherwise): the build itself is asked for then.
+            if exe and subprocess.run([exe, "-c", "pass"], capture_output=True, check=False).returncode == 0:
+                return exe
     return None
 
 
