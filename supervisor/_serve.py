@@ -230,8 +230,13 @@ def build_guard(
     keyfile: str | None = None,
     scheme: str = "http",
     path: str = HTTP_PATH,
+    sdk_auth: bool = True,
 ) -> Guard:
     """Build the guard of a front bound to ``host:port`` from ``sup.settings`` and the start tokens.
+
+    ``sdk_auth``: also the SDK's ``AuthSettings``, for a front whose app the SDK builds; the
+    metrics port checks its requests itself and leaves them out (with only shared tokens,
+    it then loads no SDK at all).
 
     The shared tokens are read from ``sup.settings`` at every check, so a hot reload that
     removes one locks its client out at once, and one that adds the first token to an
@@ -241,8 +246,6 @@ def build_guard(
     Raises:
         UnsafeBind: non-loopback ``host`` and no token (see `check_bind`).
     """
-    from pydantic import AnyHttpUrl
-
     from mcpvisor.actors.fronts.auth import ChainVerifier, StaticTokens, host_rules
 
     settings: Settings = sup.settings
@@ -256,9 +259,11 @@ def build_guard(
     resource_metadata_url = None
     required: tuple[str, ...] = ()
     tls = tls_context(certfile, keyfile)
+    auth_settings = None
     if settings.auth is not None:
+        # OAuth's verifier is the SDK's kind of verifier (it loads the SDK in any case).
         from mcp.server.auth.routes import build_resource_metadata_url
-        from mcp.server.auth.settings import AuthSettings
+        from pydantic import AnyHttpUrl
 
         from mcpvisor.actors.fronts.oauth import JwtVerifier, resource_url
 
@@ -269,16 +274,20 @@ def build_guard(
         )
         required = settings.auth.required_scopes
         resource_server_url = AnyHttpUrl(resource)
-        # The verifier checks the audience itself (PyJWT), so the SDK need not compare resources.
-        auth_settings = AuthSettings(
-            issuer_url=AnyHttpUrl(settings.auth.issuer),
-            resource_server_url=resource_server_url,
-            required_scopes=list(required) or None,
-            validate_token_resource=False,
-        )
         resource_metadata_url = str(build_resource_metadata_url(resource_server_url))
-    else:
+        if sdk_auth:
+            from mcp.server.auth.settings import AuthSettings
+
+            # The verifier checks the audience itself (PyJWT), so the SDK need not compare resources.
+            auth_settings = AuthSettings(
+                issuer_url=AnyHttpUrl(settings.auth.issuer),
+                resource_server_url=resource_server_url,
+                required_scopes=list(required) or None,
+                validate_token_resource=False,
+            )
+    elif sdk_auth:
         from mcp.server.auth.settings import AuthSettings
+        from pydantic import AnyHttpUrl
 
         # Shared tokens only, possibly none yet: the SDK's bearer check is installed all the
         # same, so a token a hot reload adds is required from the next request on (an open

@@ -24,12 +24,13 @@ import hmac
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 from urllib.parse import urlsplit
 
-from mcp.server.auth.provider import AccessToken
-
 from mcpvisor.actors.fronts.hosts import LOOPBACK_NAMES, WEB_SCHEMES, host_name, is_loopback, is_wildcard
+
+if TYPE_CHECKING:
+    from mcp.server.auth.provider import AccessToken
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +106,10 @@ class StaticTokens:
         if name is None:
             return None
         logger.debug("bearer token %r accepted", name)  # its name, never its value
+        # The SDK's record (its bearer middleware reads it), imported at the first token
+        # checked: a front or a metrics port that checks none loads no SDK for it.
+        from mcp.server.auth.provider import AccessToken
+
         return AccessToken(token=token, client_id=name, scopes=list(self._scopes))
 
 

@@ -339,7 +339,7 @@ async def _main(args: argparse.Namespace, config: Any) -> None:
                 from mcpvisor.metrics_export import METRICS_PATH, serve_metrics_port
 
                 guard = guard_for(sup, build_guard(sup, args.metrics_host, args.metrics_port,
-                                                   tokens=args.tokens, path=METRICS_PATH))
+                                                   tokens=args.tokens, path=METRICS_PATH, sdk_auth=False))
                 metrics_url = await nursery.start(lambda task_status: serve_metrics_port(
                     sup, args.metrics_host, args.metrics_port, guard, task_status=task_status))
                 print(f"mcpvisor: metrics at {metrics_url}", file=sys.stderr, flush=True)

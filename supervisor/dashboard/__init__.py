@@ -7,17 +7,20 @@ the same against a running proxy's control socket.
 
 Modules: `_guard` (the dashboard token, cookie, Host/Origin), `_entries` (server entries
 through the CLI's config store and checks), `_hub` (status, metrics and events from a
-proxy), `_metrics` (per-server call figures), `_app` (the routes).
+proxy), `_metrics` (per-server call figures), `_app` (the routes). The routes and the hub
+load when first used: a stdio ``serve --metrics-port`` needs only the guard.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mcpvisor.dashboard._app import dashboard_routes
 from mcpvisor.dashboard._guard import TOKEN_FILE, DashboardGuard, ensure_token
-from mcpvisor.dashboard._hub import ControlSource, Hub, LocalSource
+
+if TYPE_CHECKING:
+    from mcpvisor.dashboard._app import dashboard_routes
+    from mcpvisor.dashboard._hub import ControlSource, Hub, LocalSource
 
 __all__ = [
     "TOKEN_FILE",
@@ -50,5 +53,22 @@ def guard_for(sup: Any, guard: Any) -> DashboardGuard:
 def for_supervisor(sup: Any, guard: Any) -> tuple[Hub, list[Any]]:
     """The hub and routes for the supervisor in this process behind ``guard``
     (`mcpvisor._serve.Guard`)."""
+    from mcpvisor.dashboard._app import dashboard_routes
+    from mcpvisor.dashboard._hub import Hub, LocalSource
+
     hub = Hub(LocalSource(sup))
     return hub, dashboard_routes(hub, guard_for(sup, guard))
+
+
+_LAZY = {"dashboard_routes": "_app", "ControlSource": "_hub", "Hub": "_hub", "LocalSource": "_hub"}
+"""Names whose modules (the routes: Starlette; the hub) load when first asked for: the
+metrics port of a stdio ``serve`` needs only the guard."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -156,6 +157,37 @@ async def test_a_2026_07_28_client_is_served_without_the_sdk(tmp_path: Path) -> 
     assert sorted(m for m in loaded if any(m == f or m.startswith(f + ".") for f in FORBIDDEN)) == []
 
 
+async def test_a_metrics_port_beside_the_stdio_front_loads_no_sdk(tmp_path: Path) -> None:
+    """``serve --metrics-port`` (metrics public on loopback, no token): a client's handshake,
+    lists and call, and a scrape that counts the call, all without the SDK (its guard had
+    built the SDK's token record and auth settings: the proxy held 83 MB instead of 36)."""
+    import httpx2
+
+    config = tmp_path / "mcpvisor.json"
+    config.write_text(json.dumps({
+        "mcpServers": {"up": {"command": PY, "args": [str(SERVERS_DIR / "flaky.py"), "--name", "up"]}},
+        "settings": {"exposure": "all", "startupWait": "30s", "metrics": {"public": True}},
+    }))
+    with socket.socket() as probe:  # a free port for the metrics (the driver reads no stderr)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    async def call_then_scrape(ask: Any, send: Any) -> dict[str, Any]:
+        await _listed(ask)
+        await ask({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                   "params": {"name": "up_echo", "arguments": {"text": "counted"}}})
+        async with httpx2.AsyncClient() as http:
+            scraped = await http.get(f"http://127.0.0.1:{port}/metrics")
+        return {"status": scraped.status_code, "text": scraped.text}
+
+    scrape = await _exchange_with(tmp_path, config, call_then_scrape,
+                                  args=("--metrics-port", str(port)))
+    assert scrape["status"] == 200, scrape
+    assert 'gen_ai_tool_name="echo"' in scrape["text"]
+    loaded: list[str] = json.loads((tmp_path / "modules.json").read_text())
+    assert sorted({m.split(".")[0] for m in loaded} & {"mcp", "mcp_types", "pydantic"}) == []
+
+
 SDK_AND_RUNTIME: Final = ("mcp", "mcp_types", "pydantic", "trio", "anyio", "httpx2")
 """What serving (and probing a server: ``mcp list``, ``toolset list``) needs and a command
 that only reads or edits the config does not: ~350 ms and ~40 MB before it could print a line."""
@@ -230,12 +262,12 @@ async def test_a_call_to_a_server_still_starting_waits_for_it_without_the_sdk(tm
     assert sorted({m.split(".")[0] for m in loaded} & {"mcp", "mcp_types"}) == []
 
 
-async def _exchange_with(tmp_path: Path, config: Path, body: Any = None, *, handshake: bool = True
-                         ) -> dict[str, Any]:
+async def _exchange_with(tmp_path: Path, config: Path, body: Any = None, *, handshake: bool = True,
+                         args: tuple[str, ...] = ()) -> dict[str, Any]:
     """Run ``serve`` over stdio: initialize (unless not ``handshake``: a 2026-07-28 client),
     then ``body(ask, send)`` (default: list until the server's tools are there), then EOF;
     ``body``'s result."""
-    argv = [PY, "-c", WRAPPER, str(tmp_path / "modules.json"), "serve", "--config", str(config)]
+    argv = [PY, "-c", WRAPPER, str(tmp_path / "modules.json"), "serve", "--config", str(config), *args]
     with trio.fail_after(BOUND_S):
         proc = await trio.lowlevel.open_process(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                                 stderr=subprocess.DEVNULL, env=_env(tmp_path))
