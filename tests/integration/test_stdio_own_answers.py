@@ -6,6 +6,7 @@ answers everything)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,18 +34,26 @@ async def _read_all(client: RawClient, version: str) -> dict[str, Any]:
     return seen
 
 
-@pytest.mark.parametrize("version", ["2025-11-25", "2025-03-26"])
-async def test_own_answers_read_as_the_sdks(tmp_path: Path, version: str) -> None:
-    config = write_config(tmp_path, {"every": everything(), "time": time_server()})
+async def _own_and_sdks(tmp_path: Path, servers: dict[str, Any],
+                        read: Callable[[RawClient], Awaitable[dict[str, Any]]]) -> tuple[dict[str, Any], ...]:
+    """What ``read`` reads from a connection served by the front's own answers, and from one
+    the SDK serves (the fast path off), of one proxy over ``servers``."""
+    config = write_config(tmp_path, servers)
     with trio.fail_after(REAL_IO_BOUND_S):
         async with open_supervisor(config, state_dir=tmp_path / "state", watch=False) as sup:
             await sup.wait_ready()
             answers = {}
             for fast in (True, False):
                 async with embedded_connection(sup, fast_path=fast) as (send, receive, front):
-                    answers[fast] = await _read_all(RawClient(send, receive), version)
+                    answers[fast] = await read(RawClient(send, receive))
                     assert front.statistics().sdk_started is not fast
-    own, sdk = answers[True], answers[False]
+    return answers[True], answers[False]
+
+
+@pytest.mark.parametrize("version", ["2025-11-25", "2025-03-26"])
+async def test_own_answers_read_as_the_sdks(tmp_path: Path, version: str) -> None:
+    own, sdk = await _own_and_sdks(tmp_path, {"every": everything(), "time": time_server()},
+                                   lambda client: _read_all(client, version))
     assert own["initialize"]["protocolVersion"] == version
     names = {t["name"] for t in own["tools/list"]["result"]["tools"]}
     assert names >= {"every_echo", "time_get_current_time"}
@@ -68,22 +77,15 @@ async def test_a_2026_07_28_clients_discover_and_lists_read_as_the_sdks(tmp_path
     public (which the proxy's lists then say too)."""
     servers = ({"every": everything("--list-ttl", "5000", protocol="2026-07-28")} if hinted
                else {"every": everything(), "time": time_server()})
-    config = write_config(tmp_path, servers)
-    with trio.fail_after(REAL_IO_BOUND_S):
-        async with open_supervisor(config, state_dir=tmp_path / "state", watch=False) as sup:
-            await sup.wait_ready()
-            answers = {}
-            for fast in (True, False):
-                async with embedded_connection(sup, fast_path=fast) as (send, receive, front):
-                    client = RawClient(send, receive)
-                    seen = {}
-                    for n, method in enumerate(("server/discover", *LISTS), start=1):
-                        await client.send({"jsonrpc": "2.0", "id": n, "method": method,
-                                           "params": {"_meta": ENVELOPE}})
-                        seen[method] = await client.receive_id(n)
-                    answers[fast] = seen
-                    assert front.statistics().sdk_started is not fast
-    own, sdk = answers[True], answers[False]
+
+    async def read(client: RawClient) -> dict[str, Any]:
+        seen = {}
+        for n, method in enumerate(("server/discover", *LISTS), start=1):
+            await client.send({"jsonrpc": "2.0", "id": n, "method": method, "params": {"_meta": ENVELOPE}})
+            seen[method] = await client.receive_id(n)
+        return seen
+
+    own, sdk = await _own_and_sdks(tmp_path, servers, read)
     assert own["server/discover"]["result"]["supportedVersions"] == ["2026-07-28"]
     tools = own["tools/list"]["result"]
     assert "every_echo" in {t["name"] for t in tools["tools"]}
