@@ -182,12 +182,12 @@ class OwnAnswers:
         if self.modern_meta is None:
             self.modern_meta = meta
         if method == DISCOVER:
-            if not self._no_params(env):
+            if not self._plain(params):
                 return None
             result = self._discover()
         else:
             kind = LISTS.get(method)
-            if kind is None or not self._no_params(env, cursor=True):
+            if kind is None or not self._plain(params, cursor=True):
                 return None
             key, attribute, hints = kind
             snapshot: Snapshot = self.front.backend.router.snapshot
@@ -228,7 +228,11 @@ class OwnAnswers:
         """The request has no params, or only what this module honours (``_meta``, and
         for a list a string ``cursor``: the lists are never paged, so any cursor reads
         the whole list, as the SDK's handlers do)."""
-        params = _params_of(env)
+        return OwnAnswers._plain(_params_of(env), cursor=cursor)
+
+    @staticmethod
+    def _plain(params: dict[str, Any] | None, *, cursor: bool = False) -> bool:
+        """`_no_params` of params already decoded (None: they were not an object)."""
         if params is None:
             return False
         for key, value in params.items():
