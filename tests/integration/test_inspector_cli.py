@@ -7,12 +7,18 @@ exits. Pointed at ``mcpvisor serve --demo`` over stdio, as the README says, and 
 running ``serve`` of the same config over streamable HTTP, its answers to a tool call, a
 resource read and a prompt must be, byte for byte, what it prints for the demo servers
 run directly (the proxy's names for the tool and the prompt aside: ``calc_add`` for
-``add``). The one-shot client also connects while the proxy's servers are still starting,
-the case the proxy's own start-up waits are for.
+``add``). The one-shot client connects while the proxy's servers are still starting, the
+case the proxy's own start-up waits are for: the resource read and the prompt go to a proxy
+that never ran before (nothing remembered; they wait for their server). The Inspector looks
+a tool up in ``tools/list`` before calling it, and a first list is answered at once with
+what is known, so the tool call goes to a proxy whose state directory remembers the demo's
+tools from an earlier run (as from a user's second start on): the tool is listed at once and
+the call waits for its server.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Final
@@ -21,7 +27,7 @@ import pytest
 import trio
 
 from mcpvisor.config import demo_config_path
-from tests.helpers import PY
+from tests.helpers import PY, proxy_client
 from tests.integration.real_servers import NPM_BIN
 from tests.security.proxy import running_proxy
 
@@ -53,6 +59,14 @@ def inspector_or_skip() -> Path:
     return INSPECTOR
 
 
+async def remember_the_demo(state_dir: Path) -> None:
+    """Run the demo proxy once on ``state_dir`` until its servers are up, so that the next
+    proxy on it lists their tools from memory at once."""
+    async with proxy_client(demo_config_path(), env={"MCPVISOR_STATE_DIR": str(state_dir)}) as client:
+        assert "calc_add" in {tool.name for tool in (await client.list_tools()).tools}
+    assert "calc" in json.loads((state_dir / "catalog.json").read_text())["servers"]
+
+
 async def test_the_inspector_cli_prints_the_same_answers_through_mcpvisor(tmp_path: Path) -> None:
     inspector = str(inspector_or_skip())
     env = {k: v for k, v in os.environ.items() if not k.startswith("MCPVISOR_")}
@@ -69,6 +83,9 @@ async def test_the_inspector_cli_prints_the_same_answers_through_mcpvisor(tmp_pa
         printed[key] = done.stdout
 
     with trio.fail_after(BOUND_S):
+        async with trio.open_nursery() as nursery:
+            for state in ("http-state", "stdio-0"):  # the tool call's proxies: see the module's doc
+                nursery.start_soon(remember_the_demo, tmp_path / state)
         async with running_proxy(demo_config_path(), "--transport", "http", "--host", "127.0.0.1",
                                  "--port", "0", env={"MCPVISOR_STATE_DIR": str(tmp_path / "http-state")}
                                  ) as proxy, trio.open_nursery() as nursery:
