@@ -239,7 +239,10 @@ class StdioFront:
             if rid in self._in_flight or (self.fast_path is not None and self.fast_path.owns(rid)):
                 await self._reply(duplicate_id(rid).frame())
                 return
-            if self.own is not None and env.method != "tools/call" and env.jsonrpc == "2.0":
+            if self.own is not None and env.method == "tools/call":
+                if self.own.modern_meta is None and self.own.initialize is None and env.jsonrpc == "2.0":
+                    self.own.note_call(env, line)  # a connection's first request: its era
+            elif self.own is not None and env.jsonrpc == "2.0":
                 started = trio.current_time()
                 frame = self.own.answer(env.method, env, line)
                 if frame is not None and self.front.on_served is not None:

@@ -87,6 +87,16 @@ def _params_of(env: wire.Envelope) -> dict[str, Any] | None:
         return None
 
 
+def _modern_meta(params: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The request's ``_meta`` if it is a 2026-07-28 envelope the SDK's checks pass plainly
+    (an object with a served protocol version and the client's capabilities), else None."""
+    meta = params.get("_meta") if params else None
+    if (not isinstance(meta, dict) or CLIENT_CAPABILITIES_META_KEY not in meta
+            or meta.get(PROTOCOL_VERSION_META_KEY) not in MODERN_PROTOCOL_VERSIONS):
+        return None
+    return meta
+
+
 def _mapping_or_none(value: object) -> Mapping[str, Any] | None:
     return value if isinstance(value, dict) else None
 
@@ -175,9 +185,8 @@ class OwnAnswers:
         if self.initialize is not None or self.declined:
             return None
         params = _params_of(env)
-        meta = params.get("_meta") if params else None
-        if (not isinstance(meta, dict) or CLIENT_CAPABILITIES_META_KEY not in meta
-                or meta.get(PROTOCOL_VERSION_META_KEY) not in MODERN_PROTOCOL_VERSIONS):
+        meta = _modern_meta(params)
+        if meta is None:
             return None
         if self.modern_meta is None:
             self.modern_meta = meta
@@ -194,6 +203,15 @@ class OwnAnswers:
             result = self.front.hinted({key: list(getattr(snapshot, attribute))}, hints)
         return wire.result_frame(rid, {**DEFAULT_HINT, **result, "resultType": "complete",
                                        "_meta": {SERVER_INFO_META_KEY: self.front.server_info_stamp}})
+
+    def note_call(self, env: wire.Envelope, line: bytes) -> None:
+        """``env`` (read from ``line``), a ``tools/call`` the fast path takes, is this
+        connection's first request of the 2026-07-28 era: the connection is of that era
+        from now on, as if a list had come first (a handshake after it is the SDK's to
+        refuse, told the era by `replay`)."""
+        if (self.modern_meta is None and self.initialize is None and not self.declined
+                and wire.MODERN_MARKER in line):
+            self.modern_meta = _modern_meta(_params_of(env))
 
     def _discover(self) -> dict[str, Any]:
         """What the SDK's server answers ``server/discover`` with (its stamps added by the caller)."""

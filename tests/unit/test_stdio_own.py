@@ -235,6 +235,24 @@ async def test_a_2026_07_28_client_is_served_its_discover_lists_and_calls_withou
             assert p.stdio.statistics().sdk_started
 
 
+async def test_a_2026_07_28_call_as_the_first_request_makes_a_later_handshake_refused(
+    autojump_clock: Clock,
+) -> None:
+    """A 2026-07-28 client whose first request is a call (the fast path's) is of that era
+    as one that listed first: a handshake after it is refused as the SDK refuses it."""
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy() as p:
+            c = p.client
+            await c.send(modern(1, "tools/call", {"name": "s_echo", "arguments": {"text": "x"}}))
+            upstream = await p.server.receive()
+            await p.server.answer(upstream, {"content": [{"type": "text", "text": "x"}]})
+            assert (await c.receive_id(1))["result"]["content"][0]["text"] == "x"
+            assert not p.stdio.statistics().sdk_started
+            await c.send(request(2, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                                   "clientInfo": {"name": "raw", "version": "1"}}))
+            assert (await c.receive_id(2))["error"]["code"] == -32022  # UNSUPPORTED_PROTOCOL_VERSION
+
+
 async def test_a_request_the_envelope_checks_refuse_or_the_other_era_is_the_sdks(
     autojump_clock: Clock,
 ) -> None:
