@@ -174,7 +174,15 @@ async def test_with_no_shell_the_watchdog_is_a_python_one_and_still_kills(
         async with open_reaper() as reaper:
             assert reaper.active
             assert reaper._proc is not None
-            assert psutil.Process(reaper._proc.pid).cmdline()[0] == sys.executable
+            watchdog = psutil.Process(reaper._proc.pid)
+            # Spawning returns once exec has begun (the close-on-exec pipe closed); the kernel
+            # sets the new program's arguments a moment later, and until then
+            # /proc/PID/cmdline reads empty. Nothing to wait on but the file itself.
+            argv = watchdog.cmdline()
+            while not argv:
+                await trio.sleep(0.01)
+                argv = watchdog.cmdline()
+            assert argv[0] == sys.executable
             doomed = await spawn([sys.executable, FLAKY], env={}, cwd=None, reaper=reaper)
             assert reaper._writer is not None
             await reaper._writer.aclose()  # what the kernel does when the proxy dies
