@@ -102,6 +102,7 @@ async def test_cold_then_warm_start_with_nine_real_servers(tmp_path: Path) -> No
             prompt = await c.answer(early["prompt"])
             assert prompt["result"]["messages"], prompt
             complete = await c.answer(early["complete"])
+            assert "result" in complete, complete
             assert "Engineering" in complete["result"]["completion"]["values"]
 
             broken = await c.call("tools/call", {"name": "broken_echo", "arguments": {"text": "x"}})
