@@ -50,10 +50,21 @@ class MidCallRouting:
     _server_requests: int
 
     def pick_origin(self, method: str) -> CallOrigin | None:
-        """The client a mid-call server request goes to: the latest call with an origin."""
+        """The client a mid-call server request goes to: the latest call with an origin.
+
+        A ``roots/list`` asks about a client, not about a call (servers ask it when they
+        start and when told the roots changed, whatever is in flight): a handshake-era
+        caller that did not declare roots is passed over rather than have its call
+        refused for a question that may not be its own, and with no caller left the
+        question goes where one outside any call goes (a connected client that declared
+        roots, else the "no connected client" error), as a client connected directly
+        answers it and lets its call go on. A 2026-07-28 caller is still picked: its
+        calls are the only way to ask it anything.
+        """
         for p in reversed(self._pending.values()):
-            if p.origin is not None:
-                return p.origin
+            origin = p.origin
+            if origin is not None and (method != "roots/list" or origin.modern or _declares_roots(origin)):
+                return origin
         return self.events.fallback_origin(method)
 
     def _touch(self, pending: Pending) -> None:
@@ -127,3 +138,9 @@ class MidCallRouting:
             if p.origin is origin:
                 self._touch(p)
         return result
+
+
+def _declares_roots(origin: CallOrigin) -> bool:
+    """The caller declared the roots capability (or its capabilities are not known)."""
+    caps = origin.client_capabilities
+    return caps is None or caps.get("roots") is not None

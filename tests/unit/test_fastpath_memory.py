@@ -607,6 +607,30 @@ async def test_a_question_the_2026_client_did_not_declare_is_refused_at_once(
             assert trio.current_time() == started
 
 
+@pytest.mark.parametrize("fast_path", [True, False], ids=["fast-path", "sdk-path"])
+async def test_a_roots_question_a_handshake_client_never_declared_leaves_its_call_alone(
+    autojump_clock: Clock, fast_path: bool,
+) -> None:
+    """A server asks ``roots/list`` when it starts, whatever call is in flight (the
+    reference "everything" server does, right after its handshake). A handshake-era
+    client that declared no roots, connected directly, answers "method not found" and its
+    call goes on; through the proxy the question is answered that way too (no connected
+    client can answer it) and the call in flight gets the server's own answer. A
+    regression shows as the call refused with -32021 for a question that was not its own."""
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy(fast_path=fast_path) as p:
+            await p.client.handshake()  # no capabilities: no roots
+            await p.client.send(call(1, "s_work"))
+            request = await p.server.receive()
+            await p.server.send({"jsonrpc": "2.0", "id": 78, "method": "roots/list"})
+            answer = await p.server.receive()
+            assert answer["id"] == 78
+            assert answer["error"]["code"] == -32601, answer
+            await p.server.answer(request, result("done"))
+            done = await p.client.receive_id(1)
+            assert done["result"]["content"][0]["text"] == "done", done
+
+
 async def test_a_session_scoped_servers_calls_reach_the_connections_own_instance_either_way(
     autojump_clock: Clock,
 ) -> None:
