@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     proxy = proxies[-1]
     try:
-        trio.run(serve_dashboard, proxy.socket, proxy.config, directory, args.port, not args.no_open)
+        trio.run(_until_stopped, proxy.socket, proxy.config, directory, args.port, not args.no_open)
     except BaseException as exc:
         # Ctrl-C is how this command is stopped (its banner says so): a normal end, no traceback,
         # also when trio delivers it inside the server nursery's exception group.
@@ -109,6 +109,28 @@ def proxy_tokens(config: str | None) -> dict[str, str]:
         with contextlib.suppress(OSError, ConfigError):
             tokens.update(load_config(Path(config)).settings.auth_tokens)
     return tokens
+
+
+async def _until_stopped(socket: Path, config: str | None, directory: Path, port: int,
+                         open_browser: bool) -> None:
+    """`serve_dashboard` until Ctrl-C (or SIGTERM), which cancels it: a signal taken as a
+    message, not a `KeyboardInterrupt` raised wherever the interpreter happens to be (inside
+    a lock's acquire, a library's cleanup), so the first Ctrl-C always stops it."""
+    import signal
+
+    import trio
+
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def stop_at_signal() -> None:
+                async for _ in signals:
+                    nursery.cancel_scope.cancel(reason="Ctrl-C")
+                    return
+
+            nursery.start_soon(stop_at_signal)
+            await serve_dashboard(socket, config, directory, port, open_browser)
+            nursery.cancel_scope.cancel(reason="the dashboard ended")
 
 
 async def serve_dashboard(socket: Path, config: str | None, directory: Path, port: int, open_browser: bool,
