@@ -63,21 +63,24 @@ def proxy(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
                 proc.wait()
 
 
-def test_ctrl_c_stops_the_dashboard_without_a_traceback(tmp_path: Path, proxy: subprocess.Popen[str]) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_stops_the_dashboard_without_a_traceback(tmp_path: Path, proxy: subprocess.Popen[str],
+                                                        stop: signal.Signals) -> None:
     """`mcpvisor dashboard` says "Ctrl-C stops it": Ctrl-C ends it with status 0 and no
     traceback (trio raised the interrupt out of the server's nursery as an exception group,
-    which the CLI printed as ~20 lines of traceback)."""
+    which the CLI printed as ~20 lines of traceback); so does SIGTERM, as a service
+    manager stops it (it used to die of the signal)."""
     argv = [PY, "-m", "mcpvisor", "dashboard", "--no-open", "--port", "0"]
     with subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                           env=_env(tmp_path)) as dash:
         try:
             assert dash.stderr is not None
             _read_until(dash.stderr, "Ctrl-C stops it")
-            dash.send_signal(signal.SIGINT)
+            dash.send_signal(stop)
             try:
                 _, rest = dash.communicate(timeout=STEP_BOUND_S)
             except subprocess.TimeoutExpired:
-                raise AssertionError(f"Ctrl-C did not stop the dashboard within {STEP_BOUND_S:g} s") from None
+                raise AssertionError(f"{stop.name} did not stop it in {STEP_BOUND_S:g} s") from None
             assert dash.returncode == 0, rest
         finally:
             if dash.poll() is None:
