@@ -223,16 +223,23 @@ async def test_a_2026_07_28_client_is_served_its_discover_lists_and_calls_withou
                                                ("prompts/list", "prompts")), start=3):
                 await c.send(modern(n, method))
                 assert (await c.receive_id(n))["result"][key] == []
-            await c.send(modern(6, "tools/call", {"name": "s_echo", "arguments": {"text": "x"}}))
-            upstream = await p.server.receive()
-            await p.server.answer(upstream, {"content": [{"type": "text", "text": "x"}]})
-            assert (await c.receive_id(6))["result"]["content"][0]["text"] == "x"
-            assert not p.stdio.statistics().sdk_started
-            await c.send(request(7, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
-                                                   "clientInfo": {"name": "raw", "version": "1"}}))
-            refused = await c.receive_id(7)
-            assert refused["error"]["code"] == -32022, refused  # UNSUPPORTED_PROTOCOL_VERSION
-            assert p.stdio.statistics().sdk_started
+            await call_then_refused_handshake(p, 6)
+
+
+async def call_then_refused_handshake(p: Any, rid: int) -> None:
+    """A 2026-07-28 call (id ``rid``) served without the SDK, then a handshake (``rid + 1``)
+    refused as the SDK refuses it on a connection of that era (the SDK started for it)."""
+    c = p.client
+    await c.send(modern(rid, "tools/call", {"name": "s_echo", "arguments": {"text": "x"}}))
+    upstream = await p.server.receive()
+    await p.server.answer(upstream, {"content": [{"type": "text", "text": "x"}]})
+    assert (await c.receive_id(rid))["result"]["content"][0]["text"] == "x"
+    assert not p.stdio.statistics().sdk_started
+    await c.send(request(rid + 1, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                                 "clientInfo": {"name": "raw", "version": "1"}}))
+    refused = await c.receive_id(rid + 1)
+    assert refused["error"]["code"] == -32022, refused  # UNSUPPORTED_PROTOCOL_VERSION
+    assert p.stdio.statistics().sdk_started
 
 
 async def test_a_2026_07_28_call_as_the_first_request_makes_a_later_handshake_refused(
@@ -242,15 +249,7 @@ async def test_a_2026_07_28_call_as_the_first_request_makes_a_later_handshake_re
     as one that listed first: a handshake after it is refused as the SDK refuses it."""
     with trio.fail_after(BOUND_S):
         async with open_memory_proxy() as p:
-            c = p.client
-            await c.send(modern(1, "tools/call", {"name": "s_echo", "arguments": {"text": "x"}}))
-            upstream = await p.server.receive()
-            await p.server.answer(upstream, {"content": [{"type": "text", "text": "x"}]})
-            assert (await c.receive_id(1))["result"]["content"][0]["text"] == "x"
-            assert not p.stdio.statistics().sdk_started
-            await c.send(request(2, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
-                                                   "clientInfo": {"name": "raw", "version": "1"}}))
-            assert (await c.receive_id(2))["error"]["code"] == -32022  # UNSUPPORTED_PROTOCOL_VERSION
+            await call_then_refused_handshake(p, 1)
 
 
 async def test_a_request_the_envelope_checks_refuse_or_the_other_era_is_the_sdks(
