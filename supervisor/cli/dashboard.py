@@ -125,7 +125,7 @@ async def _until_stopped(socket: Path, config: str | None, directory: Path, port
 
             async def stop_at_signal() -> None:
                 async for _ in signals:
-                    nursery.cancel_scope.cancel(reason="Ctrl-C")
+                    nursery.cancel_scope.cancel(reason="Ctrl-C or SIGTERM")
                     return
 
             nursery.start_soon(stop_at_signal)
