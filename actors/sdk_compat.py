@@ -40,6 +40,7 @@ __all__ = [
     "CHECKED_SDK",
     "MCP_DEFAULT_SSE_READ_TIMEOUT",
     "MCP_DEFAULT_TIMEOUT",
+    "adopt_http_session",
     "bus_listeners",
     "client_capabilities",
     "connection_of",
@@ -84,8 +85,9 @@ def missing() -> list[str]:
         *_set_in_init(InMemorySubscriptionBus, "_listeners"),
         *_set_in_init(ClientSession, "_stamp", "_dispatcher", "_tool_output_schemas"),
     ]
-    if not callable(getattr(StreamableHTTPSessionManager, "_admit_session", None)):
-        gone.append("mcp.server.streamable_http_manager.StreamableHTTPSessionManager._admit_session")
+    for method in ("_admit_session", "_serve_opening_request"):
+        if not callable(getattr(StreamableHTTPSessionManager, method, None)):
+            gone.append(f"mcp.server.streamable_http_manager.StreamableHTTPSessionManager.{method}")
     if not callable(getattr(ClientSession, "_build_capabilities", None)):
         gone.append("mcp.client.session.ClientSession._build_capabilities")
     if not callable(getattr(_runner, "serve_dual_era_loop", None)):
@@ -218,6 +220,31 @@ def give_each_session(manager: StreamableHTTPSessionManager,
         return transport
 
     manager._admit_session = admit_with_own_store  # type: ignore[method-assign]
+
+
+async def adopt_http_session(manager: StreamableHTTPSessionManager, session_id: str, owner: Any, store: Any,
+                             scope: Any, receive: Any, send: Any) -> StreamableHTTPServerTransport:
+    """Make ``session_id``, a session the front opened itself, one of ``manager``'s: a
+    transport under that id (with ``store``, the session's event store) owned by ``owner``
+    (the principal that opened it; None: none), its server task started in the manager's
+    task group and its opening request (``scope``/``receive``/``send``: the client's
+    ``initialize``, replayed) served through the manager's own ``_serve_opening_request``,
+    which discards the session, as the SDK discards any, when that request fails. The
+    manager's session limit is not applied: the front admitted the session when it opened.
+    Returns the transport."""
+    transport = StreamableHTTPServerTransport(
+        mcp_session_id=session_id,
+        is_json_response_enabled=manager.json_response,
+        event_store=store,
+        security_settings=manager.security_settings,
+        retry_interval=manager.retry_interval,
+        idle_timeout=manager.session_idle_timeout,
+    )
+    if owner is not None:
+        manager._session_owners[session_id] = owner
+    manager._server_instances[session_id] = transport
+    await manager._serve_opening_request(transport, scope, receive, send)
+    return transport
 
 
 def prefix_session_ids(manager: StreamableHTTPSessionManager, prefix: str) -> None:

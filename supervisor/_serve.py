@@ -15,7 +15,7 @@ import os
 import socket
 import ssl
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
@@ -202,11 +202,20 @@ class Guard(msgspec.Struct, frozen=True):
     rules: HostRules
     verifier: Verifier | None = None
     auth_settings: Any = None
-    """The SDK's `AuthSettings` (None: no bearer check at all)."""
+    """The SDK's `AuthSettings` (None: no bearer check at all, or not built yet: `sdk_auth`)."""
+    make_auth: Any = None
+    """Builds the SDK's `AuthSettings` of this guard (None: it has none)."""
     required_scopes: tuple[str, ...] = ()
     resource_metadata_url: str | None = None
     tls: ssl.SSLContext | None = None
     token_names: tuple[str, ...] = ()
+
+    def sdk_auth(self) -> Any:
+        """The SDK's `AuthSettings` of this guard, built now if they were not at start (an
+        HTTP front builds its SDK app on first need: `mcpvisor.actors.fronts.http_sdk`)."""
+        if self.auth_settings is not None or self.make_auth is None:
+            return self.auth_settings
+        return self.make_auth()
 
     def gate(self) -> Gate:
         from mcpvisor.actors.fronts.auth import Gate
@@ -234,9 +243,10 @@ def build_guard(
 ) -> Guard:
     """Build the guard of a front bound to ``host:port`` from ``sup.settings`` and the start tokens.
 
-    ``sdk_auth``: also the SDK's ``AuthSettings``, for a front whose app the SDK builds; the
-    metrics port checks its requests itself and leaves them out (with only shared tokens,
-    it then loads no SDK at all).
+    ``sdk_auth``: also the SDK's ``AuthSettings`` now, for a front whose app the SDK builds at
+    start; the metrics port checks its requests itself and leaves them out (with only shared
+    tokens, it then loads no SDK at all), and the HTTP front builds them with its SDK app
+    (`Guard.sdk_auth`).
 
     The shared tokens are read from ``sup.settings`` at every check, so a hot reload that
     removes one locks its client out at once, and one that adds the first token to an
@@ -259,7 +269,7 @@ def build_guard(
     resource_metadata_url = None
     required: tuple[str, ...] = ()
     tls = tls_context(certfile, keyfile)
-    auth_settings = None
+    make_auth: Callable[[], Any]
     if settings.auth is not None:
         # OAuth's verifier is the SDK's kind of verifier (it loads the SDK in any case).
         from mcp.server.auth.routes import build_resource_metadata_url
@@ -275,25 +285,33 @@ def build_guard(
         required = settings.auth.required_scopes
         resource_server_url = AnyHttpUrl(resource)
         resource_metadata_url = str(build_resource_metadata_url(resource_server_url))
-        if sdk_auth:
+        issuer = settings.auth.issuer
+
+        def oauth_settings() -> Any:
             from mcp.server.auth.settings import AuthSettings
 
             # The verifier checks the audience itself (PyJWT), so the SDK need not compare resources.
-            auth_settings = AuthSettings(
-                issuer_url=AnyHttpUrl(settings.auth.issuer),
+            return AuthSettings(
+                issuer_url=AnyHttpUrl(issuer),
                 resource_server_url=resource_server_url,
                 required_scopes=list(required) or None,
                 validate_token_resource=False,
             )
-    elif sdk_auth:
-        from mcp.server.auth.settings import AuthSettings
-        from pydantic import AnyHttpUrl
 
-        # Shared tokens only, possibly none yet: the SDK's bearer check is installed all the
-        # same, so a token a hot reload adds is required from the next request on (an open
-        # front admits everyone through `open_while_unguarded`).
-        placeholder = AnyHttpUrl(STATIC_ISSUER_PLACEHOLDER)
-        auth_settings = AuthSettings(issuer_url=placeholder, resource_server_url=None)
+        make_auth = oauth_settings
+    else:
+
+        def tokens_settings() -> Any:
+            from mcp.server.auth.settings import AuthSettings
+            from pydantic import AnyHttpUrl
+
+            # Shared tokens only, possibly none yet: the SDK's bearer check is installed all the
+            # same, so a token a hot reload adds is required from the next request on (an open
+            # front admits everyone through `open_while_unguarded`).
+            placeholder = AnyHttpUrl(STATIC_ISSUER_PLACEHOLDER)
+            return AuthSettings(issuer_url=placeholder, resource_server_url=None)
+
+        make_auth = tokens_settings
     verifier: Verifier = verifiers[0] if len(verifiers) == 1 else ChainVerifier(verifiers)
     check_bind(host, guarded=verifier.guarding(), insecure_no_auth=insecure_no_auth)
     rules = host_rules(
@@ -305,7 +323,9 @@ def build_guard(
     names = static.names() + (("oauth",) if settings.auth else ())
     if names:
         logger.info("clients must send a bearer token (accepted: %s)", ", ".join(names))
-    return Guard(rules, verifier, auth_settings, required, resource_metadata_url, tls, names)
+    auth_settings = make_auth() if sdk_auth else None
+    return Guard(rules, verifier, auth_settings, make_auth, required,
+                 resource_metadata_url, tls, names)
 
 
 # --------------------------------------------------------------------------------------
@@ -334,17 +354,28 @@ async def serve_http(
         UnsafeBind: before binding, for a non-loopback ``host`` with no token.
     """
     from mcpvisor.actors.fronts.http import HttpLimits, serve_http_front
-    from mcpvisor.dashboard import for_supervisor
+    from mcpvisor.dashboard import guard_for
+    from mcpvisor.dashboard._hub import Hub, LocalSource
 
     guard = build_guard(
-        sup, host, port, tokens=tokens, insecure_no_auth=insecure_no_auth, certfile=certfile, keyfile=keyfile
+        sup, host, port, tokens=tokens, insecure_no_auth=insecure_no_auth, certfile=certfile, keyfile=keyfile,
+        sdk_auth=False,
     )
-    hub, dashboard = for_supervisor(sup, guard)  # `/`, `/api/...`, `/healthz` (supervisor/dashboard)
-    if sup.metrics is not None:
-        from mcpvisor.dashboard import guard_for
-        from mcpvisor.metrics_export import metrics_route
+    hub = Hub(LocalSource(sup))
+    dashboard_guard = guard_for(sup, guard)  # its login token is written now, for the banner
 
-        dashboard.append(metrics_route(sup, guard_for(sup, guard), loopback=is_loopback(host)))
+    def sdk_parts() -> tuple[Any, list[Any]]:
+        """The SDK's bearer settings and the routes beside ``/mcp``: ``/``, ``/api/...``,
+        ``/healthz`` (supervisor/dashboard) and ``/metrics``, built with the SDK's app."""
+        from mcpvisor.dashboard import dashboard_routes
+
+        routes = dashboard_routes(hub, dashboard_guard)
+        if sup.metrics is not None:
+            from mcpvisor.metrics_export import metrics_route
+
+            routes.append(metrics_route(sup, dashboard_guard, loopback=is_loopback(host)))
+        return guard.sdk_auth(), routes
+
     settings = sup.settings
     limits = HttpLimits(max_body=settings.max_message_bytes, max_sessions=settings.max_sessions,
                         session_idle_timeout=settings.session_idle_timeout,
@@ -355,8 +386,9 @@ async def serve_http(
 
         async def front(task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
             await serve_http_front(sup.front, host, port, limits=limits, rules=guard.rules,
-                                   verifier=guard.verifier, auth=guard.auth_settings, routes=dashboard,
-                                   certfile=certfile, keyfile=keyfile, views=sup.front.views,
+                                   verifier=guard.verifier, sdk_parts=sdk_parts,
+                                   required_scopes=guard.required_scopes, certfile=certfile,
+                                   keyfile=keyfile, views=sup.front.views,
                                    fast_path=settings.fast_path, ready=sup.store_health,
                                    replica=replica_name(os.environ), task_status=task_status)
             nursery.cancel_scope.cancel(reason="the HTTP front closed")

@@ -29,16 +29,16 @@ events (`mcpvisor.actors.fronts.replay`, bounded across the front).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import trio
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from msgspec import UNSET
 
-from mcpvisor.actors import wire
 from mcpvisor.actors.core.vocabulary import HTTP_PATH
+from mcpvisor.actors.eras import HANDSHAKE_PROTOCOL_VERSIONS
 from mcpvisor.actors.fronts.asgi import Receive, Scope, Send, read_body
 from mcpvisor.actors.fronts.fleet import FleetDoor, Ready
 from mcpvisor.actors.fronts.frames import (
@@ -48,12 +48,14 @@ from mcpvisor.actors.fronts.frames import (
     duplicate_id,
     request_refusal,
 )
+from mcpvisor.actors.fronts.http_own import answer_refusal
 
 if TYPE_CHECKING:
     from mcp.server.auth.settings import AuthSettings
 
     from mcpvisor.actors.fronts.auth import HostRules, Verifier
     from mcpvisor.actors.fronts.front import Front
+    from mcpvisor.actors.fronts.http_sdk import SdkApp
     from mcpvisor.actors.fronts.replay import ReplayBudget
     from mcpvisor.actors.fronts.views import ToolsetViews
 
@@ -88,8 +90,8 @@ async def serve_http_front(
     limits: HttpLimits,
     rules: HostRules,
     verifier: Verifier | None,
-    auth: AuthSettings | None,
-    routes: Sequence[Any] = (),
+    sdk_parts: Callable[[], tuple[AuthSettings | None, Sequence[Any]]],
+    required_scopes: tuple[str, ...] = (),
     certfile: str | None = None,
     keyfile: str | None = None,
     views: ToolsetViews | None = None,
@@ -99,54 +101,68 @@ async def serve_http_front(
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``front`` over streamable HTTP at ``http(s)://host:port/mcp`` until cancelled,
-    or until its drain is done (`mcpvisor.actors.fronts.drain`); ``routes`` (Starlette
-    routes) are served beside ``/mcp``, and with ``views`` each toolset's fixed view at
-    ``/mcp/toolset/NAME`` (`mcpvisor.actors.fronts.views`). With ``fast_path``, ``tools/call``
-    requests are served by `mcpvisor.actors.fronts.http_fast` in front of the SDK's app.
-    ``/healthz`` and ``/readyz`` (``ready``: the store's health) and the drain's 503 are
-    answered before all of it (`mcpvisor.actors.fronts.fleet`). With ``replica``, every
-    session id begins with ``replica.`` (a balancer routes on it).
+    or until its drain is done (`mcpvisor.actors.fronts.drain`). ``sdk_parts`` gives, once the
+    SDK is loaded, the SDK's ``AuthSettings`` and the Starlette routes served beside ``/mcp``
+    (the dashboard); with ``views`` each toolset's fixed view is served at
+    ``/mcp/toolset/NAME`` (`mcpvisor.actors.fronts.views`). With ``fast_path``, sessions the
+    front opens itself and ``tools/call`` requests are served by
+    `mcpvisor.actors.fronts.http_own` and `mcpvisor.actors.fronts.http_fast` in front of the
+    SDK's app, which is built the first time a request needs it
+    (`mcpvisor.actors.fronts.http_sdk`). ``/healthz`` and ``/readyz`` (``ready``: the store's
+    health) and the drain's 503 are answered before all of it
+    (`mcpvisor.actors.fronts.fleet`). With ``replica``, every session id begins with
+    ``replica.`` (a balancer routes on it). ``required_scopes``: what a token must carry.
     ``task_status.started`` receives the URL bound."""
     import hypercorn.config
-    from mcp.server.transport_security import TransportSecuritySettings
 
+    from mcpvisor.actors.fronts.http_sdk import SdkApp
     from mcpvisor.actors.fronts.http_server import serve
-    from mcpvisor.actors.fronts.limits import install
     from mcpvisor.actors.fronts.replay import RETRY_MS, ReplayBudget
 
-    install(front.server)
     budget = ReplayBudget()
-    allowed_hosts, allowed_origins = rules.sdk_lists()
-    app = front.server.streamable_http_app(
-        streamable_http_path=HTTP_PATH,
-        host=host,
-        transport_security=TransportSecuritySettings(
-            enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts, allowed_origins=allowed_origins
-        ),
-        max_request_body_size=limits.max_body,
-        max_sessions=limits.max_sessions,
-        session_idle_timeout=limits.session_idle_timeout,
-        auth=auth,
-        token_verifier=verifier,
-        custom_starlette_routes=list(routes),
-        event_store=budget.session(),  # replaced by each session's own (`own_event_stores`)
-        retry_interval=RETRY_MS,
-    )
-    manager = front.server.session_manager  # checks frames after the token and Host/Origin ones
-    own_event_stores(manager, budget)
-    if replica is not None:
-        from mcpvisor.actors.sdk_compat import prefix_session_ids
+    guard = FrameGuard(_unbuilt, limits.max_body)  # in front of the session manager, once built
 
-        prefix_session_ids(manager, f"{replica}.")
-    guard = FrameGuard(manager.asgi_app, limits.max_body)
-    manager.asgi_app = guard  # type: ignore[assignment]
-    if verifier is not None:
-        open_while_unguarded(app, verifier)
-    if views is not None:
-        from mcpvisor.actors.fronts.views import ViewGate, ViewPaths
+    def build() -> tuple[App, Any]:
+        from mcp.server.transport_security import TransportSecuritySettings
 
-        manager.asgi_app = ViewGate(manager.asgi_app, views)  # type: ignore[assignment]  # after the token check
-        app = ViewPaths(app, HTTP_PATH)  # type: ignore[assignment]
+        from mcpvisor.actors.fronts.limits import install
+
+        auth, routes = sdk_parts()
+        install(front.server)
+        allowed_hosts, allowed_origins = rules.sdk_lists()
+        app = front.server.streamable_http_app(
+            streamable_http_path=HTTP_PATH,
+            host=host,
+            transport_security=TransportSecuritySettings(
+                enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts,
+                allowed_origins=allowed_origins
+            ),
+            max_request_body_size=limits.max_body,
+            max_sessions=limits.max_sessions,
+            session_idle_timeout=limits.session_idle_timeout,
+            auth=auth,
+            token_verifier=verifier,
+            custom_starlette_routes=list(routes),
+            event_store=budget.session(),  # type: ignore[arg-type]  # replaced by each session's own
+            retry_interval=RETRY_MS,
+        )
+        manager = front.server.session_manager  # checks frames after the token and Host/Origin ones
+        own_event_stores(manager, budget)
+        if replica is not None:
+            from mcpvisor.actors.sdk_compat import prefix_session_ids
+
+            prefix_session_ids(manager, f"{replica}.")
+        guard.app = manager.asgi_app
+        manager.asgi_app = guard  # type: ignore[assignment]
+        if verifier is not None:
+            open_while_unguarded(app, verifier)
+        if views is not None:
+            from mcpvisor.actors.fronts.views import ViewGate, ViewPaths
+
+            manager.asgi_app = ViewGate(manager.asgi_app, views)  # type: ignore[assignment]  # after the token check
+            app = ViewPaths(app, HTTP_PATH)  # type: ignore[assignment]
+        return app, manager
+
     config = hypercorn.config.Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.accesslog = None
@@ -165,24 +181,33 @@ async def serve_http_front(
     async def started(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
         # Once the drain has answered every request (SIGTERM, SIGINT), the server stops
         # accepting, lets the open responses finish (graceful_timeout) and returns.
-        await serve(app, config, lifespan=manager.run, shutdown_trigger=front.drain.done.wait,
+        await serve(app, config, lifespan=_no_lifespan, shutdown_trigger=front.drain.done.wait,
                     task_status=task_status)
         nursery.cancel_scope.cancel(reason="the HTTP front closed")
 
     fast = None
     try:
         async with trio.open_nursery() as nursery:
+            sdk = SdkApp(build, nursery)
+            app: App = sdk
+            if certfile or not fast_path or (verifier is not None and verifier.guarding()):
+                sdk.start()  # every request will need it: build it while the port opens
             if fast_path:
                 from mcpvisor.actors.fronts.http_fast import HttpFast
+                from mcpvisor.actors.fronts.http_own import OwnSessions
 
-                scopes = tuple(auth.required_scopes or ()) if auth is not None else ()
-                app = fast = HttpFast(app, front, manager=manager, rules=rules,  # type: ignore[assignment]
-                                      verifier=verifier, required_scopes=scopes, views=views, guard=guard,
+                own = OwnSessions(sdk, front.clients, budget, max_sessions=limits.max_sessions,
+                                  idle_timeout=limits.session_idle_timeout,
+                                  prefix=f"{replica}." if replica is not None else "", busy=lambda sid: False)
+                app = fast = HttpFast(app, front, sdk=sdk, own=own, rules=rules, verifier=verifier,
+                                      required_scopes=required_scopes, views=views, guard=guard,
                                       nursery=nursery, max_body=limits.max_body, anonymous=ANONYMOUS)
+                own.busy = fast.has_calls
+                nursery.start_soon(own.expire)
                 front.drain.add_fast_path(fast)  # its calls are answered when the proxy stops
             door = FleetDoor(app, front.drain, ready=ready, max_body=limits.max_body, mcp_path=HTTP_PATH)
-            nursery.start_soon(_end_streams_when_drained, front, manager, door)
-            app = door  # type: ignore[assignment]
+            nursery.start_soon(_end_streams_when_drained, front, sdk, door)
+            app = door
             binds: list[str] = await nursery.start(started)
             door.listening = True
             task_status.started(binds[0].rstrip("/") + HTTP_PATH)
@@ -191,15 +216,28 @@ async def serve_http_front(
             front.drain.discard_fast_path(fast)
 
 
-async def _end_streams_when_drained(front: Front, manager: Any, door: FleetDoor) -> None:
+async def _unbuilt(scope: Scope, receive: Receive, send: Send) -> None:
+    raise RuntimeError("the SDK's session manager is not built yet")
+
+
+@asynccontextmanager
+async def _no_lifespan() -> AsyncIterator[None]:
+    """The app's lifespan as the server runs it: nothing (the SDK's app, when it is built,
+    holds its session manager's lifespan itself: `mcpvisor.actors.fronts.http_sdk`)."""
+    yield
+
+
+async def _end_streams_when_drained(front: Front, sdk: SdkApp, door: FleetDoor) -> None:
     """Once the drain has answered what was in flight, end each session's notification
     stream (GET) rather than leave it to be cut when the front closes: it opened with a
     ``retry:`` hint, so the client comes back after it, through its balancer, to a
     replica that is alive (which answers 404: the client opens a new session there)."""
-    from mcpvisor.actors.sdk_compat import http_transports
-
     await front.drain.done.wait()
-    transports = http_transports(manager)
+    transports: list[Any] = []
+    if sdk.manager is not None:  # else every session is still the front's own: none has a stream
+        from mcpvisor.actors.sdk_compat import http_transports
+
+        transports = http_transports(sdk.manager)
     for transport in transports:
         transport.close_standalone_sse_stream()
     logger.info("drained: %d new request(s) answered 503 for the balancer to retry; %d session stream(s) "
@@ -262,8 +300,6 @@ App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 SESSION_HEADER: Final = b"mcp-session-id"
 VERSION_HEADER: Final = b"mcp-protocol-version"
-BAD_REQUEST: Final = 400
-"""The status the SDK gives its own parse and validation errors."""
 
 
 class FrameGuard:
@@ -290,11 +326,11 @@ class FrameGuard:
             return
         env = decode_client_frame(body)
         if isinstance(env, Refusal):
-            await _answer(send, env)
+            await answer_refusal(send, env)
             return
         refusal = request_refusal(env)
         if refusal is not None:
-            await _answer(send, refusal)
+            await answer_refusal(send, refusal)
             return
         rid = env.id
         session = headers.get(SESSION_HEADER)
@@ -306,7 +342,7 @@ class FrameGuard:
         key = str(rid)
         ids = self._in_flight.setdefault(session.decode("latin-1"), set())
         if key in ids:
-            await _answer(send, duplicate_id(rid))
+            await answer_refusal(send, duplicate_id(rid))
             return
         ids.add(key)
         try:
@@ -315,11 +351,3 @@ class FrameGuard:
             ids.discard(key)
             if not ids:
                 self._in_flight.pop(session.decode("latin-1"), None)
-
-
-async def _answer(send: Send, refusal: Refusal) -> None:
-    body = wire.encode(refusal.body())
-    await send({"type": "http.response.start", "status": BAD_REQUEST,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})

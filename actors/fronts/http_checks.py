@@ -35,6 +35,17 @@ MCP_PATH: Final = "/mcp"
 """The front's endpoint; a toolset's view is under ``HTTP_TOOLSET_PREFIX``."""
 
 
+class AnonymousClient(msgspec.Struct, frozen=True):
+    """Who a request is while the front requires no token, as the checks name it: the
+    client id the SDK's session checks give such a request, without the SDK's
+    ``AccessToken`` (built from it only for a session the SDK holds)."""
+
+    client_id: str
+    token: str = ""
+    scopes: tuple[str, ...] = ()
+    expires_at: int | None = None
+
+
 class HttpChecks:
     """The SDK app's checks, made once per request by `HttpFast` (which sets these attributes)."""
 
@@ -45,6 +56,7 @@ class HttpChecks:
     views: ToolsetViews | None
     backend: Backend
     _anonymous_token: Any
+    _anonymous_who: AnonymousClient
     _header_cache: tuple[Snapshot, frozenset[str]] | None
     _matched: tuple[Any, Any] | None
 
@@ -59,19 +71,15 @@ class HttpChecks:
         ctype = headers.get(b"content-type", b"").split(b";", 1)[0].strip()
         if ctype != b"application/json":
             return False, None
-        if not _accepts_both(headers.get(b"accept", b"")):
+        if not accepts_both(headers.get(b"accept", b"")):
             return False, None
         verifier = self.verifier
         if verifier is None:
             return True, None
-        from mcp.server.auth.provider import AccessToken
-
+        if not verifier.guarding():
+            return True, self._anonymous_who
         from mcpvisor.actors.fronts.auth import bearer_token
 
-        if not verifier.guarding():
-            if self._anonymous_token is None:
-                self._anonymous_token = AccessToken(token="", client_id=self.anonymous, scopes=[])
-            return True, self._anonymous_token
         auth = headers.get(b"authorization")
         token = bearer_token(auth.decode("latin-1") if auth is not None else None)
         who = await verifier.verify_token(token) if token is not None else None
@@ -125,6 +133,12 @@ class HttpChecks:
         client and a static token are the same object request after request."""
         if who is None:
             return owner is None
+        if who is self._anonymous_who:  # an SDK session: the SDK is loaded
+            if self._anonymous_token is None:
+                from mcp.server.auth.provider import AccessToken
+
+                self._anonymous_token = AccessToken(token="", client_id=self.anonymous, scopes=[])
+            who = self._anonymous_token
         last = self._matched
         if last is not None and last[0] is owner and last[1] is who:
             return True
@@ -136,7 +150,7 @@ class HttpChecks:
         return False
 
 
-def _accepts_both(accept: bytes) -> bool:
+def accepts_both(accept: bytes) -> bool:
     """The ``Accept`` header admits both JSON and an event stream (as the SDK requires)."""
     json = sse = False
     for part in accept.split(b","):

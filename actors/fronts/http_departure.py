@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from mcpvisor.actors.fronts.http_own import OwnSession
 from mcpvisor.actors.fronts.outbox import CLIENT_OUTBOX, CLIENT_STALL_S
 
 if TYPE_CHECKING:
@@ -90,13 +91,19 @@ class ClientDeparture:
         """The client's stream broke: keep the event for its ``Last-Event-ID`` and hand it to
         the stream it resumed on, if it has come back."""
         assert self._events is not None
+        number = self._events.store_raw(self._stream_id, data)  # first: nothing below may lose it
+        transport = self._transport
+        if isinstance(transport, OwnSession):  # a session the front opened: the SDK's once handed over
+            transport = transport.transport
+        if transport is None:
+            return  # not handed over yet: the client's GET hands it over and is replayed the store
+        # The SDK is loaded (the session is its manager's): no import of it here waits on another.
         from mcp.server.streamable_http import EventMessage
         from mcp_types import jsonrpc_message_adapter
 
         from mcpvisor.actors.sdk_compat import resumed_stream
 
-        number = self._events.store_raw(self._stream_id, data)
-        stream = resumed_stream(self._transport, self._stream_id)
+        stream = resumed_stream(transport, self._stream_id)
         if stream is None:
             return
         message = jsonrpc_message_adapter.validate_json(data, by_name=False)

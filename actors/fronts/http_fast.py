@@ -43,15 +43,15 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 import trio
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from msgspec import UNSET, Raw
 
 from mcpvisor.actors import telemetry, wire
+from mcpvisor.actors.eras import HANDSHAKE_PROTOCOL_VERSIONS
 from mcpvisor.actors.errors import ProxyError, error_data
 from mcpvisor.actors.fronts.asgi import Message, Receive, Scope, Send, read_body
 from mcpvisor.actors.fronts.fastask import SERVER_REQUEST_PREFIX, settle_reply
 from mcpvisor.actors.fronts.frames import Refusal, decode_client_frame, request_refusal
-from mcpvisor.actors.fronts.http_checks import MCP_PATH, HttpChecks, classified
+from mcpvisor.actors.fronts.http_checks import MCP_PATH, AnonymousClient, HttpChecks, classified
 from mcpvisor.actors.fronts.http_exchange import (
     PATH_HEADER,
     SESSION_HEADER,
@@ -61,6 +61,7 @@ from mcpvisor.actors.fronts.http_exchange import (
     accepted,
 )
 from mcpvisor.actors.fronts.http_keep_alive import KeepAlive
+from mcpvisor.actors.fronts.http_own import OwnRequests
 from mcpvisor.actors.fronts.limits import MAX_IN_FLIGHT
 from mcpvisor.actors.fronts.views import HTTP_TOOLSET_PREFIX
 
@@ -70,6 +71,8 @@ if TYPE_CHECKING:
     from mcpvisor.actors.fronts.fastcall import FastCall
     from mcpvisor.actors.fronts.front import Front
     from mcpvisor.actors.fronts.http import FrameGuard
+    from mcpvisor.actors.fronts.http_own import OwnSessions
+    from mcpvisor.actors.fronts.http_sdk import SdkApp
     from mcpvisor.actors.fronts.replay import SessionEvents
     from mcpvisor.actors.fronts.views import ToolsetViews
 
@@ -98,7 +101,7 @@ class HttpFastStatistics:
     in_flight: int
 
 
-class HttpFast(HttpChecks):
+class HttpFast(HttpChecks, OwnRequests):
     """The ASGI layer in front of the SDK's streamable-HTTP app (see the module doc).
 
     Args:
@@ -114,13 +117,15 @@ class HttpFast(HttpChecks):
         anonymous: the client id the front gives a request while no token is required.
     """
 
-    def __init__(self, app: App, front: Front, *, manager: Any, rules: HostRules, verifier: Verifier | None,
-                 required_scopes: tuple[str, ...], views: ToolsetViews | None, guard: FrameGuard,
-                 nursery: trio.Nursery, max_body: int, anonymous: str, limit: int = MAX_IN_FLIGHT) -> None:
+    def __init__(self, app: App, front: Front, *, sdk: SdkApp, own: OwnSessions | None, rules: HostRules,
+                 verifier: Verifier | None, required_scopes: tuple[str, ...], views: ToolsetViews | None,
+                 guard: FrameGuard, nursery: trio.Nursery, max_body: int, anonymous: str,
+                 limit: int = MAX_IN_FLIGHT) -> None:
         self.app = app
         self.front = front
         self.backend = front.backend
-        self.manager = manager
+        self.sdk = sdk
+        self.own = own
         self.rules = rules
         self.verifier = verifier
         self.required_scopes = required_scopes
@@ -131,7 +136,7 @@ class HttpFast(HttpChecks):
         self.anonymous = anonymous
         """Who a request on an open front is, as the SDK's session checks know it."""
         self.limit = limit
-        self.stamp = Raw(wire.encode(dict(front.server.server_info_stamp)))
+        self.stamp = Raw(wire.encode(dict(front.server_info_stamp)))
         self.sessions: dict[str, HttpSession] = {}
         self.parked: dict[str, FastCall] = {}
         """2026-07-28 calls between their legs, by ``requestState`` (no session holds them)."""
@@ -145,12 +150,18 @@ class HttpFast(HttpChecks):
         """The one timer that keeps every silent SSE answer of this path alive."""
         self._header_cache: tuple[Snapshot, frozenset[str]] | None = None
         self._anonymous_token: Any = None
+        self._anonymous_who = AnonymousClient(anonymous)
         self._matched: tuple[Any, Any] | None = None
 
     def statistics(self) -> HttpFastStatistics:
         return HttpFastStatistics(self.fast_calls, self.passed_calls, self.in_flight())
 
     # --- the drain's view (`mcpvisor.actors.fronts.drain.FastCalls`) --------------------------
+    def has_calls(self, session_id: str) -> bool:
+        """Whether the session has calls in flight here (an own session is not idle then)."""
+        session = self.sessions.get(session_id)
+        return session is not None and bool(session.calls)
+
     def in_flight(self) -> int:
         return sum(len(s.calls) for s in self.sessions.values()) + len(self.modern_calls)
 
@@ -174,17 +185,27 @@ class HttpFast(HttpChecks):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path")
         ours = isinstance(path, str) and (path == MCP_PATH or path.startswith(HTTP_TOOLSET_PREFIX))
-        if scope.get("type") != "http" or scope.get("method") != "POST" or not ours:
+        if scope.get("type") != "http" or not ours:
             await self.app(scope, receive, send)
+            return
+        if scope.get("method") != "POST":
+            if not await self._own_other(scope, send):
+                await self._pass(scope, receive, send)
             return
         body, replay = await read_body(receive, self.max_body)
         if body is None:
-            await self.app(scope, replay, send)
+            await self._pass(scope, replay, send)
             return
         env = decode_client_frame(body)
         if isinstance(env, Refusal) or request_refusal(env) is not None or env.jsonrpc != "2.0":
-            await self.app(scope, replay, send)  # the SDK's frame checks answer it
+            await self._pass(scope, replay, send)  # the SDK's frame checks answer it
             return
+        if self.own is not None and await self._own_post(scope, replay, send, env, body):
+            return
+        if not self.sdk.built and (not self._open_to_all() or wire.MODERN_MARKER in body):
+            # What follows checks a token or a 2026-07-28 envelope with the SDK's own code:
+            # loaded off the loop first (`mcpvisor.actors.fronts.http_sdk`).
+            await self.sdk.ready()
         method = env.method
         if method == "tools/call":
             if await self._call(scope, receive, send, env, body):
@@ -199,7 +220,7 @@ class HttpFast(HttpChecks):
         elif method == "initialize":
             await self.app(scope, replay, self._watch_initialize(send, env))
             return
-        await self.app(scope, replay, send)
+        await self._pass(scope, replay, send)
 
     # --- tools/call -------------------------------------------------------------------------
     async def _call(self, scope: Scope, receive: Receive, send: Send, env: wire.Envelope,
@@ -233,13 +254,24 @@ class HttpFast(HttpChecks):
             sid_raw = headers.get(SESSION_HEADER)
             if sid_raw is None:
                 return False
-            from mcpvisor.actors.sdk_compat import event_store_of, http_session
-
             sid = sid_raw.decode("latin-1")
-            found = http_session(self.manager, sid)
-            if found is None or found[0].is_terminated or not self._owner_matches(found[1], who):
-                return False
-            transport = found[0]
+            own = self.own.get(sid) if self.own is not None else None
+            if own is not None and own.transport is None:
+                if who is not own.owner:
+                    return False  # handed to the SDK, which refuses it as it would
+                own.last_active = trio.current_time()
+                transport = own
+                store = own.events
+            else:
+                if self.sdk.manager is None:
+                    return False  # no session the SDK holds (it answers this one 404)
+                from mcpvisor.actors.sdk_compat import event_store_of, http_session
+
+                found = http_session(self.sdk.manager, sid)
+                if found is None or found[0].is_terminated or not self._owner_matches(found[1], who):
+                    return False
+                transport = found[0]
+                store = event_store_of(transport)
             session = self.sessions.get(sid)
             if session is None:
                 caps = self._capabilities.get(sid)
@@ -249,7 +281,6 @@ class HttpFast(HttpChecks):
             key = str(rid)
             if rid in session.calls or key in self.guard.in_flight_ids(sid):
                 return False  # the SDK path answers the duplicate id
-            store = event_store_of(transport)
             if store is not None and _at_least(version or _DEFAULT_VERSION, _PRIMING_SINCE):
                 events = store
         exchange = HttpExchange(self, send, session, modern, snap, transport, events, str(rid))
@@ -379,10 +410,21 @@ class HttpFast(HttpChecks):
         return watching
 
     def _forget_closed(self) -> None:
-        """Drop what is kept of sessions the SDK has closed (on each new session: bounded)."""
-        from mcpvisor.actors.sdk_compat import http_session
+        """Drop what is kept of sessions closed since (on each new session: bounded), the
+        front's own and the SDK's."""
+        manager = self.sdk.manager
+        own = self.own
 
-        for sid in [s for s in self._capabilities if http_session(self.manager, s) is None]:
+        def closed(sid: str) -> bool:
+            if own is not None and own.get(sid) is not None:
+                return False
+            if manager is None:
+                return True
+            from mcpvisor.actors.sdk_compat import http_session  # the SDK is built
+
+            return http_session(manager, sid) is None
+
+        for sid in [s for s in self._capabilities if closed(s)]:
             self._capabilities.pop(sid, None)
             session = self.sessions.get(sid)
             if session is not None and not session.calls and not session.requests:

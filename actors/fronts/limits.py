@@ -1,5 +1,8 @@
 """Per-session limits on the network fronts: requests in flight on one connection.
 
+Importing it loads no SDK (the HTTP front's own path reads `MAX_IN_FLIGHT` before the SDK
+is needed).
+
 Owns `InFlightLimit`, a `Server.middleware` entry of the SDK's server: it counts the
 requests each client connection has in flight (in the connection's own ``state``
 dict, so the count dies with the connection) and answers one over the cap at once
@@ -9,13 +12,12 @@ starve the others, and an over-limit request never hangs).
 
 from __future__ import annotations
 
-from typing import Any, Final
-
-from mcp.server.context import ServerRequestContext
-from mcp.shared.exceptions import MCPError
+from typing import TYPE_CHECKING, Any, Final
 
 from mcpvisor.actors import wire
-from mcpvisor.actors.sdk_compat import connection_of
+
+if TYPE_CHECKING:
+    from mcp.server.context import ServerRequestContext
 
 MAX_IN_FLIGHT: Final = 64
 """Requests one session may have in flight (issue 12's default): far above what an
@@ -39,6 +41,10 @@ class InFlightLimit:
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: Any) -> Any:
         if ctx.request_id is None:
             return await call_next(ctx)
+        from mcp.shared.exceptions import MCPError  # the SDK is loaded: its server called this
+
+        from mcpvisor.actors.sdk_compat import connection_of
+
         state = connection_of(ctx.session).state
         count = state.get(_STATE_KEY, 0)
         if count >= self.limit:

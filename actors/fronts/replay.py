@@ -15,6 +15,10 @@ this module is ours, bounded in memory (the SDK ships only an unbounded example)
   read another session's results by naming one of its event ids.
 
 An event is kept as the JSON it was sent as, so the bytes counted are the bytes kept.
+
+Importing this module loads no SDK: a session the HTTP front opens itself numbers its
+events here before the SDK is needed (the SDK's transport only calls `store_event` and
+`replay_events_after`, which import what they use).
 """
 
 from __future__ import annotations
@@ -23,11 +27,11 @@ import itertools
 from collections import deque
 from typing import TYPE_CHECKING, Final
 
-from mcp.server.streamable_http import EventCallback, EventId, EventMessage, EventStore, StreamId
-from mcp_types import JSONRPCMessage, jsonrpc_message_adapter
-
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from mcp.server.streamable_http import EventCallback, EventId, StreamId
+    from mcp_types import JSONRPCMessage
 
 __all__ = ["MAX_EVENTS", "MAX_EVENT_BYTES", "RETRY_MS", "ReplayBudget", "SessionEvents"]
 
@@ -75,8 +79,9 @@ class ReplayBudget:
             self.bytes -= old_size
 
 
-class SessionEvents(EventStore):
-    """One HTTP session's events, for its replays only (the SDK's ``EventStore``)."""
+class SessionEvents:
+    """One HTTP session's events, for its replays only (what the SDK's ``EventStore`` does:
+    the SDK's transport calls only these two coroutines, and tests the store for truth)."""
 
     def __init__(self, budget: ReplayBudget) -> None:
         self._budget = budget
@@ -117,6 +122,9 @@ class SessionEvents(EventStore):
         kept = self._events.get(number)
         if kept is None:
             return None
+        from mcp.server.streamable_http import EventMessage
+        from mcp_types import jsonrpc_message_adapter
+
         stream_id = kept[0]
         for later in self._after(stream_id, number):
             data = self._events[later][1]

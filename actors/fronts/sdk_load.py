@@ -32,18 +32,20 @@ def sdk_loaded() -> bool:
     return all(name in sys.modules for name in SDK_MODULES)
 
 
-def import_sdk() -> None:
-    """Import the SDK here and now (what `load_sdk` runs in its worker thread)."""
-    for name in SDK_MODULES:
+def import_sdk(*more: str) -> None:
+    """Import the SDK (and ``more`` modules) here and now (what `load_sdk` runs in its worker thread)."""
+    for name in (*SDK_MODULES, *more):
         importlib.import_module(name)
 
 
-async def load_sdk() -> None:
-    """Return once the SDK is imported, importing it in a worker thread if it is not."""
-    if sdk_loaded():
+async def load_sdk(*more: str) -> None:
+    """Return once the SDK (and ``more`` modules: what the HTTP front's app is made of) is
+    imported, importing what is missing in a worker thread."""
+    missing = [name for name in more if name not in sys.modules]
+    if sdk_loaded() and not missing:
         return
     try:
-        await trio.to_thread.run_sync(import_sdk, abandon_on_cancel=True)
+        await trio.to_thread.run_sync(import_sdk, *missing, abandon_on_cancel=True)
     except Exception:
         logger.debug("loading the MCP SDK in a worker thread failed; loading it here", exc_info=True)
-        import_sdk()
+        import_sdk(*missing)

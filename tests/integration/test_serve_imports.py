@@ -360,3 +360,77 @@ async def test_http_serve_loads_hypercorns_other_stacks_only_for_what_needs_them
             assert "up" in json.dumps(first["status"])
             while not stacks(imported(proxy.log)):  # its import lines may still be on their way
                 await proxy.grew.wait()
+
+
+SDK_STACK: Final = ("mcp", "mcp_types", "pydantic", "starlette", "sse_starlette")
+"""What the SDK's streamable-HTTP app is made of (~0.4 s of a ``serve --transport http``)."""
+
+
+async def test_an_http_client_that_lists_and_calls_is_served_without_the_sdk(tmp_path: Path) -> None:
+    """A real ``serve --transport http``: a handshake-era client (raw HTTP) initializes, lists
+    until the upstream's tools are there, calls one, pings, lists the rest and ends its
+    session, all answered with none of `SDK_STACK` loaded (the front opened and served the
+    session itself). A second client's ``logging/setLevel``, which only the SDK serves,
+    loads it and is answered on that client's session."""
+    import httpx2
+
+    from tests.security.proxy import running_proxy
+
+    config = tmp_path / "mcpvisor.json"
+    config.write_text(json.dumps({
+        "mcpServers": {"up": {"command": PY, "args": [str(SERVERS_DIR / "flaky.py"), "--name", "up"]}},
+        "settings": {"exposure": "all", "startupWait": "30s"},
+    }))
+    env = _env(tmp_path) | {"PYTHONPROFILEIMPORTTIME": "1"}  # one "import time:" line per module
+
+    def sdk(log: list[str]) -> list[str]:
+        names = {line.rsplit("|", 1)[1].strip() for line in log if line.startswith("import time:")}
+        return sorted(m for m in names if m.split(".")[0] in SDK_STACK)
+
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "imports-test", "version": "1"}}}
+
+    def result(response: httpx2.Response) -> Any:
+        """The result in an answer: JSON, or the last event of an event stream."""
+        assert response.status_code == 200, response.text
+        if response.headers["content-type"].startswith("application/json"):
+            return response.json()["result"]
+        data = [line[5:] for line in response.text.splitlines() if line.startswith("data:")]
+        return json.loads([d for d in data if d.strip()][-1])["result"]
+
+    async def session(http: httpx2.AsyncClient, url: str) -> dict[str, str]:
+        opened = await http.post(url, json=init, headers=headers)
+        assert result(opened)["serverInfo"]["name"] == "mcpvisor"
+        ids = {**headers, "mcp-session-id": opened.headers["mcp-session-id"],
+               "mcp-protocol-version": "2025-11-25"}
+        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        assert (await http.post(url, json=initialized, headers=ids)).status_code == 202
+        return ids
+
+    with trio.fail_after(BOUND_S):
+        async with running_proxy(config, "--transport", "http", "--host", "127.0.0.1", "--port", "0",
+                                 env=env) as proxy, httpx2.AsyncClient(timeout=BOUND_S) as http:
+            ids = await session(http, proxy.url)  # the banner came: the upstream is ready
+            listed = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+            tools = result(await http.post(proxy.url, json=listed, headers=ids))["tools"]
+            assert "up_echo" in [t["name"] for t in tools]
+            call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                    "params": {"name": "up_echo", "arguments": {"text": "own"}}}
+            called = result(await http.post(proxy.url, json=call, headers=ids))
+            assert called["content"][0]["text"] == "echo: own"
+            for n, method in enumerate(("ping", "resources/list", "resources/templates/list", "prompts/list"),
+                                       start=4):
+                result(await http.post(proxy.url, json={"jsonrpc": "2.0", "id": n, "method": method},
+                                       headers=ids))
+            assert (await http.delete(proxy.url, headers=ids)).status_code == 200
+            assert sdk(proxy.log) == []
+
+            other = await session(http, proxy.url)
+            level = {"jsonrpc": "2.0", "id": 9, "method": "logging/setLevel", "params": {"level": "info"}}
+            assert result(await http.post(proxy.url, json=level, headers=other)) == {}
+            # Its import lines may still be on their way. (The SDK is imported in a worker
+            # thread by `importlib`, whose own module gets no line of its own: its imports do.)
+            while not [m for m in sdk(proxy.log) if m.startswith("mcp.")]:
+                await proxy.grew.wait()

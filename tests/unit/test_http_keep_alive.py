@@ -76,8 +76,8 @@ def fast_layer(p: MemoryProxy) -> HttpFast:
     """The HTTP fast path over the memory proxy's front (what an exchange reads of it: the
     front, its backend and nursery; no SDK app, session store or checks are reached here)."""
     none = cast(Any, None)
-    return HttpFast(none, p.front, manager=None, rules=none, verifier=None, required_scopes=(), views=None,
-                    guard=none, nursery=p.nursery, max_body=1 << 20, anonymous="")
+    return HttpFast(none, p.front, sdk=none, own=None, rules=none, verifier=None, required_scopes=(),
+                    views=None, guard=none, nursery=p.nursery, max_body=1 << 20, anonymous="")
 
 
 @asynccontextmanager
