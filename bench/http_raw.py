@@ -97,7 +97,7 @@ class H11Connection:
         return status, got, data.decode()
 
 
-async def _session(http: H11Connection, path: str) -> dict[str, str]:
+async def open_raw_session(http: H11Connection, path: str) -> dict[str, str]:
     status, got, text = await http.post(path, INIT, HEADERS)
     if status != 200:
         raise RuntimeError(f"initialize: HTTP {status}: {text[:200]}")
@@ -112,11 +112,11 @@ async def _session(http: H11Connection, path: str) -> dict[str, str]:
 async def _tool(http: H11Connection, path: str, headers: dict[str, str]) -> str:
     """The exposed name of the upstream's ``echo`` (a proxy may prefix it)."""
     _, _, text = await http.post(path, {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, headers)
-    names = [t["name"] for t in _answer(text)["result"]["tools"]]
+    names = [t["name"] for t in response_in(text)["result"]["tools"]]
     return str(next(n for n in names if n == "echo" or n.endswith("echo")))
 
 
-def _answer(body: str) -> dict[str, Any]:
+def response_in(body: str) -> dict[str, Any]:
     """The JSON-RPC response in a JSON or SSE body."""
     if body.lstrip().startswith("{"):
         decoded: dict[str, Any] = json.loads(body)
@@ -134,14 +134,14 @@ async def _client(url: str, calls: int, latencies: list[float], tag: int) -> Non
     stream = await trio.open_tcp_stream(parts.hostname or "127.0.0.1", parts.port or 80)
     async with stream:
         http = H11Connection(stream, parts.netloc)
-        headers = await _session(http, parts.path)
+        headers = await open_raw_session(http, parts.path)
         tool = await _tool(http, parts.path, headers)
         for i in range(calls):
             body = {"jsonrpc": "2.0", "id": i + 2, "method": "tools/call",
                     "params": {"name": tool, "arguments": {"text": f"c{tag}-{i}"}}}
             t0 = time.perf_counter()
             _, _, text = await http.post(parts.path, body, headers)
-            answer = _answer(text)
+            answer = response_in(text)
             latencies.append(time.perf_counter() - t0)
             if "result" not in answer:
                 raise RuntimeError(f"call failed: {answer}")

@@ -1,9 +1,10 @@
 """What ``mcpvisor serve`` imports before it serves (issue 29: at most 150 ms, stdio and HTTP).
 
 * imports: the real command, ``python -X importtime -m mcpvisor serve --config CFG`` (one
-  benchmark upstream, a fresh state directory each launch), over stdio until it has
-  answered ``initialize``, and with ``--transport http --host 127.0.0.1 --port 0`` until
-  its port answers; then it is stopped. Python's import profile (on its stderr, into a
+  benchmark upstream, a fresh state directory each launch), over stdio and with
+  ``--transport http --host 127.0.0.1 --port 0`` until a client's first answers have come:
+  ``initialize``, then (after ``notifications/initialized``) ``tools/list``, over the pipes or
+  POSTed to its ``/mcp``; then it is stopped. Python's import profile (on its stderr, into a
   log file) is read up to that moment: the sum of the top-level entries' cumulative times
   is the time spent importing (each nested import is inside its parent's cumulative time,
   so only the top level adds up without counting anything twice), the number of entries
@@ -11,8 +12,8 @@
   ``python -c "import mcp"`` (the SDK alone) and ``python -c pass`` (the interpreter and
   its ``site``), profiled until they exit.
 
-  ``start_ms`` is the wall time from exec to the same moment (the ``initialize`` answer,
-  the port answering, the exit), measured in a second launch without the profiler (which
+  ``start_ms`` is the wall time from exec to the same moment (the ``tools/list`` answer,
+  the exit), measured in a second launch without the profiler (which
   costs a little per import), less any time the machine was paused (bench/stalls.py).
   Each figure is the median of ``Params.import_runs`` launches, the commands in turn.
 """
@@ -35,7 +36,7 @@ import trio
 from mcpvisor.bench import procs
 from mcpvisor.bench.core import Params, Result, median, rnd
 from mcpvisor.bench.drivers import PYTHON, ServerDef, mcpvisor_config
-from mcpvisor.bench.scenarios_startup import INITIALIZE, _Lines
+from mcpvisor.bench.scenarios_startup import INITIALIZE, INITIALIZED, TOOLS_LIST, _Lines
 from mcpvisor.bench.stalls import WATCH
 
 TARGET_MS: Final = 150.0
@@ -124,16 +125,16 @@ class Command:
 
     subject: str
     args: list[str]
-    ready: str  # "initialize" (stdio answer), "port" (HTTP port answers) or "exit"
+    ready: str  # "stdio" / "http" (a client's initialize and tools/list answered that way) or "exit"
     kind: str = "proxy"
 
 
 def commands(config: Path) -> list[Command]:
     serve = ["-m", "mcpvisor", "serve", "--config", str(config)]
     return [
-        Command("mcpvisor-stdio", serve, "initialize"),
+        Command("mcpvisor-stdio", serve, "stdio"),
         Command("mcpvisor-http", [*serve, "--transport", "http", "--host", "127.0.0.1", "--port", "0"],
-                "port"),
+                "http"),
         Command("mcp (the SDK alone)", ["-c", "import mcp"], "exit", "scale"),
         Command("python -c pass", ["-c", "pass"], "exit", "scale"),
     ]
@@ -151,8 +152,8 @@ def _tail(log: Path) -> str:
     return log.read_text(errors="replace")[-300:]
 
 
-READY: Final = {"initialize": "answered initialize", "port": "printed the port it bound and answered on it",
-                "exit": "exited"}
+READY: Final = {"stdio": "answered initialize and tools/list",
+                "http": "answered initialize and tools/list on the port it printed", "exit": "exited"}
 
 
 @contextmanager
@@ -177,6 +178,22 @@ async def _bound_port(log: Path, proc: trio.Process) -> int:
         await trio.sleep(LOG_POLL_S)
 
 
+async def _first_answers_over_http(port: int) -> None:
+    """A client's first answers from the HTTP front on ``port``: ``initialize`` POSTed to
+    ``/mcp``, then ``notifications/initialized`` and ``tools/list`` on the session it opened."""
+    from mcpvisor.bench.http_raw import H11Connection, open_raw_session, response_in
+
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    try:
+        http = H11Connection(stream, f"127.0.0.1:{port}")
+        headers = await open_raw_session(http, "/mcp")
+        status, _, text = await http.post("/mcp", TOOLS_LIST, headers)
+        if status != 200 or "tools" not in response_in(text).get("result", {}):
+            raise RuntimeError(f"tools/list: HTTP {status}: {text[:200]}")
+    finally:
+        await stream.aclose()
+
+
 async def launch(command: Command, env: dict[str, str], log: Path, *, profile: bool) -> tuple[float, int]:
     """Run ``command`` until it is ready, then stop it. Returns (seconds from exec to ready,
     the size its stderr log had then: the import profile is read up to there)."""
@@ -187,17 +204,16 @@ async def launch(command: Command, env: dict[str, str], log: Path, *, profile: b
                                                 stdout=subprocess.PIPE, stderr=err, start_new_session=True)
     try:
         with _ready_within(READY_TIMEOUT_S, command):
-            if command.ready == "initialize":
+            if command.ready == "stdio":
                 lines = _Lines(proc)
                 await lines.send(INITIALIZE)
                 await lines.answer(1)
+                await lines.send(INITIALIZED, TOOLS_LIST)
+                await lines.answer(2)
                 t1, cut = time.perf_counter(), _size(log)
-            elif command.ready == "port":
-                port = await _bound_port(log, proc)
-                cut = _size(log)  # before connecting: serving a connection may import more
-                stream = await trio.open_tcp_stream("127.0.0.1", port)
-                t1 = time.perf_counter()
-                await stream.aclose()
+            elif command.ready == "http":
+                await _first_answers_over_http(await _bound_port(log, proc))
+                t1, cut = time.perf_counter(), _size(log)
             else:
                 status = await proc.wait()
                 t1, cut = time.perf_counter(), _size(log)
@@ -223,10 +239,10 @@ async def run_imports(params: Params, workdir: Path, runs: int | None = None,
     result = Result("imports", "What `mcpvisor serve` imports before it serves (python -X importtime)",
                     ["import_ms", "modules", "start_ms"])
     result.params.update(runs=n, upstreams=1, target_ms=TARGET_MS)
-    result.notes.append("import_ms = the top-level imports' cumulative times added up, until stdio "
-                        "answered initialize / the HTTP port answered / the command exited; modules = "
-                        "modules imported by then; start_ms = exec -> that moment, in a launch without "
-                        "the profiler")
+    result.notes.append("import_ms = the top-level imports' cumulative times added up, until a client's "
+                        "initialize and tools/list were answered (over stdio, over HTTP) / the command "
+                        "exited; modules = modules imported by then; start_ms = exec -> that moment, in "
+                        "a launch without the profiler")
     config = workdir / "imports.json"
     config.write_text(json.dumps(mcpvisor_config([ServerDef("s00")], {"exposure": "all"}), indent=1))
     rows = [c for c in commands(config) if only is None or c.subject in only]
@@ -264,7 +280,7 @@ async def run_imports(params: Params, workdir: Path, runs: int | None = None,
             continue
         result.rows.append({
             "subject": command.subject, "kind": command.kind,
-            "transport": {"initialize": "stdio", "port": "http"}.get(command.ready, "-"),
+            "transport": command.ready if command.ready != "exit" else "-",
             "import_ms": rnd(median([p.total_us / 1e3 for _, p in got]), 1),
             "modules": int(median([float(p.modules) for _, p in got]) or 0),
             "start_ms": rnd(median([w * 1e3 for w, _ in got]), 1),

@@ -1,10 +1,10 @@
 """bench's imports scenario for real, one launch of each command: its rows have the shape the
 report reads, and they measure what they say (no timing asserted: the figures are the bench's).
 
-``mcpvisor serve --transport http`` imports the SDK and more, the SDK alone less, the bare
-interpreter least; a stdio ``serve`` answers ``initialize`` without the SDK (more than the bare
-interpreter, less than the SDK). A profile read from the wrong process, or an empty one, would
-break that order.
+The SDK alone imports the most; ``mcpvisor serve`` answers a client's ``initialize`` and
+``tools/list`` without it, over HTTP (its HTTP server on top) and over stdio, and the bare
+interpreter imports least. A profile read from the wrong process, or an empty one, would break
+that order.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ async def test_imports_profiles_serve_over_stdio_and_http_and_the_sdk_and_python
     for row in rows.values():
         assert row["import_ms"] > 0
         assert row["start_ms"] > 0
-    assert http["modules"] > sdk["modules"] > stdio["modules"] > bare["modules"]
-    # serve over HTTP imports the SDK, over stdio it does not; the SDK alone is, first of all, mcp
-    assert "mcp" in [name for name, _ in http["top_packages"]]
+    assert sdk["modules"] > http["modules"] > stdio["modules"] > bare["modules"]
+    # serve answers its first client without the SDK on either front; the SDK alone is, first of all, mcp
+    assert "mcp" not in [name for name, _ in http["top_packages"]]
     assert "mcp" not in [name for name, _ in stdio["top_packages"]]
     assert sdk["top_packages"][0][0] == "mcp"
     assert [(t["subject"], t["target"]) for t in result.targets] == [
