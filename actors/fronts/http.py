@@ -48,13 +48,14 @@ from mcpvisor.actors.fronts.frames import (
     duplicate_id,
     request_refusal,
 )
-from mcpvisor.actors.fronts.http_own import answer_refusal
+from mcpvisor.actors.fronts.http_own_answers import answer_refusal
 
 if TYPE_CHECKING:
     from mcp.server.auth.settings import AuthSettings
 
     from mcpvisor.actors.fronts.auth import HostRules, Verifier
     from mcpvisor.actors.fronts.front import Front
+    from mcpvisor.actors.fronts.http_own import OwnSessions
     from mcpvisor.actors.fronts.http_sdk import SdkApp
     from mcpvisor.actors.fronts.replay import ReplayBudget
     from mcpvisor.actors.fronts.views import ToolsetViews
@@ -186,6 +187,7 @@ async def serve_http_front(
         nursery.cancel_scope.cancel(reason="the HTTP front closed")
 
     fast = None
+    own = None
     try:
         async with trio.open_nursery() as nursery:
             sdk = SdkApp(build, nursery)
@@ -203,10 +205,11 @@ async def serve_http_front(
                                       required_scopes=required_scopes, views=views, guard=guard,
                                       nursery=nursery, max_body=limits.max_body, anonymous=ANONYMOUS)
                 own.busy = fast.has_calls
+                own.tables = fast.tables
                 nursery.start_soon(own.expire)
                 front.drain.add_fast_path(fast)  # its calls are answered when the proxy stops
             door = FleetDoor(app, front.drain, ready=ready, max_body=limits.max_body, mcp_path=HTTP_PATH)
-            nursery.start_soon(_end_streams_when_drained, front, sdk, door)
+            nursery.start_soon(_end_streams_when_drained, front, sdk, own, door)
             app = door
             binds: list[str] = await nursery.start(started)
             door.listening = True
@@ -227,12 +230,18 @@ async def _no_lifespan() -> AsyncIterator[None]:
     yield
 
 
-async def _end_streams_when_drained(front: Front, sdk: SdkApp, door: FleetDoor) -> None:
+async def _end_streams_when_drained(front: Front, sdk: SdkApp, own: OwnSessions | None,
+                                    door: FleetDoor) -> None:
     """Once the drain has answered what was in flight, end each session's notification
     stream (GET) rather than leave it to be cut when the front closes: it opened with a
     ``retry:`` hint, so the client comes back after it, through its balancer, to a
     replica that is alive (which answers 404: the client opens a new session there)."""
     await front.drain.done.wait()
+    ended = 0
+    for session in list(own.sessions.values()) if own is not None else ():
+        if session.stream is not None:  # a session the front opened: its own stream
+            session.stream.end()
+            ended += 1
     transports: list[Any] = []
     if sdk.manager is not None:  # else every session is still the front's own: none has a stream
         from mcpvisor.actors.sdk_compat import http_transports
@@ -241,7 +250,7 @@ async def _end_streams_when_drained(front: Front, sdk: SdkApp, door: FleetDoor) 
     for transport in transports:
         transport.close_standalone_sse_stream()
     logger.info("drained: %d new request(s) answered 503 for the balancer to retry; %d session stream(s) "
-                "ended", door.refused, len(transports))
+                "ended", door.refused, ended + len(transports))
 
 
 def own_event_stores(manager: Any, budget: ReplayBudget) -> None:

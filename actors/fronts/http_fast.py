@@ -61,7 +61,7 @@ from mcpvisor.actors.fronts.http_exchange import (
     accepted,
 )
 from mcpvisor.actors.fronts.http_keep_alive import KeepAlive
-from mcpvisor.actors.fronts.http_own import OwnRequests
+from mcpvisor.actors.fronts.http_own_answers import OwnRequests
 from mcpvisor.actors.fronts.limits import MAX_IN_FLIGHT
 from mcpvisor.actors.fronts.views import HTTP_TOOLSET_PREFIX
 
@@ -157,6 +157,14 @@ class HttpFast(HttpChecks, OwnRequests):
         return HttpFastStatistics(self.fast_calls, self.passed_calls, self.in_flight())
 
     # --- the drain's view (`mcpvisor.actors.fronts.drain.FastCalls`) --------------------------
+    def tables(self, session_id: str) -> HttpSession:
+        """The fast path's tables of a handshake-era session (made if it has none now)."""
+        session = self.sessions.get(session_id)
+        if session is None:
+            declared = self._capabilities.get(session_id, {})
+            session = self.sessions[session_id] = HttpSession(session_id, declared)
+        return session
+
     def has_calls(self, session_id: str) -> bool:
         """Whether the session has calls in flight here (an own session is not idle then)."""
         session = self.sessions.get(session_id)
@@ -189,7 +197,7 @@ class HttpFast(HttpChecks, OwnRequests):
             await self.app(scope, receive, send)
             return
         if scope.get("method") != "POST":
-            if not await self._own_other(scope, send):
+            if not await self._own_other(scope, receive, send):
                 await self._pass(scope, receive, send)
             return
         body, replay = await read_body(receive, self.max_body)

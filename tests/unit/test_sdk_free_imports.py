@@ -44,7 +44,8 @@ NO_MODULE_LEVEL_SDK: Final = (
     "actors/fronts/plans.py",
     "actors/fronts/stdio.py",
     "actors/fronts/http.py", "actors/fronts/http_fast.py", "actors/fronts/http_own.py",
-    "actors/fronts/http_sdk.py", "actors/fronts/http_checks.py", "actors/fronts/http_exchange.py",
+    "actors/fronts/http_sdk.py", "actors/fronts/http_own_answers.py", "actors/fronts/http_checks.py",
+    "actors/fronts/http_exchange.py",
     "actors/fronts/http_departure.py", "actors/fronts/http_server.py", "actors/fronts/http_connection.py",
     "actors/fronts/replay.py", "actors/fronts/limits.py", "actors/fronts/fleet.py",
 )
@@ -67,7 +68,8 @@ LOADS_NO_SDK: Final = (
     "mcpvisor.actors.fronts.stdio",
     "mcpvisor._notes",
     "mcpvisor.actors.fronts.http", "mcpvisor.actors.fronts.http_fast", "mcpvisor.actors.fronts.http_own",
-    "mcpvisor.actors.fronts.http_sdk", "mcpvisor.actors.fronts.http_server", "mcpvisor.actors.fronts.replay",
+    "mcpvisor.actors.fronts.http_sdk", "mcpvisor.actors.fronts.http_own_answers",
+    "mcpvisor.actors.fronts.http_server", "mcpvisor.actors.fronts.replay",
     "mcpvisor.actors.fronts.limits", "mcpvisor.actors.fronts.fleet", "mcpvisor.dashboard._hub",
 )
 """Modules whose whole import (their own and everything they import) is SDK-free today."""
