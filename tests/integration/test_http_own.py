@@ -11,6 +11,7 @@ first request that needs the SDK hands the session over and is answered on the s
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -91,6 +92,10 @@ class Session:
         if params is not None:
             frame["params"] = params
         return await self.http.post(self.url, json=frame, headers=self.headers)
+
+    async def names(self) -> list[str]:
+        """The tool names listed now."""
+        return [t["name"] for t in _answer(await self.ask(2, "tools/list"))["result"]["tools"]]
 
     async def tools(self) -> list[str]:
         """The tool names, once both servers' are there (the first list may be early)."""
@@ -206,3 +211,118 @@ async def test_a_session_the_front_opened_ends_with_delete_and_counts_towards_th
             assert gone.json()["error"]["message"] == "Session not found"
             third = Session(http, url)
             assert (await third.open()).status_code == 200
+
+
+async def _next_message(lines: Any) -> tuple[str | None, dict[str, Any]] | None:
+    """The next event with a message on an SSE stream, with its id; None once the stream ends."""
+    event_id = None
+    async for line in lines:
+        if line.startswith("id:"):
+            event_id = line[3:].strip()
+        elif line.startswith("data:") and line[5:].strip():
+            return event_id, dict(json.loads(line[5:]))
+    return None
+
+
+async def test_a_session_the_front_opened_hears_list_changes_on_its_own_stream(tmp_path: Path) -> None:
+    """The session's notification stream (its GET) is the front's too: a toolset equipped
+    reaches it as ``list_changed``, a numbered event, with the SDK never built, and a second
+    GET is refused (409) as the SDK refuses it. A request only the SDK serves hands the session
+    over; the client's stream stays open and carries the next change, from the SDK's side."""
+    changed = "notifications/tools/list_changed"
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with front(tmp_path, toolsets={"echoes": ["fl.echo"]}) as (sup, url), \
+                httpx2.AsyncClient(timeout=REAL_IO_BOUND_S) as http:
+            session = Session(http, url)
+            await session.open()
+            await session.tools()
+            listen = {**session.headers, "accept": "text/event-stream"}
+            async with http.stream("GET", url, headers=listen) as stream:
+                assert stream.status_code == 200
+                assert stream.headers["content-type"] == "text/event-stream"
+                assert stream.headers["mcpvisor-path"] == "own"
+                second = await http.get(url, headers=listen)
+                assert second.status_code == 409
+                assert "Only one SSE stream" in second.json()["error"]["message"]
+                lines = stream.aiter_lines()
+                await sup.equip("echoes")
+                heard = await _next_message(lines)
+                assert heard is not None
+                assert heard[0] is not None  # numbered, for a client that comes back
+                assert heard[1]["method"] == changed
+                assert sup.front.sdk_built is False
+
+                moved = await session.ask(9, "logging/setLevel", {"level": "info"})
+                assert _answer(moved)["result"] == {}
+                assert sup.front.sdk_built is True  # the session is the SDK's now
+                await sup.unequip()
+                heard = await _next_message(lines)
+                assert heard is not None
+                assert heard[1]["method"] == changed
+                still = await http.get(url, headers=listen)  # the SDK's transport holds it now
+                assert still.status_code == 409
+
+
+FILESYSTEM: Final = Path(__file__).parents[1] / "npm-filesystem/node_modules/.bin/mcp-server-filesystem"
+"""The reference filesystem server (pinned, installed by tests/setup.sh): started without a
+directory, it asks its client's roots as it starts and serves those."""
+
+
+async def test_a_server_starting_asks_the_roots_of_a_session_the_front_opened(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A server that asks the client's roots as it starts (outside any call), added by a
+    reload while a client that declared roots holds its session's notification stream: the
+    question comes on that stream, the client's answer (a POST) reaches the server, which
+    then serves that root, with the SDK never built."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "note.txt").write_text("from the client's root")
+    applied = trio.Event()
+    outcome: list[str] = []
+
+    class Applied(logging.Handler):
+        """Sets ``applied`` at the server's own word of what came of its question (on its
+        stderr, which the proxy logs): its directories updated, or its failure to ask."""
+
+        def emit(self, record: logging.LogRecord) -> None:
+            line = record.getMessage()
+            if "allowed directories from MCP roots" in line or "Failed to request" in line:
+                outcome.append(line)
+                applied.set()
+
+    watch = Applied()
+    caplog.set_level(logging.INFO, logger="mcpvisor.upstream.fs")  # the proxy logs a server's stderr at INFO
+    logging.getLogger("mcpvisor.upstream.fs").addHandler(watch)
+    try:
+        await _roots_asked_of_an_own_session(tmp_path, shared, applied)
+        assert "Updated allowed directories from MCP roots: 1 valid" in outcome[0], outcome
+    finally:
+        logging.getLogger("mcpvisor.upstream.fs").removeHandler(watch)
+
+
+async def _roots_asked_of_an_own_session(tmp_path: Path, shared: Path, applied: trio.Event) -> None:
+    with trio.fail_after(REAL_IO_BOUND_S):
+        async with front(tmp_path) as (sup, url), httpx2.AsyncClient(timeout=REAL_IO_BOUND_S) as http:
+            session = Session(http, url)
+            await session.open()  # declares roots (`_initialize`)
+            await session.tools()
+            listen = {**session.headers, "accept": "text/event-stream"}
+            async with http.stream("GET", url, headers=listen) as stream:
+                lines = stream.aiter_lines()
+                write_config(tmp_path, {"fl": flaky(), "notes": NOTES, "fs": {"command": str(FILESYSTEM)}})
+                assert (await sup.reload())["ok"]
+                heard = await _next_message(lines)
+                assert heard is not None
+                question = heard[1]
+                assert question["method"] == "roots/list"
+                answer = {"jsonrpc": "2.0", "id": question["id"],
+                          "result": {"roots": [{"uri": shared.as_uri(), "name": "shared"}]}}
+                taken = await http.post(url, json=answer, headers=session.headers)
+                assert taken.status_code == 202
+                await applied.wait()
+                while "fs_read_text_file" not in await session.names():
+                    assert await _next_message(lines) is not None  # the next list change
+                read = await session.ask(20, "tools/call", {"name": "fs_read_text_file",
+                                                             "arguments": {"path": str(shared / "note.txt")}})
+                assert "from the client's root" in json.dumps(_answer(read)["result"])
+            assert sup.front.sdk_built is False

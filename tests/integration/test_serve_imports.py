@@ -367,12 +367,14 @@ SDK_STACK: Final = ("mcp", "mcp_types", "pydantic", "starlette", "sse_starlette"
 
 
 async def test_an_http_client_that_lists_and_calls_is_served_without_the_sdk(tmp_path: Path) -> None:
-    """A real ``serve --transport http``: a handshake-era client (raw HTTP) initializes, lists
-    until the upstream's tools are there, calls one, pings, lists the rest and ends its
-    session, all answered with none of `SDK_STACK` loaded (the front opened and served the
-    session itself). A second client's ``logging/setLevel``, which only the SDK serves,
-    loads it and is answered on that client's session."""
+    """A real ``serve --transport http``: a handshake-era client (raw HTTP) initializes, lists,
+    calls, pings, lists the rest and ends its session, and the SDK's own client lists and
+    calls (its notification stream open meanwhile), all answered with none of `SDK_STACK`
+    loaded (the front opened and served the sessions itself). Another client's
+    ``logging/setLevel``, which only the SDK serves, loads it and is answered on that
+    client's session."""
     import httpx2
+    from mcp import Client
 
     from tests.security.proxy import running_proxy
 
@@ -425,6 +427,13 @@ async def test_an_http_client_that_lists_and_calls_is_served_without_the_sdk(tmp
                 result(await http.post(proxy.url, json={"jsonrpc": "2.0", "id": n, "method": method},
                                        headers=ids))
             assert (await http.delete(proxy.url, headers=ids)).status_code == 200
+            assert sdk(proxy.log) == []
+            # The SDK's own client (which opens the session's notification stream, and ends
+            # the session as it closes) is served the same way.
+            async with Client(proxy.url, mode="legacy", cache=None) as client:
+                assert "up_echo" in [t.name for t in (await client.list_tools()).tools]
+                called_too = await client.call_tool("up_echo", {"text": "sdk client"})
+                assert called_too.content[0].text == "echo: sdk client"  # type: ignore[union-attr]
             assert sdk(proxy.log) == []
 
             other = await session(http, proxy.url)
