@@ -12,6 +12,7 @@ Code settings are neither read nor touched. No process is left behind.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -21,8 +22,9 @@ import psutil
 import pytest
 import trio
 
-from tests.helpers import PY
+from tests.helpers import PY, SERVERS_DIR
 from tests.integration.real_servers import NPM_BIN, real_config, servers_or_skip
+from tests.security.proxy import running_proxy
 
 pytestmark = pytest.mark.slow
 
@@ -87,3 +89,32 @@ async def check_connected(claude: str, config: Path, project: Path, env: dict[st
         # Claude Code closed the proxy: it and every server it started exit.
         _, alive = await trio.to_thread.run_sync(psutil.wait_procs, left_behind(str(tmp_path)), EXIT_S)
         assert not alive, [p.info["cmdline"] for p in alive]
+
+
+async def test_claude_code_connects_to_the_http_front(tmp_path: Path) -> None:
+    """``claude mcp add --transport http`` of a running ``serve --transport http``: Claude Code
+    (its own streamable-HTTP client, which speaks 2026-07-28 here: a ``server/discover``
+    probe, a ``subscriptions/listen`` stream, the lists) reports it ``Connected``."""
+    config = tmp_path / "mcpvisor.json"
+    config.write_text(json.dumps({
+        "mcpServers": {"up": {"command": PY, "args": [str(SERVERS_DIR / "flaky.py"), "--name", "up"]}},
+        "settings": {"exposure": "all", "startupWait": "30s"},
+    }))
+    home, project = tmp_path / "home", tmp_path / "project"
+    home.mkdir()
+    project.mkdir()
+    claude = str(NPM_BIN / "claude")
+    env = claude_env(home)
+    with trio.fail_after(BOUND_S):
+        async with running_proxy(config, "--transport", "http", "--port", "0",
+                                 env={"MCPVISOR_STATE_DIR": str(tmp_path / "state")}) as proxy:
+            added = await trio.run_process(
+                [claude, "mcp", "add", "--transport", "http", "mcpvisor", proxy.url],
+                cwd=project, env=env, capture_stdout=True, capture_stderr=True, stdin=b"")
+            assert b"Added HTTP MCP server mcpvisor" in added.stdout, added.stdout + added.stderr
+            listed = await trio.run_process([claude, "mcp", "list"], cwd=project, env=env,
+                                            capture_stdout=True, capture_stderr=True, stdin=b"", check=False)
+            out = listed.stdout.decode()
+            line = next((ln for ln in out.splitlines() if ln.startswith("mcpvisor:")), None)
+            assert line is not None, out + listed.stderr.decode()
+            assert line.endswith("✔ Connected"), line
