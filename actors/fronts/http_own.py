@@ -231,12 +231,8 @@ class OwnSessions:
         self.prefix = prefix
         self.busy = busy
         self.sessions: dict[str, OwnSession] = {}
-        self.handed_over = 0
         self.tables: Callable[[str], HttpSession] | None = None
         """The HTTP fast path's tables of a session (set by the fast path)."""
-
-    def __len__(self) -> int:
-        return len(self.sessions)
 
     def get(self, session_id: str) -> OwnSession | None:
         """The open session ``session_id`` (None: not one of these, or closed)."""
@@ -289,7 +285,6 @@ class OwnSessions:
                 logger.exception("HTTP session %s: could not hand it to the MCP SDK", session.session_id)
                 self.close(session)
                 return False
-            self.handed_over += 1
             if self.sessions.get(session.session_id) is session:
                 del self.sessions[session.session_id]
             if session.stream is not None:
