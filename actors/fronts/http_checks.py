@@ -60,18 +60,23 @@ class HttpChecks:
     _header_cache: tuple[Snapshot, frozenset[str]] | None
     _matched: tuple[Any, Any] | None
 
-    async def _admit(self, scope: Scope, headers: Mapping[bytes, bytes]) -> tuple[bool, Any]:
-        """Host, Origin, Content-Type, Accept and token as the SDK's app checks them: (passed, who)."""
+    def _host_ok(self, headers: Mapping[bytes, bytes]) -> bool:
+        """Host and Origin, as the front's rules (the SDK's DNS-rebinding protection) take them."""
         host = headers.get(b"host")
         origin = headers.get(b"origin")
         if not self.rules.host_ok(host.decode("latin-1") if host is not None else None):
-            return False, None
-        if origin is not None and not self.rules.origin_ok(origin.decode("latin-1")):
-            return False, None
+            return False
+        return origin is None or self.rules.origin_ok(origin.decode("latin-1"))
+
+    @staticmethod
+    def _post_ok(headers: Mapping[bytes, bytes]) -> bool:
+        """A POST's ``Content-Type`` is JSON and its ``Accept`` admits JSON and event streams."""
         ctype = headers.get(b"content-type", b"").split(b";", 1)[0].strip()
-        if ctype != b"application/json":
-            return False, None
-        if not accepts_both(headers.get(b"accept", b"")):
+        return ctype == b"application/json" and accepts_both(headers.get(b"accept", b""))
+
+    async def _admit(self, scope: Scope, headers: Mapping[bytes, bytes]) -> tuple[bool, Any]:
+        """Host, Origin, Content-Type, Accept and token as the SDK's app checks them: (passed, who)."""
+        if not self._host_ok(headers) or not self._post_ok(headers):
             return False, None
         verifier = self.verifier
         if verifier is None:

@@ -32,6 +32,7 @@ from mcpvisor.actors.fronts.http_connection import held_writes
 from mcpvisor.actors.fronts.http_departure import ClientDeparture
 from mcpvisor.actors.fronts.http_keep_alive import QUIET_TICKS, ping_comment
 from mcpvisor.actors.fronts.outbox import CLIENT_OUTBOX
+from mcpvisor.actors.fronts.replay import priming_event, sse_event
 from mcpvisor.actors.harness import ClientSession
 from mcpvisor.actors.messages import Reply
 
@@ -347,10 +348,7 @@ class HttpExchange(FastPath, ClientDeparture):
             headers.append((SESSION_HEADER, self.sess.session_id.encode("latin-1")))
         body = b""
         if self._events is not None:
-            from mcpvisor.actors.fronts.replay import RETRY_MS
-
-            number = self._events.store_raw(self._stream_id, None)
-            body = b"id: %s\r\ndata: \r\nretry: %d\r\n\r\n" % (number.encode(), RETRY_MS)
+            body = priming_event(self._events.store_raw(self._stream_id, None))
         final = False
         if first is not None:
             body += self._event(first[0])
@@ -369,8 +367,7 @@ class HttpExchange(FastPath, ClientDeparture):
     def _event(self, data: bytes) -> bytes:
         """``data`` as one SSE event, numbered and kept when the stream can be resumed."""
         if self._events is not None:
-            number = self._events.store_raw(self._stream_id, data)
-            return b"id: %s\r\nevent: message\r\ndata: %s\r\n\r\n" % (number.encode(), data)
+            return sse_event(self._events.store_raw(self._stream_id, data), data)
         return b"event: message\r\ndata: %s\r\n\r\n" % data
 
     async def _quick_json(self, data: bytes) -> None:

@@ -51,7 +51,7 @@ from mcpvisor.actors.errors import ProxyError, error_data
 from mcpvisor.actors.fronts.asgi import Message, Receive, Scope, Send, read_body
 from mcpvisor.actors.fronts.fastask import SERVER_REQUEST_PREFIX, settle_reply
 from mcpvisor.actors.fronts.frames import Refusal, decode_client_frame, request_refusal
-from mcpvisor.actors.fronts.http_checks import MCP_PATH, AnonymousClient, HttpChecks, classified
+from mcpvisor.actors.fronts.http_checks import MCP_PATH, AnonymousClient, classified
 from mcpvisor.actors.fronts.http_exchange import (
     PATH_HEADER,
     SESSION_HEADER,
@@ -101,7 +101,7 @@ class HttpFastStatistics:
     in_flight: int
 
 
-class HttpFast(HttpChecks, OwnRequests):
+class HttpFast(OwnRequests):
     """The ASGI layer in front of the SDK's streamable-HTTP app (see the module doc).
 
     Args:

@@ -46,6 +46,7 @@ from mcpvisor.actors.core.vocabulary import DEFAULT_TIMEOUT_S, HTTP_PATH
 from mcpvisor.actors.eras import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
 from mcpvisor.actors.errors import UpstreamError
 from mcpvisor.actors.fronts.fastask import SERVER_REQUEST_PREFIX
+from mcpvisor.actors.fronts.replay import sse_event
 from mcpvisor.actors.fronts.stdio_own import REPLAY_ID
 from mcpvisor.actors.messages import Reply
 
@@ -370,8 +371,3 @@ class _Replayed:
     async def send(self, message: Message) -> None:
         if message.get("type") == "http.response.start":
             self.status = message.get("status")
-
-
-def sse_event(number: str, frame: bytes) -> bytes:
-    """``frame`` as the numbered SSE event the SDK's transport writes."""
-    return b"id: %s\r\nevent: message\r\ndata: %s\r\n\r\n" % (number.encode(), frame)

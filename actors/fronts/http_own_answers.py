@@ -23,20 +23,19 @@ from msgspec import UNSET
 from mcpvisor.actors import wire
 from mcpvisor.actors.core.vocabulary import HTTP_PATH
 from mcpvisor.actors.eras import HANDSHAKE_PROTOCOL_VERSIONS
+from mcpvisor.actors.fronts.http_checks import HttpChecks
 from mcpvisor.actors.fronts.http_own import (
     SESSION_HEADER,
     VERSION_HEADER,
     OwnSession,
     OwnSessions,
     OwnStream,
-    sse_event,
 )
-from mcpvisor.actors.fronts.replay import RETRY_MS
+from mcpvisor.actors.fronts.replay import priming_event, sse_event
 from mcpvisor.actors.fronts.stdio_own import LISTS, OwnAnswers
 
 if TYPE_CHECKING:
     from mcpvisor.actors.fronts.asgi import Message, Receive, Scope, Send
-    from mcpvisor.actors.fronts.auth import HostRules, Verifier
     from mcpvisor.actors.fronts.frames import Refusal
     from mcpvisor.actors.fronts.front import Front
     from mcpvisor.actors.fronts.http import FrameGuard
@@ -80,8 +79,7 @@ async def answer_events(send: Send, session: OwnSession, rid: int | str, frame: 
     stream = str(rid)
     body = b""
     if version >= PRIMING_SINCE:  # ISO dates compare as strings
-        number = session.events.store_raw(stream, None)
-        body = b"id: %s\r\ndata: \r\nretry: %d\r\n\r\n" % (number.encode(), RETRY_MS)
+        body = priming_event(session.events.store_raw(stream, None))
     body += sse_event(session.events.store_raw(stream, frame), frame)
     headers = [*SSE_HEADERS, (SESSION_HEADER, session.session_id.encode("latin-1")),
                (b"content-length", b"%d" % len(body))]
@@ -114,15 +112,13 @@ def _accepts_events(accept: bytes) -> bool:
     return False
 
 
-class OwnRequests:
-    """The requests of own sessions, as `HttpFast` (a subclass) takes them (see the module doc)."""
+class OwnRequests(HttpChecks):
+    """The requests of own sessions, as `HttpFast` (a subclass) takes them (see the module doc),
+    checked with the checks it makes of every request (`HttpChecks`)."""
 
     own: OwnSessions | None
     front: Front
     app: Callable[[Scope, Receive, Send], Any]
-    rules: HostRules
-    verifier: Verifier | None
-    _anonymous_who: Any
     _capabilities: dict[str, dict[str, Any]]
     guard: FrameGuard
 
@@ -155,23 +151,12 @@ class OwnRequests:
         """The request passes what the SDK's app would check before serving a session's
         request: no token needed, the Host and Origin rules, a handshake-era version (or none),
         and for a POST the JSON ``Content-Type`` and an ``Accept`` of JSON and event streams."""
-        if scope.get("path") != HTTP_PATH or not self._open_to_all():
-            return False
-        host = headers.get(b"host")
-        origin = headers.get(b"origin")
-        if not self.rules.host_ok(host.decode("latin-1") if host is not None else None):
-            return False
-        if origin is not None and not self.rules.origin_ok(origin.decode("latin-1")):
+        if scope.get("path") != HTTP_PATH or not self._open_to_all() or not self._host_ok(headers):
             return False
         version = headers.get(VERSION_HEADER)
         if version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS:
             return False
-        if not post:
-            return True
-        from mcpvisor.actors.fronts.http_checks import accepts_both
-
-        ctype = headers.get(b"content-type", b"").split(b";", 1)[0].strip()
-        return ctype == b"application/json" and accepts_both(headers.get(b"accept", b""))
+        return not post or self._post_ok(headers)
 
     async def _own_post(self, scope: Scope, receive: Receive, send: Send, env: wire.Envelope,
                         body: bytes) -> bool:

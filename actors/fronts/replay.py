@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from mcp.server.streamable_http import EventCallback, EventId, StreamId
     from mcp_types import JSONRPCMessage
 
-__all__ = ["MAX_EVENTS", "MAX_EVENT_BYTES", "RETRY_MS", "ReplayBudget", "SessionEvents"]
+__all__ = ["MAX_EVENTS", "MAX_EVENT_BYTES", "RETRY_MS", "ReplayBudget", "SessionEvents", "priming_event",
+           "sse_event"]
 
 MAX_EVENTS: Final = 4096
 """Events kept for replay across every session of a front (priming events included)."""
@@ -43,6 +44,17 @@ results at the default ``maxMessageBytes`` (16 MiB)."""
 RETRY_MS: Final = 1000
 """The ``retry:`` a priming event suggests: how long a client whose stream broke waits
 before it comes back with ``Last-Event-ID``."""
+
+
+def sse_event(number: str, data: bytes) -> bytes:
+    """``data`` (one JSON-RPC message) as the numbered SSE event the SDK's transport writes."""
+    return b"id: %s\r\nevent: message\r\ndata: %s\r\n\r\n" % (number.encode(), data)
+
+
+def priming_event(number: str) -> bytes:
+    """The event a resumable stream opens with, as the SDK's transport writes it: an id, no
+    data, and the `RETRY_MS` a client whose stream breaks waits before it comes back."""
+    return b"id: %s\r\ndata: \r\nretry: %d\r\n\r\n" % (number.encode(), RETRY_MS)
 
 
 class ReplayBudget:
