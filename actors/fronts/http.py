@@ -48,6 +48,7 @@ from mcpvisor.actors.fronts.frames import (
     duplicate_id,
     request_refusal,
 )
+from mcpvisor.actors.fronts.http_own import SESSION_HEADER, VERSION_HEADER
 from mcpvisor.actors.fronts.http_own_answers import answer_refusal
 
 if TYPE_CHECKING:
@@ -307,8 +308,6 @@ def open_while_unguarded(app: Any, verifier: Verifier) -> None:
 
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-SESSION_HEADER: Final = b"mcp-session-id"
-VERSION_HEADER: Final = b"mcp-protocol-version"
 
 
 class FrameGuard:

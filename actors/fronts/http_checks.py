@@ -155,8 +155,8 @@ class HttpChecks:
         return False
 
 
-def accepts_both(accept: bytes) -> bool:
-    """The ``Accept`` header admits both JSON and an event stream (as the SDK requires)."""
+def _admitted(accept: bytes) -> tuple[bool, bool]:
+    """Whether the ``Accept`` header admits (JSON, an event stream)."""
     json = sse = False
     for part in accept.split(b","):
         media = part.split(b";", 1)[0].strip().lower()
@@ -164,7 +164,17 @@ def accepts_both(accept: bytes) -> bool:
             json = True
         if media in (b"*/*", b"text/event-stream", b"text/*"):
             sse = True
-    return json and sse
+    return json, sse
+
+
+def accepts_both(accept: bytes) -> bool:
+    """The ``Accept`` header admits both JSON and an event stream (as the SDK requires of a POST)."""
+    return all(_admitted(accept))
+
+
+def accepts_events(accept: bytes) -> bool:
+    """The ``Accept`` header admits an event stream (as the SDK requires of a GET)."""
+    return _admitted(accept)[1]
 
 
 def classified(body: bytes, headers: Any) -> str | None:

@@ -31,6 +31,7 @@ from mcpvisor.actors.fronts.fastpath import FastPath
 from mcpvisor.actors.fronts.http_connection import held_writes
 from mcpvisor.actors.fronts.http_departure import ClientDeparture
 from mcpvisor.actors.fronts.http_keep_alive import QUIET_TICKS, ping_comment
+from mcpvisor.actors.fronts.http_own import SESSION_HEADER
 from mcpvisor.actors.fronts.outbox import CLIENT_OUTBOX
 from mcpvisor.actors.fronts.replay import priming_event, sse_event
 from mcpvisor.actors.harness import ClientSession
@@ -51,7 +52,6 @@ __all__ = ["PATH_HEADER", "SESSION_HEADER", "HttpExchange", "HttpSession", "Mode
 
 PATH_HEADER: Final = b"mcpvisor-path"
 """Response header of a call the fast path served (value ``fast``): which path answered."""
-SESSION_HEADER: Final = b"mcp-session-id"
 _RESPONSE_PREFIX: Final = b'{"jsonrpc":"2.0","id":'
 """How every final frame a call sends begins (a result or an error; notifications name a method)."""
 _ERROR_AT: Final = b',"error":{'

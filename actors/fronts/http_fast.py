@@ -61,8 +61,10 @@ from mcpvisor.actors.fronts.http_exchange import (
     accepted,
 )
 from mcpvisor.actors.fronts.http_keep_alive import KeepAlive
+from mcpvisor.actors.fronts.http_own import VERSION_HEADER
 from mcpvisor.actors.fronts.http_own_answers import OwnRequests
 from mcpvisor.actors.fronts.limits import MAX_IN_FLIGHT
+from mcpvisor.actors.fronts.replay import primed
 from mcpvisor.actors.fronts.views import HTTP_TOOLSET_PREFIX
 
 if TYPE_CHECKING:
@@ -82,11 +84,6 @@ __all__ = ["PATH_HEADER", "HttpFast", "HttpFastStatistics"]
 
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-_VERSION: Final = b"mcp-protocol-version"
-_PRIMING_SINCE: Final = "2025-11-25"
-"""The first revision whose clients read a priming event (older ones would choke on it)."""
-_DEFAULT_VERSION: Final = "2025-03-26"
-"""The version a handshake-era request without the header is taken to speak (the spec's default)."""
 _PARAM_PREFIX: Final = b"mcp-param-"
 
 
@@ -248,7 +245,7 @@ class HttpFast(OwnRequests):
         ok, snap = self._view(scope, who)
         if not ok:
             return False
-        version_raw = headers.get(_VERSION)
+        version_raw = headers.get(VERSION_HEADER)
         version = version_raw.decode("latin-1") if version_raw is not None else None
         modern = version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
         session: HttpSession | None = None
@@ -289,7 +286,7 @@ class HttpFast(OwnRequests):
             key = str(rid)
             if rid in session.calls or key in self.guard.in_flight_ids(sid):
                 return False  # the SDK path answers the duplicate id
-            if store is not None and _at_least(version or _DEFAULT_VERSION, _PRIMING_SINCE):
+            if store is not None and primed(version):
                 events = store
         exchange = HttpExchange(self, send, session, modern, snap, transport, events, str(rid))
         if telemetry.tracer is not None:  # a traceparent header is the parent where _meta names none
@@ -437,8 +434,3 @@ class HttpFast(OwnRequests):
             session = self.sessions.get(sid)
             if session is not None and not session.calls and not session.requests:
                 del self.sessions[sid]
-
-
-
-def _at_least(version: str, since: str) -> bool:
-    return version >= since  # ISO dates compare as strings

@@ -94,8 +94,12 @@ class OwnClient:
         return session.answers.capabilities() if session.stream is not None else None
 
     async def notify(self, method: str, params: Mapping[str, Any] | None) -> None:
+        await self._stream(wire.notification_frame(method, params)[:-1])
+
+    async def _stream(self, frame: bytes) -> None:
+        """``frame`` on the session's notification stream, numbered and kept in its store
+        (kept even while no stream is open, as the SDK's transport keeps it)."""
         session = self._session
-        frame = wire.notification_frame(method, params)[:-1]
         number = session.events.store_raw(GET_STREAM, frame)
         if session.stream is not None:
             await session.stream.put(sse_event(number, frame))
@@ -104,8 +108,7 @@ class OwnClient:
         """Ask the client ``method`` on its notification stream; its answer (a POST) settles
         the reply the session's tables hold, bounded like a call's quiet time."""
         session = self._session
-        stream = session.stream
-        if stream is None or session.tables is None:
+        if session.stream is None or session.tables is None:
             raise UpstreamError(wire.INTERNAL_ERROR, f"the client has no open stream to send {method} on")
         tables = session.tables(session.session_id)
         tables.ids += 1
@@ -113,8 +116,8 @@ class OwnClient:
         reply: Reply[dict[str, Any]] = Reply()
         tables.requests[rid] = reply
         try:
-            frame = wire.request_frame(rid, method, dict(params) if params is not None else None)[:-1]
-            await stream.put(sse_event(session.events.store_raw(GET_STREAM, frame), frame))
+            asked = dict(params) if params is not None else None
+            await self._stream(wire.request_frame(rid, method, asked)[:-1])
             with trio.fail_after(DEFAULT_TIMEOUT_S):
                 return await reply.wait()
         except trio.TooSlowError:

@@ -23,7 +23,7 @@ from msgspec import UNSET
 from mcpvisor.actors import wire
 from mcpvisor.actors.core.vocabulary import HTTP_PATH
 from mcpvisor.actors.eras import HANDSHAKE_PROTOCOL_VERSIONS
-from mcpvisor.actors.fronts.http_checks import HttpChecks
+from mcpvisor.actors.fronts.http_checks import HttpChecks, accepts_events
 from mcpvisor.actors.fronts.http_own import (
     SESSION_HEADER,
     VERSION_HEADER,
@@ -31,7 +31,7 @@ from mcpvisor.actors.fronts.http_own import (
     OwnSessions,
     OwnStream,
 )
-from mcpvisor.actors.fronts.replay import priming_event, sse_event
+from mcpvisor.actors.fronts.replay import primed, priming_event, sse_event
 from mcpvisor.actors.fronts.stdio_own import LISTS, OwnAnswers
 
 if TYPE_CHECKING:
@@ -48,10 +48,6 @@ ANSWERED: Final = frozenset({"ping", *LISTS})
 """The requests an own session's answers come from here (`OwnAnswers`)."""
 PASSED_ON: Final = frozenset({"tools/call", "notifications/cancelled"})
 """What the HTTP fast path takes on an own session (and what it does not take is handed over)."""
-PRIMING_SINCE: Final = "2025-11-25"
-"""The first revision whose clients read a priming event (older ones would choke on it)."""
-DEFAULT_VERSION: Final = "2025-03-26"
-"""The version a request without the header is taken to speak (the SDK's default)."""
 SSE_HEADERS: Final = ((b"content-type", b"text/event-stream"),
                       (b"cache-control", b"no-cache, no-transform"), (b"connection", b"keep-alive"),
                       (b"x-accel-buffering", b"no"), (b"mcpvisor-path", b"own"))
@@ -72,13 +68,15 @@ async def answer_json(send: Send, session_id: str, body: bytes, status: int = 20
     await send({"type": "http.response.body", "body": body})
 
 
-async def answer_events(send: Send, session: OwnSession, rid: int | str, frame: bytes, version: str) -> None:
+async def answer_events(send: Send, session: OwnSession, rid: int | str, frame: bytes,
+                        version: str | None) -> None:
     """``frame``, the answer to request ``rid``, as the SDK's transport streams it: a priming
-    event (an id, ``retry:``) for a client of 2025-11-25 or later, then the answer as a
-    numbered event, both kept in the session's event store under the request's stream."""
+    event (an id, ``retry:``) for a client of 2025-11-25 or later (``version``; None: the
+    request named none), then the answer as a numbered event, both kept in the session's
+    event store under the request's stream."""
     stream = str(rid)
     body = b""
-    if version >= PRIMING_SINCE:  # ISO dates compare as strings
+    if primed(version):
         body = priming_event(session.events.store_raw(stream, None))
     body += sse_event(session.events.store_raw(stream, frame), frame)
     headers = [*SSE_HEADERS, (SESSION_HEADER, session.session_id.encode("latin-1")),
@@ -102,14 +100,6 @@ async def answer_refusal(send: Send, refusal: Refusal) -> None:
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
-
-
-def _accepts_events(accept: bytes) -> bool:
-    """``Accept`` admits an event stream (what the SDK requires of a GET)."""
-    for part in accept.split(b","):
-        if part.split(b";", 1)[0].strip().lower() in (b"*/*", b"text/event-stream", b"text/*"):
-            return True
-    return False
 
 
 class OwnRequests(HttpChecks):
@@ -191,7 +181,7 @@ class OwnRequests(HttpChecks):
                 if frame is not None:
                     version = headers.get(VERSION_HEADER)
                     await answer_events(send, session, rid, frame[:-1],
-                                        version.decode("latin-1") if version is not None else DEFAULT_VERSION)
+                                        version.decode("latin-1") if version is not None else None)
                     if self.front.on_served is not None:
                         self.front.on_served(method, started, trio.current_time(), None)
                     return True
@@ -223,7 +213,7 @@ class OwnRequests(HttpChecks):
         self._capabilities[session.session_id] = caps if isinstance(caps, dict) else {}
         requested = (answers.initialize or {}).get("protocolVersion")
         await answer_events(send, session, env.id, frame[:-1],  # type: ignore[arg-type]
-                            requested if isinstance(requested, str) else DEFAULT_VERSION)
+                            requested if isinstance(requested, str) else None)
         if self.front.on_served is not None:
             self.front.on_served("initialize", started, trio.current_time(), None)
         return True
@@ -244,7 +234,7 @@ class OwnRequests(HttpChecks):
             self.own.close(session)
             await answer_json(send, session.session_id, b"")
             return True
-        if method != "GET" or b"last-event-id" in headers or not _accepts_events(headers.get(b"accept", b"")):
+        if method != "GET" or b"last-event-id" in headers or not accepts_events(headers.get(b"accept", b"")):
             return False
         session.last_active = trio.current_time()
         if session.stream is not None:

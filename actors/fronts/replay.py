@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from mcp.server.streamable_http import EventCallback, EventId, StreamId
     from mcp_types import JSONRPCMessage
 
-__all__ = ["MAX_EVENTS", "MAX_EVENT_BYTES", "RETRY_MS", "ReplayBudget", "SessionEvents", "priming_event",
-           "sse_event"]
+__all__ = ["DEFAULT_VERSION", "MAX_EVENTS", "MAX_EVENT_BYTES", "PRIMING_SINCE", "RETRY_MS", "ReplayBudget",
+           "SessionEvents", "primed", "priming_event", "sse_event"]
 
 MAX_EVENTS: Final = 4096
 """Events kept for replay across every session of a front (priming events included)."""
@@ -49,6 +49,19 @@ before it comes back with ``Last-Event-ID``."""
 def sse_event(number: str, data: bytes) -> bytes:
     """``data`` (one JSON-RPC message) as the numbered SSE event the SDK's transport writes."""
     return b"id: %s\r\nevent: message\r\ndata: %s\r\n\r\n" % (number.encode(), data)
+
+
+PRIMING_SINCE: Final = "2025-11-25"
+"""The first revision whose clients read a priming event (older ones would choke on it)."""
+DEFAULT_VERSION: Final = "2025-03-26"
+"""The version a handshake-era request without ``MCP-Protocol-Version`` is taken to speak
+(the SDK's default)."""
+
+
+def primed(version: str | None) -> bool:
+    """Whether a stream answering a client of ``version`` (None: no header) opens with a
+    priming event, as the SDK's transport decides."""
+    return (version or DEFAULT_VERSION) >= PRIMING_SINCE  # ISO dates compare as strings
 
 
 def priming_event(number: str) -> bytes:
