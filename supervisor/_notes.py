@@ -35,6 +35,11 @@ class CallNotes:
     journal: Journal | None
     metrics: Metrics | None
 
+    def hears_calls(self) -> bool:
+        """Whether `note_call` has anyone to tell: metrics, the journal or an ``events()``
+        subscriber (the fast path asks before it builds a note)."""
+        return self.metrics is not None or self.journal is not None or self.event_bus.has_subscribers
+
     def note_call(self, server: str, tool: str, started: float, error: BaseException | None, *,
                   session: str | None = None, run: Any = None, arguments: Any = None, result: Any = None,
                   retries: int = 0, upstream: Upstream | None = None, trace_id: str | None = None,

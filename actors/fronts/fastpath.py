@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -72,6 +72,9 @@ CLIENT_GONE_CANCEL_S: Final = 1.0
 
 _str = msgspec.json.Decoder(str)
 _token = msgspec.json.Decoder(int | str)
+_CALL_HEAD: Final = b'{"jsonrpc":"2.0","id":'
+_CALL_PARAMS: Final = b',"method":"tools/call","params":'
+_CALL_END: Final = b"}\n"
 
 
 class FastPath(ClientAsks):
@@ -167,7 +170,7 @@ class FastPath(ClientAsks):
             self.ready = self._initialized_read
 
     def owns(self, request_id: int | str) -> bool:
-        return request_id in self.calls or request_id in self.waiting
+        return request_id in self.calls or request_id in self.waiting.scopes
 
     # --- what a call sees (the HTTP fast path, `mcpvisor.actors.fronts.http_fast`, overrides these)
     def snapshot(self) -> Snapshot:
@@ -183,21 +186,37 @@ class FastPath(ClientAsks):
     async def client_request(self, env: wire.Envelope, line: bytes, *, waited: bool = False) -> bool:
         """Take a ``tools/call`` if it can go the fast way (or wait for its starting server to
         go that way, unless it ``waited`` already); False hands it to the SDK."""
+        taken = self.take(env, line, waited=waited)
+        if type(taken) is bool:
+            return taken
+        await taken
+        return True
+
+    def take(self, env: wire.Envelope, line: bytes, *, waited: bool = False,
+             now: float | None = None) -> bool | Awaitable[None]:
+        """`client_request` up to its one wait: True when the call is sent (or held by the
+        reader's batch), False when it is the SDK's, else the wait left, to be awaited at once
+        (a write the pipe did not take, a parked call's next leg). The stdio front's reader
+        calls this for every call: no coroutine is made for a call that needs no wait.
+        ``now``: when the frame was read, if the caller has the clock's reading (the reader
+        reads it once for all the frames of one read)."""
         if env.method != "tools/call" or env.params is UNSET:
             return False
-        if self.drain is not None and self.drain.draining:
+        drain = self.drain
+        if drain is not None and drain.draining:
             return False  # shutting down: the SDK's middleware refuses it (`mcpvisor.actors.fronts.drain`)
-        modern = wire.MODERN_MARKER in line
-        if modern:
-            if self.era == "legacy":
-                return False  # the SDK refuses an enveloped request on a handshake connection
-        elif not self.ready:
-            return False  # the init gate: the SDK owns everything before notifications/initialized
         try:
             params = wire.decode_raw_map(env.params)
             name = _str.decode(params["name"])
         except (KeyError, wire.DecodeError, wire.ValidationError):
             return False
+        # The 2026-07-28 envelope is in ``_meta``: a call without one is not searched for it.
+        modern = "_meta" in params and wire.MODERN_MARKER in line
+        if modern:
+            if self.era == "legacy":
+                return False  # the SDK refuses an enveloped request on a handshake connection
+        elif not self.ready:
+            return False  # the init gate: the SDK owns everything before notifications/initialized
         if modern and "requestState" in params:
             try:
                 state = _str.decode(params["requestState"])
@@ -207,18 +226,20 @@ class FastPath(ClientAsks):
                 parked = self.parked.get(state)
                 if parked is None:
                     return False  # the SDK path's, or unknown: the SDK answers it
-                await parked.resume(env.id, params)  # type: ignore[arg-type]
-                return True
-        plan = plan_call(self.snapshot(), name, params.get("arguments"))
-        if type(plan) is ToolRoute:
-            route = plan  # the common case: the arguments travel as they came
-        elif isinstance(plan, CallRoute):
-            # A compound tool's subtool or the tool use_tool names, its arguments checked:
-            # the frame goes upstream as that tool's direct call.
-            route = plan.route
-            params["arguments"] = Raw(wire.encode(plan.arguments))
-        else:
-            return False  # a management tool, a load or a wait, a refusal: the SDK front's to execute
+                return parked.resume(env.id, params)  # type: ignore[arg-type]
+        snapshot = self.snapshot()
+        route = snapshot.tools.get(name)  # the common case, a routed tool: `plan_call`'s first answer
+        if route is None or route.compound is not None:
+            plan = plan_call(snapshot, name, params.get("arguments"))
+            if type(plan) is ToolRoute:
+                route = plan  # the arguments travel as they came
+            elif isinstance(plan, CallRoute):
+                # A compound tool's subtool or the tool use_tool names, its arguments checked:
+                # the frame goes upstream as that tool's direct call.
+                route = plan.route
+                params["arguments"] = Raw(wire.encode(plan.arguments))
+            else:
+                return False  # a management tool, a load or a wait, a refusal: the SDK front's to execute
         up = self.backend.upstreams.get(route.server)
         if up is None:
             return False
@@ -242,23 +263,30 @@ class FastPath(ClientAsks):
             return False
         if not isinstance(link, StdioLink):
             return False
-        try:
-            meta = wire.decode_raw_map(params["_meta"]) if "_meta" in params else {}
-            token_raw = meta.get("progressToken")
-            client_token = _token.decode(token_raw) if token_raw is not None else None
-            if modern and not is_modern_version(_str.decode(meta[PROTOCOL_VERSION_META_KEY])):
-                return False  # the SDK answers an unsupported version with -32022
-            level_raw = meta.get(LOG_LEVEL_META_KEY) if modern else None
-            client_level = _str.decode(level_raw) if level_raw is not None else None
-        except (KeyError, wire.DecodeError, wire.ValidationError):
-            return False
-        call = FastCall(self, env.id, route, up, link, client_token, modern)  # type: ignore[arg-type]
-        call.log_level = client_level
+        client_token = client_level = None
+        if "_meta" in params or modern:
+            try:
+                meta = wire.decode_raw_map(params["_meta"])
+                token_raw = meta.get("progressToken")
+                client_token = _token.decode(token_raw) if token_raw is not None else None
+                if modern and not is_modern_version(_str.decode(meta[PROTOCOL_VERSION_META_KEY])):
+                    return False  # the SDK answers an unsupported version with -32022
+                level_raw = meta.get(LOG_LEVEL_META_KEY) if modern else None
+                client_level = _str.decode(level_raw) if level_raw is not None else None
+            except (KeyError, wire.DecodeError, wire.ValidationError):
+                return False
+        else:
+            meta = {}
+        if now is None:
+            now = trio.current_time()
+        call = FastCall(self, env.id, route, up, link, client_token, modern, now)  # type: ignore[arg-type]
+        if client_level is not None:
+            call.log_level = client_level
         if modern:
             call.capabilities = meta.get(CLIENT_CAPABILITIES_META_KEY)  # decoded only when needed
+        spec = up.spec
         try:
-            proxy_id = link.reserve_fast(call, timeout=up.spec.timeout, max_time=up.spec.max_call_time,
-                                         now=call.started)
+            proxy_id = link.reserve_fast(call, timeout=spec.timeout, max_time=spec.max_call_time, now=now)
         except ProxyError:
             return False
         call.proxy_id = proxy_id
@@ -287,15 +315,16 @@ class FastPath(ClientAsks):
             meta["progressToken"] = Raw(wire.encode(proxy_id))
         if meta:
             params["_meta"] = Raw(wire.encode(meta))
-        else:
-            params.pop("_meta", None)
+            call.run = meta.get(RUN_META_KEY)
+        elif "_meta" in params:
+            del params["_meta"]
         call.params = params
-        call.run = meta.get(RUN_META_KEY) if meta else None
         self.calls[env.id] = call  # type: ignore[index]
-        frame = wire.encode_line({"jsonrpc": "2.0", "id": proxy_id, "method": "tools/call", "params": params})
-        rest = link.writer.try_write(frame)
-        if rest is not None:
-            await link.send_fast(rest)  # type: ignore[arg-type]
+        # The upstream's frame, the rewritten params written into it (no envelope dict to encode).
+        frame = b"".join((_CALL_HEAD, wire.encode(proxy_id), _CALL_PARAMS, wire.encode(params), _CALL_END))
+        unsent = link.writer.try_write(frame)
+        if unsent is not None:
+            return link.send_fast(unsent)  # type: ignore[arg-type]
         return True
 
     def _trace(self, call: FastCall, meta: dict[str, Raw], name: str, request_id: Any, modern: bool) -> None:

@@ -46,13 +46,15 @@ class WaitingCalls:
         self._route = route
         self._hand_back = hand_back
         self._send = send
-        self._scopes: dict[int | str, trio.CancelScope] = {}
+        self.scopes: dict[int | str, trio.CancelScope] = {}
+        """The waiting calls' scopes by the client's id (read, not changed, by the connection's
+        duplicate-id check, which runs on every frame)."""
 
     def __contains__(self, request_id: object) -> bool:
-        return request_id in self._scopes
+        return request_id in self.scopes
 
     def __len__(self) -> int:
-        return len(self._scopes)
+        return len(self.scopes)
 
     def start(self, up: Upstream, env: wire.Envelope, line: bytes, refuse: Refuse) -> bool:
         """Wait for ``up`` on the client's behalf; False if this connection cannot (the call
@@ -61,7 +63,7 @@ class WaitingCalls:
             return False
         rid: Any = env.id
         scope = trio.CancelScope()
-        self._scopes[rid] = scope
+        self.scopes[rid] = scope
         self._nursery.start_soon(self._wait, up, env, line, refuse, scope)
         return True
 
@@ -75,9 +77,9 @@ class WaitingCalls:
                     await up.wait_link()
                 except ProxyError as exc:
                     failure = exc  # down, or not back within restartWait: the same words as the SDK's path
-                if self._scopes.get(rid) is not scope:
+                if self.scopes.get(rid) is not scope:
                     return
-                del self._scopes[rid]
+                del self.scopes[rid]
                 if failure is not None:
                     await refuse(failure)
                 elif not await self._route(env, line):
@@ -89,12 +91,12 @@ class WaitingCalls:
             await self._send(wire.error_frame(rid, wire.INTERNAL_ERROR,
                                               "internal error while handling this request"))
         finally:
-            if self._scopes.get(rid) is scope:
-                del self._scopes[rid]
+            if self.scopes.get(rid) is scope:
+                del self.scopes[rid]
 
     def cancel(self, request_id: object) -> bool:
         """The client cancelled a waiting call: it ends, unanswered. False: not waiting here."""
-        scope = self._scopes.pop(request_id, None)  # type: ignore[call-overload]
+        scope = self.scopes.pop(request_id, None)  # type: ignore[call-overload]
         if scope is None:
             return False
         scope.cancel()
@@ -102,8 +104,8 @@ class WaitingCalls:
 
     def drop_all(self) -> list[int | str]:
         """End every waiting call (the client left, or the proxy answers them itself); their ids."""
-        ids = list(self._scopes)
-        for scope in self._scopes.values():
+        ids = list(self.scopes)
+        for scope in self.scopes.values():
             scope.cancel()
-        self._scopes.clear()
+        self.scopes.clear()
         return ids

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final
 
@@ -49,7 +49,13 @@ from mcpvisor.actors.framing import (
     widen_pipe,
 )
 from mcpvisor.actors.fronts.fastpath import FastPath
-from mcpvisor.actors.fronts.frames import Refusal, decode_client_frame, duplicate_id, request_refusal
+from mcpvisor.actors.fronts.frames import (
+    Refusal,
+    decode_client_frame,
+    duplicate_id,
+    nesting_exceeds,
+    request_refusal,
+)
 from mcpvisor.actors.fronts.sdk_load import load_sdk, sdk_loaded
 from mcpvisor.actors.fronts.stdio_own import REPLAY_ID, OwnAnswers, StdioClient
 from mcpvisor.actors.harness import ClientSession
@@ -187,10 +193,12 @@ class StdioFront:
             async for batch in LineReader(self._receive, self.max_message):
                 # Several frames in one read: what they write leaves in one write per pipe.
                 held = hold_writes() if len(batch) > 1 else None
+                now: float | None = None  # the clock, read once for the calls of this read
                 try:
                     for n, line in enumerate(batch):
                         if held is not None and n and n % HELD_FRAMES == 0:
                             await flush_held_writes()  # the peer starts on these meanwhile
+                            now = None
                         if isinstance(line, OversizedLine):
                             await self._reply(wire.error_frame(
                                 None, wire.INVALID_REQUEST,
@@ -200,8 +208,20 @@ class StdioFront:
                         # Crash barrier: whatever goes wrong with one frame ends that frame,
                         # answered (when it was a request) and logged, never the connection.
                         try:
-                            await self._frame(line)
+                            if now is None:
+                                now = trio.current_time()
+                            taken = self._take(line, now)
+                            if taken is True:
+                                continue
+                            now = None  # what follows may wait: read the clock again after it
+                            if taken is False:
+                                await self._frame(line)
+                            elif type(taken) is wire.Envelope:
+                                await self._frame(line, taken)
+                            else:
+                                await taken  # type: ignore[misc]
                         except Exception:
+                            now = None
                             await self._frame_failed(line)
                 finally:
                     if held is not None:
@@ -217,8 +237,34 @@ class StdioFront:
             await self._reply(wire.error_frame(rid, wire.INTERNAL_ERROR,
                                                "internal error while handling this request"))
 
-    async def _frame(self, line: bytes) -> None:
-        env = decode_client_frame(line)
+    def _take(self, line: bytes, now: float) -> bool | wire.Envelope | Awaitable[None]:
+        """The reader's lane for its busiest frame: a ``tools/call`` on a connection past its
+        first request, taken by the fast path with no coroutine made (True, or the wait left
+        for the reader to await). False: `_frame` handles ``line`` from the start; an envelope:
+        a call the fast path declined, for `_frame` to give the SDK."""
+        fast, own = self.fast_path, self.own
+        if fast is None or own is None or (own.initialize is None and own.modern_meta is None):
+            return False
+        if nesting_exceeds(line):
+            return False
+        try:
+            env = wire.decode_envelope(line)
+        except (wire.DecodeError, wire.ValidationError, RecursionError):
+            return False
+        rid = env.id
+        if (env.method != "tools/call" or rid is UNSET or rid is None or rid in self._in_flight
+                or rid in fast.calls or rid in fast.waiting.scopes):
+            return False  # not a call, or a duplicate id: `_frame` says so
+        taken = fast.take(env, line, now=now)
+        return env if taken is False else taken
+
+    async def _frame(self, line: bytes, declined: wire.Envelope | None = None) -> None:
+        """Handle one client frame (``declined``: a call `_take` offered the fast path, which
+        declined it: it goes to the SDK)."""
+        if declined is not None:
+            env: wire.Envelope | Refusal = declined
+        else:
+            env = decode_client_frame(line)
         if isinstance(env, Refusal):
             await self._reply(env.frame())
             return
@@ -262,7 +308,8 @@ class StdioFront:
                 else:
                     await self._reply(frame)
                     return
-            if self.fast_path is not None and await self.fast_path.client_request(env, line):
+            fast = self.fast_path if declined is None else None
+            if fast is not None and await fast.client_request(env, line):
                 return
             self._in_flight.add(rid)
             if env.method == "tools/call":

@@ -92,6 +92,13 @@ class FastSink(CallOrigin, Protocol):
     async def deliver(self, env: wire.Envelope, line: bytes) -> None:
         """The upstream answered: write the response to the client."""
 
+    def answer(self, env: wire.Envelope, line: bytes) -> bytes | memoryview | None:
+        """`deliver` without its wait: None when the response is written (or held), else
+        what is left of it for ``await finish(rest)``."""
+
+    async def finish(self, rest: bytes | memoryview) -> None:
+        """Write what `answer` left."""
+
     def failed(self, error: ProxyError) -> None:
         """The call ended without an answer (died, timed out): must not block."""
 

@@ -115,10 +115,13 @@ class StdioLink(Link):
         if now is None:
             now = trio.current_time()
         hard = now + max_time
+        deadline = now + timeout
+        if hard < deadline:
+            deadline = hard
         self._pending[proxy_id] = Pending(proxy_id, "tools/call", sink, hard, timeout, None, sink=sink,
-                                           deadline=min(now + timeout, hard), started=now)
-        if self._wheel_at > now + timeout and self._wheel_scope is not None:
-            self._wheel_at = self._wheel_scope.deadline = now + timeout
+                                           deadline=deadline, started=now)
+        if self._wheel_at > deadline and self._wheel_scope is not None:
+            self._wheel_at = self._wheel_scope.deadline = deadline
         return proxy_id
 
     async def send_fast(self, frame: bytes) -> None:
@@ -178,18 +181,20 @@ class StdioLink(Link):
                             reason = (f"sent a message larger than {self.max_message} bytes "
                                       f"({line.size}+ bytes)")
                             return
-                        # An answer to a fast-path call is delivered here, one coroutine
-                        # fewer than the general dispatch (the proxy's busiest frame).
+                        # An answer to a fast-path call is delivered here, with no coroutine
+                        # made unless its write must wait (the proxy's busiest frame).
                         try:
                             env: wire.Envelope | None = wire.decode_envelope(line)
                         except (wire.DecodeError, wire.ValidationError, RecursionError):
                             env = None
                         pending = None
-                        if env is not None and env.method is UNSET and type(rid := env.id) is str:
-                            pending = self._pending.get(rid)
-                        if pending is not None and pending.sink is not None:
+                        if env is not None and env.method is UNSET and type(env.id) is str:
+                            pending = self._pending.get(env.id)
+                        if pending is not None and (sink := pending.sink) is not None:
                             del self._pending[pending.proxy_id]
-                            await pending.sink.deliver(env, line)  # type: ignore[arg-type]
+                            rest = sink.answer(env, line)  # type: ignore[arg-type]
+                            if rest is not None:
+                                await sink.finish(rest)
                         else:
                             await self._dispatch(line, env)
                         if self.close_reason is not None:

@@ -48,7 +48,7 @@ class UpstreamCalls:
     if TYPE_CHECKING:  # defined by `Upstream`
         def load(self) -> None: ...
 
-    def note_answer(self, *, ok: bool) -> None:
+    def note_answer(self, ok: bool) -> None:
         """A client call was answered by the live server: ``ok`` for a result, False for
         a JSON-RPC error. A result marks the running life healthy (issue 18), so its
         crash will not count toward the circuit breaker."""

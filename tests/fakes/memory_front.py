@@ -168,7 +168,7 @@ class MemoryUpstream:
         """The actor's availability count: a client call is on its way."""
         self.calls += 1
 
-    def note_answer(self, *, ok: bool) -> None:
+    def note_answer(self, ok: bool) -> None:
         """The actor's health signal: the server answered a client's call."""
         self.answers.append(ok)
 
@@ -209,6 +209,9 @@ class MemoryBackend:
 
     async def call_local_tool(self, name: str, arguments: dict[str, Any], ctx: Any) -> dict[str, Any]:
         raise AssertionError("no local tools here")
+
+    def hears_calls(self) -> bool:
+        return True
 
     def note_call(self, server: str, tool: str, started: float, error: BaseException | None,
                   **detail: Any) -> None:
