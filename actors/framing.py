@@ -30,7 +30,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextvars import ContextVar, Token
 from typing import Final
 
@@ -158,7 +158,7 @@ class LineReader:
             self._chunk = min(size * 2, MAX_READ_CHUNK) if full else READ_CHUNK
             return chunk
 
-    async def __aiter__(self) -> AsyncIterator[list[bytes | OversizedLine]]:
+    async def __aiter__(self) -> AsyncIterator[Sequence[bytes | OversizedLine]]:
         # A line that spans reads is held as the pieces read (no newline in any of them) and
         # joined once when its newline arrives: a 1 MiB result read in five pieces is copied
         # once, not grown in a buffer and then copied out of it twice (docs/hotpath.md).
@@ -177,6 +177,9 @@ class LineReader:
                 lines.pop()
                 if 0x0D in chunk:
                     lines = [ln[:-1] if ln[-1:] == b"\r" else ln for ln in lines]
+                elif len(chunk) <= cap and chunk[0] != 0x0A and b"\n\n" not in chunk:
+                    yield lines  # the busiest case: no empty line, none over the cap
+                    continue
                 whole = [ln if len(ln) <= cap else OversizedLine(len(ln)) for ln in lines if ln]
                 if whole:
                     yield whole
@@ -251,7 +254,9 @@ async def flush_writes(token: Token[_Batch | None]) -> None:
         return
     batch.open = False
     for writer in batch.writers:
-        await writer.flush_held()
+        rest = writer.write_held()
+        if rest is not None:
+            await writer.write_rest(rest)
 
 
 async def flush_held_writes() -> None:
@@ -267,7 +272,9 @@ async def flush_held_writes() -> None:
     writers = list(batch.writers)
     batch.writers.clear()
     for writer in writers:
-        await writer.flush_held()
+        rest = writer.write_held()
+        if rest is not None:
+            await writer.write_rest(rest)
 
 
 class StreamBroken(Exception):
@@ -337,12 +344,18 @@ class FrameWriter:
             self._held.append(frame)
             batch.writers.append(self)
             return None
+        return self._to_fd(frame)
+
+    def _to_fd(self, frame: bytes | memoryview) -> bytes | memoryview | None:
+        """Hand ``frame`` to the pipe's fd if nothing is being written: None when it took all
+        of it, else what is left (all of it when it is no pipe, is busy or the write failed),
+        for `_write` to write or fail the usual way."""
         pipe = self._pipe
-        if pipe is None or (fd := pipe.fileno()) < 0:
+        if self._busy or pipe is None or (fd := pipe.fileno()) < 0:
             return frame
         try:
             sent = os.write(fd, frame)
-        except OSError:  # BlockingIOError included: send writes it, or fails it, the usual way
+        except OSError:  # BlockingIOError included
             return frame
         if sent == len(frame):
             return None
@@ -393,17 +406,24 @@ class FrameWriter:
         if self._broken is not None:
             raise StreamBroken(self._broken)
 
-    async def flush_held(self) -> None:
-        """Write the frames a batch held (and whatever was sent behind them) as one."""
+    def write_held(self) -> bytes | memoryview | None:
+        """Write the frames a batch held (and whatever was sent behind them) as one, if the
+        pipe takes them now: None when it did (or the stream broke: they are dropped), else
+        what is left for ``await write_rest(rest)``."""
         held = self._held
         if not held:
-            return
+            return None
         data = b"".join(held) if len(held) > 1 else held[0]
         held.clear()
         if self._broken is not None:
-            return
+            return None
+        return self._to_fd(data)
+
+    async def write_rest(self, rest: bytes | memoryview) -> None:
+        """Write what `write_held` left (a broken stream drops it: its owner learns of it
+        from its next write)."""
         try:
-            await self._write(data)
+            await self._write(rest)
         except StreamBroken:
             pass
 

@@ -48,7 +48,7 @@ class _Link(StdioLink):
         self._n = 0
         self.writer = SimpleNamespace(try_write=lambda frame: None)  # type: ignore[assignment]
 
-    def reserve_fast(self, sink: Any, *, timeout: float, max_time: float, now: float | None = None) -> str:
+    def reserve_fast(self, sink: Any, timeout: float, max_time: float, now: float | None = None) -> str:
         self._n += 1
         return f"mv-{self._n}"
 

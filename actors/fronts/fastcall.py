@@ -112,7 +112,8 @@ class FastCall:
                  "started", "trace", "up")
 
     def __init__(self, fast: CallHost, front_id: int | str, route: ToolRoute, up: Upstream, link: StdioLink,
-                 client_token: int | str | None, modern: bool, started: float | None = None) -> None:
+                 client_token: int | str | None, modern: bool, started: float | None = None,
+                 params: dict[str, Raw] | None = None) -> None:
         self.fast = fast
         self.front_id = front_id
         self.route = route
@@ -123,7 +124,8 @@ class FastCall:
         self.client_token = client_token
         self.modern = modern
         self.proxy_id = ""
-        self.params: dict[str, Raw] = {}
+        self.params: dict[str, Raw] = params if params is not None else {}
+        """The request's params as sent upstream (the same dict the fast path rewrites)."""
         self.retried = False
         self.retry_scope: trio.CancelScope | None = None
         """Set while the call is retried the slow way: cancelling it abandons the retry."""
@@ -188,18 +190,16 @@ class FastCall:
                 if result is None:
                     return None
             frame = wire.result_frame(self.front_id, result)
-            self.note(None, result)
+            if self.trace is not None or fast.backend.hears_calls():  # a plain `serve` has nobody
+                self.note(None, result)
         return fast.try_send(frame)
 
     def note(self, error: BaseException | None, result: Any = None) -> None:
         """Tell the backend the call finished (the journal encodes and hashes off this path)."""
         trace = self.trace
-        backend = self.fast.backend
         if trace is not None:
             trace.end(error, result)
-        elif not backend.hears_calls():
-            return  # nobody to tell: no note is built (the busiest case, a plain `serve`)
-        backend.note_call(self.route.server, self.route.original, self.started, error,
+        self.fast.backend.note_call(self.route.server, self.route.original, self.started, error,
                                     session=self.fast.session.label, run=self.run,
                                     arguments=self.params.get("arguments"), result=result,
                                     retries=int(self.retried), upstream=self.up,

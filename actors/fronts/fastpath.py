@@ -192,8 +192,8 @@ class FastPath(ClientAsks):
         await taken
         return True
 
-    def take(self, env: wire.Envelope, line: bytes, *, waited: bool = False,
-             now: float | None = None) -> bool | Awaitable[None]:
+    def take(self, env: wire.Envelope, line: bytes, now: float | None = None, *,
+             waited: bool = False) -> bool | Awaitable[None]:
         """`client_request` up to its one wait: True when the call is sent (or held by the
         reader's batch), False when it is the SDK's, else the wait left, to be awaited at once
         (a write the pipe did not take, a parked call's next leg). The stdio front's reader
@@ -279,14 +279,14 @@ class FastPath(ClientAsks):
             meta = {}
         if now is None:
             now = trio.current_time()
-        call = FastCall(self, env.id, route, up, link, client_token, modern, now)  # type: ignore[arg-type]
+        call = FastCall(self, env.id, route, up, link, client_token, modern, now, params)  # type: ignore[arg-type]
         if client_level is not None:
             call.log_level = client_level
         if modern:
             call.capabilities = meta.get(CLIENT_CAPABILITIES_META_KEY)  # decoded only when needed
         spec = up.spec
         try:
-            proxy_id = link.reserve_fast(call, timeout=spec.timeout, max_time=spec.max_call_time, now=now)
+            proxy_id = link.reserve_fast(call, spec.timeout, spec.max_call_time, now)
         except ProxyError:
             return False
         call.proxy_id = proxy_id
@@ -318,7 +318,6 @@ class FastPath(ClientAsks):
             call.run = meta.get(RUN_META_KEY)
         elif "_meta" in params:
             del params["_meta"]
-        call.params = params
         self.calls[env.id] = call  # type: ignore[index]
         # The upstream's frame, the rewritten params written into it (no envelope dict to encode).
         frame = b"".join((_CALL_HEAD, wire.encode(proxy_id), _CALL_PARAMS, wire.encode(params), _CALL_END))

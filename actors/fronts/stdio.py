@@ -50,6 +50,7 @@ from mcpvisor.actors.framing import (
 )
 from mcpvisor.actors.fronts.fastpath import FastPath
 from mcpvisor.actors.fronts.frames import (
+    MAX_JSON_DEPTH,
     Refusal,
     decode_client_frame,
     duplicate_id,
@@ -245,8 +246,8 @@ class StdioFront:
         fast, own = self.fast_path, self.own
         if fast is None or own is None or (own.initialize is None and own.modern_meta is None):
             return False
-        if nesting_exceeds(line):
-            return False
+        if line.count(b"{") + line.count(b"[") > MAX_JSON_DEPTH and nesting_exceeds(line):
+            return False  # `_frame` refuses it
         try:
             env = wire.decode_envelope(line)
         except (wire.DecodeError, wire.ValidationError, RecursionError):
@@ -255,7 +256,7 @@ class StdioFront:
         if (env.method != "tools/call" or rid is UNSET or rid is None or rid in self._in_flight
                 or rid in fast.calls or rid in fast.waiting.scopes):
             return False  # not a call, or a duplicate id: `_frame` says so
-        taken = fast.take(env, line, now=now)
+        taken = fast.take(env, line, now)
         return env if taken is False else taken
 
     async def _frame(self, line: bytes, declined: wire.Envelope | None = None) -> None:

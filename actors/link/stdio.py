@@ -102,8 +102,7 @@ class StdioLink(Link):
         return await self._wait(pending)
 
     # --- the fast path -------------------------------------------------------------
-    def reserve_fast(self, sink: FastSink, *, timeout: float, max_time: float,
-                     now: float | None = None) -> str:
+    def reserve_fast(self, sink: FastSink, timeout: float, max_time: float, now: float | None = None) -> str:
         """Register a fast-path call and return the id to send it under (``now``: the
         call's start, if the caller already read the clock).
 
