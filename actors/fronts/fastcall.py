@@ -159,7 +159,7 @@ class FastCall:
     async def deliver(self, env: wire.Envelope, line: bytes) -> None:
         rest = self.answer(env, line)
         if rest is not None:
-            await self.fast.send(rest)  # type: ignore[arg-type]
+            await self.finish(rest)
 
     async def finish(self, rest: bytes | memoryview) -> None:
         await self.fast.send(rest)  # type: ignore[arg-type]

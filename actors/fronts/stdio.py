@@ -205,6 +205,7 @@ class StdioFront:
                                 None, wire.INVALID_REQUEST,
                                 f"message of {line.size}+ bytes is larger than the limit of "
                                 f"{self.max_message} bytes"))
+                            now = None
                             continue
                         # Crash barrier: whatever goes wrong with one frame ends that frame,
                         # answered (when it was a request) and logged, never the connection.
