@@ -200,7 +200,8 @@ class StdioFront:
                         if held is not None and n and n % HELD_FRAMES == 0:
                             await flush_held_writes()  # the peer starts on these meanwhile
                             now = None
-                        if isinstance(line, OversizedLine):
+                        if type(line) is not bytes:  # cheaper than isinstance on a Struct, per frame
+                            assert isinstance(line, OversizedLine)
                             await self._reply(wire.error_frame(
                                 None, wire.INVALID_REQUEST,
                                 f"message of {line.size}+ bytes is larger than the limit of "
