@@ -177,7 +177,7 @@ class LineReader:
                 lines.pop()
                 if 0x0D in chunk:
                     lines = [ln[:-1] if ln[-1:] == b"\r" else ln for ln in lines]
-                elif len(chunk) <= cap and chunk[0] != 0x0A and b"\n\n" not in chunk:
+                elif len(chunk) <= cap and all(lines):
                     yield lines  # the busiest case: no empty line, none over the cap
                     continue
                 whole = [ln if len(ln) <= cap else OversizedLine(len(ln)) for ln in lines if ln]
