@@ -212,6 +212,22 @@ async def test_progress_does_not_outlast_the_hard_cap(autojump_clock: Clock) -> 
     assert reply["error"]["code"] == -32001
 
 
+async def test_a_hard_cap_shorter_than_the_timeout_ends_the_call_on_time(autojump_clock: Clock) -> None:
+    """``maxCallTime`` below ``timeout`` (4 s against 10 s): a silent call ends at 4 s with the
+    hard-cap error, not when the inactivity timeout would have. A regression shows as the
+    error at 10 s."""
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy() as p:
+            p.upstream.spec.max_call_time = 4.0
+            await p.client.handshake()
+            start = trio.current_time()
+            await p.client.send(call(1, "s_work"))
+            await p.server.receive()
+            reply = await p.client.receive_id(1)
+            assert trio.current_time() - start == 4.0
+            assert reply["error"]["message"] == "server s timed out: the hard limit of 4s"
+
+
 async def test_the_hard_cap_error_names_the_configured_limit(autojump_clock: Clock) -> None:
     """The hard-cap error names ``max_call_time`` (the user's setting), as the SDK path's
     does. A regression shows as another number in the message."""
