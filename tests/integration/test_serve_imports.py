@@ -288,14 +288,16 @@ async def _exchange_with(tmp_path: Path, config: Path, body: Any = None, *, hand
                     await send(frame)
                     rid = frame["id"]
                 while True:
-                    for line in await lines.__anext__():
-                        assert isinstance(line, bytes)
-                        seen.append(json.loads(line))
+                    # What was read already first: a list_changed that came in the same read as
+                    # the answer before it is there, and no other message may follow it.
                     for n, msg in enumerate(seen):
                         if ("method" not in msg and msg.get("id") == rid) or (
                                 rid == "changed" and msg.get("method") == "notifications/tools/list_changed"):
                             del seen[n]  # what came before it stays: a list_changed is waited for next
                             return msg
+                    for line in await lines.__anext__():
+                        assert isinstance(line, bytes)
+                        seen.append(json.loads(line))
 
             if handshake:
                 await ask({"jsonrpc": "2.0", "id": 1, "method": "initialize",
