@@ -253,10 +253,7 @@ async def flush_writes(token: Token[_Batch | None]) -> None:
     if batch is None:
         return
     batch.open = False
-    for writer in batch.writers:
-        rest = writer.write_held()
-        if rest is not None:
-            await writer.write_rest(rest)
+    await _write_held(batch.writers)
 
 
 async def flush_held_writes() -> None:
@@ -271,6 +268,11 @@ async def flush_held_writes() -> None:
         return
     writers = list(batch.writers)
     batch.writers.clear()
+    await _write_held(writers)
+
+
+async def _write_held(writers: list[FrameWriter]) -> None:
+    """Each writer's held frames as one write, in order; a coroutine only for a full pipe."""
     for writer in writers:
         rest = writer.write_held()
         if rest is not None:

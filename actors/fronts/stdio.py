@@ -256,7 +256,7 @@ class StdioFront:
             return False
         rid = env.id
         if (env.method != "tools/call" or rid is UNSET or rid is None or rid in self._in_flight
-                or rid in fast.calls or rid in fast.waiting.scopes):
+                or fast.owns(rid)):
             return False  # not a call, or a duplicate id: `_frame` says so
         taken = fast.take(env, line, now)
         return env if taken is False else taken
