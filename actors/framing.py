@@ -32,7 +32,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Sequence
 from contextvars import ContextVar, Token
-from typing import Final
+from typing import Final, TypeVar
 
 import msgspec
 import trio
@@ -235,6 +235,17 @@ class _Batch(msgspec.Struct, eq=False):
 _batch: ContextVar[_Batch | None] = ContextVar("mcpvisor_write_batch", default=None)
 """The batch of the task running now (a task started meanwhile inherits it; it holds
 only while the batch is open, so such a task's later writes are never stranded)."""
+
+
+_T = TypeVar("_T")
+
+
+def runs_of(batch: Sequence[_T]) -> Sequence[Sequence[_T]]:
+    """``batch`` in runs of at most `HELD_FRAMES` frames: a pump holding its writes flushes
+    them between runs (one check a run, not one a frame)."""
+    if len(batch) <= HELD_FRAMES:
+        return (batch,)
+    return [batch[i:i + HELD_FRAMES] for i in range(0, len(batch), HELD_FRAMES)]
 
 
 def hold_writes() -> Token[_Batch | None]:

@@ -211,7 +211,8 @@ class FastPath(ClientAsks):
         except (KeyError, wire.DecodeError, wire.ValidationError):
             return False
         # The 2026-07-28 envelope is in ``_meta``: a call without one is not searched for it.
-        modern = "_meta" in params and wire.MODERN_MARKER in line
+        has_meta = "_meta" in params
+        modern = has_meta and wire.MODERN_MARKER in line
         if modern:
             if self.era == "legacy":
                 return False  # the SDK refuses an enveloped request on a handshake connection
@@ -263,8 +264,9 @@ class FastPath(ClientAsks):
             return False
         if not isinstance(link, StdioLink):
             return False
-        client_token = client_level = None
-        if "_meta" in params or modern:
+        client_token = client_level = capabilities = None
+        meta: dict[str, Raw] | None = None
+        if has_meta:
             try:
                 meta = wire.decode_raw_map(params["_meta"])
                 token_raw = meta.get("progressToken")
@@ -275,15 +277,12 @@ class FastPath(ClientAsks):
                 client_level = _str.decode(level_raw) if level_raw is not None else None
             except (KeyError, wire.DecodeError, wire.ValidationError):
                 return False
-        else:
-            meta = {}
+            if modern:
+                capabilities = meta.get(CLIENT_CAPABILITIES_META_KEY)  # decoded only when needed
         if now is None:
             now = trio.current_time()
-        call = FastCall(self, env.id, route, up, link, client_token, modern, now, params)  # type: ignore[arg-type]
-        if client_level is not None:
-            call.log_level = client_level
-        if modern:
-            call.capabilities = meta.get(CLIENT_CAPABILITIES_META_KEY)  # decoded only when needed
+        call = FastCall(self, env.id, route, up, link, client_token, modern, now, params,  # type: ignore[arg-type]
+                        log_level=client_level, capabilities=capabilities)
         spec = up.spec
         try:
             proxy_id = link.reserve_fast(call, spec.timeout, spec.max_call_time, now)
@@ -299,25 +298,9 @@ class FastPath(ClientAsks):
                 _RAW_NAMES.clear()  # catalogs changed many times over: start again
             original = _RAW_NAMES[route.original] = Raw(wire.encode(route.original))
         params["name"] = original
-        if modern or link.modern:
-            for key in ENVELOPE_KEYS:
-                meta.pop(key, None)
-            if link.modern:
-                meta.update(self._envelope_of(link))
-                caps = self._fitted_capabilities(link, modern, call.capabilities)
-                meta[CLIENT_CAPABILITIES_META_KEY] = caps
-                level = verbose_of(self.log_level(), client_level)
-                if level:
-                    meta[LOG_LEVEL_META_KEY] = Raw(wire.encode(level))
-        if telemetry.tracer is not None:  # the call's spans; the upstream is told the CLIENT one
-            self._trace(call, meta, name, env.id, modern)
-        if client_token is not None:
-            meta["progressToken"] = Raw(wire.encode(proxy_id))
-        if meta:
-            params["_meta"] = Raw(wire.encode(meta))
-            call.run = meta.get(RUN_META_KEY)
-        elif "_meta" in params:
-            del params["_meta"]
+        if meta is not None or link.modern or telemetry.tracer is not None:
+            # A plain call (no ``_meta``, a handshake-era upstream, no tracing) has none to write.
+            self._rewrite_meta(call, params, {} if meta is None else meta, name, link)
         self.calls[env.id] = call  # type: ignore[index]
         # The upstream's frame, the rewritten params written into it (no envelope dict to encode).
         frame = b"".join((_CALL_HEAD, wire.encode(proxy_id), _CALL_PARAMS, wire.encode(params), _CALL_END))
@@ -325,6 +308,31 @@ class FastPath(ClientAsks):
         if unsent is not None:
             return link.send_fast(unsent)  # type: ignore[arg-type]
         return True
+
+    def _rewrite_meta(self, call: FastCall, params: dict[str, Raw], meta: dict[str, Raw], name: str,
+                      link: StdioLink) -> None:
+        """The upstream request's ``_meta``: the client's, its 2026-07-28 envelope replaced by
+        the one ``link``'s era needs, the trace context and the progress token the proxy's."""
+        modern = call.modern
+        if modern or link.modern:
+            for key in ENVELOPE_KEYS:
+                meta.pop(key, None)
+            if link.modern:
+                meta.update(self._envelope_of(link))
+                caps = self._fitted_capabilities(link, modern, call.capabilities)
+                meta[CLIENT_CAPABILITIES_META_KEY] = caps
+                level = verbose_of(self.log_level(), call.log_level)
+                if level:
+                    meta[LOG_LEVEL_META_KEY] = Raw(wire.encode(level))
+        if telemetry.tracer is not None:  # the call's spans; the upstream is told the CLIENT one
+            self._trace(call, meta, name, call.front_id, modern)
+        if call.client_token is not None:
+            meta["progressToken"] = Raw(wire.encode(call.proxy_id))
+        if meta:
+            params["_meta"] = Raw(wire.encode(meta))
+            call.run = meta.get(RUN_META_KEY)
+        elif "_meta" in params:
+            del params["_meta"]
 
     def _trace(self, call: FastCall, meta: dict[str, Raw], name: str, request_id: Any, modern: bool) -> None:
         """Open ``call``'s SERVER and CLIENT spans (tracing is on) and put the CLIENT span's

@@ -38,7 +38,6 @@ from msgspec import UNSET
 from mcpvisor.actors import wire
 from mcpvisor.actors.core.vocabulary import DEFAULT_TIMEOUT_S
 from mcpvisor.actors.framing import (
-    HELD_FRAMES,
     FrameWriter,
     LineReader,
     OversizedLine,
@@ -46,6 +45,7 @@ from mcpvisor.actors.framing import (
     flush_held_writes,
     flush_writes,
     hold_writes,
+    runs_of,
     widen_pipe,
 )
 from mcpvisor.actors.fronts.fastpath import FastPath
@@ -196,36 +196,37 @@ class StdioFront:
                 held = hold_writes() if len(batch) > 1 else None
                 now: float | None = None  # the clock, read once for the calls of this read
                 try:
-                    for n, line in enumerate(batch):
-                        if held is not None and n and n % HELD_FRAMES == 0:
-                            await flush_held_writes()  # the peer starts on these meanwhile
+                    for n, run in enumerate(runs_of(batch)):
+                        if n:
+                            await flush_held_writes()  # the peer starts on the run before meanwhile
                             now = None
-                        if type(line) is not bytes:  # cheaper than isinstance on a Struct, per frame
-                            assert isinstance(line, OversizedLine)
-                            await self._reply(wire.error_frame(
-                                None, wire.INVALID_REQUEST,
-                                f"message of {line.size}+ bytes is larger than the limit of "
-                                f"{self.max_message} bytes"))
-                            now = None
-                            continue
-                        # Crash barrier: whatever goes wrong with one frame ends that frame,
-                        # answered (when it was a request) and logged, never the connection.
-                        try:
-                            if now is None:
-                                now = trio.current_time()
-                            taken = self._take(line, now)
-                            if taken is True:
+                        for line in run:
+                            if type(line) is not bytes:  # cheaper than isinstance on a Struct, per frame
+                                assert isinstance(line, OversizedLine)
+                                await self._reply(wire.error_frame(
+                                    None, wire.INVALID_REQUEST,
+                                    f"message of {line.size}+ bytes is larger than the limit of "
+                                    f"{self.max_message} bytes"))
+                                now = None
                                 continue
-                            now = None  # what follows may wait: read the clock again after it
-                            if taken is False:
-                                await self._frame(line)
-                            elif type(taken) is wire.Envelope:
-                                await self._frame(line, taken)
-                            else:
-                                await taken  # type: ignore[misc]
-                        except Exception:
-                            now = None
-                            await self._frame_failed(line)
+                            # Crash barrier: whatever goes wrong with one frame ends that frame,
+                            # answered (when it was a request) and logged, never the connection.
+                            try:
+                                if now is None:
+                                    now = trio.current_time()
+                                taken = self._take(line, now)
+                                if taken is True:
+                                    continue
+                                now = None  # what follows may wait: read the clock again after it
+                                if taken is False:
+                                    await self._frame(line)
+                                elif type(taken) is wire.Envelope:
+                                    await self._frame(line, taken)
+                                else:
+                                    await taken  # type: ignore[misc]
+                            except Exception:
+                                now = None
+                                await self._frame_failed(line)
                 finally:
                     if held is not None:
                         await flush_writes(held)
@@ -256,7 +257,7 @@ class StdioFront:
             return False
         rid = env.id
         if (env.method != "tools/call" or rid is UNSET or rid is None or rid in self._in_flight
-                or fast.owns(rid)):
+                or rid in fast.calls or rid in fast.waiting.scopes):  # `FastPath.owns`, inline
             return False  # not a call, or a duplicate id: `_frame` says so
         taken = fast.take(env, line, now)
         return env if taken is False else taken

@@ -22,7 +22,6 @@ from msgspec import UNSET
 from mcpvisor.actors import wire
 from mcpvisor.actors.errors import CallTimeout, ProxyError, UpstreamDied
 from mcpvisor.actors.framing import (
-    HELD_FRAMES,
     FrameWriter,
     LineReader,
     OversizedLine,
@@ -30,6 +29,7 @@ from mcpvisor.actors.framing import (
     flush_held_writes,
     flush_writes,
     hold_writes,
+    runs_of,
     widen_pipe,
 )
 from mcpvisor.actors.link.base import PROXY_ID_PREFIX, FastSink, Link, LinkEvents, Pending
@@ -168,37 +168,38 @@ class StdioLink(Link):
         reason = "closed its stdout"
         stopped = False
         batches = LineReader(self.proc.stdout, self.max_message).__aiter__()
+        table = self._pending  # the link's one table of requests in flight, looked up per answer
         try:
             async for batch in batches:
                 # Several answers in one read: what they write leaves in one write per pipe.
                 held = hold_writes() if len(batch) > 1 else None
                 try:
-                    for n, line in enumerate(batch):
-                        if held is not None and n and n % HELD_FRAMES == 0:
-                            await flush_held_writes()  # the peer starts on these meanwhile
-                        if type(line) is not bytes:  # cheaper than isinstance on a Struct, per answer
-                            assert isinstance(line, OversizedLine)
-                            reason = (f"sent a message larger than {self.max_message} bytes "
-                                      f"({line.size}+ bytes)")
-                            return
-                        # An answer to a fast-path call is delivered here, with no coroutine
-                        # made unless its write must wait (the proxy's busiest frame).
-                        try:
-                            env: wire.Envelope | None = wire.decode_envelope(line)
-                        except (wire.DecodeError, wire.ValidationError, RecursionError):
-                            env = None
-                        pending = None
-                        if env is not None and env.method is UNSET and type(env.id) is str:
-                            pending = self._pending.get(env.id)
-                        if pending is not None and (sink := pending.sink) is not None:
-                            del self._pending[pending.proxy_id]
-                            rest = sink.answer(env, line)  # type: ignore[arg-type]
-                            if rest is not None:
-                                await sink.finish(rest)
-                        else:
-                            await self._dispatch(line, env)
-                        if self.close_reason is not None:
-                            return
+                    for n, run in enumerate(runs_of(batch)):
+                        if n:
+                            await flush_held_writes()  # the peer starts on the run before meanwhile
+                        for line in run:
+                            if type(line) is not bytes:  # cheaper than isinstance on a Struct, per answer
+                                assert isinstance(line, OversizedLine)
+                                reason = (f"sent a message larger than {self.max_message} bytes "
+                                          f"({line.size}+ bytes)")
+                                return
+                            # An answer to a fast-path call is delivered here, with no coroutine
+                            # made unless its write must wait (the proxy's busiest frame).
+                            try:
+                                env: wire.Envelope | None = wire.decode_envelope(line)
+                            except (wire.DecodeError, wire.ValidationError, RecursionError):
+                                env = None
+                            if (env is not None and env.method is UNSET and type(env.id) is str
+                                    and (pending := table.get(env.id)) is not None
+                                    and (sink := pending.sink) is not None):
+                                del table[env.id]
+                                rest = sink.answer(env, line)
+                                if rest is not None:
+                                    await sink.finish(rest)
+                            else:
+                                await self._dispatch(line, env)
+                            if self.close_reason is not None:
+                                return
                 finally:
                     if held is not None:
                         await flush_writes(held)
