@@ -90,10 +90,9 @@ class EventBus:
 
     def __init__(self) -> None:
         self._subs: list[_Subscriber] = []
-
-    @property
-    def has_subscribers(self) -> bool:
-        return bool(self._subs)
+        self.has_subscribers = False
+        """Someone reads the bus now: a plain attribute, since every finished fast-path
+        call asks it (`mcpvisor.actors.fronts.fastcall.FastCall.answer`)."""
 
     def publish(self, event: Event) -> None:
         for sub in self._subs:
@@ -111,6 +110,7 @@ class EventBus:
         """Yield events published from now on, until the bus closes."""
         sub = _Subscriber()
         self._subs.append(sub)
+        self.has_subscribers = True
         try:
             while True:
                 while sub.queue:
@@ -121,3 +121,4 @@ class EventBus:
                 sub.wake = trio.Event()
         finally:
             self._subs.remove(sub)
+            self.has_subscribers = bool(self._subs)

@@ -217,7 +217,9 @@ class RestartPolicy:
         self._open_reason = ""
         self._trials = 0
         self._ready_since: float | None = None
-        self._healthy = False
+        self.healthy = False
+        """The running life has become healthy (`on_healthy`, or uptime; as of the last call):
+        a plain attribute, since every answered fast-path call reads it."""
 
     @property
     def circuit(self) -> CircuitState:
@@ -254,10 +256,10 @@ class RestartPolicy:
                 return WaitUntil(self._retry_at, f"trial start in progress; {self._open_reason}")
             self._trials += 1
             self._starts += 1
-            self._healthy = False
+            self.healthy = False
             return StartNow(trial=True)
         self._starts += 1
-        self._healthy = False  # a new life has done nothing yet
+        self.healthy = False  # a new life has done nothing yet
         return StartNow(trial=False)
 
     def on_ready(self, now: float) -> None:
@@ -282,11 +284,6 @@ class RestartPolicy:
             self._trials = 0
         if self._ready_since is None:
             self._ready_since = now
-
-    @property
-    def healthy(self) -> bool:
-        """The running life has become healthy (`on_healthy`, or uptime; as of the last call)."""
-        return self._healthy
 
     def on_healthy(self, now: float) -> None:
         """Record that the running server answered a request a client asked for.
@@ -322,9 +319,9 @@ class RestartPolicy:
             assert self._last_open_for is not None
             return OpenCircuit(self._retry_at, self._last_open_for, self._open_reason)
         uptime = None if self._ready_since is None else now - self._ready_since
-        healthy = self._healthy
+        healthy = self.healthy
         self._ready_since = None
-        self._healthy = False
+        self.healthy = False
         self._total_failures += 1
         self._last_failure_reason = reason
         self._minute.record(now)
@@ -364,7 +361,7 @@ class RestartPolicy:
         """
         self._settle(now)
         self._ready_since = None
-        self._healthy = False
+        self.healthy = False
         if self._circuit is CircuitState.HALF_OPEN:
             self._circuit = CircuitState.OPEN
             self._trials = 0
@@ -399,7 +396,7 @@ class RestartPolicy:
             healthy_lives=self._healthy_lives,
             failed_starts=self._failed_starts,
             restarts_last_minute=self._minute.count(now) if now is not None else len(self._minute),
-            healthy=self._healthy,
+            healthy=self.healthy,
         )
 
     def _settle(self, now: float) -> None:
@@ -409,7 +406,7 @@ class RestartPolicy:
 
     def _mark_healthy(self) -> None:
         """The running life did useful work: forgive the streak, probation and open level."""
-        self._healthy = True
+        self.healthy = True
         self._streak = 0
         self._probation = False
         self._last_open_for = None

@@ -150,7 +150,9 @@ class Link(MidCallRouting):
         """The SDK session of a link reached through an SDK transport; None for a stdio
         link, which speaks only our own bytes."""
         self._protocol_version = ""
-        self._modern = False
+        self.modern = False
+        """The server speaks 2026-07-28 (kept with `protocol_version`): a plain attribute, since
+        both fast-path lanes read it on every call."""
         self.server_info: Mapping[str, Any] | None = None
         """What the server said of itself (``name``, ``version``, ...), as it sent it; None: nothing."""
         self.capabilities: Mapping[str, Any] | None = None
@@ -184,11 +186,7 @@ class Link(MidCallRouting):
     @protocol_version.setter
     def protocol_version(self, version: str) -> None:
         self._protocol_version = version
-        self._modern = is_modern_version(version)  # asked on every fast-path call, both ways
-
-    @property
-    def modern(self) -> bool:
-        return self._modern
+        self.modern = is_modern_version(version)
 
     @property
     def envelope_meta(self) -> Mapping[str, Any]:
