@@ -30,7 +30,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextvars import ContextVar, Token
 from typing import Final, TypeVar
 
@@ -259,12 +259,20 @@ async def flush_writes(token: Token[_Batch | None]) -> None:
     A writer that broke meanwhile drops its share, as a write to it would have failed;
     its owner learns of it from its next write or from the peer's end of the pipe.
     """
+    rest = end_batch(token)
+    if rest is not None:
+        await rest
+
+
+def end_batch(token: Token[_Batch | None]) -> Awaitable[None] | None:
+    """`flush_writes` up to its wait: None when the pipes took everything, else the wait
+    for the rest, to be awaited at once (a pump saves a coroutine a read this way)."""
     batch = _batch.get()
     _batch.reset(token)
     if batch is None:
-        return
+        return None
     batch.open = False
-    await _write_held(batch.writers)
+    return _write_held(batch.writers)
 
 
 async def flush_held_writes() -> None:
@@ -274,20 +282,38 @@ async def flush_held_writes() -> None:
     a frame it held must not wait with it, since what the pump waits for may need that
     frame to have reached its peer first.
     """
+    rest = write_held_now()
+    if rest is not None:
+        await rest
+
+
+def write_held_now() -> Awaitable[None] | None:
+    """`flush_held_writes` up to its wait: None when the pipes took everything, else the
+    wait for the rest, to be awaited at once (before anything else is written)."""
     batch = _batch.get()
-    if batch is None or not batch.open:
-        return
-    writers = list(batch.writers)
-    batch.writers.clear()
-    await _write_held(writers)
+    if batch is None or not batch.open or not batch.writers:
+        return None
+    writers = batch.writers
+    batch.writers = []
+    return _write_held(writers)
 
 
-async def _write_held(writers: list[FrameWriter]) -> None:
-    """Each writer's held frames as one write, in order; a coroutine only for a full pipe."""
-    for writer in writers:
+def _write_held(writers: list[FrameWriter]) -> Awaitable[None] | None:
+    """Each writer's held frames as one write, in order: None when every pipe took its
+    share, else the wait that writes the rest (that writer's, then the others')."""
+    for n, writer in enumerate(writers):
         rest = writer.write_held()
         if rest is not None:
-            await writer.write_rest(rest)
+            return _write_rest(writer, rest, writers[n + 1:])
+    return None
+
+
+async def _write_rest(writer: FrameWriter, rest: bytes | memoryview, others: list[FrameWriter]) -> None:
+    await writer.write_rest(rest)
+    for other in others:
+        left = other.write_held()
+        if left is not None:
+            await other.write_rest(left)
 
 
 class StreamBroken(Exception):
