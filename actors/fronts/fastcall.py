@@ -64,6 +64,9 @@ class CallHost(Protocol):
     session: ClientSession
     stamp: Raw
     """The proxy's serverInfo, as a 2026-07-28 result carries it."""
+    calls: dict[int | str, FastCall]
+    """The calls in flight by the client's id (read by `FastCall.answer`, which does what
+    `release` does without the call; everything else goes through the methods below)."""
 
     def holds(self, front_id: int | str, call: FastCall) -> bool:
         """Whether ``call`` is the one in flight under the client's ``front_id``."""
@@ -165,7 +168,9 @@ class FastCall(msgspec.Struct, eq=False):
         None; else what is left of it for ``await finish(rest)``. The upstream's reader calls
         this for every answer, one coroutine fewer a call than ``await deliver``."""
         fast = self.fast
-        if fast.release(self.front_id, self):
+        calls, front_id = fast.calls, self.front_id
+        if calls.get(front_id) is self:  # `CallHost.release`, spelled out on the busiest path
+            del calls[front_id]
             if self.parked is not None:
                 self._unpark()
         elif self.parked is not None and self.parked.outcome is None:
@@ -175,20 +180,27 @@ class FastCall(msgspec.Struct, eq=False):
             return None
         else:
             return None  # cancelled by the client meanwhile: MCP says no answer
-        self.up.note_answer(env.error is UNSET)
+        up = self.up
+        up.answered += 1  # `Upstream.note_answer`, spelled out likewise
         if env.error is not UNSET:
-            frame = wire.encode_line({"jsonrpc": "2.0", "id": self.front_id, "error": env.error})
+            frame = wire.encode_line({"jsonrpc": "2.0", "id": front_id, "error": env.error})
             self.note(UpstreamError(0, "error"))
-        else:
-            result: Any = env.result if env.result is not UNSET else Raw(b"{}")
-            if self.modern or self.link.modern:
-                result = self._adapt(result, line)
-                if result is None:
-                    return None
-            frame = wire.result_frame(self.front_id, result)
-            if self.trace is not None or fast.backend.hears_calls():  # a plain `serve` has nobody
-                self.note(None, result)
-        return fast.try_send(frame)
+            return fast.try_send(frame)
+        if not up.policy.healthy:
+            up.policy.on_healthy(trio.current_time())
+        result = env.result
+        if result is UNSET:
+            result = Raw(b"{}")
+        if self.modern or self.link.modern:
+            adapted = self._adapt(result, line)
+            if adapted is None:
+                return None
+            result = adapted
+        if self.trace is not None or fast.backend.hears_calls():  # a plain `serve` has nobody
+            self.note(None, result)
+        # `wire.result_frame`, spelled out: the raw result copied once, into the line.
+        return fast.try_send(b"".join((wire.RESULT_HEAD, wire.encode(front_id), wire.RESULT_KEY, result,
+                                       wire.FRAME_END)))
 
     def note(self, error: BaseException | None, result: Any = None) -> None:
         """Tell the backend the call finished (the journal encodes and hashes off this path)."""

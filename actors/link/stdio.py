@@ -26,13 +26,13 @@ from mcpvisor.actors.framing import (
     LineReader,
     OversizedLine,
     StreamBroken,
-    flush_held_writes,
-    flush_writes,
+    end_batch,
     hold_writes,
     runs_of,
     widen_pipe,
+    write_held_now,
 )
-from mcpvisor.actors.link.base import PROXY_ID_PREFIX, FastSink, Link, LinkEvents, Pending
+from mcpvisor.actors.link.base import MAX_PENDING, PROXY_ID_PREFIX, FastSink, Link, LinkEvents, Pending
 from mcpvisor.actors.link.session import handshake
 from mcpvisor.actors.process import Reaper, StderrLog, describe_exit, spawn, stop_process
 
@@ -110,7 +110,9 @@ class StdioLink(Link):
             UpstreamDied: the connection is closing.
             TooManyRequests: the pending table is full.
         """
-        proxy_id = self._mint_id()
+        if self.close_reason is not None or len(self._pending) >= MAX_PENDING:
+            self._mint_id()  # raises the error that says which
+        proxy_id = f"{PROXY_ID_PREFIX}{next(self._ids)}"  # `_mint_id`, one call fewer a call
         if now is None:
             now = trio.current_time()
         hard = now + max_time
@@ -175,8 +177,8 @@ class StdioLink(Link):
                 held = hold_writes() if len(batch) > 1 else None
                 try:
                     for n, run in enumerate(runs_of(batch)):
-                        if n:
-                            await flush_held_writes()  # the peer starts on the run before meanwhile
+                        if n and (wait := write_held_now()) is not None:
+                            await wait  # the peer starts on the run before meanwhile
                         for line in run:
                             if type(line) is not bytes:  # cheaper than isinstance on a Struct, per answer
                                 assert isinstance(line, OversizedLine)
@@ -186,23 +188,27 @@ class StdioLink(Link):
                             # An answer to a fast-path call is delivered here, with no coroutine
                             # made unless its write must wait (the proxy's busiest frame).
                             try:
-                                env: wire.Envelope | None = wire.decode_envelope(line)
+                                env = wire.decode_envelope(line)
                             except (wire.DecodeError, wire.ValidationError, RecursionError):
-                                env = None
-                            if (env is not None and env.method is UNSET and type(env.id) is str
-                                    and (pending := table.get(env.id)) is not None
+                                await self._dispatch(line, None)
+                                if self.close_reason is not None:
+                                    return
+                                continue
+                            rid = env.id
+                            # Any id may be looked up: only the str ids minted here are found.
+                            if (env.method is UNSET and (pending := table.get(rid)) is not None  # type: ignore[arg-type]
                                     and (sink := pending.sink) is not None):
-                                del table[env.id]
+                                del table[rid]  # type: ignore[arg-type]
                                 rest = sink.answer(env, line)
                                 if rest is not None:
                                     await sink.finish(rest)
-                            else:
-                                await self._dispatch(line, env)
+                                continue  # an answer never closes the link
+                            await self._dispatch(line, env)
                             if self.close_reason is not None:
                                 return
                 finally:
-                    if held is not None:
-                        await flush_writes(held)
+                    if held is not None and (wait := end_batch(held)) is not None:
+                        await wait
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         except trio.Cancelled:

@@ -141,7 +141,9 @@ class MemoryUpstream:
     state: Any = State.READY
     relinked: trio.Event = field(default_factory=trio.Event)
     calls: int = 0
-    answers: list[bool] = field(default_factory=list)
+    answered: int = 0
+    policy: Any = field(default_factory=lambda: SimpleNamespace(healthy=True))
+    """The actor's restart policy as the fast path reads it (healthy: nothing to record)."""
     changed: trio.Event = field(default_factory=trio.Event)
     """Set (and replaced) when `set_state` changes the state."""
     lists: UpstreamLists = field(default_factory=UpstreamLists)
@@ -167,10 +169,6 @@ class MemoryUpstream:
     def note_call(self) -> None:
         """The actor's availability count: a client call is on its way."""
         self.calls += 1
-
-    def note_answer(self, ok: bool) -> None:
-        """The actor's health signal: the server answered a client's call."""
-        self.answers.append(ok)
 
     async def request(self, method: str, params: Mapping[str, Any] | None, *, origin: Any = None,
                       retry_safe: bool = False) -> dict[str, Any]:
