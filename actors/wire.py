@@ -48,13 +48,30 @@ MODERN_PROTOCOL_VERSIONS: Final = ("2026-07-28",)
 LATEST_MODERN_VERSION: Final = "2026-07-28"
 
 
-class Envelope(msgspec.Struct, omit_defaults=True):
-    """Any JSON-RPC message, envelope decoded, payloads left raw."""
+class Envelope(msgspec.Struct, omit_defaults=True, gc=False):
+    """Any JSON-RPC message, envelope decoded, payloads left raw.
+
+    Not tracked by the garbage collector (``gc=False``): it holds only strings, numbers
+    and raw bytes, so it can be in no cycle, and two are made per proxied call."""
 
     jsonrpc: str | UnsetType = UNSET
     id: int | str | UnsetType | None = UNSET
     method: str | UnsetType = UNSET
     params: Raw | UnsetType = UNSET
+    result: Raw | UnsetType = UNSET
+    error: Raw | UnsetType = UNSET
+
+
+class CallFrame(msgspec.Struct, gc=False):
+    """A client frame read as a ``tools/call`` is: the envelope and the params as a map of
+    raw values in one decode (an `Envelope` and then its params took two). A frame whose
+    params are not an object does not read this way (`ValidationError`); its values are
+    raw bytes, so it is in no cycle either."""
+
+    jsonrpc: str | UnsetType = UNSET
+    id: int | str | UnsetType | None = UNSET
+    method: str | UnsetType = UNSET
+    params: dict[str, Raw] | UnsetType = UNSET
     result: Raw | UnsetType = UNSET
     error: Raw | UnsetType = UNSET
 
@@ -71,6 +88,7 @@ class ErrorBody(msgspec.Struct, omit_defaults=True):
 
 
 _envelope_decoder: Final = msgspec.json.Decoder(Envelope)
+_call_decoder: Final = msgspec.json.Decoder(CallFrame)
 _encoder: Final = msgspec.json.Encoder()
 _dict_decoder: Final = msgspec.json.Decoder(dict[str, Any])
 _raw_map_decoder: Final = msgspec.json.Decoder(dict[str, Raw])
@@ -78,6 +96,7 @@ _cancel_decoder: Final = msgspec.json.Decoder(CancelParams)
 _error_decoder: Final = msgspec.json.Decoder(ErrorBody)
 
 decode_envelope = _envelope_decoder.decode
+decode_call = _call_decoder.decode
 decode_dict = _dict_decoder.decode
 decode_raw_map = _raw_map_decoder.decode
 decode_cancel = _cancel_decoder.decode
@@ -112,9 +131,9 @@ def error_frame(request_id: int | str | None, code: int, message: str, data: Any
     return encode_line({"jsonrpc": "2.0", "id": request_id, "error": error})
 
 
-_RESULT_HEAD: Final = b'{"jsonrpc":"2.0","id":'
-_RESULT_KEY: Final = b',"result":'
-_FRAME_END: Final = b"}\n"
+RESULT_HEAD: Final = b'{"jsonrpc":"2.0","id":'
+RESULT_KEY: Final = b',"result":'
+FRAME_END: Final = b"}\n"
 
 
 def result_frame(request_id: int | str, result: Any) -> bytes:
@@ -124,7 +143,7 @@ def result_frame(request_id: int | str, result: Any) -> bytes:
     line, rather than into an encoded object and again to add the newline: half the time
     for a small result, half the copying for a large one."""
     if type(result) is Raw:
-        return b"".join((_RESULT_HEAD, _encoder.encode(request_id), _RESULT_KEY, result, _FRAME_END))
+        return b"".join((RESULT_HEAD, _encoder.encode(request_id), RESULT_KEY, result, FRAME_END))
     return encode_line({"jsonrpc": "2.0", "id": request_id, "result": result})
 
 

@@ -39,7 +39,7 @@ from msgspec import UNSET, Raw
 
 from mcpvisor.actors import telemetry, wire
 from mcpvisor.actors.bridge import STATE_PREFIX
-from mcpvisor.actors.core.catalog import ToolRoute
+from mcpvisor.actors.core.catalog import Snapshot, ToolRoute
 from mcpvisor.actors.core.lifecycle import WAITABLE, State
 from mcpvisor.actors.core.plan import CallRoute, plan_call
 from mcpvisor.actors.core.vocabulary import STDIO_TRANSPORTS
@@ -56,7 +56,6 @@ from mcpvisor.actors.messages import Reply
 from mcpvisor.actors.wire import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY, PROTOCOL_VERSION_META_KEY
 
 if TYPE_CHECKING:
-    from mcpvisor.actors.core.catalog import Snapshot
     from mcpvisor.actors.fronts.drain import Drain
     from mcpvisor.actors.fronts.sdk import Backend
     from mcpvisor.actors.upstream import Upstream
@@ -75,6 +74,20 @@ _token = msgspec.json.Decoder(int | str)
 _CALL_HEAD: Final = b'{"jsonrpc":"2.0","id":'
 _CALL_PARAMS: Final = b',"method":"tools/call","params":'
 _CALL_END: Final = b"}\n"
+_READY: Final = State.READY
+
+
+class PlainRoute(msgspec.Struct):
+    """Where a connection's plain calls of one tool go, as `FastPath.take` found it for a
+    snapshot (`FastPath.take_plain` uses it while the snapshot stays the catalog's)."""
+
+    snapshot: Snapshot
+    route: ToolRoute
+    up: Upstream
+    original: Raw
+    """The upstream's name of the tool, as the JSON string the call carries upstream."""
+    link: StdioLink | None = None
+    """The link last found to be a handshake-era stdio one (a restart makes a new link)."""
 
 
 class FastPath(ClientAsks):
@@ -89,6 +102,9 @@ class FastPath(ClientAsks):
         """The proxy's drain: while it runs, calls go to the SDK, which refuses them."""
         self.log_level = log_level
         self.writer = writer
+        self.try_send: Callable[[bytes], bytes | memoryview | None] = writer.try_write
+        """Write a frame now if that needs no wait (`CallHost.try_send`): the writer's own
+        method, one call fewer on every answer."""
         self.nursery = nursery
         self.calls: dict[int | str, FastCall] = {}
         self.waiting = WaitingCalls(nursery, self._after_wait, hand_back, self.send)
@@ -106,9 +122,17 @@ class FastPath(ClientAsks):
         self.protocol_version: str | None = None
         """The version the handshake-era client asked for (a span's ``mcp.protocol.version``)."""
         self._ids = itertools.count(1)
+        self._catalog: Any = getattr(backend.router, "core", backend.router)
+        """What holds the catalog's latest ``snapshot`` (the router's core; read as an
+        attribute, not through the router's property, on every plain call)."""
+        self._plain: dict[str, PlainRoute] | None = {}
+        """`take_plain`'s routes by tool name (None: a connection that keeps none)."""
         self.stamp = Raw(wire.encode(dict(server_info)))
         self._envelopes: dict[int, Raw] = {}
         self._fitted: tuple[tuple[int, bool, bytes], Raw] | None = None
+        self.view: Snapshot | None = None
+        """The snapshot this connection's calls are routed by when it is bound to one (an
+        HTTP request for a toolset's URL); None: the proxy's catalog as it is now."""
         self.session = session
         """This connection's session: the key of its instances of session-scoped servers
         (the same object the SDK path uses for the connection, `Front.serve_connection`)
@@ -174,8 +198,8 @@ class FastPath(ClientAsks):
 
     # --- what a call sees (the HTTP fast path, `mcpvisor.actors.fronts.http_fast`, overrides these)
     def snapshot(self) -> Snapshot:
-        """What this connection's calls are routed by: the proxy's catalog."""
-        return self.backend.router.snapshot
+        """What this connection's calls are routed by: its `view`, else the proxy's catalog."""
+        return self.view if self.view is not None else self.backend.router.snapshot
 
     def session_instance(self, server: str) -> Upstream | None:
         """This connection's own instance of the session-scoped ``server``, started for it if it
@@ -192,21 +216,62 @@ class FastPath(ClientAsks):
         await taken
         return True
 
-    def take(self, env: wire.Envelope, line: bytes, now: float | None = None, *,
+    def take_plain(self, front_id: int | str, params: dict[str, Raw],
+                   now: float) -> bool | Awaitable[None] | None:
+        """`take` for the busiest kind of call, in fewer steps: a handshake-era connection's
+        call with no ``_meta`` (no progress token, no trace context) of a tool routed to a
+        ready handshake-era stdio server, while nothing traces. The route is the one `take`
+        found for the same snapshot (`PlainRoute`), checked against the server's state and
+        link. None: not such a call, or a first call of the tool; ``take`` decides (nothing
+        was changed). Otherwise as `take`."""
+        if not self.ready or telemetry.tracer is not None:
+            return None
+        drain = self.drain
+        if drain is not None and drain.draining:
+            return None
+        routes = self._plain
+        try:
+            plain = routes.get(_str.decode(params["name"])) if routes is not None else None
+        except (KeyError, wire.DecodeError, wire.ValidationError):
+            return None
+        if plain is None or plain.snapshot is not self._catalog.snapshot:
+            return None
+        up, link = plain.up, plain.link
+        if up.state is not _READY or link is None or up.link is not link or link.close_reason is not None:
+            return None  # `take` looks again (and keeps the new link if it is plain too)
+        call = FastCall(self, front_id, plain.route, up, link, None, False, now, params)
+        spec = up.spec
+        try:
+            call.proxy_id = proxy_id = link.reserve_fast(call, spec.timeout, spec.max_call_time, now)
+        except ProxyError:
+            return None
+        up.calls += 1  # `Upstream.note_call`, spelled out on the busiest path
+        params["name"] = plain.original
+        self.calls[front_id] = call
+        # The upstream's frame, the rewritten params written into it (no envelope dict to encode).
+        frame = b"".join((_CALL_HEAD, wire.encode(proxy_id), _CALL_PARAMS, wire.encode(params), _CALL_END))
+        unsent = link.writer.try_write(frame)
+        if unsent is not None:
+            return link.send_fast(unsent)  # type: ignore[arg-type]
+        return True
+
+    def take(self, env: wire.Envelope | wire.CallFrame, line: bytes, now: float | None = None, *,
              waited: bool = False) -> bool | Awaitable[None]:
         """`client_request` up to its one wait: True when the call is sent (or held by the
         reader's batch), False when it is the SDK's, else the wait left, to be awaited at once
         (a write the pipe did not take, a parked call's next leg). The stdio front's reader
         calls this for every call: no coroutine is made for a call that needs no wait.
         ``now``: when the frame was read, if the caller has the clock's reading (the reader
-        reads it once for all the frames of one read)."""
-        if env.method != "tools/call" or env.params is UNSET:
+        reads it once for all the frames of one read). ``env``: the frame as an `Envelope`, or
+        as a `CallFrame` (its params already decoded, which this call may rewrite)."""
+        raw_params = env.params
+        if env.method != "tools/call" or raw_params is UNSET:
             return False
         drain = self.drain
         if drain is not None and drain.draining:
             return False  # shutting down: the SDK's middleware refuses it (`mcpvisor.actors.fronts.drain`)
         try:
-            params = wire.decode_raw_map(env.params)
+            params = raw_params if isinstance(raw_params, dict) else wire.decode_raw_map(raw_params)
             name = _str.decode(params["name"])
         except (KeyError, wire.DecodeError, wire.ValidationError):
             return False
@@ -228,8 +293,12 @@ class FastPath(ClientAsks):
                 if parked is None:
                     return False  # the SDK path's, or unknown: the SDK answers it
                 return parked.resume(env.id, params)  # type: ignore[arg-type]
-        snapshot = self.snapshot()
+        snapshot = self.view if self.view is not None else self.backend.router.snapshot  # `snapshot()`
         route = snapshot.tools.get(name)  # the common case, a routed tool: `plan_call`'s first answer
+        # A routed tool called the plain way is remembered for `take_plain` (a stdio
+        # connection's: an HTTP exchange lives for one call).
+        plain_route = (route is not None and route.compound is None and not has_meta and self.view is None
+                       and self._plain is not None)
         if route is None or route.compound is not None:
             plan = plan_call(snapshot, name, params.get("arguments"))
             if type(plan) is ToolRoute:
@@ -260,7 +329,8 @@ class FastPath(ClientAsks):
                 async def refuse(error: ProxyError) -> None:
                     await self._refuse_waited(env.id, route, arguments, started, error)
 
-                return self.waiting.start(up, env, line, refuse)
+                # Offered again once the server is up, read afresh (the params here may be rewritten).
+                return self.waiting.start(up, wire.decode_envelope(line), line, refuse)
             return False
         if not isinstance(link, StdioLink):
             return False
@@ -289,7 +359,7 @@ class FastPath(ClientAsks):
         except ProxyError:
             return False
         call.proxy_id = proxy_id
-        up.note_call()
+        up.calls += 1  # `Upstream.note_call`, spelled out on the busiest path
         if modern:
             self.era = "modern"
         original = _RAW_NAMES.get(route.original)
@@ -298,6 +368,8 @@ class FastPath(ClientAsks):
                 _RAW_NAMES.clear()  # catalogs changed many times over: start again
             original = _RAW_NAMES[route.original] = Raw(wire.encode(route.original))
         params["name"] = original
+        if plain_route:
+            self._keep_plain(name, snapshot, route, up, link, original)
         if meta is not None or link.modern or telemetry.tracer is not None:
             # A plain call (no ``_meta``, a handshake-era upstream, no tracing) has none to write.
             self._rewrite_meta(call, params, {} if meta is None else meta, name, link)
@@ -308,6 +380,21 @@ class FastPath(ClientAsks):
         if unsent is not None:
             return link.send_fast(unsent)  # type: ignore[arg-type]
         return True
+
+    def _keep_plain(self, name: str, snapshot: Snapshot, route: ToolRoute, up: Upstream, link: StdioLink,
+                    original: Raw) -> None:
+        """Remember where ``name``'s plain calls go while ``snapshot`` is the catalog's (its
+        server is shared and its link speaks the handshake era; else nothing is kept)."""
+        routes = self._plain
+        if (routes is None or snapshot is not self._catalog.snapshot or link.modern
+                or getattr(up.spec, "scope", "shared") != "shared"):
+            return
+        plain = routes.get(name)
+        if plain is None or plain.snapshot is not snapshot or plain.up is not up:
+            if len(routes) >= MAX_RAW_NAMES:
+                routes.clear()  # a catalog of thousands of tools, changed: start again
+            plain = routes[name] = PlainRoute(snapshot, route, up, original)
+        plain.link = link
 
     def _rewrite_meta(self, call: FastCall, params: dict[str, Raw], meta: dict[str, Raw], name: str,
                       link: StdioLink) -> None:
@@ -416,8 +503,6 @@ class FastPath(ClientAsks):
         except StreamBroken:
             pass
 
-    def try_send(self, frame: bytes) -> bytes | memoryview | None:
-        return self.writer.try_write(frame)
 
     def in_flight(self) -> int:
         """Calls waiting for their upstream's answer or for it to start (parked ones wait for

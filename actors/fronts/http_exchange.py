@@ -116,6 +116,8 @@ class HttpExchange(FastPath, ClientDeparture):
         self.stamp = fast.stamp
         self._envelopes = {}
         self._fitted = None
+        self._plain = None  # one call per exchange: no routes worth keeping
+        self._catalog = None
         self._ids = itertools.count(1)
         self.parked = fast.parked
         self.sess = session
@@ -129,7 +131,7 @@ class HttpExchange(FastPath, ClientDeparture):
             self.requests = {}
             self.client_capabilities = {}
             self.session = fast.modern_session
-        self._snapshot = snapshot
+        self.view = snapshot
         self._send = send
         self._transport = transport
         self._events = events
@@ -160,9 +162,6 @@ class HttpExchange(FastPath, ClientDeparture):
     # --- routing: what differs from a stdio connection ----------------------------------------
     def trace_origin(self) -> tuple[Mapping[str, str] | None, str, str | None]:
         return self.trace_headers, "http", self.sess.session_id if self.sess is not None else None
-
-    def snapshot(self) -> Snapshot:
-        return self._snapshot if self._snapshot is not None else self.backend.router.snapshot
 
     def session_instance(self, server: str) -> Upstream | None:
         return None  # a session-scoped server: the SDK path's (its session owns the instance)

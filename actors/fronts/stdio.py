@@ -42,11 +42,12 @@ from mcpvisor.actors.framing import (
     LineReader,
     OversizedLine,
     StreamBroken,
+    end_batch,
     flush_held_writes,
-    flush_writes,
     hold_writes,
     runs_of,
     widen_pipe,
+    write_held_now,
 )
 from mcpvisor.actors.fronts.fastpath import FastPath
 from mcpvisor.actors.fronts.frames import (
@@ -197,9 +198,11 @@ class StdioFront:
                 now: float | None = None  # the clock, read once for the calls of this read
                 try:
                     for n, run in enumerate(runs_of(batch)):
-                        if n:
-                            await flush_held_writes()  # the peer starts on the run before meanwhile
-                            now = None
+                        if n:  # the peer starts on the run before meanwhile
+                            wait = write_held_now()
+                            if wait is not None:
+                                await wait
+                                now = None
                         for line in run:
                             if type(line) is not bytes:  # cheaper than isinstance on a Struct, per frame
                                 assert isinstance(line, OversizedLine)
@@ -229,7 +232,9 @@ class StdioFront:
                                 await self._frame_failed(line)
                 finally:
                     if held is not None:
-                        await flush_writes(held)
+                        wait = end_batch(held)
+                        if wait is not None:
+                            await wait
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 
@@ -249,18 +254,28 @@ class StdioFront:
         fast, own = self.fast_path, self.own
         if fast is None or own is None or (own.initialize is None and own.modern_meta is None):
             return False
-        if line.count(b"{") + line.count(b"[") > MAX_JSON_DEPTH and nesting_exceeds(line):
-            return False  # `_frame` refuses it
-        try:
-            env = wire.decode_envelope(line)
-        except (wire.DecodeError, wire.ValidationError, RecursionError):
+        # `nesting_exceeds`'s own first test, with the count of "[" only when there is one
+        # (a search in C; most calls have no array): deeper frames are `_frame`'s to refuse.
+        if ((line.count(b"{") + line.count(b"[") if b"[" in line else line.count(b"{")) > MAX_JSON_DEPTH
+                and nesting_exceeds(line)):
             return False
-        rid = env.id
-        if (env.method != "tools/call" or rid is UNSET or rid is None or rid in self._in_flight
+        try:
+            call = wire.decode_call(line)  # the envelope and the params in one decode
+        except (wire.DecodeError, wire.ValidationError, RecursionError):
+            return False  # not JSON, or params that are no object: `_frame` reads it from the start
+        rid = call.id
+        if (call.method != "tools/call" or rid is UNSET or rid is None or rid in self._in_flight
                 or rid in fast.calls or rid in fast.waiting.scopes):  # `FastPath.owns`, inline
             return False  # not a call, or a duplicate id: `_frame` says so
-        taken = fast.take(env, line, now)
-        return env if taken is False else taken
+        params = call.params
+        if type(params) is dict and "_meta" not in params:
+            plain = fast.take_plain(rid, params, now)
+            if plain is not None:
+                return plain
+        taken = fast.take(call, line, now)
+        if taken is False:
+            return wire.decode_envelope(line)  # declined: the SDK's, as the envelope `_frame` reads
+        return taken
 
     async def _frame(self, line: bytes, declined: wire.Envelope | None = None) -> None:
         """Handle one client frame (``declined``: a call `_take` offered the fast path, which
