@@ -7,7 +7,7 @@ a one-shot `Reply`.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Final, Generic, TypeVar
 
 import msgspec
@@ -88,11 +88,18 @@ class _Subscriber:
 class EventBus:
     """Fan-out of `Event`s to any number of readers; publishing never blocks."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_change: Callable[[], None] | None = None) -> None:
+        """``on_change``: called when the bus gains its first subscriber or loses its last."""
         self._subs: list[_Subscriber] = []
+        self._on_change = on_change
         self.has_subscribers = False
-        """Someone reads the bus now: a plain attribute, since every finished fast-path
-        call asks it (`mcpvisor.actors.fronts.fastcall.FastCall.answer`)."""
+        """Someone reads the bus now (a plain attribute, kept current)."""
+
+    def _count_changed(self) -> None:
+        if self.has_subscribers != bool(self._subs):
+            self.has_subscribers = bool(self._subs)
+            if self._on_change is not None:
+                self._on_change()
 
     def publish(self, event: Event) -> None:
         for sub in self._subs:
@@ -110,7 +117,7 @@ class EventBus:
         """Yield events published from now on, until the bus closes."""
         sub = _Subscriber()
         self._subs.append(sub)
-        self.has_subscribers = True
+        self._count_changed()
         try:
             while True:
                 while sub.queue:
@@ -121,4 +128,4 @@ class EventBus:
                 sub.wake = trio.Event()
         finally:
             self._subs.remove(sub)
-            self.has_subscribers = bool(self._subs)
+            self._count_changed()

@@ -32,13 +32,38 @@ class CallNotes:
     front: Front
     router: Router
     upstreams: dict[str, Upstream]
-    journal: Journal | None
-    metrics: Metrics | None
+    _journal: Journal | None = None
+    _metrics: Metrics | None = None
+    hears_calls: bool = False
+    """Whether `note_call` has anyone to tell: metrics, the journal or an ``events()``
+    subscriber. Kept current as they come and go (`heard_changed`): the fast path reads it
+    on every call before it builds a note."""
 
-    def hears_calls(self) -> bool:
-        """Whether `note_call` has anyone to tell: metrics, the journal or an ``events()``
-        subscriber (the fast path asks before it builds a note)."""
-        return self.metrics is not None or self.journal is not None or self.event_bus.has_subscribers
+    @property
+    def journal(self) -> Journal | None:
+        """Where finished calls are recorded (``journal=``, ``settings.journal``), if anywhere."""
+        return self._journal
+
+    @journal.setter
+    def journal(self, journal: Journal | None) -> None:
+        self._journal = journal
+        self.heard_changed()
+
+    @property
+    def metrics(self) -> Metrics | None:
+        """What ``/metrics`` and the dashboard's history read (``open_supervisor(metrics=True)``;
+        `mcpvisor.metrics`); None: nothing is counted."""
+        return self._metrics
+
+    @metrics.setter
+    def metrics(self, metrics: Metrics | None) -> None:
+        self._metrics = metrics
+        self.heard_changed()
+
+    def heard_changed(self) -> None:
+        """Metrics, the journal or the event bus's subscribers changed: `hears_calls` again."""
+        self.hears_calls = (self._metrics is not None or self._journal is not None
+                            or self.event_bus.has_subscribers)
 
     def note_call(self, server: str, tool: str, started: float, error: BaseException | None, *,
                   session: str | None = None, run: Any = None, arguments: Any = None, result: Any = None,
@@ -53,10 +78,10 @@ class CallNotes:
         the call's trace when the caller holds its spans (the fast path); otherwise the
         trace of the span current in this task, if any.
         """
-        metrics = self.metrics
-        journal = self.journal
-        if metrics is None and journal is None and not self.event_bus.has_subscribers:
-            return  # nobody listens (no metrics, journal or dashboard): a call pays four attribute reads
+        if not self.hears_calls:
+            return  # nobody listens (no metrics, journal or dashboard)
+        metrics = self._metrics
+        journal = self._journal
         now = trio.current_time()  # one reading for all of them
         if metrics is not None:
             metrics.served(server, tool, started, now, error, result, direct)

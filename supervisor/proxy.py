@@ -63,8 +63,6 @@ from mcpvisor.tokens import FileTokenStore
 
 if TYPE_CHECKING:
     from mcpvisor.actors.link.oauth_store import TokenStore
-    from mcpvisor.journal import Journal
-    from mcpvisor.metrics import Metrics
     from mcpvisor.pgstore.store import PgStore
 
 
@@ -82,7 +80,7 @@ class Supervisor(CallNotes):
         self.config = config
         self.settings = with_env_overrides(config.settings)
         withhold_values(self.settings.auth_tokens.values())
-        self.event_bus = EventBus()
+        self.event_bus = EventBus(on_change=self.heard_changed)
         self.reaper = reaper
         self._rng = rng or random.Random()
         self._era_memory: dict[str, str] = {}
@@ -131,11 +129,6 @@ class Supervisor(CallNotes):
         self._root: trio.Nursery | None = None
         self.scoped = ScopedServers(self)
         """The instances of ``"scope": "session"`` servers and their warm pools."""
-        self.journal: Journal | None = None
-        """Where finished calls are recorded (``journal=``, ``settings.journal``), if anywhere."""
-        self.metrics: Metrics | None = None
-        """What ``/metrics`` and the dashboard's history read (``open_supervisor(metrics=True)``;
-        `mcpvisor.metrics`); None: nothing is counted."""
         self.catalog = CatalogWriter(shared.catalog if shared is not None
                                      else CatalogFile(self.store.directory))
         """Remembers what each server lists, for the next start (`mcpvisor.remembered`)."""

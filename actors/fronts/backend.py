@@ -32,9 +32,9 @@ class Backend(Protocol):
                               ctx: ServerRequestContext[Any, Any] | None, *,
                               snapshot: Snapshot | None = None) -> dict[str, Any]: ...
 
-    def hears_calls(self) -> bool:
-        """Whether `note_call` has anyone to tell (metrics, the journal, an ``events()``
-        subscriber): the fast path skips building the note when not."""
+    hears_calls: bool
+    """Whether `note_call` has anyone to tell (metrics, the journal, an ``events()``
+    subscriber), kept current: the fast path skips building the note when not."""
 
     def note_call(self, server: str, tool: str, started: float, error: BaseException | None, *,
                   session: str | None = None, run: Any = None, arguments: Any = None, result: Any = None,

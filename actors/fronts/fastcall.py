@@ -196,7 +196,7 @@ class FastCall(msgspec.Struct, eq=False):
             if adapted is None:
                 return None
             result = adapted
-        if self.trace is not None or fast.backend.hears_calls():  # a plain `serve` has nobody
+        if self.trace is not None or fast.backend.hears_calls:  # a plain `serve` has nobody
             self.note(None, result)
         # `wire.result_frame`, spelled out: the raw result copied once, into the line.
         return fast.try_send(b"".join((wire.RESULT_HEAD, wire.encode(front_id), wire.RESULT_KEY, result,

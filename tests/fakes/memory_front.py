@@ -194,6 +194,7 @@ class MemoryBackend:
                                                         tools_list=tuple(r.wire for r in routes.values())))
         self.upstreams: dict[str, MemoryUpstream] = {upstream.name: upstream}
         self.started = True
+        self.hears_calls = True
         self.notes: list[tuple[str, str, BaseException | None]] = []
         self.spare: list[MemoryUpstream] = []
         """Instances not yet handed to a session (the server is session-scoped when any are given)."""
@@ -208,8 +209,6 @@ class MemoryBackend:
     async def call_local_tool(self, name: str, arguments: dict[str, Any], ctx: Any) -> dict[str, Any]:
         raise AssertionError("no local tools here")
 
-    def hears_calls(self) -> bool:
-        return True
 
     def note_call(self, server: str, tool: str, started: float, error: BaseException | None,
                   **detail: Any) -> None:
