@@ -33,7 +33,10 @@ TOO_MANY_IN_FLIGHT: Final = -32003
 take -32002 and -32003."""
 
 MODERN_MARKER: Final = PROTOCOL_VERSION_META_KEY.encode()
-"""Bytes present in a request only when it carries the 2026-07-28 ``_meta`` envelope."""
+"""Bytes present in a request only when it carries the 2026-07-28 ``_meta`` envelope.
+The per-call paths look for it with ``frame.find(MODERN_MARKER) >= 0``: ``bytes in bytes``
+first tries the needle as an integer and raises and clears a TypeError before it
+searches (CPython 3.11), twice the cost of ``find``."""
 
 # What a stdio link's own handshake (`mcpvisor.actors.link.session`) offers and accepts,
 # the SDK's values written out so that it opens without loading the SDK (a unit test

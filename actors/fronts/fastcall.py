@@ -217,7 +217,7 @@ class FastCall(msgspec.Struct, eq=False):
     def _adapt(self, result: Raw, line: bytes) -> Raw | None:
         """Fit a result to the client's era in one pass over its top-level keys."""
         upstream_modern, front_modern = self.link.modern, self.modern
-        if upstream_modern and not front_modern and _INPUT_REQUIRED in line:
+        if upstream_modern and not front_modern and line.find(_INPUT_REQUIRED) >= 0:
             fields = wire.decode_raw_map(result)
             if bytes(fields.get("resultType", b"")) == _INPUT_REQUIRED:
                 self.fast.nursery.start_soon(self._drive_input_required, wire.decode_dict(result))

@@ -277,7 +277,7 @@ class FastPath(ClientAsks):
             return False
         # The 2026-07-28 envelope is in ``_meta``: a call without one is not searched for it.
         has_meta = "_meta" in params
-        modern = has_meta and wire.MODERN_MARKER in line
+        modern = has_meta and line.find(wire.MODERN_MARKER) >= 0  # `find`: see `wire.MODERN_MARKER`
         if modern:
             if self.era == "legacy":
                 return False  # the SDK refuses an enveloped request on a handshake connection

@@ -207,7 +207,7 @@ class HttpFast(OwnRequests):
             return
         if self.own is not None and await self._own_post(scope, replay, send, env, body):
             return
-        if not self.sdk.built and (not self._open_to_all() or wire.MODERN_MARKER in body):
+        if not self.sdk.built and (not self._open_to_all() or body.find(wire.MODERN_MARKER) >= 0):
             # What follows checks a token or a 2026-07-28 envelope with the SDK's own code:
             # loaded off the loop first (`mcpvisor.actors.fronts.http_sdk`).
             await self.sdk.ready()
@@ -252,7 +252,7 @@ class HttpFast(OwnRequests):
         events: SessionEvents | None = None
         transport: Any = None
         if modern:
-            name = classified(body, raw_headers) if wire.MODERN_MARKER in body else None
+            name = classified(body, raw_headers) if body.find(wire.MODERN_MARKER) >= 0 else None
             if name is None or name in self._header_tools(snap):
                 return False  # a tool whose arguments map to Mcp-Param headers: the SDK checks them
         else:

@@ -254,11 +254,8 @@ class StdioFront:
         fast, own = self.fast_path, self.own
         if fast is None or own is None or (own.initialize is None and own.modern_meta is None):
             return False
-        # `nesting_exceeds`'s own first test, with the count of "[" only when there is one
-        # (a search in C; most calls have no array): deeper frames are `_frame`'s to refuse.
-        if ((line.count(b"{") + line.count(b"[") if b"[" in line else line.count(b"{")) > MAX_JSON_DEPTH
-                and nesting_exceeds(line)):
-            return False
+        if line.count(b"{") + line.count(b"[") > MAX_JSON_DEPTH and nesting_exceeds(line):
+            return False  # `_frame` refuses it
         try:
             call = wire.decode_call(line)  # the envelope and the params in one decode
         except (wire.DecodeError, wire.ValidationError, RecursionError):
