@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Container, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -50,6 +50,7 @@ from mcpvisor.actors.framing import FrameWriter, StreamBroken
 from mcpvisor.actors.fronts.fastask import ClientAsks
 from mcpvisor.actors.fronts.fastcall import FastCall
 from mcpvisor.actors.fronts.fastwait import HandBack, WaitingCalls
+from mcpvisor.actors.fronts.frames import MAX_JSON_DEPTH, nesting_exceeds
 from mcpvisor.actors.harness import RUN_META_KEY, CancelledByClient, ClientSession
 from mcpvisor.actors.link.stdio import StdioLink
 from mcpvisor.actors.messages import Reply
@@ -79,14 +80,14 @@ _READY: Final = State.READY
 
 class PlainRoute(msgspec.Struct):
     """Where a connection's plain calls of one tool go, as `FastPath.take` found it for a
-    snapshot (`FastPath.take_plain` uses it while the snapshot stays the catalog's)."""
+    snapshot (`FastPath.take_line` uses it while the snapshot stays the catalog's)."""
 
     snapshot: Snapshot
     route: ToolRoute
     up: Upstream
     original: Raw
     """The upstream's name of the tool, as the JSON string the call carries upstream."""
-    link: StdioLink | None = None
+    link: StdioLink
     """The link last found to be a handshake-era stdio one (a restart makes a new link)."""
 
 
@@ -126,7 +127,7 @@ class FastPath(ClientAsks):
         """What holds the catalog's latest ``snapshot`` (the router's core; read as an
         attribute, not through the router's property, on every plain call)."""
         self._plain: dict[str, PlainRoute] | None = {}
-        """`take_plain`'s routes by tool name (None: a connection that keeps none)."""
+        """`take_line`'s routes by tool name (None: a connection that keeps none)."""
         self.stamp = Raw(wire.encode(dict(server_info)))
         self._envelopes: dict[int, Raw] = {}
         self._fitted: tuple[tuple[int, bool, bytes], Raw] | None = None
@@ -216,44 +217,58 @@ class FastPath(ClientAsks):
         await taken
         return True
 
-    def take_plain(self, front_id: int | str, params: dict[str, Raw],
-                   now: float) -> bool | Awaitable[None] | None:
-        """`take` for the busiest kind of call, in fewer steps: a handshake-era connection's
-        call with no ``_meta`` (no progress token, no trace context) of a tool routed to a
-        ready handshake-era stdio server, while nothing traces. The route is the one `take`
-        found for the same snapshot (`PlainRoute`), checked against the server's state and
-        link. None: not such a call, or a first call of the tool; ``take`` decides (nothing
-        was changed). Otherwise as `take`."""
-        if not self.ready or telemetry.tracer is not None:
+    def take_line(self, line: bytes, now: float, held: Container[int | str]) -> bool | Awaitable[None] | None:
+        """The stdio reader's lane for one client frame, with no coroutine made: a
+        ``tools/call`` taken (True, or the wait for its write, to be awaited at once) or
+        declined (False: the SDK's). None: no such call (something else, a duplicate id, a
+        frame too deep or malformed): the reader handles ``line`` from the start. ``held``:
+        the ids of the connection's requests the SDK serves.
+
+        The busiest kind of call takes fewer steps than `take`: a handshake-era
+        connection's call with no ``_meta`` (no progress token, no trace context) of a tool
+        routed to a ready handshake-era stdio server, while nothing traces and nothing
+        drains. Its route is the one `take` found for the same snapshot (`PlainRoute`),
+        checked against the server's state and link; anything else is `take`'s.
+        """
+        # `nesting_exceeds`'s first test: deeper frames are the reader's to refuse.
+        if line.count(b"{") + line.count(b"[") > MAX_JSON_DEPTH and nesting_exceeds(line):
             return None
-        drain = self.drain
-        if drain is not None and drain.draining:
-            return None
+        try:
+            call = wire.decode_call(line)  # the envelope and the params in one decode
+        except (wire.DecodeError, wire.ValidationError, RecursionError):
+            return None  # not JSON, or params that are no object: the reader reads it from the start
+        rid = call.id
+        if (call.method != "tools/call" or rid is UNSET or rid is None or rid in held
+                or rid in self.calls or rid in self.waiting.scopes):  # `owns`, spelled out
+            return None  # not a call, or a duplicate id: the reader says so
+        params = call.params
         routes = self._plain
-        try:
-            plain = routes.get(_str.decode(params["name"])) if routes is not None else None
-        except (KeyError, wire.DecodeError, wire.ValidationError):
-            return None
-        if plain is None or plain.snapshot is not self._catalog.snapshot:
-            return None
-        up, link = plain.up, plain.link
-        if up.state is not _READY or link is None or up.link is not link or link.close_reason is not None:
-            return None  # `take` looks again (and keeps the new link if it is plain too)
-        call = FastCall(self, front_id, plain.route, up, link, None, False, now, params)
-        spec = up.spec
-        try:
-            call.proxy_id = proxy_id = link.reserve_fast(call, spec.timeout, spec.max_call_time, now)
-        except ProxyError:
-            return None
-        up.calls += 1  # `Upstream.note_call`, spelled out on the busiest path
-        params["name"] = plain.original
-        self.calls[front_id] = call
-        # The upstream's frame, the rewritten params written into it (no envelope dict to encode).
-        frame = b"".join((_CALL_HEAD, wire.encode(proxy_id), _CALL_PARAMS, wire.encode(params), _CALL_END))
-        unsent = link.writer.try_write(frame)
-        if unsent is not None:
-            return link.send_fast(unsent)  # type: ignore[arg-type]
-        return True
+        plain: PlainRoute | None = None
+        if (type(params) is dict and "_meta" not in params and routes is not None and self.ready
+                and telemetry.tracer is None and (self.drain is None or not self.drain.draining)):
+            try:
+                plain = routes.get(_str.decode(params["name"]))
+            except (KeyError, wire.DecodeError, wire.ValidationError):
+                return False  # the SDK refuses params without a string name
+        if plain is not None and plain.snapshot is self._catalog.snapshot:
+            up, link = plain.up, plain.link
+            if up.state is _READY and up.link is link and link.close_reason is None:
+                fast = FastCall(self, rid, plain.route, up, link, None, False, now, params)  # type: ignore[arg-type]
+                spec = up.spec
+                try:
+                    fast.proxy_id = proxy_id = link.reserve_fast(fast, spec.timeout, spec.max_call_time, now)
+                except ProxyError:
+                    return False  # the SDK's path says why (closing, too many in flight)
+                up.calls += 1  # `Upstream.note_call`, spelled out on the busiest path
+                params["name"] = plain.original  # type: ignore[index]
+                self.calls[rid] = fast
+                # The upstream's frame, the rewritten params written into it (no envelope dict).
+                unsent = link.writer.try_write(b"".join((_CALL_HEAD, wire.encode(proxy_id), _CALL_PARAMS,
+                                                         wire.encode(params), _CALL_END)))
+                if unsent is not None:
+                    return link.send_fast(unsent)  # type: ignore[arg-type]
+                return True
+        return self.take(call, line, now)
 
     def take(self, env: wire.Envelope | wire.CallFrame, line: bytes, now: float | None = None, *,
              waited: bool = False) -> bool | Awaitable[None]:
@@ -295,7 +310,7 @@ class FastPath(ClientAsks):
                 return parked.resume(env.id, params)  # type: ignore[arg-type]
         snapshot = self.view if self.view is not None else self.backend.router.snapshot  # `snapshot()`
         route = snapshot.tools.get(name)  # the common case, a routed tool: `plan_call`'s first answer
-        # A routed tool called the plain way is remembered for `take_plain` (a stdio
+        # A routed tool called the plain way is remembered for `take_line` (a stdio
         # connection's: an HTTP exchange lives for one call).
         plain_route = (route is not None and route.compound is None and not has_meta and self.view is None
                        and self._plain is not None)
@@ -393,7 +408,7 @@ class FastPath(ClientAsks):
         if plain is None or plain.snapshot is not snapshot or plain.up is not up:
             if len(routes) >= MAX_RAW_NAMES:
                 routes.clear()  # a catalog of thousands of tools, changed: start again
-            plain = routes[name] = PlainRoute(snapshot, route, up, original)
+            plain = routes[name] = PlainRoute(snapshot, route, up, original, link)
         plain.link = link
 
     def _rewrite_meta(self, call: FastCall, params: dict[str, Raw], meta: dict[str, Raw], name: str,

@@ -51,11 +51,9 @@ from mcpvisor.actors.framing import (
 )
 from mcpvisor.actors.fronts.fastpath import FastPath
 from mcpvisor.actors.fronts.frames import (
-    MAX_JSON_DEPTH,
     Refusal,
     decode_client_frame,
     duplicate_id,
-    nesting_exceeds,
     request_refusal,
 )
 from mcpvisor.actors.fronts.sdk_load import load_sdk, sdk_loaded
@@ -254,22 +252,9 @@ class StdioFront:
         fast, own = self.fast_path, self.own
         if fast is None or own is None or (own.initialize is None and own.modern_meta is None):
             return False
-        if line.count(b"{") + line.count(b"[") > MAX_JSON_DEPTH and nesting_exceeds(line):
-            return False  # `_frame` refuses it
-        try:
-            call = wire.decode_call(line)  # the envelope and the params in one decode
-        except (wire.DecodeError, wire.ValidationError, RecursionError):
-            return False  # not JSON, or params that are no object: `_frame` reads it from the start
-        rid = call.id
-        if (call.method != "tools/call" or rid is UNSET or rid is None or rid in self._in_flight
-                or rid in fast.calls or rid in fast.waiting.scopes):  # `FastPath.owns`, inline
-            return False  # not a call, or a duplicate id: `_frame` says so
-        params = call.params
-        if type(params) is dict and "_meta" not in params:
-            plain = fast.take_plain(rid, params, now)
-            if plain is not None:
-                return plain
-        taken = fast.take(call, line, now)
+        taken = fast.take_line(line, now, self._in_flight)
+        if taken is None:
+            return False
         if taken is False:
             return wire.decode_envelope(line)  # declined: the SDK's, as the envelope `_frame` reads
         return taken
