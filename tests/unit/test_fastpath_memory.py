@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 import trio
 import trio.testing
@@ -717,3 +718,72 @@ async def test_a_2026_call_to_a_session_scoped_server_goes_to_the_shared_instanc
             await p.server.answer(request, result("shared"))
             assert text(await p.client.receive_id(1)) == "shared"
             assert p.backend.held == {}
+
+
+async def _answered(p: Any, request_id: Any, t: str) -> dict[str, Any]:
+    """What the upstream was sent for the client's last call, answered with ``t``."""
+    request = await p.server.receive()
+    await p.server.answer(request, result(t))
+    assert text(await p.client.receive_id(request_id)) == t
+    params: dict[str, Any] = request["params"]
+    return params
+
+
+async def test_a_plain_call_follows_the_catalog_when_its_name_is_routed_anew(autojump_clock: Clock) -> None:
+    """The fast path remembers where a tool's plain calls go, but only for the snapshot it
+    found the route in: once the catalog routes ``s_echo`` to the server's ``work`` tool,
+    the next call carries ``work`` upstream. A regression shows as the old tool's name
+    reaching the upstream after the change."""
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy() as p:
+            await p.client.handshake()
+            for n in (1, 2):  # the second call takes the remembered route
+                await p.client.send(call(n, "s_echo", {"text": "hi"}))
+                assert (await _answered(p, n, "ok"))["name"] == "echo"
+            snapshot = p.backend.router.snapshot
+            moved = msgspec.structs.replace(snapshot.tools["s_echo"], original="work")
+            routes = {**snapshot.tools, "s_echo": moved}
+            p.backend.router.snapshot = msgspec.structs.replace(snapshot, tools=routes)
+            await p.client.send(call(3, "s_echo", {"text": "hi"}))
+            assert (await _answered(p, 3, "ok"))["name"] == "work"
+
+
+async def test_a_plain_call_after_its_server_restarted_reaches_the_new_process(autojump_clock: Clock) -> None:
+    """A remembered route names the link it was found on: after the server's process dies
+    and a new one takes its place, the next call is written to the new process (and gets
+    its answer), never to the dead one's pipe. A regression shows as the call failing
+    with the old process's death, or waiting forever."""
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy() as p:
+            await p.client.handshake()
+            for n in (1, 2):
+                await p.client.send(call(n, "s_echo", {"text": "hi"}))
+                await _answered(p, n, f"old {n}")
+            await p.server.crash(3)
+            fresh = p.restart()
+            await p.client.send(call(3, "s_echo", {"text": "after"}))
+            request = await fresh.receive()
+            assert request["params"]["arguments"] == {"text": "after"}
+            await fresh.answer(request, result("new 3"))
+            assert text(await p.client.receive_id(3)) == "new 3"
+
+
+async def test_a_plain_call_to_a_server_that_is_starting_again_waits_for_it(autojump_clock: Clock) -> None:
+    """A remembered route is taken only while its server is ready: when the server goes
+    back to starting, the next call waits for it (as any call to a starting server does)
+    and is sent once it is ready. A regression shows as the call written to a server
+    that is not ready, or refused."""
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy() as p:
+            await p.client.handshake()
+            for n in (1, 2):
+                await p.client.send(call(n, "s_echo", {"text": "hi"}))
+                await _answered(p, n, "ok")
+            p.upstream.set_state(State.STARTING)
+            await p.client.send(call(3, "s_echo", {"text": "later"}))
+            await trio.sleep(30)
+            with pytest.raises(trio.TooSlowError):
+                with trio.fail_after(1):
+                    await p.server.receive()  # nothing reaches a starting server
+            p.upstream.set_state(State.READY)
+            assert (await _answered(p, 3, "done"))["arguments"] == {"text": "later"}
