@@ -31,7 +31,7 @@ from typing import Any, Final
 
 try:
     import fcntl as _flock
-except ImportError:  # Windows: filelock's lock file is deleted on release there anyway
+except ImportError:  # Windows: filelock's lock, whose file is deleted on release there anyway
     _flock = None  # type: ignore[assignment]
 
 __all__ = [
@@ -220,18 +220,19 @@ def locked(path: Path, timeout: float = DEFAULT_LOCK_TIMEOUT_S, *, remove: bool 
     target = _target(Path(path))
     lock_path = target.with_name(target.name + LOCK_SUFFIX)
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    if remove and _flock is not None:
-        fd = _acquire_removable(Path(path), lock_path, timeout)
+    if _flock is not None:
+        fd = _acquire_flock(Path(path), lock_path, timeout)
         try:
             remove_stale_temps(target)
             yield
         finally:
-            with contextlib.suppress(OSError):
-                os.unlink(lock_path)  # while still holding it: see _acquire_removable
+            if remove:
+                with contextlib.suppress(OSError):
+                    os.unlink(lock_path)  # while still holding it: see _acquire_flock
             os.close(fd)  # releases the lock
         return
-    # Imported here: only this kind of lock uses it (the config file's, the common case of
-    # a CLI command, is taken with flock above), and it costs ~5 ms at every start.
+    # Not POSIX: filelock's lock (imported only there: filelock 4 costs 15-40 ms of imports,
+    # which `serve` would pay before its first answers, for the state directory's lock).
     import filelock
 
     lock = filelock.FileLock(lock_path, timeout=timeout)
@@ -246,12 +247,13 @@ def locked(path: Path, timeout: float = DEFAULT_LOCK_TIMEOUT_S, *, remove: bool 
         lock.release()
 
 
-def _acquire_removable(path: Path, lock_path: Path, timeout: float) -> int:
-    """Lock ``lock_path`` (created if missing) and return its descriptor.
+def _acquire_flock(path: Path, lock_path: Path, timeout: float) -> int:
+    """Lock ``lock_path`` (created if missing) with ``flock`` and return its descriptor.
 
-    The holder deletes the lock file before it releases the lock, so a waiter can win the
-    lock of a file that no longer has a name; after locking, the descriptor's inode must
-    still be what ``lock_path`` names, else we start over on the new file.
+    A holder that removes the lock file deletes it before it releases the lock, so a
+    waiter can win the lock of a file that no longer has a name; after locking, the
+    descriptor's inode must still be what ``lock_path`` names, else we start over on the
+    new file (a lock file that is never removed always passes).
     """
     assert _flock is not None
     deadline = time.monotonic() + timeout
