@@ -36,7 +36,6 @@ import msgspec
 import trio
 
 from mcpvisor.actors.fronts.stdio_own import REPLAY_ID
-from mcpvisor.journal._writer import outcome_of
 from mcpvisor.metrics_history import (
     DURATION_BUCKETS_S,
     HISTORY_MINUTES,
@@ -47,6 +46,7 @@ from mcpvisor.metrics_history import (
     History,
     place,
 )
+from mcpvisor.outcomes import outcome_of
 
 __all__ = [
     "BATCH",

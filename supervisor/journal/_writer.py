@@ -32,8 +32,7 @@ from typing import Any, ClassVar, Final, Protocol
 import msgspec
 import trio
 
-from mcpvisor.actors import wire
-from mcpvisor.actors.harness import CancelledByClient
+from mcpvisor.outcomes import IS_ERROR, OUTCOMES, outcome_of
 from mcpvisor.redact import scrub_known
 
 logger = logging.getLogger(__name__)
@@ -95,11 +94,7 @@ CREATE TABLE IF NOT EXISTS calls (
 # No index: each would cost every insert a second b-tree update, and the summary reads the
 # whole table anyway.
 
-OUTCOMES: Final = ("ok", "tool_error", "timeout", "server_down", "cancelled", "error")
-"""What a call came to: a result, a result with ``isError``, the call's timeout, the
-server down or dead under it, cancelled by the client, any other protocol error."""
 
-_IS_ERROR: Final = b'"isError":true'
 _INSERT: Final = (
     "INSERT INTO calls (time, session, run, server, tool, arg_bytes, arg_digest, result_bytes, "
     "result_digest, arguments, result, outcome, error, latency_ms, retries, restarts, list_version, "
@@ -131,22 +126,6 @@ class CallRecord:
     list_version: int | None = None
     trace_id: str | None = None
     """The call's OpenTelemetry trace id (32 hex digits), when tracing is on and it was sampled."""
-
-
-def outcome_of(error: BaseException | None, result_bytes: bytes | None) -> str:
-    """Classify a call (see `OUTCOMES`)."""
-    if error is None:
-        return "tool_error" if result_bytes is not None and _IS_ERROR in result_bytes else "ok"
-    if isinstance(error, trio.Cancelled | CancelledByClient):
-        return "cancelled"
-    code = getattr(error, "code", None)
-    if code is None:  # the SDK's MCPError keeps it on .error
-        code = getattr(getattr(error, "error", None), "code", None)
-    if code == wire.REQUEST_TIMEOUT:
-        return "timeout"
-    if code in (wire.UPSTREAM_UNAVAILABLE, wire.CONNECTION_CLOSED):
-        return "server_down"
-    return "error"
 
 
 def _as_bytes(value: Any) -> bytes | None:
@@ -186,7 +165,7 @@ def _compact(data: bytes | None) -> bytes | None:
     """The result's JSON without spaces after separators, so ``isError`` is found either way."""
     if data is None or b'"isError"' not in data:
         return data
-    return data.replace(b'"isError": true', _IS_ERROR)
+    return data.replace(b'"isError": true', IS_ERROR)
 
 
 JOURNAL_MODE: Final = 0o600

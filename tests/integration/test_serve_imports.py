@@ -324,8 +324,9 @@ HTTP/2 preface or TLS."""
 
 async def test_http_serve_loads_hypercorns_other_stacks_only_for_what_needs_them(tmp_path: Path) -> None:
     """A real ``serve --transport http``: a client's handshake, list and call over HTTP/1.1
-    load none of `HTTP_STACKS`; the first websocket upgrade (the dashboard's live view) loads
-    them and is served."""
+    load none of `HTTP_STACKS`, nor the call journal (the metrics the front always records
+    share only its classification of a call's outcome); the first websocket upgrade (the
+    dashboard's live view) loads them and is served."""
     from mcp import Client
     from trio_websocket import open_websocket_url
 
@@ -354,6 +355,8 @@ async def test_http_serve_loads_hypercorns_other_stacks_only_for_what_needs_them
                 result = await client.call_tool("up_echo", {"text": "over http"})
                 assert result.content[0].text.endswith("over http")  # type: ignore[union-attr]
             assert stacks(imported(proxy.log)) == []
+            assert sorted(m for m in imported(proxy.log) if m.split(".")[0] == "sqlite3"
+                          or m == "mcpvisor.journal" or m.startswith("mcpvisor.journal.")) == []
             # The dashboard's live view is a websocket: its upgrade is handed to hypercorn,
             # which is imported for it and serves it.
             async with open_websocket_url(f"ws://127.0.0.1:{proxy.port}/api/events") as feed:
