@@ -115,10 +115,9 @@ async def serve_http_front(
     (`mcpvisor.actors.fronts.fleet`). With ``replica``, every session id begins with
     ``replica.`` (a balancer routes on it). ``required_scopes``: what a token must carry.
     ``task_status.started`` receives the URL bound."""
-    import hypercorn.config
-
     from mcpvisor.actors.fronts.http_sdk import SdkApp
     from mcpvisor.actors.fronts.http_server import serve
+    from mcpvisor.actors.fronts.http_settings import ServerSettings
     from mcpvisor.actors.fronts.replay import RETRY_MS, ReplayBudget
 
     budget = ReplayBudget()
@@ -165,20 +164,15 @@ async def serve_http_front(
             app = ViewPaths(app, HTTP_PATH)  # type: ignore[assignment]
         return app, manager
 
-    config = hypercorn.config.Config()
-    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
-    config.accesslog = None
-    config.errorlog = logging.getLogger("hypercorn.error")
-    config.graceful_timeout = GRACEFUL_CLOSE_S
     # Bounds on a connection that has not sent a whole request: the keep-alive timer runs
     # from the accept until a request's headers are complete (slowloris), and TLS has its own
     # handshake timer (60 s by default). read_timeout stays unset: it bounds every read, so it
     # would also cut an SSE stream or a long call whose client rightly sends nothing.
-    config.keep_alive_timeout = limits.handshake_timeout
-    config.ssl_handshake_timeout = limits.handshake_timeout
-    if certfile:
-        config.certfile = certfile
-        config.keyfile = keyfile
+    config = ServerSettings(bind=[f"[{host}]:{port}" if ":" in host else f"{host}:{port}"],
+                            graceful_timeout=GRACEFUL_CLOSE_S, keep_alive_timeout=limits.handshake_timeout,
+                            ssl_handshake_timeout=limits.handshake_timeout,
+                            errorlog=logging.getLogger("hypercorn.error"),
+                            certfile=certfile or None, keyfile=(keyfile or None) if certfile else None)
 
     async def started(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
         # Once the drain has answered every request (SIGTERM, SIGINT), the server stops

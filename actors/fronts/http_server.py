@@ -30,7 +30,7 @@ import trio
 from mcpvisor.actors.fronts.http_connection import Connection
 
 if TYPE_CHECKING:
-    from hypercorn.config import Config
+    from mcpvisor.actors.fronts.http_settings import ServerSettings
 
 __all__ = ["Server", "serve"]
 
@@ -62,7 +62,7 @@ class _Replayed:
 class Server:
     """What every connection shares: the app, the config, shutdown."""
 
-    def __init__(self, app: Any, config: Config, state: dict[str, Any]) -> None:
+    def __init__(self, app: Any, config: ServerSettings, state: dict[str, Any]) -> None:
         self.app = app
         self.config = config
         self.state = state
@@ -97,7 +97,8 @@ class Server:
             self.context = WorkerContext(None)
         if self.closing:  # shut down while these were imported
             await self.context.terminated.set()
-        await TCPServer(wrap_app(self.app, self.config.wsgi_max_body_size, "asgi"), self.config, self.context,
+        await TCPServer(wrap_app(self.app, self.config.wsgi_max_body_size, "asgi"), self.config.hypercorn(),
+                        self.context,
                         ConnectionState(self.state.copy()),
                         _Replayed(stream, seen)).run()  # type: ignore[arg-type]  # a plain stream, as hypercorn serves too
 
@@ -112,7 +113,7 @@ class Server:
 
 async def serve(
     app: Any,
-    config: Config,
+    config: ServerSettings,
     *,
     lifespan: Callable[[], AbstractAsyncContextManager[Any]],
     shutdown_trigger: Callable[[], Awaitable[None]],
@@ -131,15 +132,14 @@ async def serve(
     if config.ssl_enabled:
         import hypercorn.trio
 
-        await hypercorn.trio.serve(app, config, shutdown_trigger=shutdown_trigger,
+        await hypercorn.trio.serve(app, config.hypercorn(), shutdown_trigger=shutdown_trigger,
                                    task_status=task_status)
         return
     server = Server(app, config, {})
     async with lifespan(), trio.open_nursery() as connections:
-        sockets = config.create_sockets()
         listeners = []
         binds = []
-        for sock in sockets.insecure_sockets:
+        for sock in config.create_sockets():
             sock.listen(config.backlog)
             listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
             binds.append(f"http://{_address(sock)}")

@@ -316,10 +316,11 @@ async def _exchange_with(tmp_path: Path, config: Path, body: Any = None, *, hand
     return result
 
 
-HTTP_STACKS: Final = ("hpack", "h2", "wsproto", "hypercorn.trio", "hypercorn.protocol")
-"""hypercorn's HTTP/2 and websocket stacks (~90 ms of a ``serve --transport http``): the
-front serves HTTP/1.1 itself and hands a connection to hypercorn only for an upgrade, an
-HTTP/2 preface or TLS."""
+HTTP_STACKS: Final = ("hpack", "h2", "wsproto", "hypercorn")
+"""hypercorn, its HTTP/2 and websocket stacks (~90 ms of a ``serve --transport http``) and its
+``Config`` (its logging configuration, TOML and WSGI modules: 8-30 ms): the front serves
+HTTP/1.1 itself with settings of its own and hands a connection to hypercorn only for an
+upgrade, an HTTP/2 preface or TLS."""
 
 
 async def test_http_serve_loads_hypercorns_other_stacks_only_for_what_needs_them(tmp_path: Path) -> None:
