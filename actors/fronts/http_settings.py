@@ -13,11 +13,11 @@ its first answers, for fronts that mostly never need it.
 
 from __future__ import annotations
 
-import logging
 import socket
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
 
 if TYPE_CHECKING:
     from hypercorn.config import Config
@@ -43,8 +43,7 @@ def http_date(at: float) -> str:
             f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT")
 
 
-@dataclass
-class ServerSettings:
+class ServerSettings(msgspec.Struct, kw_only=True):
     """The HTTP front's server settings (the names are hypercorn ``Config``'s)."""
 
     bind: list[str]
@@ -52,7 +51,8 @@ class ServerSettings:
     graceful_timeout: float
     keep_alive_timeout: float
     ssl_handshake_timeout: float
-    errorlog: logging.Logger
+    errorlog: Any
+    """The `logging.Logger` hypercorn writes its errors to."""
     certfile: str | None = None
     keyfile: str | None = None
     backlog: int = BACKLOG
@@ -60,7 +60,8 @@ class ServerSettings:
     keep_alive_max_requests: int = KEEP_ALIVE_MAX_REQUESTS
     root_path: str = ""
     wsgi_max_body_size: int = WSGI_MAX_BODY_SIZE
-    _hypercorn: Config | None = field(default=None, repr=False)
+    made: Any = None
+    """hypercorn's ``Config`` once `hypercorn` has made it."""
 
     @property
     def ssl_enabled(self) -> bool:
@@ -97,7 +98,8 @@ class ServerSettings:
 
     def hypercorn(self) -> Config:
         """hypercorn's own ``Config`` with these values (made once, imported on first use)."""
-        if self._hypercorn is None:
+        made: Config | None = self.made
+        if made is None:
             import hypercorn.config
 
             config = hypercorn.config.Config()
@@ -114,5 +116,6 @@ class ServerSettings:
             config.keep_alive_max_requests = self.keep_alive_max_requests
             config.root_path = self.root_path
             config.wsgi_max_body_size = self.wsgi_max_body_size
-            self._hypercorn = config
-        return self._hypercorn
+            made = self.made = config
+        return made
+
