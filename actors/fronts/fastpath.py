@@ -308,7 +308,7 @@ class FastPath(ClientAsks):
                 if parked is None:
                     return False  # the SDK path's, or unknown: the SDK answers it
                 return parked.resume(env.id, params)  # type: ignore[arg-type]
-        snapshot = self.view if self.view is not None else self.backend.router.snapshot  # `snapshot()`
+        snapshot = self.snapshot()
         route = snapshot.tools.get(name)  # the common case, a routed tool: `plan_call`'s first answer
         # A routed tool called the plain way is remembered for `take_line` (a stdio
         # connection's: an HTTP exchange lives for one call).
