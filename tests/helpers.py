@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import anyio
+import httpx2
 import mcp_types as types
 import trio
 from mcp import Client, StdioServerParameters
@@ -25,6 +26,14 @@ PY: Final = sys.executable
 REAL_IO_BOUND_S: Final = 120.0
 """Bound for a test doing real subprocess I/O. Generous: the CI machine has 2 cores and
 `import mcp` in a cold child can take seconds when the box is busy."""
+
+
+def http_client(**kwargs: Any) -> httpx2.AsyncClient:
+    """An HTTP client whose requests are bounded by `REAL_IO_BOUND_S`, not httpx's 5 s: a
+    front's first request that needs the SDK (a token front, the dashboard's API) waits for
+    its import, which takes seconds on a busy 2-core machine; the test's own ``fail_after``
+    bounds the whole exchange."""
+    return httpx2.AsyncClient(timeout=REAL_IO_BOUND_S, **kwargs)
 
 
 def everything(*flags: str, **extra: Any) -> dict[str, Any]:

@@ -22,12 +22,12 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import psutil
 import trio
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from tests.helpers import http_client
 from tests.integration.cdp import open_browser
 from tests.integration.dashboard import Dashboard, fleet, serving
 
@@ -53,7 +53,7 @@ async def main(rounds: int, calls: int) -> None:
             for name in ("a", "b"):
                 (root / name).mkdir()
                 dash = await stack.enter_async_context(serving(root / name, fleet(root / name)))
-                http = await stack.enter_async_context(httpx2.AsyncClient())
+                http = await stack.enter_async_context(http_client())
                 client = await stack.enter_async_context(
                     Client(streamable_http_client(f"{dash.base}/mcp", http_client=http), mode="legacy",
                            cache=None))

@@ -28,7 +28,7 @@ import pytest
 import trio
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
 
-from tests.helpers import flaky, write_config
+from tests.helpers import flaky, http_client, write_config
 from tests.polling import poll_until
 from tests.security.proxy import HTTP_HEADERS, INIT, Proxy, running_proxy
 
@@ -127,7 +127,7 @@ async def balancer(argv: list[str], url: str, log: Path) -> AsyncIterator[trio.P
     with log.open("wb") as sink:
         process = await trio.lowlevel.open_process(argv, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink)
     try:
-        async with httpx2.AsyncClient() as http:
+        async with http_client() as http:
             async def ready() -> bool:
                 assert process.returncode is None, f"{argv[0]} exited with {process.returncode}"
                 try:

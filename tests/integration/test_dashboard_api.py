@@ -14,7 +14,7 @@ import trio
 from trio_websocket import open_websocket_url
 
 from mcpvisor.config import demo_config_path
-from tests.helpers import REAL_IO_BOUND_S, write_config
+from tests.helpers import REAL_IO_BOUND_S, http_client, write_config
 from tests.integration.dashboard import SECRET, flaky_entry, fleet, private, server_state, serving
 
 CONFIG_TOKEN = "config-token-0123456789abcdef"
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.timeout(REAL_IO_BOUND_S + 60)  # the tests bound themse
 
 async def test_reading_shows_every_server_and_hides_secrets(tmp_path: Path) -> None:
     with trio.fail_after(REAL_IO_BOUND_S):
-        async with serving(tmp_path, fleet(tmp_path)) as dash, httpx2.AsyncClient() as http:
+        async with serving(tmp_path, fleet(tmp_path)) as dash, http_client() as http:
             assert private(dash.token_file)
             assert f"{dash.base}/login?token={dash.token}" in dash.proxy.text()  # the login URL is printed
             assert (await http.get(f"{dash.base}/healthz")).json() == {"status": "ok"}
@@ -47,7 +47,7 @@ async def test_reading_shows_every_server_and_hides_secrets(tmp_path: Path) -> N
 
 async def test_changes_need_the_token_and_the_proxy_applies_them(tmp_path: Path) -> None:
     with trio.fail_after(REAL_IO_BOUND_S):
-        async with serving(tmp_path, fleet(tmp_path)) as dash, httpx2.AsyncClient() as http:
+        async with serving(tmp_path, fleet(tmp_path)) as dash, http_client() as http:
             api = f"{dash.base}/api/servers"
             before = dash.config.read_text()
             gamma = {"name": "gamma", "entry": flaky_entry("gamma")}
@@ -161,7 +161,7 @@ async def test_the_live_feed_reports_a_crash_and_the_restart(tmp_path: Path) -> 
     """``/api/events`` sends a snapshot, then beta's crash and its recovery as they happen;
     a foreign Origin is refused at the handshake."""
     with trio.fail_after(REAL_IO_BOUND_S):
-        async with serving(tmp_path, fleet(tmp_path)) as dash, httpx2.AsyncClient() as http:
+        async with serving(tmp_path, fleet(tmp_path)) as dash, http_client() as http:
             ws_url = f"ws://127.0.0.1:{dash.proxy.port}/api/events"
             handshake = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
                          "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
@@ -186,7 +186,7 @@ async def test_the_live_feed_reports_a_crash_and_the_restart(tmp_path: Path) -> 
 async def test_a_configured_token_guards_reading_too(tmp_path: Path) -> None:
     config = fleet(tmp_path, authToken=CONFIG_TOKEN)
     with trio.fail_after(REAL_IO_BOUND_S):
-        async with serving(tmp_path, config) as dash, httpx2.AsyncClient() as http:
+        async with serving(tmp_path, config) as dash, http_client() as http:
             assert (await http.get(f"{dash.base}/healthz")).status_code == 200  # for load balancers
             assert (await http.get(f"{dash.base}/api/status")).status_code == 401
             assert (await http.get(f"{dash.base}/")).status_code == 401
@@ -254,7 +254,7 @@ async def test_the_page_shows_what_happened_before_it_was_first_opened(tmp_path:
     the page showed nothing)."""
     config = write_config(tmp_path, {"slow": flaky_entry("slow", "--slow-start", "1")})
     with trio.fail_after(REAL_IO_BOUND_S):
-        async with serving(tmp_path, config) as dash, httpx2.AsyncClient() as http:
+        async with serving(tmp_path, config) as dash, http_client() as http:
             await dash.proxy.wait_log("slow: starting -> ready")
             status = (await http.get(f"{dash.base}/api/status")).json()
     events = [(e.get("server"), e.get("state")) for e in status["events"] if e["type"] == "state"]

@@ -24,7 +24,7 @@ import trio
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.helpers import PY, REAL_IO_BOUND_S, SERVERS_DIR, Recorder, text_of
+from tests.helpers import PY, REAL_IO_BOUND_S, SERVERS_DIR, Recorder, http_client, text_of
 from tests.integration.cdp import Page, chromium, open_browser
 from tests.integration.dashboard import SECRET, flaky_entry, fleet, serving
 from tests.security.proxy import running_proxy
@@ -65,7 +65,7 @@ async def test_the_dashboard_in_a_browser(tmp_path: Path) -> None:
     with trio.fail_after(BROWSER_BOUND_S):
         async with serving(tmp_path, fleet(tmp_path)) as dash, \
                 httpx2.AsyncClient(timeout=60) as http, \
-                httpx2.AsyncClient() as mcp_http, \
+                http_client() as mcp_http, \
                 Client(streamable_http_client(f"{dash.base}/mcp", http_client=mcp_http), mode="legacy",
                        cache=None,
                        **recorder.kwargs()) as client, \

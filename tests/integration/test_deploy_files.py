@@ -24,7 +24,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Final
 
-import httpx2
 import pytest
 import trio
 import yaml
@@ -33,7 +32,7 @@ from dockerfile_parse import DockerfileParser
 from mcpvisor.actors.process import SHUTDOWN_GRACE_S
 from mcpvisor.cli.serve import FRONT_CLOSE_S
 from mcpvisor.config import parse_config, parse_duration
-from tests.helpers import REAL_IO_BOUND_S, flaky, write_config
+from tests.helpers import REAL_IO_BOUND_S, flaky, http_client, write_config
 from tests.security.proxy import running_proxy
 
 REPO: Final = Path(__file__).resolve().parents[2]
@@ -477,7 +476,7 @@ async def test_a_replica_serves_every_probe_without_a_token(tmp_path: Path) -> N
                               "MCPVISOR_STATE_DIR": str(tmp_path / "state")}
     paths = sorted({p["path"] for p in probes().values()} | {"/healthz"})
     with trio.fail_after(REAL_IO_BOUND_S):
-        async with running_proxy(config, *args, env=env) as proxy, httpx2.AsyncClient() as http:
+        async with running_proxy(config, *args, env=env) as proxy, http_client() as http:
             base = f"http://127.0.0.1:{proxy.port}"
             for path in paths:
                 answer = await http.get(base + path)

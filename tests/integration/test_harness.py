@@ -34,6 +34,7 @@ from tests.helpers import (
     REAL_IO_BOUND_S,
     embedded_connection,
     flaky,
+    http_client,
     pipe_transport,
     proxy_client,
     read_record,
@@ -448,7 +449,6 @@ async def test_each_http_client_session_gets_its_own_instance_stopped_when_it_le
     """Through the HTTP front, each handshake-era client session has its own instance of a
     session-scoped server (separate state), closing the session stops its instance, and
     the ``Mcpvisor-Run`` header labels a client's calls in the journal."""
-    import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
@@ -460,7 +460,7 @@ async def test_each_http_client_session_gets_its_own_instance_stopped_when_it_le
         async with open_supervisor(cfg, state_dir=tmp_path / "state", journal=journal, watch=False) as sup, \
                 trio.open_nursery() as nursery:
             url = await nursery.start(serve_http, sup, "127.0.0.1", 0)
-            labelled = httpx2.AsyncClient(headers={"Mcpvisor-Run": "ep-http"})
+            labelled = http_client(headers={"Mcpvisor-Run": "ep-http"})
             async with Client(url, mode="legacy", cache=None) as one, labelled:
                 async with Client(streamable_http_client(url, http_client=labelled), mode="legacy",
                                   cache=None) as two:

@@ -29,7 +29,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers import PY, REAL_IO_BOUND_S, everything, flaky, write_config
+from tests.helpers import PY, REAL_IO_BOUND_S, everything, flaky, http_client, write_config
 from tests.integration.dashboard import serving
 from tests.polling import poll_until
 from tests.security.proxy import INIT
@@ -128,7 +128,7 @@ async def test_the_http_front_exports_calls_errors_and_a_restart(tmp_path: Path)
     own figures; promtool accepts the text and a real Prometheus scrapes it."""
     config = write_config(tmp_path, {"alpha": everything("--name", "alpha"), "beta": flaky("--name", "beta")})
     with trio.fail_after(2 * REAL_IO_BOUND_S):
-        async with serving(tmp_path, config) as dash, httpx2.AsyncClient() as http:
+        async with serving(tmp_path, config) as dash, http_client() as http:
             async with Client(dash.proxy.url, mode="legacy", cache=None) as client:
                 for text in ("a", "b", "c"):
                     await client.call_tool("alpha_echo", {"text": text})
@@ -234,7 +234,7 @@ async def test_the_metrics_port_serves_a_stdio_proxy_behind_its_token(tmp_path: 
             answer = json.loads(await read_line_with(process.stdout, b'"id":2', outbuf))
             assert answer["result"]["content"][0]["text"] == "echo: hi"
 
-            async with httpx2.AsyncClient() as http:
+            async with http_client() as http:
                 assert (await http.get(url)).status_code == 401
                 reply = await http.get(url, headers={"Authorization": f"Bearer {TOKEN}"})
                 assert reply.status_code == 200

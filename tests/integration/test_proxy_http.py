@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx2
 import pytest
 import trio
 from mcp import Client
@@ -16,7 +15,16 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ToolsListChanged
 
 from mcpvisor import open_supervisor, serve_http
-from tests.helpers import REAL_IO_BOUND_S, Recorder, everything, flaky, text_of, time_server, write_config
+from tests.helpers import (
+    REAL_IO_BOUND_S,
+    Recorder,
+    everything,
+    flaky,
+    http_client,
+    text_of,
+    time_server,
+    write_config,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -69,7 +77,7 @@ async def test_dns_rebinding_protection_refuses_a_foreign_origin(tmp_path: Path)
     with trio.fail_after(REAL_IO_BOUND_S):
         async with open_supervisor(config) as sup, trio.open_nursery() as nursery:
             url = await nursery.start(serve_http, sup, "127.0.0.1", 0)
-            async with httpx2.AsyncClient() as http:
+            async with http_client() as http:
                 evil = await http.post(url, json=body, headers={**headers, "Origin": "http://evil.example"})
                 assert evil.status_code in (400, 403)
                 rebound = await http.post(url, json=body, headers={**headers, "Host": "evil.example"})

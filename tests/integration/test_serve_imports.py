@@ -27,7 +27,7 @@ import pytest
 import trio
 
 from mcpvisor.actors.framing import LineReader
-from tests.helpers import SERVERS_DIR
+from tests.helpers import SERVERS_DIR, http_client
 
 PY = sys.executable
 BOUND_S: Final = 60.0
@@ -161,7 +161,6 @@ async def test_a_metrics_port_beside_the_stdio_front_loads_no_sdk(tmp_path: Path
     """``serve --metrics-port`` (metrics public on loopback, no token): a client's handshake,
     lists and call, and a scrape that counts the call, all without the SDK (its guard had
     built the SDK's token record and auth settings: the proxy held 83 MB instead of 36)."""
-    import httpx2
 
     config = tmp_path / "mcpvisor.json"
     config.write_text(json.dumps({
@@ -176,7 +175,7 @@ async def test_a_metrics_port_beside_the_stdio_front_loads_no_sdk(tmp_path: Path
         await _listed(ask)
         await ask({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
                    "params": {"name": "up_echo", "arguments": {"text": "counted"}}})
-        async with httpx2.AsyncClient() as http:
+        async with http_client() as http:
             scraped = await http.get(f"http://127.0.0.1:{port}/metrics")
         return {"status": scraped.status_code, "text": scraped.text}
 

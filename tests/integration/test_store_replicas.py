@@ -35,6 +35,7 @@ from tests.helpers import (
     SERVERS_DIR,
     Recorder,
     everything,
+    http_client,
     http_fixture,
     text_of,
     write_config,
@@ -209,7 +210,7 @@ async def test_one_login_serves_every_replica_and_store_check_tries_the_key(
                     await poll_until(functools.partial(state_is, c, "ready"))
                     assert text_of(await c.call_tool("whoami", {})) == "logged in"
                 logs = "".join(r.text() for r in replicas)
-            async with httpx2.AsyncClient() as http:
+            async with http_client() as http:
                 stats = (await http.get(upstream.removesuffix("/mcp") + "/admin/stats")).json()
     assert stats["authorization_code"] == 1  # one login for both
     tokens = set(stats["access"])

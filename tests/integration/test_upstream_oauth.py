@@ -32,7 +32,7 @@ from mcpvisor.actors.core.spec import ServerSpec
 from mcpvisor.actors.link.oauth import UpstreamAuth
 from mcpvisor.actors.link.oauth_store import REFRESH_AT
 from mcpvisor.tokens import FileTokenStore
-from tests.helpers import PY, REAL_IO_BOUND_S, SERVERS_DIR, http_fixture, proxy_params, text_of
+from tests.helpers import PY, REAL_IO_BOUND_S, SERVERS_DIR, http_client, http_fixture, proxy_params, text_of
 from tests.integration.dashboard import server_state
 from tests.integration.dashboard import serving as serving_dashboard
 from tests.polling import poll_until
@@ -54,7 +54,7 @@ async def protected(*flags: str) -> AsyncIterator[str]:
 async def admin(url: str, what: str) -> dict[str, Any]:
     """The test server's ``/admin/stats`` (GET) or one of its POSTs."""
     base = url.removesuffix("/mcp")
-    async with httpx2.AsyncClient() as http:
+    async with http_client() as http:
         address = f"{base}/admin/{what}"
         response = await (http.get(address) if what == "stats" else http.post(address))
     result: dict[str, Any] = response.json()
@@ -240,7 +240,7 @@ async def test_a_token_is_refreshed_at_eighty_percent_of_its_life(tmp_path: Path
             spec = ServerSpec(name="prot", transport="http", url=url)
             auth = UpstreamAuth(spec, FileTokenStore(tmp_path / "state", "prot"), clock=lambda: now[0])
             body = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
-            async with httpx2.AsyncClient(auth=auth.provider) as http:
+            async with http_client(auth=auth.provider) as http:
                 now[0] = obtained + (REFRESH_AT - 0.01) * 1000
                 assert (await http.post(url, json=body)).status_code == 200
                 assert (await admin(url, "stats"))["refresh_token"] == 0
@@ -262,7 +262,7 @@ async def test_the_dashboard_log_in_button_starts_the_login_and_answers_the_url(
         async with protected() as url:
             config(tmp_path, url, open_browser=False)
             async with serving_dashboard(tmp_path, tmp_path / "mcpvisor.json") as dash, \
-                    httpx2.AsyncClient() as http:
+                    http_client() as http:
                 login = f"{dash.base}/api/servers/prot/login"
                 await poll_until(lambda: dashboard_state_is(http, dash.base, "needs_login"))
                 assert (await http.post(login)).status_code == 401  # the dashboard's token first

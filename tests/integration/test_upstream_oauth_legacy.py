@@ -16,12 +16,11 @@ import subprocess
 from pathlib import Path
 from typing import Final
 
-import httpx2
 import pytest
 import trio
 from mcp import Client
 
-from tests.helpers import PY, REAL_IO_BOUND_S, text_of
+from tests.helpers import PY, REAL_IO_BOUND_S, http_client, text_of
 from tests.integration.test_upstream_oauth import (
     LOGIN_MESSAGE,
     admin,
@@ -62,7 +61,7 @@ async def login_without_browser(tmp_path: Path) -> tuple[int, str]:
             err += chunk
         found = AUTHORIZE.search(err)
         if found is not None:
-            async with httpx2.AsyncClient() as http:
+            async with http_client() as http:
                 page = await http.get(found.group().decode().strip(), follow_redirects=True)
             assert "logged in to prot" in page.text
         while chunk := await proc.stderr.receive_some(65536):

@@ -13,11 +13,10 @@ import os
 import stat
 from pathlib import Path
 
-import httpx2
 import pytest
 import trio
 
-from tests.helpers import REAL_IO_BOUND_S, flaky
+from tests.helpers import REAL_IO_BOUND_S, flaky, http_client
 from tests.security.proxy import HTTP_HEADERS, INIT, running_proxy, write
 
 pytestmark = pytest.mark.slow
@@ -47,7 +46,7 @@ async def test_a_planted_fallback_dir_symlink_is_refused_and_its_target_untouche
             line = await proxy.wait_log("control socket not available")
             assert str(planted) in line
             assert "symbolic link" in line
-            async with httpx2.AsyncClient() as http:
+            async with http_client() as http:
                 assert (await http.post(proxy.url, json=INIT, headers=HTTP_HEADERS)).status_code == 200
     assert stat.S_IMODE(target.stat().st_mode) == 0o755
     assert list(target.iterdir()) == []

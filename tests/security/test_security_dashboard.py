@@ -15,11 +15,10 @@ import subprocess
 from pathlib import Path
 from typing import Final
 
-import httpx2
 import pytest
 import trio
 
-from tests.helpers import PY, REAL_IO_BOUND_S, flaky
+from tests.helpers import PY, REAL_IO_BOUND_S, flaky, http_client
 from tests.security.proxy import STOP_BOUND_S, running_proxy, write
 
 pytestmark = pytest.mark.slow
@@ -92,7 +91,7 @@ async def test_the_api_refuses_a_huge_streamed_body_with_413_without_reading_it(
                 head = []
                 await response_head(stream, got, head)
             assert head[0].startswith(b"HTTP/1.1 413"), head[0][:200]
-            async with httpx2.AsyncClient() as http:
+            async with http_client() as http:
                 status = await http.get(proxy.url.removesuffix("/mcp") + "/api/status")
                 assert status.status_code == 200
 
@@ -125,7 +124,7 @@ async def test_mcpvisor_dashboard_wants_the_login_to_read_when_the_proxy_has_a_t
                     assert chunk, text.decode()
                     text += chunk
                 api = found[1].decode() + "/api/status"
-                async with httpx2.AsyncClient() as http:
+                async with http_client() as http:
                     assert (await http.get(api)).status_code == 401
                     login = {"Authorization": f"Bearer {dashboard_token(state)}"}
                     assert (await http.get(api, headers=login)).status_code == 200

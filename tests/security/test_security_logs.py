@@ -12,14 +12,13 @@ import json
 from pathlib import Path
 from typing import Final
 
-import httpx2
 import pytest
 import trio
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from tests.helpers import REAL_IO_BOUND_S, flaky, text_of
+from tests.helpers import REAL_IO_BOUND_S, flaky, http_client, text_of
 from tests.security.proxy import HTTP_HEADERS, INIT, running_proxy, write
 
 pytestmark = pytest.mark.slow
@@ -62,7 +61,7 @@ async def test_a_debug_log_of_a_run_whose_config_holds_secrets_contains_none_of_
             str(log_file),
             env={"MCPVISOR_TOKEN": ENV_TOKEN, "API_KEY": API_KEY},
         ) as proxy:
-            async with httpx2.AsyncClient() as http:
+            async with http_client() as http:
                 for header in (f"Bearer {TOKEN[:-1]}", f"Bearer {TOKEN}x", f"Basic {TOKEN}", ""):
                     r = await http.post(
                         proxy.url, json=INIT, headers={**HTTP_HEADERS, "Authorization": header}
@@ -70,7 +69,7 @@ async def test_a_debug_log_of_a_run_whose_config_holds_secrets_contains_none_of_
                     assert r.status_code == 401
                     answers.append(r.text + json.dumps(dict(r.headers)))
             async with (
-                httpx2.AsyncClient(headers={"Authorization": f"Bearer {ENV_TOKEN}"}) as authed,
+                http_client(headers={"Authorization": f"Bearer {ENV_TOKEN}"}) as authed,
                 Client(
                     streamable_http_client(proxy.url, http_client=authed), mode="legacy", cache=None
                 ) as client,

@@ -28,7 +28,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from trio_websocket import open_websocket_url
 
-from tests.helpers import REAL_IO_BOUND_S, flaky
+from tests.helpers import REAL_IO_BOUND_S, flaky, http_client
 from tests.security.proxy import HTTP_HEADERS, INIT, running_proxy, write
 from tests.security.test_security_tokens import raw_handshake
 
@@ -108,7 +108,7 @@ async def test_jwt_access_tokens_good_expired_wrong_audience_wrong_signature(tmp
             )
             async with (
                 running_proxy(config, "--transport", "http", "--port", "0") as proxy,
-                httpx2.AsyncClient() as http,
+                http_client() as http,
             ):
 
                 async def status(bearer: str) -> httpx2.Response:
@@ -173,7 +173,7 @@ async def test_a_crafted_jwt_is_a_401_and_the_proxy_keeps_serving(tmp_path: Path
             crafted, good = crafted_es256_token(issuer), token(key, issuer)
             async with running_proxy(config, "--transport", transport, "--port", "0") as proxy:
                 if transport == "http":
-                    async with httpx2.AsyncClient() as http:
+                    async with http_client() as http:
                         for bearer, want in ((crafted, 401), (crafted, 401), (good, 200)):
                             auth = {"Authorization": f"Bearer {bearer}"}
                             r = await http.post(proxy.url, json=INIT, headers={**HTTP_HEADERS, **auth})

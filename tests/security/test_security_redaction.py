@@ -18,13 +18,12 @@ import subprocess
 from pathlib import Path
 from typing import Any, Final
 
-import httpx2
 import pytest
 import trio
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.helpers import PY, REAL_IO_BOUND_S, SERVERS_DIR, flaky, text_of
+from tests.helpers import PY, REAL_IO_BOUND_S, SERVERS_DIR, flaky, http_client, text_of
 from tests.security.proxy import running_proxy, write
 
 pytestmark = pytest.mark.slow
@@ -81,7 +80,7 @@ async def test_a_server_added_by_reload_leaks_nothing_into_log_status_or_journal
             await proxy.wait_log("config reloaded", after=seen)
             await proxy.wait_log("LEAKY_KEY=", after=seen)
             async with (
-                httpx2.AsyncClient(headers={"Authorization": f"Bearer {FRONT_TOKEN}"}) as authed,
+                http_client(headers={"Authorization": f"Bearer {FRONT_TOKEN}"}) as authed,
                 Client(
                     streamable_http_client(proxy.url, http_client=authed), mode="legacy", cache=None
                 ) as client,
@@ -130,7 +129,7 @@ async def test_a_front_token_reaches_no_upstream_under_the_name_it_came_in(tmp_p
     with trio.fail_after(REAL_IO_BOUND_S):
         async with (
             running_proxy(config, "--transport", "http", "--port", "0", env=env) as proxy,
-            httpx2.AsyncClient(headers={"Authorization": f"Bearer {named_token}"}) as authed,
+            http_client(headers={"Authorization": f"Bearer {named_token}"}) as authed,
             Client(
                 streamable_http_client(proxy.url, http_client=authed), mode="legacy", cache=None
             ) as client,

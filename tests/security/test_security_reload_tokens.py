@@ -14,11 +14,10 @@ import signal
 from pathlib import Path
 from typing import Final
 
-import httpx2
 import pytest
 import trio
 
-from tests.helpers import REAL_IO_BOUND_S, flaky
+from tests.helpers import REAL_IO_BOUND_S, flaky, http_client
 from tests.security.proxy import HTTP_HEADERS, INIT, Proxy, running_proxy, write
 from tests.security.test_security_tokens import raw_handshake
 
@@ -54,7 +53,7 @@ async def test_a_token_added_by_reload_guards_mcp_and_the_dashboard_api_at_once(
     with trio.fail_after(REAL_IO_BOUND_S):
         async with (
             running_proxy(config, "--transport", "http", "--port", "0", env=open_env()) as proxy,
-            httpx2.AsyncClient() as http,
+            http_client() as http,
         ):
             api = proxy.url.removesuffix("/mcp") + "/api/servers"
             bearer = {"Authorization": f"Bearer {ADDED_TOKEN}"}

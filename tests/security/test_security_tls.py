@@ -12,7 +12,6 @@ import json
 import ssl
 from pathlib import Path
 
-import httpx2
 import pytest
 import trio
 from cryptography import x509
@@ -21,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from trio_websocket import open_websocket_url
 
-from tests.helpers import REAL_IO_BOUND_S
+from tests.helpers import REAL_IO_BOUND_S, http_client
 from tests.security.proxy import HTTP_HEADERS, INIT, running_proxy, write
 
 pytestmark = pytest.mark.slow
@@ -80,7 +79,7 @@ async def test_certfile_and_keyfile_serve_tls_with_the_token_still_required(
         ) as proxy:
             if transport == "http":
                 assert proxy.url.startswith("https://127.0.0.1:")
-                async with httpx2.AsyncClient(verify=trust) as http:
+                async with http_client(verify=trust) as http:
                     assert (await http.post(proxy.url, json=INIT, headers=HTTP_HEADERS)).status_code == 401
                     ok = await http.post(
                         proxy.url, json=INIT, headers={**HTTP_HEADERS, "Authorization": f"Bearer {TOKEN}"}

@@ -16,7 +16,6 @@ import signal
 import socket
 from pathlib import Path
 
-import httpx2
 import psutil
 import pytest
 import trio
@@ -24,7 +23,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from trio_websocket import open_websocket_url
 
-from tests.helpers import REAL_IO_BOUND_S, flaky, text_of
+from tests.helpers import REAL_IO_BOUND_S, flaky, http_client, text_of
 from tests.security.proxy import HTTP_HEADERS, INIT, running_proxy, write
 
 pytestmark = pytest.mark.slow
@@ -69,7 +68,7 @@ async def test_bound_beyond_loopback_only_the_token_gets_a_session(tmp_path: Pat
             env={"CI_TOKEN": CI_TOKEN, "MCPVISOR_TOKEN": ""},
         ) as proxy:
             url = f"http://127.0.0.1:{proxy.port}/mcp"
-            async with httpx2.AsyncClient() as http:
+            async with http_client() as http:
                 for extra in (
                     {},
                     {"Authorization": "Bearer wrong-token-0123456789abcdef"},
@@ -97,7 +96,7 @@ async def test_bound_beyond_loopback_only_the_token_gets_a_session(tmp_path: Pat
                 )
                 assert foreign.status_code == 421  # DNS rebinding: a name that is not this machine
             async with (
-                httpx2.AsyncClient(headers={"Authorization": f"Bearer {LAPTOP_TOKEN}"}) as authed,
+                http_client(headers={"Authorization": f"Bearer {LAPTOP_TOKEN}"}) as authed,
                 Client(streamable_http_client(url, http_client=authed), mode="legacy", cache=None) as client,
             ):
                 assert text_of(await client.call_tool("fl_echo", {"text": "hi"})) == "echo: hi"
@@ -112,7 +111,7 @@ async def test_a_token_removed_by_a_hot_reload_is_refused_at_once(tmp_path: Path
         async with running_proxy(
             config, "--transport", "http", "--port", "0", env={"CI_TOKEN": CI_TOKEN, "MCPVISOR_TOKEN": ""}
         ) as proxy:
-            async with httpx2.AsyncClient() as http:
+            async with http_client() as http:
 
                 async def status(token: str) -> int:
                     r = await http.post(
