@@ -73,13 +73,18 @@ async def test_the_inspector_cli_prints_the_same_answers_through_mcpvisor(tmp_pa
     printed: dict[tuple[str, str], bytes] = {}
     limiter = trio.CapacityLimiter(AT_ONCE)
 
-    async def ask(key: tuple[str, str], target: list[str], args: list[str], state: str) -> None:
+    async def ask(key: tuple[str, str], target: list[str], args: list[str], state: str | None) -> None:
+        # The Inspector starts a stdio server with a few variables of its own environment
+        # (HOME, PATH, ...: the SDK's default), so a proxy's state directory is handed
+        # over with ``-e``, not through the Inspector's environment.
+        handed = ["-e", f"MCPVISOR_STATE_DIR={tmp_path / state}"] if state else []
         async with limiter:
-            done = await trio.run_process([inspector, "--cli", *target, *args], capture_stdout=True,
+            done = await trio.run_process([inspector, "--cli", *handed, *target, *args], capture_stdout=True,
                                           capture_stderr=True, stdin=b"", check=False,
-                                          env=env | {"MCPVISOR_STATE_DIR": str(tmp_path / state),
-                                                     "HOME": str(tmp_path)})
+                                          env=env | {"HOME": str(tmp_path)})
         assert done.returncode == 0, (key, done.stdout, done.stderr[-2000:])
+        if key == ("tool call", "stdio"):  # its answer came from the remembered list, not a race
+            assert b"calc: listing 4 remembered tools" in done.stderr, done.stderr[-2000:]
         printed[key] = done.stdout
 
     with trio.fail_after(BOUND_S):
@@ -90,12 +95,14 @@ async def test_the_inspector_cli_prints_the_same_answers_through_mcpvisor(tmp_pa
                                  "--port", "0", env={"MCPVISOR_STATE_DIR": str(tmp_path / "http-state")}
                                  ) as proxy, trio.open_nursery() as nursery:
             for n, (label, (server, direct, proxied)) in enumerate(ASKS.items()):
-                nursery.start_soon(ask, (label, "direct"), [PY, "-m", f"mcpvisor.demo.{server}"], direct, "-")
-                # Each stdio proxy its own state: a cold start every time (nothing remembered).
+                nursery.start_soon(ask, (label, "direct"), [PY, "-m", f"mcpvisor.demo.{server}"], direct,
+                                   None)
+                # Each stdio proxy its own state: stdio-0 (the tool call's) remembers the demo,
+                # the others start cold.
                 nursery.start_soon(ask, (label, "stdio"), [PY, "-m", "mcpvisor", "serve", "--demo"], proxied,
                                    f"stdio-{n}")
                 nursery.start_soon(ask, (label, "http"), ["--transport", "http", "--server-url", proxy.url],
-                                   proxied, "-")
+                                   proxied, None)
     for label in ASKS:
         answer = printed[(label, "direct")]
         assert answer.lstrip().startswith(b"{"), (label, answer)  # an answer, not an error
