@@ -273,20 +273,28 @@ class LinkTasks:
         self.hooks.lists_seen(self.spec, self.lists, era_of(link), dict(self.hints))
 
     async def list_all(self, link: Link) -> UpstreamLists:
+        """Every list the server offers, asked for together: a server with tools, resources
+        and prompts is ready after the slowest of its lists, not after the four of them one
+        after another (a restart's or a start's last round trips)."""
+        offered = [kind for kind in LIST_KINDS if _offers(link, kind)]
+        found: dict[str, tuple[dict[str, Any], ...]] = {}
+
+        async def list_one(kind: str) -> None:
+            found[kind] = await self._list(link, kind)
+
+        if len(offered) == 1:
+            await list_one(offered[0])
+        elif offered:
+            async with trio.open_nursery() as nursery:
+                for kind in offered:
+                    nursery.start_soon(list_one, kind)
         lists = UpstreamLists()
-        for kind in LIST_KINDS:
-            lists = lists.replace(kind, await self._list(link, kind))
+        for kind in offered:
+            lists = lists.replace(kind, found[kind])
         return lists
 
     async def _list(self, link: Link, kind: str) -> tuple[dict[str, Any], ...]:
-        caps = link.capabilities
-        if caps is None:
-            return ()
-        if kind == "tools" and caps.get("tools") is None:
-            return ()
-        if kind in ("resources", "templates") and caps.get("resources") is None:
-            return ()
-        if kind == "prompts" and caps.get("prompts") is None:
+        if not _offers(link, kind):
             return ()
         items: list[dict[str, Any]] = []
         hint: CacheHint | None = None
@@ -307,6 +315,14 @@ class LinkTasks:
                 break
         self._note_hint(kind, hint)
         return tuple(items)
+
+
+def _offers(link: Link, kind: str) -> bool:
+    """Whether the server's capabilities offer the list ``kind``."""
+    caps = link.capabilities
+    if caps is None:
+        return False
+    return caps.get("resources" if kind == "templates" else kind) is not None
 
 
 class Unannounced:

@@ -172,6 +172,9 @@ class FakeUpstream:
     announces_changes = True
     """What its ``tools.listChanged`` capability says."""
 
+    link_class: type[FakeLink] = FakeLink
+    """What each start makes (a subclass changes what one "process" declares or lists)."""
+
     list_hint: Mapping[str, Any] = {}
     """Caching directives its ``tools/list`` carries (``ttl_ms``, ``cache_scope``), as a
     2026-07-28 server sends them; none by default, as in the handshake era."""
@@ -235,7 +238,7 @@ class FakeUpstream:
     async def open_link(self, up: Any, *, events: LinkEvents, protocol: str,
                         on_spawn: Callable[[Link], None]) -> AsyncIterator[Link]:
         """The `mcpvisor.actors.upstream.OpenLink` for this fake."""
-        link = FakeLink(up.name, events, self)
+        link = self.link_class(up.name, events, self)
         self.links.append(link)
         self.starts.append(trio.current_time())
         on_spawn(link)

@@ -22,10 +22,12 @@ import trio.testing
 from mcpvisor.actors.core.policy import RestartPolicy
 from mcpvisor.actors.core.policy_config import PolicyConfig
 from mcpvisor.actors.errors import UpstreamUnavailable, wall_clock
+from mcpvisor.actors.link.listing import ListPage
 from mcpvisor.actors.messages import StateChanged
 from tests.fakes.harness import open_harness
 from tests.fakes.links import (
     ChangingToolsUpstream,
+    FakeLink,
     FakeUpstream,
     HangsAtStartUpstream,
     NeverStartsUpstream,
@@ -234,6 +236,50 @@ async def test_a_restart_with_a_different_tool_list_is_announced_once(autojump_c
         await h.wait_state("s", "ready")
         assert h.exposed("s") == ["a", "b"]
         assert h.tool_announcements(after=settled) == 1
+
+
+LIST_S = 1.0
+"""How long each list of `SlowListsLink` takes to answer (virtual seconds)."""
+
+OTHER_LISTS: dict[str, tuple[dict[str, Any], ...]] = {
+    "resources": ({"uri": "file:///notes.txt", "name": "notes"},),
+    "templates": ({"uriTemplate": "file:///{name}", "name": "files"},),
+    "prompts": ({"name": "summarize"},),
+}
+
+
+class SlowListsLink(FakeLink):
+    """A server with tools, resources and prompts whose every list answers after `LIST_S`."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.capabilities = {"tools": {}, "resources": {}, "prompts": {}}
+
+    async def list_page(self, kind: str, cursor: str | None) -> ListPage:
+        await trio.sleep(LIST_S)
+        if kind == "tools":
+            return await super().list_page(kind, cursor)
+        return ListPage(OTHER_LISTS[kind], None, None)
+
+
+async def test_a_server_is_ready_after_its_slowest_list_not_after_all_of_them_in_turn(
+        autojump_clock: Clock) -> None:
+    """A server is asked for its four lists together: one with tools, resources, templates
+    and prompts, each a second to answer, is ready a second after its handshake (it was
+    four), at its first start and at a restart, with every list as the server sent it."""
+    server = FakeUpstream([tool("a")])
+    server.link_class = SlowListsLink
+    async with open_harness({"s": server}) as h:
+        ready = await h.wait_state("s", "ready")
+        assert ready - server.starts[0] == LIST_S
+        lists = h.upstreams["s"].lists
+        assert [t["name"] for t in lists.tools] == ["a"]
+        assert (lists.resources, lists.templates, lists.prompts) == (
+            OTHER_LISTS["resources"], OTHER_LISTS["templates"], OTHER_LISTS["prompts"])
+        server.kill()
+        again = await h.wait_state("s", "ready")
+        assert again - server.starts[1] == LIST_S
+        assert h.exposed("s") == ["a"]
 
 
 async def test_start_up_timeout_is_a_failure_with_its_reason(autojump_clock: Clock) -> None:
