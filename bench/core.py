@@ -63,7 +63,7 @@ class Params:
     def full_run(cls) -> Params:
         return cls(quick=False, rounds=3, calls=1000, throughput_calls=2000, payload_calls=20,
                    payload_bytes=1 << 20, startup_rounds=2, fleet=20, fleet_tools=10, toolset_size=5,
-                   menu_rounds=10, recovery_rounds=2, recovery_timeout_s=15.0, work_ms=1.0, concurrency=32,
+                   menu_rounds=10, recovery_rounds=7, recovery_timeout_s=15.0, work_ms=1.0, concurrency=32,
                    measure_s=6.0)
 
 
