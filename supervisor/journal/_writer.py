@@ -94,7 +94,6 @@ CREATE TABLE IF NOT EXISTS calls (
 # No index: each would cost every insert a second b-tree update, and the summary reads the
 # whole table anyway.
 
-
 _INSERT: Final = (
     "INSERT INTO calls (time, session, run, server, tool, arg_bytes, arg_digest, result_bytes, "
     "result_digest, arguments, result, outcome, error, latency_ms, retries, restarts, list_version, "

@@ -161,7 +161,6 @@ async def test_a_metrics_port_beside_the_stdio_front_loads_no_sdk(tmp_path: Path
     """``serve --metrics-port`` (metrics public on loopback, no token): a client's handshake,
     lists and call, and a scrape that counts the call, all without the SDK (its guard had
     built the SDK's token record and auth settings: the proxy held 83 MB instead of 36)."""
-
     config = tmp_path / "mcpvisor.json"
     config.write_text(json.dumps({
         "mcpServers": {"up": {"command": PY, "args": [str(SERVERS_DIR / "flaky.py"), "--name", "up"]}},
