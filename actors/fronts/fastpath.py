@@ -337,6 +337,8 @@ class FastPath(ClientAsks):
                 return False
         link = up.link
         if up.state is not State.READY or link is None or link.close_reason:
+            link = up.starting_link  # a (re)start's handshake done, its lists still coming: go now
+        if link is None or link.close_reason:
             if (not waited and up.state in WAITABLE
                     and getattr(up.spec, "transport", "stdio") in STDIO_TRANSPORTS):
                 arguments, started = params.get("arguments"), trio.current_time()

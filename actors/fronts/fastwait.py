@@ -3,14 +3,14 @@
 A ``tools/call`` routed to a stdio server that is starting or restarting (a remembered tool
 called while the proxy starts, a call during a restart) waits here for the server's link, as
 the SDK's path waits (`mcpvisor.actors.upstream.calls.UpstreamCalls.wait_link`, bounded by
-``restartWait``), then goes the fast way; if the server does not come up in time, the call is
-answered with the error the SDK's path gives (the server down, when it tries next), and
-journaled as that path journals it (waiting twice, here and there, would double
-``restartWait``); a call that cannot go the fast way once its server is up (the proxy began
-to drain) is handed to the SDK's path. While a call waits, its id is the connection's (a
-reused id is refused), a client's cancel ends it with no answer (MCP cancellation), the
-client leaving ends it, and the proxy's drain answers it with the shutdown error. One task
-per waiting call, none once the server is up.
+``restartWait``), then goes the fast way as soon as the server's handshake is done (its lists
+may still be coming); if the server does not come up in time, the call is answered with the
+error the SDK's path gives (the server down, when it tries next), and journaled as that path
+journals it (waiting twice, here and there, would double ``restartWait``); a call that cannot
+go the fast way once its server is up (the proxy began to drain) is handed to the SDK's path.
+While a call waits, its id is the connection's (a reused id is refused), a client's cancel
+ends it with no answer (MCP cancellation), the client leaving ends it, and the proxy's drain
+answers it with the shutdown error. One task per waiting call, none once the server is up.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class WaitingCalls:
             with scope:
                 failure: ProxyError | None = None
                 try:
-                    await up.wait_link()
+                    await up.wait_link(early=True)
                 except ProxyError as exc:
                     failure = exc  # down, or not back within restartWait: the same words as the SDK's path
                 if self.scopes.get(rid) is not scope:

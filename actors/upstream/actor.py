@@ -113,6 +113,10 @@ class Upstream(UpstreamCalls, UpstreamLogin, LinkTasks):
         self.meter: UpstreamMeter | None = None
         """Where requests and state changes are counted (`mcpvisor.metrics`); None: metrics off."""
         self.link: Link | None = None
+        self.starting_link: Link | None = None
+        """The link of a start whose handshake is done while its lists are still coming: calls
+        waiting for this server go through it (`wait_link` with ``early``), as a client of the
+        server itself would call after its handshake; None otherwise."""
         self.lists = UpstreamLists()
         self._changed = trio.Event()
         self._wake = trio.Event()
@@ -227,7 +231,7 @@ class Upstream(UpstreamCalls, UpstreamLogin, LinkTasks):
         self._poke(end_life=True)
 
     async def wait_changed(self) -> None:
-        """Wait for the next state transition (or reason change)."""
+        """Wait for the next state transition (or reason change, or a start's handshake done)."""
         await self._changed.wait()
 
     # --- internals ----------------------------------------------------------------
@@ -443,6 +447,7 @@ class Upstream(UpstreamCalls, UpstreamLogin, LinkTasks):
                         self._attempt = link
                         self._remember_era(link)
                         self.link = link
+                        self._serving_early(link)
                         lists = await self.list_all(link)
                         startup.deadline = math.inf
                         self.lists = lists
@@ -452,6 +457,7 @@ class Upstream(UpstreamCalls, UpstreamLogin, LinkTasks):
                         await self.router.submit(UpstreamUp(self.name, lists))
                         self.hooks.lists_seen(self.spec, lists, era_of(link), dict(self.hints))
                         self._browser_tried = False
+                        self.starting_link = None
                         self._feed(Event.READY, f"started in {trio.current_time() - started:.2f}s, "
                                                 f"{len(lists.tools)} tools")
                         self.first_attempt_done.set()
@@ -466,6 +472,7 @@ class Upstream(UpstreamCalls, UpstreamLogin, LinkTasks):
             finally:
                 self._life = None
                 self._startup = None
+                self.starting_link = None
                 self._login_running = False
                 self.link = None
         if self._login_needed and self._outcome is None:
@@ -473,6 +480,13 @@ class Upstream(UpstreamCalls, UpstreamLogin, LinkTasks):
         if life.cancelled_caught and self._outcome is None:
             return None
         return failure
+
+    def _serving_early(self, link: Link) -> None:
+        """The handshake is done: calls waiting for this server may go now (its lists follow;
+        the server is ``ready`` once they are in). Wakes the waiters."""
+        self.starting_link = link
+        self._changed.set()
+        self._changed = trio.Event()
 
     def _protocol(self) -> str:
         spec = self.spec

@@ -39,6 +39,7 @@ class UpstreamCalls:
     retry_at: float | None
     last_error: str | None
     link: Link | None
+    starting_link: Link | None
     calls: int
     answered: int
     meter: UpstreamMeter | None
@@ -101,7 +102,7 @@ class UpstreamCalls:
             self.note_call()
         attempts = 2 if retry_safe else 1
         for attempt in range(attempts):
-            link = await self.wait_link()
+            link = await self.wait_link(early=True)
             try:
                 result = await link.request(method, params, origin=origin, timeout=spec.timeout,
                                             max_time=spec.max_call_time,
@@ -126,8 +127,12 @@ class UpstreamCalls:
             return result
         raise AssertionError("unreachable")
 
-    async def wait_link(self) -> Link:
+    async def wait_link(self, *, early: bool = False) -> Link:
         """The live link, waiting up to ``restartWait`` while the server (re)starts.
+
+        With ``early`` (a call to send), a starting server's link is returned as soon as
+        its handshake is done, before its lists are in (`starting_link`); without, only a
+        ready server's (what needs its tools listed waits for them).
 
         Fails at once (`UpstreamUnavailable`) when the circuit is open, the server is
         disabled or stopped, or it is backing off until after the wait would end.
@@ -142,6 +147,8 @@ class UpstreamCalls:
             link = self.link
             state = self.state
             if state is State.READY and link is not None and link.close_reason is None:
+                return link
+            if early and (link := self.starting_link) is not None and link.close_reason is None:
                 return link
             if state not in WAITABLE and not (state is State.NEEDS_LOGIN and self._login_running):
                 raise self.unavailable()

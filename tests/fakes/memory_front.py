@@ -150,6 +150,8 @@ class MemoryUpstream:
     """What it listed, as the front reads it for a list's freshness hints (nothing here:
     the fake's tools reach the snapshot through `MemoryBackend`)."""
     hints: dict[str, CacheHint] = field(default_factory=dict)
+    starting_link: StdioLink | None = None
+    """A start's link once its handshake is done, before its lists (the actor's): calls go."""
 
     def set_state(self, state: State) -> None:
         """The actor's state moves (a start, a failure): whoever waits in `wait_link` looks again."""
@@ -157,10 +159,20 @@ class MemoryUpstream:
         self.changed.set()
         self.changed = trio.Event()
 
-    async def wait_link(self) -> StdioLink:
-        """The live link once the server is ready; `UpstreamUnavailable` once it cannot be
-        (the actor's wait, without its restartWait bound)."""
+    def handshake_done(self) -> None:
+        """A start's handshake is done, its lists still coming: its link takes calls now
+        (the actor's `starting_link`), and whoever waits in `wait_link` looks again."""
+        self.starting_link = self.link
+        self.changed.set()
+        self.changed = trio.Event()
+
+    async def wait_link(self, *, early: bool = False) -> StdioLink:
+        """The live link once the server is ready (with ``early``, once a start's handshake is
+        done); `UpstreamUnavailable` once it cannot be (the actor's wait, without its
+        restartWait bound)."""
         while self.state is not State.READY:
+            if early and self.starting_link is not None:
+                return self.starting_link
             if self.state not in WAITABLE:
                 raise UpstreamUnavailable(self.name, self.state.value, "it failed to start", None)
             await self.changed.wait()

@@ -54,6 +54,36 @@ async def test_a_call_waits_for_its_starting_server_then_goes_the_fast_way(autoj
             assert stats.sdk_tool_calls == 0
 
 
+async def test_a_waiting_call_goes_once_its_servers_handshake_is_done_not_after_its_lists(
+        autojump_clock: Clock) -> None:
+    """A restarting server's handshake is done and its lists are still coming: the call that
+    waited goes then, the fast way, and one made meanwhile goes at once, as a client of the
+    server itself would call after its handshake; the server is not ready yet for either."""
+    with trio.fail_after(BOUND_S):
+        async with open_memory_proxy() as p:
+            c = p.client
+            await c.handshake()
+            p.upstream.set_state(State.STARTING)
+            await c.send(call(5, "waited"))
+            await c.send(ping(6))
+            assert (await c.receive())["id"] == 6  # read in order: call 5 is waiting
+            p.upstream.handshake_done()
+            request = await p.server.receive()
+            assert request["params"]["arguments"] == {"text": "waited"}
+            await c.send(call(7, "meanwhile"))
+            second = await p.server.receive()
+            assert second["params"]["arguments"] == {"text": "meanwhile"}
+            for each in (request, second):
+                text = each["params"]["arguments"]["text"]
+                await p.server.answer(each, {"content": [{"type": "text", "text": text}]})
+            assert (await c.receive_id(5))["result"]["content"][0]["text"] == "waited"
+            assert (await c.receive_id(7))["result"]["content"][0]["text"] == "meanwhile"
+            assert p.upstream.state is State.STARTING
+            stats = p.stdio.statistics()
+            assert not stats.sdk_started
+            assert stats.sdk_tool_calls == 0
+
+
 async def test_a_cancelled_waiting_call_is_never_sent_nor_answered(autojump_clock: Clock) -> None:
     with trio.fail_after(BOUND_S):
         async with open_memory_proxy() as p:

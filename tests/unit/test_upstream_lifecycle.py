@@ -19,6 +19,7 @@ import trio
 import trio.lowlevel
 import trio.testing
 
+from mcpvisor.actors.core.lifecycle import State
 from mcpvisor.actors.core.policy import RestartPolicy
 from mcpvisor.actors.core.policy_config import PolicyConfig
 from mcpvisor.actors.errors import UpstreamUnavailable, wall_clock
@@ -280,6 +281,33 @@ async def test_a_server_is_ready_after_its_slowest_list_not_after_all_of_them_in
         again = await h.wait_state("s", "ready")
         assert again - server.starts[1] == LIST_S
         assert h.exposed("s") == ["a"]
+
+
+async def test_a_call_during_a_restart_goes_once_the_handshake_is_done_not_after_the_lists(
+        autojump_clock: Clock) -> None:
+    """A call made while its server restarts is sent as soon as the new process has done its
+    handshake (as a client of the server itself would call), not after its lists, here a
+    second each; what needs the lists (`wait_link` without ``early``: the start-up gate, a
+    lazy load) still waits for ready, and the tools stay exposed throughout."""
+    server = FakeUpstream([tool("a")])
+    server.link_class = SlowListsLink
+    async with open_harness({"s": server}) as h:
+        await h.wait_state("s", "ready")
+        up = h.upstreams["s"]
+        server.kill()
+        await h.wait_state("s", "starting")
+        result = await h.call("s", "a", {"x": 1})
+        assert not result.get("isError"), result
+        assert trio.current_time() == server.starts[1]  # the fake's handshake takes no time
+        assert up.state is State.STARTING
+        params = server.calls()[-1].params
+        assert params is not None
+        assert params["arguments"] == {"x": 1}
+        assert h.exposed("s") == ["a"]
+        await up.wait_link()
+        assert trio.current_time() - server.starts[1] == LIST_S
+        assert up.state is State.READY
+        assert up.starting_link is None
 
 
 async def test_start_up_timeout_is_a_failure_with_its_reason(autojump_clock: Clock) -> None:
