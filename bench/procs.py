@@ -103,9 +103,9 @@ async def wait_tagged_child(tag: str, limit_s: float = 5.0) -> psutil.Process | 
 
 def is_upstream(proc: psutil.Process) -> bool:
     """A benchmark upstream: its script is ``upstream.py`` (a proxy merely passing it as an
-    argument is not)."""
+    argument is not), after the interpreter and its ``-S`` when started lean."""
     try:
-        head = proc.cmdline()[:2]
+        head = [part for part in proc.cmdline()[:3] if part != "-S"][:2]
     except psutil.Error:
         return False
     return any(part.endswith(UPSTREAM_MARK) and "http_upstream" not in part for part in head)

@@ -391,7 +391,7 @@ async def run_recovery(subjects: Sequence[Subject], params: Params, workdir: Pat
             if failures[subject.name]:
                 continue
             try:
-                async with open_session(subject, [ServerDef("b")], workdir) as session:
+                async with open_session(subject, [ServerDef("b", lean=True)], workdir) as session:
                     outcome = await _kill_and_time(session, params.recovery_timeout_s)
             except Exception as exc:
                 failures[subject.name].append(f"{exc!r:.300}")

@@ -91,6 +91,53 @@ async def test_tiny_latency_run_prints_a_table_json_and_compares(tmp_path: Path)
     assert any(c["subject"] == "mcpvisor" and c["metric"] == "ratio_p50" for c in flagged), changes
 
 
+@pytest.mark.timeout(RUN_LIMIT_S + 30)
+async def test_tiny_recovery_run_finds_the_lean_upstream_and_times_its_restart() -> None:
+    """`--only recovery --rounds 1 --no-peers`: the upstream (started with ``python -S``) is
+    found under the proxy, killed, and the next call succeeds on its restart: one mcpvisor
+    row, recovered 1/1, a time no longer than the scenario's bound."""
+    code, stdout, stderr = await run_bench("--only", "recovery", "--rounds", "1", "--no-peers", "--quick",
+                                           "--json")
+    assert code == 0, stderr[-2000:]
+    scenario = next(o for o in json_objects(stdout) if o.get("scenario") == "recovery")
+    assert scenario["skipped"] == [], scenario
+    row = next(r for r in scenario["rows"] if r["subject"] == "mcpvisor")
+    assert row["recovered"] == "1/1", row
+    assert 0 < row["recovery_s"] < scenario["params"]["timeout_s"]
+
+
+async def test_the_lean_upstream_answers_as_the_msgspec_one() -> None:
+    """``python -S bench/upstream.py`` (the standard library's json, no argparse) answers every
+    request of a session byte for byte as the msgspec build does (parsed alike: key order and
+    spacing may differ), a parse error and an unknown tool included."""
+    requests = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18"}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        {"jsonrpc": "2.0", "id": "s", "method": "tools/call",
+         "params": {"name": "echo", "arguments": {"text": "h\u00e9 \u2603 \"q\""}}},
+        {"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+         "params": {"name": "payload", "arguments": {"size": 7}}},
+        {"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+         "params": {"name": "tool_1", "arguments": {"k": [1]}}},
+        {"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "nope", "arguments": {}}},
+        {"jsonrpc": "2.0", "id": 7, "method": "server/discover"},
+    ]
+    data = b"".join(json.dumps(r).encode() + b"\n" for r in requests) + b"{not json\n"
+    script = str(REPO / "bench" / "upstream.py")
+    answers = []
+    for flags in ([], ["-S"]):
+        with trio.fail_after(30):
+            proc = await trio.run_process([sys.executable, *flags, script, "--name", "x", "--tools", "2"],
+                                          stdin=data, capture_stdout=True, capture_stderr=True, check=False)
+        assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+        answers.append([json.loads(line) for line in proc.stdout.splitlines()])
+    full, lean = answers
+    assert lean == full
+    assert [a.get("id") for a in lean] == [1, 2, "s", 4, 5, 6, 7, None]
+    assert lean[2]["result"]["content"][0]["text"] == "h\u00e9 \u2603 \"q\""
+
+
 def carrying(token: str) -> list[str]:
     """Command lines of the live processes whose environment carries this bench run's token."""
     found = []
