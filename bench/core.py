@@ -108,6 +108,8 @@ METRICS: Final[dict[str, Metric]] = {
     "tools": Metric("", True, False, "tools"),
     "ratio_bytes": Metric("x", True, True, "bytes ratio"),
     "recovery_s": Metric("s", True, True, "recovery s"),
+    "upstream_ms": Metric("ms", True, False, "upstream's own start ms"),
+    "rest_ms": Metric("ms", True, True, "the rest ms"),
     "recovered": Metric("", False, False, "recovered"),
     "cpu_ms_per_call": Metric("ms", True, False, "server CPU ms/call"),
     "wall_s": Metric("s", True, False, "wall s"),

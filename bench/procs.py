@@ -140,6 +140,16 @@ def upstream_processes(root: psutil.Process) -> list[psutil.Process]:
     return [p for p in tree(root) if is_upstream(p)]
 
 
+def run_time_s(pid: int) -> float | None:
+    """Seconds ``pid`` has run on a CPU since it was forked (``/proc/PID/schedstat``, in
+    nanoseconds; psutil's CPU times come in 10 ms ticks), or None where that is not known."""
+    try:
+        with open(f"/proc/{pid}/schedstat", encoding="ascii") as f:
+            return int(f.read().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def rss_bytes(procs: Iterable[psutil.Process]) -> int:
     total = 0
     for proc in procs:

@@ -374,7 +374,7 @@ RECOVERY_TARGET_S: Final = 0.5
 
 async def run_recovery(subjects: Sequence[Subject], params: Params, workdir: Path) -> Result:
     result = Result("recovery", "SIGKILL the upstream -> first successful call after its restart (stdio)",
-                    ["recovery_s", "recovered"])
+                    ["recovery_s", "upstream_ms", "rest_ms", "recovered"])
     result.params.update(rounds=params.recovery_rounds, timeout_s=params.recovery_timeout_s)
     result.notes.append("each round is a fresh proxy whose upstream answered a call before the kill, so "
                         "mcpvisor restarts it at once (a healthy life: no backoff, docs/supervision.md); "
@@ -383,8 +383,15 @@ async def run_recovery(subjects: Sequence[Subject], params: Params, workdir: Pat
                         "interpreter booting) is most of the time and varies by tens of ms from one "
                         "start to the next, so the median of several rounds is what ranks them; a "
                         "subject that did not recover in a round is not tried again")
+    result.notes.append("upstream's own start: the CPU time the new upstream process ran until "
+                        "the call succeeded (its interpreter, imports, answers; /proc/PID/schedstat); "
+                        "the rest is everything else in the span: the kernel ending the killed "
+                        "process, the proxy seeing it and spawning again, its handshake and the call "
+                        "through it (medians of the rounds' own differences)")
     proxies = [s for s in subjects if s.kind != "direct"]
     times: dict[str, list[float]] = {s.name: [] for s in proxies}
+    own: dict[str, list[float]] = {s.name: [] for s in proxies}
+    rest: dict[str, list[float]] = {s.name: [] for s in proxies}
     failures: dict[str, list[str]] = {s.name: [] for s in proxies}
     for _ in range(params.recovery_rounds):
         for subject in proxies:
@@ -396,32 +403,46 @@ async def run_recovery(subjects: Sequence[Subject], params: Params, workdir: Pat
             except Exception as exc:
                 failures[subject.name].append(f"{exc!r:.300}")
                 continue
-            if isinstance(outcome, float):
-                times[subject.name].append(outcome)
-            else:
+            if isinstance(outcome, str):
                 failures[subject.name].append(outcome)
+                continue
+            took, upstream_s = outcome
+            times[subject.name].append(took)
+            if upstream_s is not None:
+                own[subject.name].append(upstream_s)
+                rest[subject.name].append(took - upstream_s)
     for subject in proxies:
         got, failed = times[subject.name], failures[subject.name]
         if got or (failed and failed[0].startswith("no successful call")):
             result.rows.append({"subject": subject.name, "kind": subject.kind, "transport": "stdio",
                                 "recovery_s": rnd(median(got)) if got else None,
+                                "upstream_ms": _median_ms(own[subject.name]),
+                                "rest_ms": _median_ms(rest[subject.name]),
                                 "recovered": f"{len(got)}/{len(got) + len(failed)}",
                                 **({"note": failed[0][:160]} if failed else {})})
         else:
             result.skip(subject.name, failed[0] if failed else "no rounds ran")
     beats_peers(result, "recovery_s", lower_is_better=True)
+    beats_peers(result, "rest_ms", lower_is_better=True)
     result.target("mcpvisor", "recovery_s", "<=", RECOVERY_TARGET_S,
                   "SIGKILL -> next successful call (issue 18)")
     return result
 
 
-async def _kill_and_time(session: Session, limit_s: float) -> float | str:
-    """Kill the session's upstream; seconds until a call succeeds again, or why it did not."""
+def _median_ms(seconds: Sequence[float]) -> float | None:
+    middle = median(seconds)
+    return rnd(middle * 1000) if middle is not None else None
+
+
+async def _kill_and_time(session: Session, limit_s: float) -> tuple[float, float | None] | str:
+    """Kill the session's upstream; seconds until a call succeeds again and of those the
+    seconds the new upstream process ran (None if unknown), or why it did not succeed."""
     tool = await session.wait_tool("echo")
     await call_ok(session, tool, {"text": "before"})
     ups = procs.upstream_processes(session.root) if session.root else []
     if not ups:
         return "could not find the upstream process under the proxy"
+    killed = {p.pid for p in ups}
     for p in ups:
         p.send_signal(signal.SIGKILL)
     t0 = time.perf_counter()
@@ -431,7 +452,10 @@ async def _kill_and_time(session: Session, limit_s: float) -> float | str:
             try:
                 with trio.fail_after(limit_s):
                     await call_ok(session, tool, {"text": "after"})
-                return await unstalled_since(t0)
+                took = await unstalled_since(t0)
+                assert session.root is not None
+                new = [p.pid for p in procs.upstream_processes(session.root) if p.pid not in killed]
+                return took, (procs.run_time_s(new[0]) if len(new) == 1 else None)
             except Exception as exc:
                 last = f"{exc!r:.160}"
                 await trio.sleep(RECOVERY_RETRY_S)

@@ -95,7 +95,8 @@ async def test_tiny_latency_run_prints_a_table_json_and_compares(tmp_path: Path)
 async def test_tiny_recovery_run_finds_the_lean_upstream_and_times_its_restart() -> None:
     """`--only recovery --rounds 1 --no-peers`: the upstream (started with ``python -S``) is
     found under the proxy, killed, and the next call succeeds on its restart: one mcpvisor
-    row, recovered 1/1, a time no longer than the scenario's bound."""
+    row, recovered 1/1, a time no longer than the scenario's bound, of which the new upstream
+    ran part (its own start) and the rest is the kill, the proxy's restart and the call."""
     code, stdout, stderr = await run_bench("--only", "recovery", "--rounds", "1", "--no-peers", "--quick",
                                            "--json")
     assert code == 0, stderr[-2000:]
@@ -104,6 +105,9 @@ async def test_tiny_recovery_run_finds_the_lean_upstream_and_times_its_restart()
     row = next(r for r in scenario["rows"] if r["subject"] == "mcpvisor")
     assert row["recovered"] == "1/1", row
     assert 0 < row["recovery_s"] < scenario["params"]["timeout_s"]
+    # The span splits into the new upstream's own run time and the rest (the proxy's part).
+    assert 0 < row["upstream_ms"] < row["recovery_s"] * 1000
+    assert row["rest_ms"] == pytest.approx(row["recovery_s"] * 1000 - row["upstream_ms"], abs=1.0)
 
 
 async def test_the_lean_upstream_answers_as_the_msgspec_one() -> None:
