@@ -338,17 +338,17 @@ class FastPath(ClientAsks):
         link = up.link
         if up.state is not State.READY or link is None or link.close_reason:
             link = up.starting_link  # a (re)start's handshake done, its lists still coming: go now
-        if link is None or link.close_reason:
-            if (not waited and up.state in WAITABLE
-                    and getattr(up.spec, "transport", "stdio") in STDIO_TRANSPORTS):
-                arguments, started = params.get("arguments"), trio.current_time()
+            if link is None or link.close_reason:
+                if (not waited and up.state in WAITABLE
+                        and getattr(up.spec, "transport", "stdio") in STDIO_TRANSPORTS):
+                    arguments, started = params.get("arguments"), trio.current_time()
 
-                async def refuse(error: ProxyError) -> None:
-                    await self._refuse_waited(env.id, route, arguments, started, error)
+                    async def refuse(error: ProxyError) -> None:
+                        await self._refuse_waited(env.id, route, arguments, started, error)
 
-                # Offered again once the server is up, read afresh (the params here may be rewritten).
-                return self.waiting.start(up, wire.decode_envelope(line), line, refuse)
-            return False
+                    # Offered again once the server is up, read afresh (the params here may be rewritten).
+                    return self.waiting.start(up, wire.decode_envelope(line), line, refuse)
+                return False
         if not isinstance(link, StdioLink):
             return False
         client_token = client_level = capabilities = None

@@ -262,8 +262,7 @@ class Upstream(UpstreamCalls, UpstreamLogin, LinkTasks):
         self.since = trio.current_time()
         if state is State.READY:
             self.ready_since = self.since
-        self._changed.set()
-        self._changed = trio.Event()
+        self._wake_waiters()
         link = self.link
         self.bus.publish(StateChanged(self.name, state.value, previous.value, reason, retry_at, self.restarts,
                                       getattr(link, "pid", None) if link is not None else None))
@@ -485,6 +484,10 @@ class Upstream(UpstreamCalls, UpstreamLogin, LinkTasks):
         """The handshake is done: calls waiting for this server may go now (its lists follow;
         the server is ``ready`` once they are in). Wakes the waiters."""
         self.starting_link = link
+        self._wake_waiters()
+
+    def _wake_waiters(self) -> None:
+        """Whoever waits in `wait_link` or `wait_changed` looks again."""
         self._changed.set()
         self._changed = trio.Event()
 

@@ -156,13 +156,15 @@ class MemoryUpstream:
     def set_state(self, state: State) -> None:
         """The actor's state moves (a start, a failure): whoever waits in `wait_link` looks again."""
         self.state = state
-        self.changed.set()
-        self.changed = trio.Event()
+        self._wake_waiters()
 
     def handshake_done(self) -> None:
         """A start's handshake is done, its lists still coming: its link takes calls now
         (the actor's `starting_link`), and whoever waits in `wait_link` looks again."""
         self.starting_link = self.link
+        self._wake_waiters()
+
+    def _wake_waiters(self) -> None:
         self.changed.set()
         self.changed = trio.Event()
 

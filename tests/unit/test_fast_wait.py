@@ -15,7 +15,7 @@ import trio
 import trio.testing
 
 from mcpvisor.actors.core.lifecycle import State
-from tests.fakes.memory_front import open_memory_proxy
+from tests.fakes.memory_front import MemoryProxy, open_memory_proxy
 
 Clock = trio.testing.MockClock
 
@@ -30,6 +30,14 @@ def call(request_id: Any, text: str) -> dict[str, Any]:
 
 def ping(request_id: Any) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "method": "ping"}
+
+
+async def call_while_starting(p: MemoryProxy, request_id: Any, text: str, ping_id: Any) -> None:
+    """The server is starting; a call is sent, then a ping, answered first: the call waits."""
+    p.upstream.set_state(State.STARTING)
+    await p.client.send(call(request_id, text))
+    await p.client.send(ping(ping_id))
+    assert (await p.client.receive())["id"] == ping_id  # read in order: the call is waiting
 
 
 async def test_a_call_waits_for_its_starting_server_then_goes_the_fast_way(autojump_clock: Clock) -> None:
@@ -63,10 +71,7 @@ async def test_a_waiting_call_goes_once_its_servers_handshake_is_done_not_after_
         async with open_memory_proxy() as p:
             c = p.client
             await c.handshake()
-            p.upstream.set_state(State.STARTING)
-            await c.send(call(5, "waited"))
-            await c.send(ping(6))
-            assert (await c.receive())["id"] == 6  # read in order: call 5 is waiting
+            await call_while_starting(p, 5, "waited", 6)
             p.upstream.handshake_done()
             request = await p.server.receive()
             assert request["params"]["arguments"] == {"text": "waited"}
@@ -108,10 +113,7 @@ async def test_a_server_that_does_not_come_up_gets_the_sdk_paths_error(autojump_
         async with open_memory_proxy() as p:
             c = p.client
             await c.handshake()
-            p.upstream.set_state(State.STARTING)
-            await c.send(call(9, "never"))
-            await c.send(ping(15))
-            assert (await c.receive())["id"] == 15  # read in order: call 9 is waiting
+            await call_while_starting(p, 9, "never", 15)
             p.upstream.set_state(State.CIRCUIT_OPEN)
             answer = await c.receive_id(9)
             assert answer["error"]["message"] == "server s is circuit open (it failed to start)", answer
@@ -126,10 +128,7 @@ async def test_a_call_whose_server_comes_up_while_the_proxy_drains_is_the_sdks_t
         async with open_memory_proxy() as p:
             c = p.client
             await c.handshake()
-            p.upstream.set_state(State.STARTING)
-            await c.send(call(13, "late"))
-            await c.send(ping(14))
-            assert (await c.receive())["id"] == 14
+            await call_while_starting(p, 13, "late", 14)
             p.nursery.start_soon(p.front.drain.run, 600.0)
             await trio.sleep(1)  # virtual: the drain has begun
             p.upstream.set_state(State.READY)  # too late: no new work goes upstream
@@ -153,10 +152,7 @@ async def test_the_drain_answers_a_call_still_waiting_for_its_server(autojump_cl
     with trio.fail_after(BOUND_S):
         async with open_memory_proxy() as p:
             await p.client.handshake()
-            p.upstream.set_state(State.STARTING)
-            await p.client.send(call(11, "stopping"))
-            await p.client.send(ping(12))
-            assert (await p.client.receive())["id"] == 12  # the call is waiting, not answered
+            await call_while_starting(p, 11, "stopping", 12)
             stats = await p.front.drain.run(grace=1.0)
             answer = await p.client.receive_id(11)
             assert "shutting down" in answer["error"]["message"], answer
