@@ -79,6 +79,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-nofast", action="store_true", help="do not run mcpvisor with settings.fastPath off")
     p.add_argument("--no-metrics", action="store_true",
                    help="do not run mcpvisor with metrics recorded (--metrics-port) beside it (stdio)")
+    p.add_argument("--no-floor", action="store_true",
+                   help="do not run the trio relay (bench/relay.py: the least a trio proxy costs) "
+                   "beside them (stdio)")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (configs, logs)")
     p.add_argument("--load", metavar="FILE",
                    help="run nothing: show (and --compare) the results saved in FILE")
@@ -114,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         from mcpvisor.bench import procs
         from mcpvisor.bench.core import Params
-        from mcpvisor.bench.drivers import DIRECT, METRICS_SUBJECT, REPO_DIR, mcpvisor_subject
+        from mcpvisor.bench.drivers import DIRECT, METRICS_SUBJECT, REPO_DIR, TRIO_RELAY, mcpvisor_subject
         from mcpvisor.bench.report import json_lines, machine_info, print_tables, write_results
     except ModuleNotFoundError as exc:  # an install older than psutil in the main dependencies
         err(f"bench: the bench needs the Python package {exc.name!r}, which is not installed: "
@@ -167,6 +170,8 @@ def run(args: argparse.Namespace) -> int:
     nofast = [] if args.no_nofast else [mcpvisor_subject("mcpvisor-nofast", fast_path=False)]
     if not args.no_metrics:  # the cost of metrics: a variant beside the others (stdio call scenarios)
         nofast.append(mcpvisor_subject(METRICS_SUBJECT, metrics=True))
+    if not args.no_floor:  # stdio only: the HTTP scenarios leave it out by its transports
+        nofast.append(TRIO_RELAY)
 
     workdir = Path(tempfile.mkdtemp(prefix="mcpvisor-bench-"))
     info = machine_info(REPO_DIR)

@@ -33,6 +33,7 @@ from mcpvisor.bench import procs
 BENCH_DIR: Final = Path(__file__).resolve().parent
 REPO_DIR: Final = BENCH_DIR.parent
 UPSTREAM: Final = BENCH_DIR / "upstream.py"
+RELAY: Final = BENCH_DIR / "relay.py"
 HTTP_UPSTREAM: Final = BENCH_DIR / "http_upstream.py"
 PYTHON: Final = sys.executable
 
@@ -93,7 +94,8 @@ class Subject:
 
     Attributes:
         name: the row label (``direct``, ``mcpvisor``, ``mcpvisor-nofast``, ``fastmcp``...).
-        kind: ``direct``, ``proxy`` (mcpvisor) or ``peer``.
+        kind: ``direct``, ``proxy`` (mcpvisor), ``peer``, or ``floor`` (`TRIO_RELAY`: what
+            any trio proxy costs; not a proxy a user would run, so no target counts it).
         transports: which of ``stdio`` and ``http`` it can serve.
         multi: whether it can front several upstreams at once.
         note: shown next to the row (what the subject is, how it was configured).
@@ -123,6 +125,19 @@ def _launch_direct(servers: Sequence[ServerDef], workdir: Path, transport: str, 
 DIRECT: Final = Subject("direct", "direct", _launch_direct, frozenset({"stdio", "http"}), multi=False,
                         note="client -> upstream "
                         "(over HTTP: the same tools behind the SDK's own HTTP server)")
+
+
+# --- the floor ----------------------------------------------------------------------------------
+def _launch_relay(servers: Sequence[ServerDef], workdir: Path, transport: str, port: int,
+                  tag: str) -> Launch:
+    if len(servers) != 1 or transport != "stdio":
+        raise ValueError("the trio relay copies stdio to exactly one upstream")
+    return Launch([PYTHON, str(RELAY), PYTHON, *servers[0].argv()], procs.base_env(tag=tag))
+
+
+TRIO_RELAY: Final = Subject("trio-relay", "floor", _launch_relay, frozenset({"stdio"}), multi=False,
+                            note="client -> bench/relay.py -> upstream: trio copying bytes both ways "
+                            "and nothing else, the least any trio proxy does a call")
 
 
 # --- mcpvisor -----------------------------------------------------------------------------------

@@ -180,6 +180,19 @@ def rows_from(result: Result, sessions: Sequence[Session], table: dict[str, dict
                             "transport": session.transport, **row})
 
 
+def note_floor(result: Result, metric: str, what: str) -> None:
+    """A note setting mcpvisor's ``metric`` beside the trio relay's (``kind`` floor): what the
+    least a trio proxy does costs on this machine, in this run."""
+    ours = result.row("mcpvisor")
+    floor = next((r for r in result.rows if r["kind"] == "floor"), None)
+    if not ours or not floor or ours.get(metric) is None or floor.get(metric) is None:
+        return
+    ratio = f"{ours[metric] / floor[metric]:.2f}" if floor[metric] else "n/a (too few calls to read)"
+    result.notes.append(f"{what}: mcpvisor {ours[metric]:g}, {floor['subject']} {floor[metric]:g} "
+                        f"(copying the bytes and nothing else, the least any trio proxy does): "
+                        f"mcpvisor / {floor['subject']} = {ratio}")
+
+
 def beats_peers(result: Result, metric: str, lower_is_better: bool, subject: str = "mcpvisor") -> None:
     """Target: mcpvisor's ``metric`` (its row ``subject``) is better than every peer's in this run
     (a row with ``upstreams`` is compared with the peers' rows of as many upstreams)."""
@@ -435,6 +448,7 @@ async def _run_group(nursery: trio.Nursery, stop: trio.Event, transport: str, re
                               f"p50 adds at most {STDIO_ADDED_MS:g} ms to a call")
                 result.target("mcpvisor", "cpu_ms_per_call", "<=", STDIO_CPU_MS,
                               f"proxy CPU at most {STDIO_CPU_MS:g} ms a call")
+                note_floor(result, "cpu_ms_per_call", "CPU per call, ms")
             else:
                 result.target("mcpvisor", "ratio_p50", "<=", 2.0, "p50 latency at most 2.0x direct")
         elif name == "latency_work":

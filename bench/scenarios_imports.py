@@ -136,6 +136,8 @@ def commands(config: Path) -> list[Command]:
         Command("mcpvisor-http", [*serve, "--transport", "http", "--host", "127.0.0.1", "--port", "0"],
                 "http"),
         Command("mcp (the SDK alone)", ["-c", "import mcp"], "exit", "scale"),
+        # The floor of any `serve`: the event loop and the wire's codec, both on its hot path.
+        Command("trio and msgspec", ["-c", "import trio, msgspec"], "exit", "scale"),
         Command("python -c pass", ["-c", "pass"], "exit", "scale"),
     ]
 

@@ -26,7 +26,7 @@ from mcpvisor.actors.framing import LineReader
 from mcpvisor.bench import procs
 from mcpvisor.bench.core import Params, Result, aggregate, rnd
 from mcpvisor.bench.drivers import CONNECT_TIMEOUT_S, ServerDef, Subject, resolve_tool
-from mcpvisor.bench.scenarios_calls import UPSTREAM, note_stalls
+from mcpvisor.bench.scenarios_calls import UPSTREAM, note_floor, note_stalls
 from mcpvisor.bench.stalls import WATCH
 
 DEPTH: Final = 32
@@ -183,4 +183,5 @@ async def run_raw(subjects: Sequence[Subject], params: Params, workdir: Path) ->
     note_stalls(result, WATCH.total - started)
     result.target("mcpvisor", "raw_ratio", ">=", 0.5,
                   f"raw client at {DEPTH} in flight at least 0.5x a trivial direct upstream")
+    note_floor(result, "raw_calls_s", "calls/s")
     return result

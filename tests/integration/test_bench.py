@@ -63,7 +63,10 @@ async def test_tiny_latency_run_prints_a_table_json_and_compares(tmp_path: Path)
     assert {"title", "columns", "rows", "skipped", "targets", "params"} <= scenario.keys()
     assert scenario["error"] is None, scenario["error"]
     subjects = {row["subject"]: row for row in scenario["rows"]}
-    assert {"direct", "mcpvisor"} <= subjects.keys(), scenario
+    assert {"direct", "mcpvisor", "trio-relay"} <= subjects.keys(), scenario
+    # The trio relay is the floor row: no peer (no target counts it), set beside mcpvisor's CPU.
+    assert subjects["trio-relay"]["kind"] == "floor"
+    assert any(n.startswith("CPU per call, ms: mcpvisor ") and "trio-relay" in n for n in scenario["notes"])
     for row in subjects.values():
         assert {"p50_ms", "p99_ms", "ratio_p50", "ratio_p99"} <= row.keys()
         assert row["p50_ms"] > 0
@@ -140,6 +143,42 @@ async def test_the_lean_upstream_answers_as_the_msgspec_one() -> None:
     assert lean == full
     assert [a.get("id") for a in lean] == [1, 2, "s", 4, 5, 6, 7, None]
     assert lean[2]["result"]["content"][0]["text"] == "h\u00e9 \u2603 \"q\""
+
+
+async def test_the_trio_relay_passes_a_session_through_and_ends_with_either_side() -> None:
+    """``bench/relay.py`` (the floor row) hands the client exactly the upstream's bytes, and
+    exits when the client closes its stdin (stopping the upstream) or when the upstream exits
+    on its own (a crash), leaving no process behind either way."""
+    requests = b"".join(json.dumps(r).encode() + b"\n" for r in (
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18"}},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+         "params": {"name": "payload", "arguments": {"size": 200_000}}},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+         "params": {"name": "echo", "arguments": {"text": "x"}}},
+    ))
+    upstream = [sys.executable, str(REPO / "bench" / "upstream.py"), "--name", "x"]
+    relay = [sys.executable, str(REPO / "bench" / "relay.py")]
+    outputs = []
+    for argv in (upstream, [*relay, *upstream]):
+        with trio.fail_after(30):
+            proc = await trio.run_process(argv, stdin=requests, capture_stdout=True, capture_stderr=True,
+                                          check=False)
+        assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+        outputs.append(proc.stdout)
+    direct, relayed = outputs
+    assert relayed == direct
+    assert [json.loads(line)["id"] for line in relayed.splitlines()] == [1, 2, 3]
+    # An upstream that exits by itself (at once, status 3) ends the relay while its client
+    # still holds stdin open.
+    crashing = await trio.lowlevel.open_process([*relay, sys.executable, "-c", "raise SystemExit(3)"],
+                                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    try:
+        with trio.fail_after(30):
+            assert await crashing.wait() == 3
+    finally:
+        crashing.kill()
+        with trio.CancelScope(shield=True):
+            await crashing.wait()
 
 
 def carrying(token: str) -> list[str]:

@@ -3,7 +3,8 @@ report reads, and they measure what they say (no timing asserted: the figures ar
 
 The SDK alone imports the most; ``mcpvisor serve`` answers a client's ``initialize`` and
 ``tools/list`` without it, over HTTP (its HTTP server on top) and over stdio, and the bare
-interpreter imports least. A profile read from the wrong process, or an empty one, would break
+interpreter imports least; what every ``serve`` needs (trio and msgspec) sits between serve and
+the bare interpreter, trio first. A profile read from the wrong process, or an empty one, would break
 that order.
 """
 
@@ -23,12 +24,14 @@ async def test_imports_profiles_serve_over_stdio_and_http_and_the_sdk_and_python
         result = await run_imports(Params.quick_run(), tmp_path, runs=1)
     assert result.skipped == []
     rows = {row["subject"]: row for row in result.rows}
-    assert list(rows) == ["mcpvisor-stdio", "mcpvisor-http", "mcp (the SDK alone)", "python -c pass"]
-    stdio, http, sdk, bare = rows.values()
+    assert list(rows) == ["mcpvisor-stdio", "mcpvisor-http", "mcp (the SDK alone)", "trio and msgspec",
+                          "python -c pass"]
+    stdio, http, sdk, floor, bare = rows.values()
     for row in rows.values():
         assert row["import_ms"] > 0
         assert row["start_ms"] > 0
-    assert sdk["modules"] > http["modules"] > stdio["modules"] > bare["modules"]
+    assert sdk["modules"] > http["modules"] > stdio["modules"] > floor["modules"] > bare["modules"]
+    assert floor["top_packages"][0][0] == "trio"
     # serve answers its first client without the SDK on either front; the SDK alone is, first of all, mcp
     assert "mcp" not in [name for name, _ in http["top_packages"]]
     assert "mcp" not in [name for name, _ in stdio["top_packages"]]
