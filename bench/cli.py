@@ -167,11 +167,12 @@ def run(args: argparse.Namespace) -> int:
             err(f"bench: stopped by {exc} while installing peers")
             return 128 + exc.signum
     ours = [mcpvisor_subject("mcpvisor", fast_path=True)]
-    nofast = [] if args.no_nofast else [mcpvisor_subject("mcpvisor-nofast", fast_path=False)]
+    # Rows beside mcpvisor that are neither direct nor a peer: its own variants and the floor.
+    variants = [] if args.no_nofast else [mcpvisor_subject("mcpvisor-nofast", fast_path=False)]
     if not args.no_metrics:  # the cost of metrics: a variant beside the others (stdio call scenarios)
-        nofast.append(mcpvisor_subject(METRICS_SUBJECT, metrics=True))
+        variants.append(mcpvisor_subject(METRICS_SUBJECT, metrics=True))
     if not args.no_floor:  # stdio only: the HTTP scenarios leave it out by its transports
-        nofast.append(TRIO_RELAY)
+        variants.append(TRIO_RELAY)
 
     workdir = Path(tempfile.mkdtemp(prefix="mcpvisor-bench-"))
     info = machine_info(REPO_DIR)
@@ -185,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
         if partial is not None:
             partial.parent.mkdir(parents=True, exist_ok=True)
             partial.unlink(missing_ok=True)
-        results = trio.run(_guarded, wanted, params, workdir, [DIRECT, *ours], nofast, peers, partial)
+        results = trio.run(_guarded, wanted, params, workdir, [DIRECT, *ours], variants, peers, partial)
         if partial is not None:
             partial.unlink(missing_ok=True)
     except Stopped as exc:
@@ -296,7 +297,7 @@ async def _guarded(*args: Any) -> list[Any]:
     return results
 
 
-async def _main(wanted: Sequence[str], params: Any, workdir: Path, core: list[Any], nofast: list[Any],
+async def _main(wanted: Sequence[str], params: Any, workdir: Path, core: list[Any], variants: list[Any],
                 peers: list[Any], partial: Path | None = None) -> list[Any]:
     from mcpvisor.bench.core import Result
     from mcpvisor.bench.scenarios_calls import HTTP_SCENARIOS, STDIO_SCENARIOS, run_call_group
@@ -333,20 +334,21 @@ async def _main(wanted: Sequence[str], params: Any, workdir: Path, core: list[An
     calls = [n for n in STDIO_SCENARIOS if n in wanted]
     if calls:
         err(f"bench: {', '.join(calls)} (stdio) ...")
-        done(await run_call_group("stdio", calls, [*core, *nofast, *peers], params, workdir))
+        done(await run_call_group("stdio", calls, [*core, *variants, *peers], params, workdir))
     if "raw" in wanted:
         from mcpvisor.bench.scenarios_raw import run_raw
 
         err("bench: raw (stdio) ...")
         t0 = time.perf_counter()
-        r = await run_raw([*core, *nofast, *peers], params, workdir)
+        r = await run_raw([*core, *variants, *peers], params, workdir)
         r.seconds = time.perf_counter() - t0
         done([r])
     http = [n for n in HTTP_SCENARIOS if n in wanted]
     if http:
         err(f"bench: {', '.join(http)} ...")
-        variants = [s for s in nofast if "http" in s.transports]  # the HTTP front always records metrics
-        done(await run_call_group("http", http, [*core, *variants, *peers], params, workdir))
+        # Neither the metrics variant (the HTTP front always records them) nor the relay (stdio only).
+        over_http = [s for s in variants if "http" in s.transports]
+        done(await run_call_group("http", http, [*core, *over_http, *peers], params, workdir))
     if "imports" in wanted:
         from mcpvisor.bench.scenarios_imports import run_imports
 
