@@ -199,6 +199,12 @@ class Session:
     tool_names: list[str]
     connect_s: float
     log: Path
+    url: str | None = None
+    """Over HTTP: the endpoint the client connected to (`mcpvisor.bench.http_clients` connects there too)."""
+    sse: bool = False
+    """That endpoint speaks the legacy HTTP+SSE transport."""
+    pool: Any = None
+    """The `mcpvisor.bench.http_clients.ClientPool` on ``url``, once a scenario started it."""
 
     def tool(self, base: str, server: str | None = None) -> str:
         name = resolve_tool(self.tool_names, base, server)
@@ -287,7 +293,7 @@ async def open_session(subject: Subject, servers: Sequence[ServerDef], workdir: 
                     root = psutil.Process(proc.pid)
                     await procs.wait_port(port, proc)
                     client = await _connect_http(stack, launch, message_handler, started)
-                session = Session(subject, transport, client, root, [], 0.0, log)
+                session = Session(subject, transport, client, root, [], 0.0, log, launch.url, launch.sse)
                 if list_first:
                     await session.refresh_tools()
                 session.connect_s = time.perf_counter() - started

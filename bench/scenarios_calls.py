@@ -20,6 +20,7 @@ import trio
 from mcpvisor.bench import procs
 from mcpvisor.bench.core import Params, Result, aggregate, mb, percentile, rnd
 from mcpvisor.bench.drivers import METRICS_SUBJECT, ServerDef, Session, Subject, open_session
+from mcpvisor.bench.http_clients import CLIENTS, ClientPool
 from mcpvisor.bench.stalls import WATCH
 
 WARMUP_CALLS: Final = 30
@@ -73,7 +74,7 @@ async def throughput(session: Session, base: str, args: dict[str, Any], total: i
                      concurrency: int, limit_s: float = math.inf) -> tuple[float, float, int]:
     """``total`` calls from ``concurrency`` tasks at once (no new call after ``limit_s``):
     (calls/s, p50 ms, calls made)."""
-    rate, times, made = await _timed_calls(session, base, lambda _: args, total, concurrency, limit_s)
+    rate, times, made = await _timed_calls(session, base, total, concurrency, limit_s, args=args)
     return rate, percentile(times, 0.5) * 1e3, made
 
 
@@ -81,43 +82,62 @@ async def distinct_calls(session: Session, total: int, concurrency: int,
                          limit_s: float = math.inf) -> tuple[float, list[float]]:
     """``total`` echo calls from ``concurrency`` tasks, each call with arguments of its own (so
     no cache or coalescing in a subject can help): (calls/s, the sorted call times in s)."""
-    rate, times, _ = await _timed_calls(session, "echo", lambda n: {"text": f"c{concurrency}-{n}"},
-                                        total, concurrency, limit_s)
+    rate, times, _ = await _timed_calls(session, "echo", total, concurrency, limit_s,
+                                        distinct=f"c{concurrency}")
     return rate, times
 
 
-async def _timed_calls(session: Session, base: str, args_of: Callable[[int], dict[str, Any]], total: int,
-                       concurrency: int, limit_s: float) -> tuple[float, list[float], int]:
-    """``total`` calls of ``base`` from ``concurrency`` tasks, call ``n`` with ``args_of(n)``
-    (no new call after ``limit_s``): (calls/s, the sorted clean call times in s, calls made)."""
+async def _timed_calls(session: Session, base: str, total: int, concurrency: int, limit_s: float, *,
+                       args: dict[str, Any] | None = None,
+                       distinct: str | None = None) -> tuple[float, list[float], int]:
+    """``total`` calls of ``base`` from ``concurrency`` tasks, each with ``args``, or with
+    arguments of its own (``distinct``: their prefix), no new call after ``limit_s``:
+    (calls/s, the sorted clean call times in s, calls made). Over HTTP, more than one call
+    in flight comes from the session's client processes (`mcpvisor.bench.http_clients`)."""
     tool = session.tool(base)
-    call = session.client.call_tool
-    remaining = total
-    spans: list[tuple[float, float]] = []
     clock = time.perf_counter
-    deadline = clock() + limit_s
-    serial = 0
-
-    async def worker() -> None:
-        nonlocal remaining, serial
-        while remaining > 0 and (clock() < deadline or len(spans) < MIN_CALLS):
-            remaining -= 1
-            serial += 1
-            args = args_of(serial)
-            t0 = clock()
-            await call(tool, args)
-            spans.append((t0, clock()))
-
+    spans: list[tuple[float, float]] = []
     t_start = clock()
     with trio.fail_after(CALL_TIMEOUT_S + total * CALL_BUDGET_S):
-        async with trio.open_nursery() as nursery:
-            for _ in range(concurrency):
-                nursery.start_soon(worker)
+        if session.transport == "http" and concurrency > 1:
+            pool = await client_pool(session)
+            t_start = clock()
+            spans = await pool.calls(tool, total, concurrency, limit_s, args=args, distinct=distinct)
+        else:
+            call = session.client.call_tool
+            remaining = total
+            deadline = clock() + limit_s
+            serial = 0
+
+            async def worker() -> None:
+                nonlocal remaining, serial
+                while remaining > 0 and (clock() < deadline or len(spans) < MIN_CALLS):
+                    remaining -= 1
+                    serial += 1
+                    t0 = clock()
+                    await call(tool, {"text": f"{distinct}-{serial}"} if distinct is not None else args)
+                    spans.append((t0, clock()))
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(concurrency):
+                    nursery.start_soon(worker)
     t_end = clock()
     await WATCH.settle()
     times, _ = WATCH.clean(spans)
     times.sort()
     return len(spans) / (t_end - t_start - WATCH.overlap(t_start, t_end)), times, len(spans)
+
+
+async def client_pool(session: Session) -> ClientPool:
+    """The session's HTTP client processes, started (and connected) on first use; `_hold`
+    stops them with the session."""
+    if session.pool is None:
+        assert session.url is not None
+        pool = ClientPool(session.url, session.sse, session.log.with_suffix(".clients.log"))
+        session.pool = pool
+        await pool.start()
+    assert isinstance(session.pool, ClientPool)
+    return session.pool
 
 
 async def interleave(sessions: Sequence[Session], rounds: int, measure: Measure,
@@ -224,7 +244,11 @@ async def _hold(subject: Subject, workdir: Path, transport: str, stop: trio.Even
                 await call_ok(session, echo, {"text": "warm"})
             task_status.started(session)
             started = True
-            await stop.wait()
+            try:
+                await stop.wait()
+            finally:
+                if session.pool is not None:
+                    await session.pool.aclose()
     except Exception as exc:
         if not started:
             task_status.started(exc)
@@ -252,6 +276,11 @@ async def open_all(nursery: trio.Nursery, stop: trio.Event, subjects: Sequence[S
         raise RuntimeError("the direct baseline did not start; no ratio can be computed")
     return sessions
 
+
+HTTP_CLIENTS_NOTE: Final = (
+    f"more than one call in flight over HTTP comes from {CLIENTS} SDK client processes, each with its "
+    "own session and its share of the calls (bench/http_clients.py): one client process tops out "
+    "near 1,000 calls/s here on its own CPU, whoever answers, which would hide the servers' costs")
 
 STDIO_P50_RATIO: Final = 1.5
 """Issue 29: a stdio call's p50 through the proxy, SDK client, trivial upstream, over direct."""
@@ -468,5 +497,7 @@ async def _run_group(nursery: trio.Nursery, stop: trio.Event, transport: str, re
         if transport == "http":
             result.notes.append("direct over HTTP = the same tools behind the SDK's own streamable "
                                 "HTTP server (bench/http_upstream.py)")
+            if name in ("http_throughput", "http_peers"):
+                result.notes.append(HTTP_CLIENTS_NOTE)
         for name_lost, why in lost.items():
             result.notes.append(f"{name_lost}'s connection broke: {why[:200]}")

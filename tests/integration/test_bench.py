@@ -9,6 +9,7 @@ this test also proves the bench leaves no process behind (the conftest fixture c
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -24,8 +25,11 @@ import pytest
 import trio
 
 from mcpvisor.bench.core import Result
-from mcpvisor.bench.drivers import resolve_tool
+from mcpvisor.bench.drivers import DIRECT, open_session, resolve_tool
+from mcpvisor.bench.http_clients import CLIENTS, ClientPool
+from mcpvisor.bench.procs import free_port
 from mcpvisor.bench.report import compare
+from mcpvisor.bench.scenarios_calls import UPSTREAM, client_pool
 from mcpvisor.bench.stalls import StallWatch
 
 REPO = Path(__file__).resolve().parents[2]
@@ -225,6 +229,36 @@ async def test_sigterm_stops_the_run_and_every_server_it_started() -> None:
     assert proc.returncode == 128 + signal.SIGTERM, err.decode()[-2000:]
     assert b"stopped by SIGTERM" in err
     assert carrying(token) == []
+
+
+@pytest.mark.timeout(RUN_LIMIT_S + 30)
+async def test_http_calls_in_flight_come_from_two_client_processes_and_stop_with_them(tmp_path: Path) -> None:
+    """Over HTTP, calls in flight are spread over the session's client processes (one SDK
+    client process is the bottleneck at ~1,000 calls/s): every call made comes back as a
+    (start, end) span, from two live processes of their own, and closing the pool leaves
+    neither running. A pool whose processes cannot connect says so instead of hanging."""
+    with trio.fail_after(RUN_LIMIT_S):
+        async with open_session(DIRECT, [UPSTREAM], tmp_path, transport="http") as session:
+            pool = await client_pool(session)
+            try:
+                assert await client_pool(session) is pool  # started once, kept for the session
+                helpers = [psutil.Process(p.pid) for p in pool._procs]
+                assert len({h.pid for h in helpers}) == CLIENTS == 2
+                assert all("mcpvisor.bench.http_clients" in " ".join(h.cmdline()) for h in helpers)
+                spans = await pool.calls(session.tool("echo"), 31, 4, math.inf, distinct="t")
+                assert len(spans) == 31
+                assert all(start < end for start, end in spans)
+            finally:
+                await pool.aclose()
+        assert all(not h.is_running() or h.status() == psutil.STATUS_ZOMBIE for h in helpers)
+
+        nobody = ClientPool(f"http://127.0.0.1:{free_port()}/mcp", False, tmp_path / "nobody.log")
+        try:
+            with pytest.raises(RuntimeError, match="ended"):
+                await nobody.start()
+        finally:
+            await nobody.aclose()
+        assert (tmp_path / "nobody.log").stat().st_size > 0  # where it says why
 
 
 def test_compare_direction_and_threshold() -> None:
