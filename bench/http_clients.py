@@ -27,12 +27,14 @@ import math
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 import trio
 
+from mcpvisor.actors.framing import LineReader
 from mcpvisor.bench import procs
 
 CLIENTS: Final = 2
@@ -41,6 +43,8 @@ READY_TIMEOUT_S: Final = 120.0
 """Bound on a helper importing the SDK and connecting (a loaded machine)."""
 MIN_CALLS: Final = 10
 """Each helper makes at least this many calls even past ``limit_s`` (a percentile needs some)."""
+MAX_LINE: Final = 1 << 24
+"""Bound on one line between the bench and a helper (a reply lists every call's span)."""
 
 
 class ClientPool:
@@ -104,6 +108,8 @@ class ClientPool:
                         await proc.stdin.aclose()
             for proc in self._procs:
                 await procs.stop_process(proc)
+            for lines in self._lines:
+                await lines.aclose()
 
 
 def _split(total: int, parts: int) -> list[int]:
@@ -112,22 +118,26 @@ def _split(total: int, parts: int) -> list[int]:
 
 
 class _Lines:
-    """JSON objects, one per line, from a helper's stdout."""
+    """JSON objects, one per line, from a helper's stdout (or a helper's stdin)."""
 
     def __init__(self, stream: trio.abc.ReceiveStream) -> None:
-        self._stream = stream
-        self._buf = b""
+        self._batches = LineReader(stream, MAX_LINE).__aiter__()
+        self._ready: deque[bytes] = deque()
 
     async def next(self) -> dict[str, Any]:
-        while b"\n" not in self._buf:
-            chunk = await self._stream.receive_some(65536)
-            if not chunk:
-                raise RuntimeError("an HTTP client process ended (its log says why)")
-            self._buf += chunk
-        line, self._buf = self._buf.split(b"\n", 1)
-        value = json.loads(line)
+        while not self._ready:
+            try:
+                batch = await self._batches.__anext__()
+            except StopAsyncIteration:
+                raise RuntimeError("an HTTP client process ended (its log says why)") from None
+            self._ready.extend(line for line in batch if isinstance(line, bytes))
+        value = json.loads(self._ready.popleft())
         assert isinstance(value, dict)
         return value
+
+    async def aclose(self) -> None:
+        """End the reader here rather than in the garbage collector."""
+        await self._batches.aclose()  # type: ignore[attr-defined]
 
 
 # --- the helper process -------------------------------------------------------------------------
@@ -158,31 +168,43 @@ async def _serve(url: str, sse: bool) -> None:
             await out.send_all(json.dumps(reply).encode() + b"\n")
 
 
-async def _run(call: Any, command: dict[str, Any]) -> list[tuple[float, float]]:
-    tool, remaining = command["tool"], int(command["total"])
-    distinct, fixed = command.get("distinct"), command.get("args") or {}
-    limit = command.get("limit_s")
+async def call_spans(call: Callable[[str, dict[str, Any]], Awaitable[Any]], tool: str, total: int,
+                     concurrency: int, limit_s: float, *, args: dict[str, Any] | None = None,
+                     distinct: str | None = None, min_calls: int = MIN_CALLS) -> list[tuple[float, float]]:
+    """``total`` calls of ``tool`` through ``call`` from ``concurrency`` tasks, each with
+    ``args`` or with arguments of its own (``distinct``: their prefix), no new call after
+    ``limit_s`` once ``min_calls`` are made: every call's (start, end), `time.perf_counter`.
+    The bench's in-process client and each helper here make their calls this way."""
     clock = time.perf_counter
-    deadline = clock() + (limit if limit is not None else math.inf)
+    deadline = clock() + limit_s
     spans: list[tuple[float, float]] = []
-    serial = 0
+    remaining, serial = total, 0
 
     async def worker() -> None:
         nonlocal remaining, serial
-        while remaining > 0 and (clock() < deadline or len(spans) < MIN_CALLS):
+        while remaining > 0 and (clock() < deadline or len(spans) < min_calls):
             remaining -= 1
             serial += 1
-            args = {"text": f"{distinct}-{serial}"} if distinct is not None else fixed
             t0 = clock()
-            result = await call(tool, args)
-            if getattr(result, "is_error", False):
-                raise RuntimeError(f"{tool} returned an error: {result}")
+            await call(tool, {"text": f"{distinct}-{serial}"} if distinct is not None else args or {})
             spans.append((t0, clock()))
 
     async with trio.open_nursery() as nursery:
-        for _ in range(int(command["concurrency"])):
+        for _ in range(concurrency):
             nursery.start_soon(worker)
     return spans
+
+
+async def _run(call: Any, command: dict[str, Any]) -> list[tuple[float, float]]:
+    async def checked(tool: str, args: dict[str, Any]) -> None:
+        result = await call(tool, args)
+        if getattr(result, "is_error", False):
+            raise RuntimeError(f"{tool} returned an error: {result}")
+
+    limit = command.get("limit_s")
+    return await call_spans(checked, command["tool"], int(command["total"]), int(command["concurrency"]),
+                            limit if limit is not None else math.inf, args=command.get("args"),
+                            distinct=command.get("distinct"))
 
 
 def main(argv: Sequence[str] | None = None) -> None:

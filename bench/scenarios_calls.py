@@ -20,7 +20,7 @@ import trio
 from mcpvisor.bench import procs
 from mcpvisor.bench.core import Params, Result, aggregate, mb, percentile, rnd
 from mcpvisor.bench.drivers import METRICS_SUBJECT, ServerDef, Session, Subject, open_session
-from mcpvisor.bench.http_clients import CLIENTS, ClientPool
+from mcpvisor.bench.http_clients import CLIENTS, ClientPool, call_spans
 from mcpvisor.bench.stalls import WATCH
 
 WARMUP_CALLS: Final = 30
@@ -96,31 +96,15 @@ async def _timed_calls(session: Session, base: str, total: int, concurrency: int
     in flight comes from the session's client processes (`mcpvisor.bench.http_clients`)."""
     tool = session.tool(base)
     clock = time.perf_counter
-    spans: list[tuple[float, float]] = []
-    t_start = clock()
     with trio.fail_after(CALL_TIMEOUT_S + total * CALL_BUDGET_S):
         if session.transport == "http" and concurrency > 1:
             pool = await client_pool(session)
             t_start = clock()
             spans = await pool.calls(tool, total, concurrency, limit_s, args=args, distinct=distinct)
         else:
-            call = session.client.call_tool
-            remaining = total
-            deadline = clock() + limit_s
-            serial = 0
-
-            async def worker() -> None:
-                nonlocal remaining, serial
-                while remaining > 0 and (clock() < deadline or len(spans) < MIN_CALLS):
-                    remaining -= 1
-                    serial += 1
-                    t0 = clock()
-                    await call(tool, {"text": f"{distinct}-{serial}"} if distinct is not None else args)
-                    spans.append((t0, clock()))
-
-            async with trio.open_nursery() as nursery:
-                for _ in range(concurrency):
-                    nursery.start_soon(worker)
+            t_start = clock()
+            spans = await call_spans(session.client.call_tool, tool, total, concurrency, limit_s, args=args,
+                                     distinct=distinct, min_calls=MIN_CALLS)
     t_end = clock()
     await WATCH.settle()
     times, _ = WATCH.clean(spans)
